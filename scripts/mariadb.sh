@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# A throwaway MariaDB server for tests, the demo and benchmarks.
+#
+#   dir=$(scripts/mariadb.sh start)   # new datadir in a temp folder; prints its path
+#   scripts/mariadb.sh url  "$dir"    # mysql://dsync:<pw>@127.0.0.1:<port>/dsync
+#   scripts/mariadb.sh root "$dir"    # mariadb client as root over the unix socket
+#   scripts/mariadb.sh kill "$dir"    # kill -9 the server, keep its data
+#   scripts/mariadb.sh restart "$dir" # start it again on the same port (after kill/stop)
+#   scripts/mariadb.sh stop "$dir"    # stop by PID and remove the datadir
+#
+# The server listens on 127.0.0.1 at a free port and on "$dir/sock", with
+# innodb_flush_log_at_trx_commit=1 (every commit durable), and has a user `dsync`
+# with a random password and all privileges, and an empty schema `dsync`.
+# Only the process this script started is ever signalled, by its PID file.
+set -euo pipefail
+
+die() { echo "mariadb.sh: $*" >&2; exit 1; }
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_ready() {  # dir pid
+  local dir=$1 pid=$2
+  for _ in $(seq 1 300); do
+    if mariadb-admin --socket="$dir/sock" -uroot --connect-timeout=1 ping >/dev/null 2>&1; then
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+launch() {  # dir: starts mariadbd with dir/my.cnf, records the PID
+  local dir=$1
+  local user=()
+  ((EUID == 0)) && user=(--user=root)
+  setsid mariadbd --defaults-file="$dir/my.cnf" "${user[@]}" >>"$dir/err.log" 2>&1 < /dev/null &
+  local pid=$!
+  echo "$pid" > "$dir/pid"
+  wait_ready "$dir" "$pid"
+}
+
+write_cnf() {  # dir port
+  cat > "$1/my.cnf" <<CNF
+[mariadbd]
+datadir=$1/data
+socket=$1/sock
+port=$2
+bind-address=127.0.0.1
+pid-file=$1/mariadbd.pid
+log-error=$1/err.log
+skip-name-resolve
+skip-log-bin
+innodb_flush_log_at_trx_commit=1
+innodb_buffer_pool_size=256M
+innodb_log_file_size=256M
+max_connections=1000
+character-set-server=utf8mb4
+collation-server=utf8mb4_general_ci
+CNF
+}
+
+cmd_start() {
+  command -v mariadbd >/dev/null || die "mariadbd not found: run scripts/setup.sh"
+  local dir
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/dsync-mariadb.XXXXXX")
+  mkdir "$dir/data"
+  local user=()
+  ((EUID == 0)) && user=(--user=root)
+  if ! mariadb-install-db "${user[@]}" --datadir="$dir/data" --auth-root-authentication-method=normal \
+      --skip-test-db >"$dir/install.log" 2>&1; then
+    cat "$dir/install.log" >&2
+    rm -rf "$dir"
+    die "mariadb-install-db failed"
+  fi
+  local password
+  password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  local port started=0
+  for _ in $(seq 1 20); do
+    port=$((20000 + RANDOM % 40000))
+    port_busy "$port" && continue
+    write_cnf "$dir" "$port"
+    if launch "$dir"; then started=1; break; fi
+    # Lost a race for the port (or failed otherwise): stop what we started and retry.
+    kill -9 "$(cat "$dir/pid")" 2>/dev/null || true
+    grep -q "Address already in use\|Can't start server: Bind" "$dir/err.log" || break
+  done
+  if ((started == 0)); then
+    tail -n 20 "$dir/err.log" >&2
+    rm -rf "$dir"
+    die "mariadbd did not start"
+  fi
+  mariadb --socket="$dir/sock" -uroot <<SQL
+CREATE USER 'dsync'@'127.0.0.1' IDENTIFIED BY '$password';
+CREATE USER 'dsync'@'localhost' IDENTIFIED BY '$password';
+GRANT ALL PRIVILEGES ON *.* TO 'dsync'@'127.0.0.1' WITH GRANT OPTION;
+GRANT ALL PRIVILEGES ON *.* TO 'dsync'@'localhost' WITH GRANT OPTION;
+CREATE DATABASE dsync;
+SQL
+  echo "mysql://dsync:$password@127.0.0.1:$port/dsync" > "$dir/url"
+  echo "$port" > "$dir/port"
+  echo "$dir"
+}
+
+need_dir() {
+  [[ -n ${1:-} && -f $1/my.cnf ]] || die "not a throwaway MariaDB dir: '${1:-}'"
+}
+
+cmd_stop() {
+  need_dir "${1:-}"
+  local dir=$1 pid
+  pid=$(cat "$dir/pid" 2>/dev/null || true)
+  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -rf "$dir"
+}
+
+cmd_kill() {
+  need_dir "${1:-}"
+  local pid
+  pid=$(cat "$1/pid")
+  kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+}
+
+cmd_restart() {
+  need_dir "${1:-}"
+  local pid
+  pid=$(cat "$1/pid")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid"
+    for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  fi
+  launch "$1" || { tail -n 20 "$1/err.log" >&2; die "mariadbd did not restart"; }
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop "${2:-}" ;;
+  kill) cmd_kill "${2:-}" ;;
+  restart) cmd_restart "${2:-}" ;;
+  url) need_dir "${2:-}"; cat "$2/url" ;;
+  root) need_dir "${2:-}"; dir=$2; shift 2; exec mariadb --socket="$dir/sock" -uroot "$@" ;;
+  *) echo "usage: $0 start | url DIR | root DIR [args] | kill DIR | restart DIR | stop DIR" >&2; exit 2 ;;
+esac

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every build and runtime dependency of dsync from Debian packages.
+# Idempotent: when everything is already there it prints nothing and exits 0.
+# Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libmysqlcppconn-dev libpoco-dev nlohmann-json3-dev libspdlog-dev
+  libgtest-dev googletest
+  mariadb-server mariadb-client
+)
+# Extra packages a caller needs (bench uses sysbench/postgresql): setup.sh sysbench ...
+packages+=("$@")
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ $status == installed ]] || missing+=("$p")
+done
+((${#missing[@]} == 0)) && exit 0
+
+echo "setup: installing ${missing[*]}" >&2
+sudo=()
+((EUID == 0)) || sudo=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq >/dev/null
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# mariadb-server's package scripts may start a system-wide server; dsync never uses it
+# (tests and the demo start their own throwaway server), so leave it as the system set it.
+echo "setup: done" >&2

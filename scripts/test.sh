@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds, starts a throwaway MariaDB,
+# runs every test (unit, integration, CLI) against it, and stops it even on failure.
+# Exit status is non-zero on any failure.
+#
+#   bash scripts/test.sh            # everything
+#   bash scripts/test.sh -R Registry   # extra arguments go to ctest
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+build=${DSYNC_BUILD_DIR:-build}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSYNC_WERROR=ON >/dev/null
+cmake --build "$build" -j"$(nproc)"
+
+dir=$(bash scripts/mariadb.sh start)
+trap 'bash scripts/mariadb.sh stop "$dir"' EXIT
+export DSYNC_TEST_DB_URL
+DSYNC_TEST_DB_URL=$(bash scripts/mariadb.sh url "$dir")
+export DSYNC_TEST_MARIADB_DIR=$dir
+export DSYNC_BIN=$PWD/$build/dsync
+
+ctest --test-dir "$build" --output-on-failure --timeout 600 -j2 "$@"

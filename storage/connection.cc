@@ -1,0 +1,136 @@
+#include "storage/connection.h"
+
+#include <mysql_driver.h>
+
+#include <cppconn/statement.h>
+
+namespace dsync::storage {
+namespace {
+
+// Connector/C++ wants driver->threadInit() on every thread that uses it (other than
+// the one that created the driver) and threadEnd() when the thread exits.
+sql::Driver* Driver() {
+  static sql::Driver* driver = sql::mysql::get_mysql_driver_instance();
+  struct ThreadGuard {
+    ThreadGuard() { driver->threadInit(); }
+    ~ThreadGuard() { driver->threadEnd(); }
+  };
+  thread_local ThreadGuard guard;
+  return driver;
+}
+
+DbError::Kind KindOf(int code) {
+  switch (code) {
+    case 1213: return DbError::Kind::kDeadlock;
+    case 1205: return DbError::Kind::kLockWaitTimeout;
+    case 1062: return DbError::Kind::kDuplicateKey;
+    case 1146: return DbError::Kind::kNoSuchTable;
+    case 1044: case 1045: case 1698: return DbError::Kind::kAccessDenied;
+    case 1049: return DbError::Kind::kUnknownDatabase;
+    case 2002: case 2003: case 2005: return DbError::Kind::kUnreachable;
+    // 2006 gone away, 2013 lost during query, 2055 lost at reading/writing,
+    // 1927 (MariaDB) / 1053 / 1077 / 1078 / 1079 connection killed / server shutdown,
+    // 2014 commands out of sync (state unknown), 4031 (MySQL) disconnected by server.
+    case 2006: case 2013: case 2055: case 1927: case 1053: case 1077: case 1078:
+    case 1079: case 2014: case 4031: case 2026: case 2048:
+      return DbError::Kind::kConnectionLost;
+    default: return DbError::Kind::kOther;
+  }
+}
+
+std::string OneLine(std::string s) {
+  for (char& c : s) if (c == '\n' || c == '\r') c = ' ';
+  return MaskPasswords(s);
+}
+
+}  // namespace
+
+DbError TranslateSqlException(const sql::SQLException& e, std::string_view context) {
+  int code = e.getErrorCode();
+  std::string what = OneLine(e.what());
+  if (what.empty()) what = "error " + std::to_string(code);
+  return DbError(KindOf(code), code,
+                 std::string(context) + ": " + what + " (" + std::to_string(code) + ")");
+}
+
+Connection::Connection(const DbUrl& url) {
+  auto seconds = [](std::chrono::milliseconds ms) {
+    return static_cast<int>(std::max<int64_t>(1, (ms.count() + 999) / 1000));
+  };
+  sql::ConnectOptionsMap opts;
+  opts["hostName"] = sql::SQLString("tcp://" + (url.host.find(':') != std::string::npos
+                                                    ? "[" + url.host + "]" : url.host) +
+                                    ":" + std::to_string(url.port));
+  opts["userName"] = sql::SQLString(url.user);
+  opts["password"] = sql::SQLString(url.password);
+  if (!url.schema.empty()) opts["schema"] = sql::SQLString(url.schema);
+  if (!url.socket.empty()) opts["socket"] = sql::SQLString(url.socket);
+  opts["OPT_CONNECT_TIMEOUT"] = seconds(url.connect_timeout);
+  opts["OPT_READ_TIMEOUT"] = seconds(url.read_timeout);
+  opts["OPT_WRITE_TIMEOUT"] = seconds(url.write_timeout);
+  // Reconnection is ours (the pool): a silent driver reconnect would lose the session
+  // time zone, open transactions and prepared statements.
+  opts["OPT_RECONNECT"] = false;
+  opts["CLIENT_FOUND_ROWS"] = true;
+  opts["OPT_CHARSET_NAME"] = sql::SQLString("utf8mb4");
+  try {
+    conn_.reset(Driver()->connect(opts));
+    std::unique_ptr<sql::Statement> st(conn_->createStatement());
+    // Every DATETIME the project writes or compares is UTC on the database clock.
+    // Framework transactions are short: a row lock held 10 s means something is
+    // wrong, and Transact's retries of 1205 must not add up to minutes.
+    st->execute("SET time_zone = '+00:00', innodb_lock_wait_timeout = 10");
+    std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT CONNECTION_ID()"));
+    if (rs->next()) server_id_ = rs->getUInt64(1);
+  } catch (const sql::SQLException& e) {
+    throw TranslateSqlException(e, "connect to " + url.Masked());
+  }
+}
+
+Connection::~Connection() {
+  statements_.clear();
+  text_.reset();
+  if (conn_) {
+    try { conn_->close(); } catch (...) {}
+  }
+}
+
+sql::PreparedStatement& Connection::Prepared(std::string_view sql) {
+  auto it = statements_.find(std::string(sql));
+  if (it != statements_.end()) return *it->second;
+  std::unique_ptr<sql::PreparedStatement> ps(conn_->prepareStatement(sql::SQLString(sql.data(), sql.size())));
+  auto& ref = *ps;
+  statements_.emplace(std::string(sql), std::move(ps));
+  return ref;
+}
+
+void Connection::ExecuteDdl(const std::string& ddl) { Text().execute(ddl); }
+
+// Transaction control goes over the text protocol (not every server prepares it).
+void Connection::Begin() { Text().execute("START TRANSACTION"); }
+
+void Connection::Commit() { Text().execute("COMMIT"); }
+
+void Connection::Rollback() noexcept {
+  try {
+    Text().execute("ROLLBACK");
+  } catch (...) {
+    broken_ = true;
+  }
+}
+
+sql::Statement& Connection::Text() {
+  if (!text_) text_.reset(conn_->createStatement());
+  return *text_;
+}
+
+bool Connection::Ping() noexcept {
+  try {
+    auto rs = Query("SELECT 1");
+    return rs->next();
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace dsync::storage

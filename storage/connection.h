@@ -1,0 +1,128 @@
+// One physical database connection, with its prepared statements cached by SQL text.
+//
+// All SQL goes through Execute/Query with `?` placeholders bound from typed
+// arguments; there is no API for splicing values into SQL text. The only raw text
+// execution is ExecuteDdl, used for the migrations in sql/.
+//
+// Errors: every sql::SQLException thrown below this layer is translated into
+// dsync::DbError by TranslateSqlException (here, once). Callers see DbError only.
+//
+// Thread safety: a Connection is used by one thread at a time (the pool lends it out
+// exclusively).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include <cppconn/connection.h>
+#include <cppconn/exception.h>
+#include <cppconn/prepared_statement.h>
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
+
+#include "core/error.h"
+#include "storage/db_url.h"
+
+namespace dsync::storage {
+
+// sql::SQLException -> DbError with its Kind. `context` names the operation.
+DbError TranslateSqlException(const sql::SQLException& e, std::string_view context);
+
+// Argument binding for prepared statements. Null is std::nullopt / std::optional{}.
+namespace bind {
+inline void One(sql::PreparedStatement& ps, int i, std::string_view v) {
+  ps.setString(i, sql::SQLString(v.data(), v.size()));
+}
+inline void One(sql::PreparedStatement& ps, int i, const std::string& v) { ps.setString(i, v); }
+inline void One(sql::PreparedStatement& ps, int i, const char* v) { ps.setString(i, v); }
+inline void One(sql::PreparedStatement& ps, int i, bool v) { ps.setBoolean(i, v); }
+inline void One(sql::PreparedStatement& ps, int i, int v) { ps.setInt(i, v); }
+inline void One(sql::PreparedStatement& ps, int i, unsigned v) { ps.setUInt(i, v); }
+inline void One(sql::PreparedStatement& ps, int i, long v) { ps.setInt64(i, v); }
+inline void One(sql::PreparedStatement& ps, int i, long long v) { ps.setInt64(i, v); }
+inline void One(sql::PreparedStatement& ps, int i, unsigned long v) { ps.setUInt64(i, v); }
+inline void One(sql::PreparedStatement& ps, int i, double v) { ps.setDouble(i, v); }
+inline void One(sql::PreparedStatement& ps, int i, std::nullopt_t) { ps.setNull(i, 0); }
+template <class T>
+void One(sql::PreparedStatement& ps, int i, const std::optional<T>& v) {
+  if (v) One(ps, i, *v); else ps.setNull(i, 0);
+}
+}  // namespace bind
+
+class Connection {
+ public:
+  // Connects and prepares the session (UTC time zone, autocommit on).
+  // Throws DbError (kUnreachable, kAccessDenied, kUnknownDatabase, ...).
+  explicit Connection(const DbUrl& url);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Runs a statement; returns affected rows (rows *matched* for UPDATE, as the
+  // connection sets CLIENT_FOUND_ROWS).
+  template <class... Args>
+  uint64_t Execute(std::string_view sql, const Args&... args) {
+    auto& ps = Bound(sql, args...);
+    return static_cast<uint64_t>(ps.executeUpdate());
+  }
+
+  // Runs a query; the result set is read before the next statement on this connection.
+  template <class... Args>
+  std::unique_ptr<sql::ResultSet> Query(std::string_view sql, const Args&... args) {
+    auto& ps = Bound(sql, args...);
+    return std::unique_ptr<sql::ResultSet>(ps.executeQuery());
+  }
+
+  // A single-value query; nullopt when there is no row or the value is NULL.
+  template <class... Args>
+  std::optional<int64_t> QueryInt(std::string_view sql, const Args&... args) {
+    auto rs = Query(sql, args...);
+    if (!rs->next() || rs->isNull(1)) return std::nullopt;
+    return rs->getInt64(1);
+  }
+  template <class... Args>
+  std::optional<std::string> QueryString(std::string_view sql, const Args&... args) {
+    auto rs = Query(sql, args...);
+    if (!rs->next() || rs->isNull(1)) return std::nullopt;
+    return std::string(rs->getString(1));
+  }
+
+  // Trusted DDL text from sql/ migrations only; never user input.
+  void ExecuteDdl(const std::string& ddl);
+
+  void Begin();
+  void Commit();
+  void Rollback() noexcept;  // best effort; marks the connection broken if it fails
+
+  // The server's id for this session (for KILL in tests and diagnostics).
+  uint64_t server_id() const { return server_id_; }
+  // Set when the connection must not be reused (lost, or in an unknown state).
+  bool broken() const { return broken_; }
+  void mark_broken() { broken_ = true; }
+  // Round trip to check the session is alive.
+  bool Ping() noexcept;
+
+ private:
+  template <class... Args>
+  sql::PreparedStatement& Bound(std::string_view sql, const Args&... args) {
+    auto& ps = Prepared(sql);
+    ps.clearParameters();
+    int i = 1;
+    (bind::One(ps, i++, args), ...);
+    return ps;
+  }
+  sql::PreparedStatement& Prepared(std::string_view sql);
+  sql::Statement& Text();
+
+  std::unique_ptr<sql::Connection> conn_;
+  std::unordered_map<std::string, std::unique_ptr<sql::PreparedStatement>> statements_;
+  std::unique_ptr<sql::Statement> text_;
+  uint64_t server_id_ = 0;
+  bool broken_ = false;
+};
+
+}  // namespace dsync::storage

@@ -1,0 +1,176 @@
+// A bounded pool of database connections, and the two ways work touches the
+// database: Run (autocommit statements) and Transact (one transaction).
+//
+//   storage::ConnectionPool pool(storage::DbUrl::Parse(url));
+//   int n = pool.Transact("assign", [&](storage::Connection& c) {
+//     return c.Execute(kAssignSql, node, id, version);
+//   });
+//
+// Borrowing validates a connection that sat idle longer than `validate_idle_after`
+// (one `SELECT 1`), replacing it if the server closed it. A connection whose session
+// is lost mid-use (2006/2013, KILL CONNECTION, a server restart) is discarded, never
+// returned to the pool.
+//
+// Retries, all bounded by RetryPolicy.max_attempts with jittered exponential sleep:
+//   - Run: a lost connection is retried on a fresh connection. `fn` must be safe to
+//     run twice (a read, an upsert, a fenced conditional UPDATE).
+//   - Transact: deadlock (1213), lock-wait timeout (1205) and a connection lost
+//     before COMMIT are retried from BEGIN. A connection lost *during* COMMIT is not
+//     retried: it throws DbError{kCommitUnknown}, since the commit may have applied.
+// Anything else propagates at once as DbError. sql::SQLException never escapes.
+//
+// Thread safety: all members are thread-safe. Leases are used by one thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "storage/connection.h"
+#include "storage/db_url.h"
+
+namespace dsync::storage {
+
+struct RetryPolicy {
+  int max_attempts = 6;              // total tries, first included
+  Millis base_delay{5};              // doubled per attempt, jittered in [d/2, d]
+  Millis max_delay{500};
+};
+
+struct PoolStats {
+  int max_size = 0;
+  int open = 0;       // connections currently open (idle + lent)
+  int in_use = 0;     // lent out now
+  uint64_t connects = 0;        // connections opened, ever
+  uint64_t discarded = 0;       // connections dropped as broken
+  uint64_t borrow_waits = 0;    // borrows that had to wait for a free connection
+  uint64_t retries = 0;         // units of work re-run after a retryable error
+};
+
+struct PoolOptions {
+  int max_size = 0;                 // 0: the URL's pool_size
+  Millis borrow_timeout{10000};     // then DbError{kPoolExhausted}
+  Millis validate_idle_after{1000}; // idle longer than this: ping before lending
+  RetryPolicy retry;
+};
+
+class ConnectionPool {
+ public:
+  using Options = PoolOptions;
+
+  // Does not connect; the first borrow does. `clock` must outlive the pool.
+  ConnectionPool(DbUrl url, PoolOptions options, Clock& clock);
+  explicit ConnectionPool(DbUrl url, PoolOptions options = PoolOptions());
+  ~ConnectionPool();
+
+  class Lease {
+   public:
+    Lease(ConnectionPool* pool, std::unique_ptr<Connection> conn)
+        : pool_(pool), conn_(std::move(conn)) {}
+    Lease(Lease&&) = default;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease() { if (conn_) pool_->Return(std::move(conn_)); }
+    Connection* operator->() { return conn_.get(); }
+    Connection& operator*() { return *conn_; }
+
+   private:
+    ConnectionPool* pool_;
+    std::unique_ptr<Connection> conn_;
+  };
+
+  // A validated connection, exclusively yours until the Lease dies.
+  // Throws DbError (kPoolExhausted, or the connect failure).
+  Lease Borrow();
+
+  template <class F>
+  auto Run(std::string_view what, F&& fn) -> std::invoke_result_t<F&, Connection&> {
+    return WithRetry(what, /*transaction=*/false, fn);
+  }
+
+  template <class F>
+  auto Transact(std::string_view what, F&& fn) -> std::invoke_result_t<F&, Connection&> {
+    return WithRetry(what, /*transaction=*/true, fn);
+  }
+
+  const DbUrl& url() const { return url_; }
+  PoolStats stats();
+
+ private:
+  template <class F>
+  auto WithRetry(std::string_view what, bool transaction, F& fn)
+      -> std::invoke_result_t<F&, Connection&> {
+    for (int attempt = 1;; ++attempt) {
+      bool committing = false;
+      try {
+        Lease c = Borrow();
+        try {
+          if (!transaction) return fn(*c);
+          c->Begin();
+          if constexpr (std::is_void_v<std::invoke_result_t<F&, Connection&>>) {
+            fn(*c);
+            committing = true;
+            c->Commit();
+            return;
+          } else {
+            auto result = fn(*c);
+            committing = true;
+            c->Commit();
+            return result;
+          }
+        } catch (const sql::SQLException& e) {
+          DbError err = TranslateSqlException(e, what);
+          if (err.kind() == DbError::Kind::kConnectionLost) c->mark_broken();
+          else if (transaction) c->Rollback();
+          if (committing && err.kind() == DbError::Kind::kConnectionLost)
+            throw DbError(DbError::Kind::kCommitUnknown, err.code(),
+                          std::string(what) + ": connection lost during COMMIT; outcome unknown");
+          throw err;
+        } catch (...) {
+          if (transaction) c->Rollback();
+          throw;
+        }
+      } catch (const DbError& err) {
+        bool retryable = err.kind() == DbError::Kind::kConnectionLost ||
+                         (transaction && err.retryable_in_transaction());
+        if (!retryable || attempt >= options_.retry.max_attempts) throw;
+        retries_.fetch_add(1, std::memory_order_relaxed);
+        spdlog::debug("DB_RETRY what={} attempt={} err={}", what, attempt, err.what());
+        BackOff(attempt);
+      }
+    }
+  }
+
+  void Return(std::unique_ptr<Connection> conn);
+  void BackOff(int attempt);
+
+  const DbUrl url_;
+  const Options options_;
+  SystemClock own_clock_;
+  Clock& clock_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  struct Idle {
+    std::unique_ptr<Connection> conn;
+    Clock::TimePoint since;
+  };
+  std::vector<Idle> idle_;  // LIFO: the warmest connection is reused first
+  int open_ = 0;            // idle + lent + being opened
+  int in_use_ = 0;
+  uint64_t connects_ = 0, discarded_ = 0, borrow_waits_ = 0;
+  std::atomic<uint64_t> retries_{0};
+  std::mt19937 rng_{std::random_device{}()};
+};
+
+}  // namespace dsync::storage

@@ -1,0 +1,168 @@
+#include "storage/migrator.h"
+
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+namespace dsync::storage {
+namespace {
+
+constexpr const char* kCreateVersionTable = R"(
+CREATE TABLE IF NOT EXISTS dsync_schema_version (
+  version    INT NOT NULL PRIMARY KEY,
+  name       VARCHAR(200) NOT NULL,
+  checksum   VARCHAR(32) NOT NULL COMMENT 'FNV-1a of the migration text',
+  applied_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  applied_by VARCHAR(191) NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='applied dsync schema migrations')";
+
+// Params: none. Null when no version has been applied.
+constexpr const char* kSelectVersion = "SELECT MAX(version) FROM dsync_schema_version";
+
+// Params: version, name, checksum, applied_by.
+constexpr const char* kInsertVersion = R"(
+INSERT INTO dsync_schema_version (version, name, checksum, applied_by) VALUES (?, ?, ?, ?))";
+
+// Params: table name. 1 when the table exists in the current schema.
+constexpr const char* kTableExists = R"(
+SELECT COUNT(*) FROM information_schema.tables
+WHERE table_schema = DATABASE() AND table_name = ?)";
+
+// Params: schema name. 1 when it exists.
+constexpr const char* kSchemaExists =
+    "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?";
+
+// Params: lock name, timeout seconds. 1 acquired, 0 timed out.
+constexpr const char* kGetLock = "SELECT GET_LOCK(?, ?)";
+// Params: lock name.
+constexpr const char* kReleaseLock = "SELECT RELEASE_LOCK(?)";
+
+std::string Checksum(const std::string& text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  std::ostringstream out;
+  out << std::hex << h;
+  return out.str();
+}
+
+std::string Whoami() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  return std::string(host) + ":" + std::to_string(getpid());
+}
+
+int ReadVersion(Connection& c) {
+  if (c.QueryInt(kTableExists, "dsync_schema_version").value_or(0) == 0) return 0;
+  return static_cast<int>(c.QueryInt(kSelectVersion).value_or(0));
+}
+
+}  // namespace
+
+std::vector<std::string> SplitSqlStatements(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line, current;
+  while (std::getline(in, line)) {
+    auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line.compare(first, 2, "--") == 0) continue;
+    current += line + "\n";
+    auto last = line.find_last_not_of(" \t\r");
+    if (line[last] == ';') {
+      current.erase(current.find_last_of(';'));
+      out.push_back(current);
+      current.clear();
+    }
+  }
+  if (current.find_first_not_of(" \t\r\n") != std::string::npos) out.push_back(current);
+  return out;
+}
+
+Migrator::Migrator(ConnectionPool& pool, const std::vector<Migration>& migrations)
+    : pool_(pool), migrations_(migrations) {}
+
+bool Migrator::CreateSchemaIfMissing() {
+  const std::string& name = pool_.url().schema;
+  if (name.empty() || name.size() > 64 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$-") !=
+          std::string::npos) {
+    throw UsageError("schema name '" + name + "' must be 1-64 characters of [A-Za-z0-9_$-]");
+  }
+  try {
+    Connection server(pool_.url().WithSchema(""));
+    // An identifier cannot be a bound parameter; the name was checked above.
+    bool existed = server.QueryInt(kSchemaExists, name).value_or(0) > 0;
+    if (!existed) {
+      server.ExecuteDdl("CREATE DATABASE IF NOT EXISTS `" + name +
+                        "` DEFAULT CHARACTER SET utf8mb4");
+      spdlog::info("SCHEMA_CREATED schema={}", name);
+    }
+    return !existed;
+  } catch (const sql::SQLException& e) {
+    throw TranslateSqlException(e, "create schema " + name);
+  }
+}
+
+int Migrator::LatestVersion() const {
+  return migrations_.empty() ? 0 : migrations_.back().version;
+}
+
+int Migrator::CurrentVersion() {
+  return pool_.Run("read schema version", [](Connection& c) { return ReadVersion(c); });
+}
+
+void Migrator::RequireCurrent() {
+  int current = CurrentVersion();
+  int latest = LatestVersion();
+  if (current < latest) {
+    throw SchemaError("database schema is at version " + std::to_string(current) +
+                      ", this dsync needs " + std::to_string(latest) + ": run `dsync migrate`");
+  }
+  if (current > latest) {
+    throw SchemaError("database schema version " + std::to_string(current) +
+                      " is newer than this dsync (knows up to " + std::to_string(latest) +
+                      "): upgrade dsync");
+  }
+}
+
+MigrateResult Migrator::Migrate(Millis lock_timeout) {
+  const std::string lock_name = "dsync_migrate:" + pool_.url().schema.substr(0, 48);
+  auto conn = pool_.Borrow();
+  try {
+    int seconds = static_cast<int>(std::max<int64_t>(1, lock_timeout.count() / 1000));
+    if (conn->QueryInt(kGetLock, lock_name, seconds).value_or(0) != 1) {
+      throw SchemaError("another `dsync migrate` held the migration lock for over " +
+                        std::to_string(seconds) + " s");
+    }
+    struct Unlock {
+      Connection& c;
+      const std::string& name;
+      ~Unlock() {
+        try { c.QueryInt(kReleaseLock, name); } catch (...) { c.mark_broken(); }
+      }
+    } unlock{*conn, lock_name};
+
+    conn->ExecuteDdl(kCreateVersionTable);
+    MigrateResult result;
+    result.from_version = result.to_version = ReadVersion(*conn);
+    if (result.from_version > LatestVersion()) {
+      throw SchemaError("database schema version " + std::to_string(result.from_version) +
+                        " is newer than this dsync (knows up to " +
+                        std::to_string(LatestVersion()) + "): upgrade dsync");
+    }
+    for (const Migration& m : migrations_) {
+      if (m.version <= result.from_version) continue;
+      spdlog::info("MIGRATION_APPLYING version={} name={}", m.version, m.name);
+      for (const std::string& statement : SplitSqlStatements(m.text)) conn->ExecuteDdl(statement);
+      conn->Execute(kInsertVersion, m.version, m.name, Checksum(m.text), Whoami());
+      result.applied.push_back(m.version);
+      result.to_version = m.version;
+    }
+    return result;
+  } catch (const sql::SQLException& e) {
+    if (TranslateSqlException(e, "").kind() == DbError::Kind::kConnectionLost) conn->mark_broken();
+    throw TranslateSqlException(e, "migrate");
+  }
+}
+
+}  // namespace dsync::storage

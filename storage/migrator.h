@@ -1,0 +1,65 @@
+// Versioned schema migrations (`dsync migrate`).
+//
+// The migrations are the files sql/migrations/V<NNN>__<name>.sql, compiled into the
+// binary. Applied versions are rows of dsync_schema_version. Migrate():
+//   - holds a named server lock (GET_LOCK) for the schema, so concurrent `migrate`
+//     runs serialise: the second finds nothing left to do;
+//   - refuses a database whose version is newer than this binary knows;
+//   - applies each missing version in order and records it. Every DDL statement is
+//     written idempotent (IF NOT EXISTS), so an interrupted run can simply run again.
+// RequireCurrent() is what every other command calls at start: it fails with a
+// SchemaError telling the user to run `dsync migrate` (or to upgrade dsync).
+//
+// Thread safety: stateless apart from the pool; safe from several processes at once.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "storage/connection_pool.h"
+
+namespace dsync::storage {
+
+struct Migration {
+  int version;
+  std::string name;
+  std::string text;
+};
+
+// The migrations built into this binary, ascending by version.
+const std::vector<Migration>& EmbeddedMigrations();
+
+// Splits a migration file into statements: `--` comment lines dropped, a statement
+// ends with ';' at the end of a line.
+std::vector<std::string> SplitSqlStatements(const std::string& text);
+
+struct MigrateResult {
+  int from_version = 0;
+  int to_version = 0;
+  std::vector<int> applied;
+};
+
+class Migrator {
+ public:
+  explicit Migrator(ConnectionPool& pool,
+                    const std::vector<Migration>& migrations = EmbeddedMigrations());
+
+  // Throws SchemaError (database newer than the binary), DbError.
+  MigrateResult Migrate(Millis lock_timeout = Millis(120000));
+  // CREATE DATABASE IF NOT EXISTS for the pool's schema (utf8mb4), through a
+  // connection without a default schema. Returns true when it did not exist.
+  // Throws UsageError for a schema name outside [A-Za-z0-9_$-], DbError.
+  bool CreateSchemaIfMissing();
+  // 0 when the schema has never been migrated.
+  int CurrentVersion();
+  int LatestVersion() const;
+  // Throws SchemaError unless the database is exactly at LatestVersion().
+  void RequireCurrent();
+
+ private:
+  ConnectionPool& pool_;
+  const std::vector<Migration>& migrations_;
+};
+
+}  // namespace dsync::storage

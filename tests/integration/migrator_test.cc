@@ -1,0 +1,105 @@
+// Schema migrations against a real MariaDB: apply, re-run as a no-op, concurrent
+// runs, refusal of a newer database, and that the seed's plain INSERT producer
+// works on the migrated schema.
+#include "storage/migrator.h"
+
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "tests/support/test_db.h"
+
+namespace dsync {
+namespace {
+
+using storage::Migrator;
+
+int Latest() { return storage::EmbeddedMigrations().back().version; }
+
+TEST(Migrator, AppliesThenRerunIsNoop) {
+  testing::TestSchema db(/*migrate=*/false);
+  Migrator migrator(db.pool());
+  EXPECT_EQ(migrator.CurrentVersion(), 0);
+  EXPECT_THROW(migrator.RequireCurrent(), SchemaError);
+
+  auto first = migrator.Migrate();
+  EXPECT_EQ(first.from_version, 0);
+  EXPECT_EQ(first.to_version, Latest());
+  EXPECT_EQ(first.applied.size(), storage::EmbeddedMigrations().size());
+  EXPECT_NO_THROW(migrator.RequireCurrent());
+
+  auto second = migrator.Migrate();
+  EXPECT_TRUE(second.applied.empty());
+  EXPECT_EQ(second.from_version, Latest());
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM dsync_schema_version"),
+            static_cast<int64_t>(storage::EmbeddedMigrations().size()));
+  for (const char* table : {"distribute_node_registry", "distribute_event", "distribute_event_step",
+                            "distribute_lease_lock", "demo_ledger"}) {
+    EXPECT_EQ(db.QueryInt(std::string("SELECT COUNT(*) FROM information_schema.tables WHERE "
+                                       "table_schema = DATABASE() AND table_name = '") + table + "'"),
+              1)
+        << table;
+  }
+}
+
+TEST(Migrator, ConcurrentRunsAllSucceedAndApplyOnce) {
+  testing::TestSchema db(/*migrate=*/false);
+  constexpr int kRunners = 4;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0}, applied_total{0};
+  for (int i = 0; i < kRunners; ++i) {
+    threads.emplace_back([&] {
+      storage::ConnectionPool own_pool(db.url());  // separate sessions, like separate processes
+      auto result = Migrator(own_pool).Migrate();
+      applied_total += static_cast<int>(result.applied.size());
+      ok++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), kRunners);
+  EXPECT_EQ(applied_total.load(), static_cast<int>(storage::EmbeddedMigrations().size()));
+  EXPECT_EQ(Migrator(db.pool()).CurrentVersion(), Latest());
+}
+
+TEST(Migrator, RefusesDatabaseNewerThanBinary) {
+  testing::TestSchema db;
+  db.Exec("INSERT INTO dsync_schema_version (version, name, checksum, applied_by) "
+          "VALUES (999, 'from_the_future', '0', 'test')");
+  Migrator migrator(db.pool());
+  try {
+    migrator.Migrate();
+    FAIL() << "migrated a newer database";
+  } catch (const SchemaError& e) {
+    EXPECT_NE(std::string(e.what()).find("newer than this dsync"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(migrator.RequireCurrent(), SchemaError);
+}
+
+TEST(Migrator, SeedPlainInsertProducerWorks) {
+  testing::TestSchema db;
+  db.Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) "
+          "VALUES ('t1', 'E-1', 'space-9', 'SPACE_ADD', '{\"space_id\": 9}')");
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_event WHERE code = 'E-1' AND status = 'PENDING' "
+                        "AND version = 1 AND attempt = 0 AND priority = 0 AND next_run_time <= NOW(3)"),
+            1);
+  // Idempotent producing: the same code again is rejected by uk_code.
+  EXPECT_ANY_THROW(db.Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) "
+                           "VALUES ('t1', 'E-1', 'space-9', 'SPACE_ADD', '{}')"));
+  db.Exec("INSERT INTO distribute_event_step (tenant_id, code, job_code, step_type, step_name) "
+          "VALUES ('t1', 'E-1#0', 'E-1', 'table_sync', 'space')");
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_event_step WHERE status = 'PENDING'"), 1);
+}
+
+TEST(Migrator, SplitsStatementsAndDropsComments) {
+  auto parts = storage::SplitSqlStatements("-- header; not a statement\nCREATE TABLE a (x INT);\n\n"
+                                           "  -- note\nCREATE TABLE b (\n  y INT\n) ;\nSELECT 1");
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0], "CREATE TABLE a (x INT)");
+  EXPECT_NE(parts[1].find("CREATE TABLE b"), std::string::npos);
+  EXPECT_EQ(parts[1].find(';'), std::string::npos);
+  EXPECT_NE(parts[2].find("SELECT 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dsync

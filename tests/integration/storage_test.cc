@@ -1,0 +1,214 @@
+// Storage layer against a real MariaDB: error translation, the pool replacing a
+// killed connection, deadlock retry, bounded borrowing, prepared-statement binding
+// of hostile strings.
+#include <atomic>
+#include <barrier>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "storage/connection_pool.h"
+#include "tests/support/test_db.h"
+
+namespace dsync {
+namespace {
+
+using storage::Connection;
+using storage::ConnectionPool;
+using storage::DbUrl;
+
+DbError::Kind ConnectErrorKind(const DbUrl& url) {
+  try {
+    Connection c(url);
+  } catch (const DbError& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    if (!url.password.empty()) {
+      EXPECT_EQ(std::string(e.what()).find(url.password), std::string::npos) << e.what();
+    }
+    return e.kind();
+  }
+  ADD_FAILURE() << "connected to " << url.Masked();
+  return DbError::Kind::kOther;
+}
+
+TEST(Storage, TranslatesConnectFailures) {
+  DbUrl server = testing::ServerUrl();
+  DbUrl wrong_password = server;
+  wrong_password.password = "definitely-not-it";
+  EXPECT_EQ(ConnectErrorKind(wrong_password), DbError::Kind::kAccessDenied);
+  EXPECT_EQ(ConnectErrorKind(server.WithSchema("no_such_schema_here")), DbError::Kind::kUnknownDatabase);
+  DbUrl closed_port = server;
+  closed_port.port = 1;  // nothing listens on port 1
+  closed_port.connect_timeout = Millis(1000);
+  EXPECT_EQ(ConnectErrorKind(closed_port), DbError::Kind::kUnreachable);
+}
+
+TEST(Storage, TranslatesStatementErrors) {
+  testing::TestSchema db;
+  try {
+    db.pool().Run("read", [](Connection& c) { return c.QueryInt("SELECT COUNT(*) FROM no_such_table"); });
+    FAIL() << "no error";
+  } catch (const DbError& e) {
+    EXPECT_EQ(e.kind(), DbError::Kind::kNoSuchTable);
+    EXPECT_EQ(e.code(), 1146);
+    EXPECT_EQ(std::string(e.what()).rfind("read: ", 0), 0u) << e.what();
+  }
+  constexpr const char* kInsert =
+      "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES (?, ?, ?, ?, ?)";
+  db.pool().Run("produce", [&](Connection& c) { return c.Execute(kInsert, "t", "dup", "d", "X", "{}"); });
+  try {
+    db.pool().Run("produce", [&](Connection& c) { return c.Execute(kInsert, "t", "dup", "d", "X", "{}"); });
+    FAIL() << "duplicate accepted";
+  } catch (const DbError& e) {
+    EXPECT_EQ(e.kind(), DbError::Kind::kDuplicateKey);
+  }
+}
+
+TEST(Storage, SessionRunsInUtc) {
+  testing::TestSchema db;
+  auto tz = db.pool().Run("tz", [](Connection& c) { return c.QueryString("SELECT @@session.time_zone"); });
+  EXPECT_EQ(tz, "+00:00");
+}
+
+TEST(Storage, HostileStringsStayBoundValues) {
+  testing::TestSchema db;
+  const std::string hostile = "x'); DROP TABLE distribute_event; -- \" \\ \xF0\x9F\x98\x80 1 OR 1=1";
+  db.pool().Run("produce", [&](Connection& c) {
+    return c.Execute(
+        "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES (?, ?, ?, ?, ?)",
+        "t", "c1", hostile.substr(0, 60), "X", hostile);
+  });
+  auto payload = db.pool().Run("read", [](Connection& c) {
+    return c.QueryString("SELECT payload FROM distribute_event WHERE code = ?", "c1");
+  });
+  EXPECT_EQ(payload, hostile);
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_event"), 1);
+}
+
+TEST(Storage, KilledConnectionIsReplacedTransparently) {
+  testing::TestSchema db;
+  storage::PoolOptions options;
+  options.max_size = 1;  // the next borrow must get the killed connection first
+  options.validate_idle_after = Millis(3600000);  // and not ping it: the query itself hits the dead socket
+  ConnectionPool pool(db.url(), options);
+  uint64_t victim = pool.Run("id", [](Connection& c) { return c.server_id(); });
+
+  Connection admin(db.url());
+  admin.Execute("KILL CONNECTION " + std::to_string(victim));
+
+  // The statement fails with a lost connection, the pool discards it, retries on a
+  // new connection, and the caller sees only the answer.
+  auto answer = pool.Run("after kill", [](Connection& c) { return c.QueryInt("SELECT 41 + 1"); });
+  EXPECT_EQ(answer, 42);
+  auto stats = pool.stats();
+  EXPECT_EQ(stats.connects, 2u);
+  EXPECT_EQ(stats.discarded, 1u);
+  EXPECT_GE(stats.retries, 1u);
+  EXPECT_NE(pool.Run("id", [](Connection& c) { return c.server_id(); }), victim);
+}
+
+TEST(Storage, IdleConnectionIsValidatedOnBorrow) {
+  testing::TestSchema db;
+  FakeClock clock;
+  storage::PoolOptions options;
+  options.max_size = 1;
+  options.validate_idle_after = Millis(1000);
+  ConnectionPool pool(db.url(), options, clock);
+  uint64_t victim = pool.Run("id", [](Connection& c) { return c.server_id(); });
+  Connection admin(db.url());
+  admin.Execute("KILL CONNECTION " + std::to_string(victim));
+  clock.Advance(Millis(5000));
+  // The ping on borrow finds the dead session; no statement ever fails.
+  auto answer = pool.Run("after kill", [](Connection& c) { return c.QueryInt("SELECT 7"); });
+  EXPECT_EQ(answer, 7);
+  EXPECT_EQ(pool.stats().retries, 0u);
+  EXPECT_EQ(pool.stats().discarded, 1u);
+}
+
+TEST(Storage, TransactionRolledBackOnException) {
+  testing::TestSchema db;
+  EXPECT_THROW(db.pool().Transact("fail midway",
+                                  [](Connection& c) {
+                                    c.Execute("INSERT INTO demo_ledger (idempotency_key, event_code, step_name) "
+                                              "VALUES (?, ?, ?)",
+                                              "k1", "e1", "s1");
+                                    throw std::runtime_error("handler failed");
+                                  }),
+               std::runtime_error);
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM demo_ledger"), 0);
+}
+
+// Two transactions lock rows A and B in opposite order: InnoDB kills one with
+// 1213; Transact must re-run it from BEGIN so both units of work commit.
+TEST(Storage, DeadlockIsRetried) {
+  testing::TestSchema db;
+  db.Exec("INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES ('A','e','s'), ('B','e','s')");
+  storage::PoolOptions options;
+  options.retry.max_attempts = 10;
+  ConnectionPool pool(db.url(), options);
+  std::barrier both_locked_first_row(2);
+  std::atomic<int> runs{0};
+  auto worker = [&](const char* first, const char* second) {
+    bool first_run = true;
+    pool.Transact("deadlock", [&](Connection& c) {
+      runs++;
+      constexpr const char* kBump = "UPDATE demo_ledger SET applications = applications + 1 WHERE idempotency_key = ?";
+      c.Execute(kBump, first);
+      if (first_run) {
+        first_run = false;
+        both_locked_first_row.arrive_and_wait();  // both hold their first row now
+      }
+      c.Execute(kBump, second);
+    });
+  };
+  std::thread t1(worker, "A", "B"), t2(worker, "B", "A");
+  t1.join();
+  t2.join();
+  EXPECT_GE(runs.load(), 3) << "one transaction must have been re-run after the deadlock";
+  EXPECT_GE(pool.stats().retries, 1u);
+  // Each unit bumped each row once, net: 1 + 2.
+  EXPECT_EQ(db.QueryInt("SELECT SUM(applications) FROM demo_ledger"), 6);
+}
+
+TEST(Storage, BorrowIsBoundedAndTimesOut) {
+  testing::TestSchema db;
+  storage::PoolOptions options;
+  options.max_size = 2;
+  options.borrow_timeout = Millis(200);
+  ConnectionPool pool(db.url(), options);
+  auto a = pool.Borrow();
+  auto b = pool.Borrow();
+  try {
+    pool.Borrow();
+    FAIL() << "a third connection was lent from a pool of 2";
+  } catch (const DbError& e) {
+    EXPECT_EQ(e.kind(), DbError::Kind::kPoolExhausted);
+  }
+  EXPECT_EQ(pool.stats().open, 2);
+}
+
+TEST(Storage, PoolIsSafeUnderManyThreads) {
+  testing::TestSchema db;
+  storage::PoolOptions options;
+  options.max_size = 4;
+  ConnectionPool pool(db.url(), options);
+  db.Exec("INSERT INTO demo_ledger (idempotency_key, event_code, step_name, applications) VALUES ('n','e','s',0)");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        pool.Transact("bump", [](Connection& c) {
+          return c.Execute("UPDATE demo_ledger SET applications = applications + 1 WHERE idempotency_key = 'n'");
+        });
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(db.QueryInt("SELECT applications FROM demo_ledger WHERE idempotency_key = 'n'"), 800);
+  EXPECT_LE(pool.stats().open, 4);
+  EXPECT_EQ(pool.stats().in_use, 0);
+}
+
+}  // namespace
+}  // namespace dsync
