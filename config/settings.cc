@@ -1,0 +1,665 @@
+// Loads dsync's configuration (config/settings.h): JSON file, then DSYNC_* environment
+// overrides. One constant table, kKeys, describes every key (path, type and limits,
+// default, environment variable, meaning, and where the value lives in Settings); JSON
+// parsing, environment overrides, Validate()'s re-checks and AllSettingKeys() are all
+// driven by it, so they cannot drift apart. Structured keys (datasources, topics,
+// steps) are in the table too, for documentation, and are walked by hand below.
+//
+// Every error is a ConfigError whose message is one line starting with "config: " and
+// naming the JSON path or environment variable. Values of string keys are never echoed
+// (database and datasource URLs carry passwords, api.token is a secret).
+//
+// Thread safety: stateless functions over immutable data.
+#include "config/settings.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <set>
+#include <string_view>
+#include <variant>
+
+#include "core/error.h"
+
+extern char** environ;  // POSIX: the process environment
+
+namespace dsync {
+namespace {
+
+using json = nlohmann::json;
+
+// Which object a key lives in: the top level (or one of its sections), a topic, a step.
+enum class Scope { kSettings, kTopic, kStep };
+
+enum class Kind {
+  kString,       // min/max bound the length; `choices` ("a|b|c") restricts the values
+  kInteger,      // an int or int64_t field; min/max bound the value
+  kMillis,       // a *_ms key: integer milliseconds in [1, kMaxMillis]
+  kBool,
+  kDatasources,  // structured keys: no field, no environment variable
+  kTopics,
+  kSteps,
+};
+
+// The objects a field accessor may reach into; only the one matching the key's scope is set.
+struct Target {
+  Settings* settings = nullptr;
+  TopicSettings* topic = nullptr;
+  StepSpec* step = nullptr;
+};
+
+using FieldRef = std::variant<std::string*, int*, int64_t*, Millis*, bool*>;
+using FieldOf = FieldRef (*)(const Target&);
+
+constexpr int64_t kMinInt = std::numeric_limits<int>::min();
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+// Ten years. Far above any sensible duration and far from overflowing when a duration
+// is converted to nanoseconds for a sleep or a deadline.
+constexpr int64_t kMaxMillis = 10LL * 365 * 24 * 3600 * 1000;
+
+struct KeyDescriptor {
+  std::string_view path;  // "registry.heartbeat_interval_ms", "topics.<name>.max_retry", ...
+  Scope scope;
+  Kind kind;
+  FieldOf field = nullptr;  // null for structured kinds
+  int64_t min = 0;          // kInteger: smallest value; kString: shortest length
+  int64_t max = kMaxInt;    // kInteger: largest value; kString: longest length
+  std::string_view choices = {};
+  bool required = false;    // must be present in its object (when a file is given)
+  std::string_view default_text = {};  // JSON text; empty: no fixed default (see doc)
+  std::string_view env = {};           // overriding environment variable, if any
+  std::string_view doc = {};
+};
+
+constexpr std::string_view kStrategies =
+    "least_load|weighted|least_connections|round_robin|consistent_hash";
+constexpr std::string_view kLogLevels = "trace|debug|info|warn|error|off";
+
+constexpr KeyDescriptor kKeys[] = {
+    // Top level.
+    {.path = "database", .scope = Scope::kSettings, .kind = Kind::kString,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->database; },
+     .env = "DSYNC_DB_URL",
+     .doc = "Framework database URL mysql://user:pass@host:port/schema (holds distribute_*). "
+            "Required: from the file, DSYNC_DB_URL or --db."},
+    {.path = "service", .scope = Scope::kSettings, .kind = Kind::kString,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->service; },
+     .min = 1, .max = 128, .default_text = "\"kbs-sync\"", .env = "DSYNC_SERVICE",
+     .doc = "Service name this node registers under; nodes of one service share events. "
+            "1-128 characters."},
+    {.path = "log_level", .scope = Scope::kSettings, .kind = Kind::kString,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->log_level; },
+     .choices = kLogLevels, .default_text = "\"info\"", .env = "DSYNC_LOG_LEVEL",
+     .doc = "Log level: trace, debug, info, warn, error or off (--log-level)."},
+    {.path = "datasources", .scope = Scope::kSettings, .kind = Kind::kDatasources,
+     .default_text = "{}",
+     .doc = "Object of datasource name -> database URL, referenced by steps' source/target."},
+    {.path = "topics", .scope = Scope::kSettings, .kind = Kind::kTopics, .required = true,
+     .doc = "Required: object of topic name -> topic settings. Names: 1-50 characters of "
+            "A-Z a-z 0-9 _ . -"},
+
+    // registry
+    {.path = "registry.heartbeat_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef {
+       return &t.settings->registry.heartbeat_interval;
+     },
+     .default_text = "10000", .env = "DSYNC_REGISTRY_HEARTBEAT_INTERVAL_MS",
+     .doc = "How often a node refreshes its registry row; at most offline_timeout_ms / 2."},
+    {.path = "registry.offline_timeout_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->registry.offline_timeout; },
+     .default_text = "30000", .env = "DSYNC_REGISTRY_OFFLINE_TIMEOUT_MS",
+     .doc = "A node silent this long (database clock) is marked offline."},
+    {.path = "registry.sweep_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->registry.sweep_interval; },
+     .default_text = "5000", .env = "DSYNC_REGISTRY_SWEEP_INTERVAL_MS",
+     .doc = "How often the offline sweeper marks silent nodes offline."},
+    {.path = "registry.purge_after_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->registry.purge_after; },
+     .default_text = "604800000", .env = "DSYNC_REGISTRY_PURGE_AFTER_MS",
+     .doc = "Registry rows silent this long are deleted; more than offline_timeout_ms."},
+
+    // dispatcher
+    {.path = "dispatcher.poll_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.poll_interval; },
+     .default_text = "200", .env = "DSYNC_DISPATCHER_POLL_INTERVAL_MS",
+     .doc = "Dispatcher polling interval while events are waiting; at most idle_interval_ms."},
+    {.path = "dispatcher.idle_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.idle_interval; },
+     .default_text = "1000", .env = "DSYNC_DISPATCHER_IDLE_INTERVAL_MS",
+     .doc = "Dispatcher polling interval when nothing is waiting."},
+    {.path = "dispatcher.lease_ttl_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.lease_ttl; },
+     .default_text = "10000", .env = "DSYNC_DISPATCHER_LEASE_TTL_MS",
+     .doc = "Lifetime of the dispatcher lease (database clock); the holder renews it."},
+    {.path = "dispatcher.batch_size", .scope = Scope::kSettings, .kind = Kind::kInteger,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.batch_size; },
+     .min = 1, .default_text = "500", .env = "DSYNC_DISPATCHER_BATCH_SIZE",
+     .doc = "Most events assigned per dispatch round. At least 1."},
+
+    // consumer
+    {.path = "consumer.poll_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.poll_interval; },
+     .default_text = "200", .env = "DSYNC_CONSUMER_POLL_INTERVAL_MS",
+     .doc = "How often a node looks for events assigned to it."},
+    {.path = "consumer.drain_timeout_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.drain_timeout; },
+     .default_text = "30000", .env = "DSYNC_CONSUMER_DRAIN_TIMEOUT_MS",
+     .doc = "On shutdown, how long running events may take to finish."},
+    {.path = "consumer.capacity", .scope = Scope::kSettings, .kind = Kind::kInteger,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.capacity; },
+     .min = 1, .default_text = "8", .env = "DSYNC_CONSUMER_CAPACITY",
+     .doc = "Events a node runs in parallel (--capacity). At least 1."},
+
+    // api
+    {.path = "api.listen", .scope = Scope::kSettings, .kind = Kind::kString,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->api.listen; },
+     .min = 1, .default_text = "\"127.0.0.1:8080\"", .env = "DSYNC_API_LISTEN",
+     .doc = "HOST:PORT the HTTP API listens on (port 1-65535)."},
+    {.path = "api.token", .scope = Scope::kSettings, .kind = Kind::kString,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->api.token; },
+     .default_text = "\"\"", .env = "DSYNC_API_TOKEN",
+     .doc = "Bearer token the API requires; empty: no authentication."},
+    {.path = "api.max_body_bytes", .scope = Scope::kSettings, .kind = Kind::kInteger,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->api.max_body_bytes; },
+     .min = 1, .max = kMaxInt64, .default_text = "1048576", .env = "DSYNC_API_MAX_BODY_BYTES",
+     .doc = "Largest request body the API accepts. At least 1."},
+
+    // topics.<name>
+    {.path = "topics.<name>.max_retry", .scope = Scope::kTopic, .kind = Kind::kInteger,
+     .field = [](const Target& t) -> FieldRef { return &t.topic->max_retry; },
+     .default_text = "3",
+     .doc = "Retries of a failing step before the event is compensated. At least 0."},
+    {.path = "topics.<name>.backoff_base_ms", .scope = Scope::kTopic, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.topic->backoff_base; },
+     .default_text = "1000",
+     .doc = "Delay before the first retry; later retries back off up to backoff_max_ms."},
+    {.path = "topics.<name>.backoff_max_ms", .scope = Scope::kTopic, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.topic->backoff_max; },
+     .default_text = "60000", .doc = "Longest delay between retries."},
+    {.path = "topics.<name>.max_processing_time_ms", .scope = Scope::kTopic,
+     .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.topic->max_processing_time; },
+     .default_text = "300000",
+     .doc = "Longest an event may go without activity before it is treated as stuck."},
+    {.path = "topics.<name>.batch_limit", .scope = Scope::kTopic, .kind = Kind::kInteger,
+     .field = [](const Target& t) -> FieldRef { return &t.topic->batch_limit; },
+     .default_text = "0",
+     .doc = "Most events of this topic per dispatch round; 0: dispatcher.batch_size. At least 0."},
+    {.path = "topics.<name>.priority", .scope = Scope::kTopic, .kind = Kind::kInteger,
+     .field = [](const Target& t) -> FieldRef { return &t.topic->priority; },
+     .min = kMinInt, .default_text = "0",
+     .doc = "Default priority of new events of this topic; smaller runs first. Any integer."},
+    {.path = "topics.<name>.strategy", .scope = Scope::kTopic, .kind = Kind::kString,
+     .field = [](const Target& t) -> FieldRef { return &t.topic->strategy; },
+     .choices = kStrategies, .default_text = "\"least_load\"",
+     .doc = "How events are spread over nodes: least_load, weighted, least_connections, "
+            "round_robin or consistent_hash."},
+    {.path = "topics.<name>.ordered", .scope = Scope::kTopic, .kind = Kind::kBool,
+     .field = [](const Target& t) -> FieldRef { return &t.topic->ordered; },
+     .default_text = "true",
+     .doc = "Run events of one (tenant_id, data_id) one at a time, in order of creation."},
+    {.path = "topics.<name>.steps", .scope = Scope::kTopic, .kind = Kind::kSteps, .required = true,
+     .doc = "Required: non-empty array of steps, run in order, compensated in reverse."},
+
+    // topics.<name>.steps[]: any other key of a step goes to StepSpec::params.
+    {.path = "topics.<name>.steps[].name", .scope = Scope::kStep, .kind = Kind::kString,
+     .field = [](const Target& t) -> FieldRef { return &t.step->name; },
+     .min = 1, .max = 50, .required = true,
+     .doc = "Required: step name, unique within the topic (at most 50 characters)."},
+    {.path = "topics.<name>.steps[].type", .scope = Scope::kStep, .kind = Kind::kString,
+     .field = [](const Target& t) -> FieldRef { return &t.step->type; },
+     .min = 1, .max = 50, .required = true,
+     .doc = "Required: step type (table_sync, table_delete, demo or a registered custom type); "
+            "the type validates the step's other keys."},
+    {.path = "topics.<name>.steps[].max_retry", .scope = Scope::kStep, .kind = Kind::kInteger,
+     .field = [](const Target& t) -> FieldRef { return &t.step->max_retry; },
+     .doc = "Retries of this step; default: the topic's max_retry. At least 0."},
+    {.path = "topics.<name>.steps[].timeout_ms", .scope = Scope::kStep, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.step->timeout; },
+     .doc = "Deadline of one attempt of this step; default: the topic's max_processing_time_ms."},
+};
+
+// ---- messages -------------------------------------------------------------------
+
+// Text from the input (a key, a file name, a bad value) made safe for a one-line
+// message: control characters escaped, long text cut.
+std::string Printable(std::string_view text, size_t max_chars = 64) {
+  std::string out;
+  for (char c : text.substr(0, max_chars)) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  if (text.size() > max_chars) out += "...";
+  return out;
+}
+
+[[noreturn]] void Fail(std::string_view where, std::string_view reason) {
+  std::string message = "config: ";
+  message += where;
+  message += ": ";
+  message += reason;
+  throw ConfigError(Printable(message, message.size()));  // one line, whatever came in
+}
+
+std::string Describe(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_float: return "a non-integer number";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "an unsupported value";
+  }
+}
+
+void ExpectObject(const json& value, std::string_view where) {
+  if (!value.is_object()) Fail(where, "expected an object, got " + Describe(value));
+}
+
+// nlohmann's message without its "[json.exception...]" tag and without the "last read"
+// token, which echoes input text (an unterminated string may hold a password).
+std::string ParserMessage(const json::parse_error& error) {
+  std::string message = error.what();
+  if (message.starts_with("[json.exception.")) {
+    if (auto end = message.find("] "); end != std::string::npos) message.erase(0, end + 2);
+  }
+  if (auto start = message.find("; last read: '"); start != std::string::npos) {
+    auto expected = message.rfind("'; expected ");
+    if (expected != std::string::npos && expected > start) {
+      message.erase(start, expected + 1 - start);
+    } else {
+      message.erase(start);
+    }
+  }
+  return message;
+}
+
+// ---- the table --------------------------------------------------------------------
+
+std::string_view Leaf(std::string_view path) { return path.substr(path.rfind('.') + 1); }
+
+// For top-level keys: "" or the section ("registry") the key sits in.
+std::string_view Section(std::string_view path) {
+  auto dot = path.rfind('.');
+  return dot == std::string_view::npos ? std::string_view() : path.substr(0, dot);
+}
+
+bool IsStructured(const KeyDescriptor& key) { return key.field == nullptr; }
+
+// `section` only matters for Scope::kSettings.
+const KeyDescriptor* FindKey(Scope scope, std::string_view section, std::string_view name) {
+  for (const auto& key : kKeys) {
+    if (key.scope != scope || Leaf(key.path) != name) continue;
+    if (scope == Scope::kSettings && Section(key.path) != section) continue;
+    return &key;
+  }
+  return nullptr;
+}
+
+bool IsSectionName(std::string_view name) {
+  for (const auto& key : kKeys) {
+    if (key.scope == Scope::kSettings && !name.empty() && Section(key.path) == name) return true;
+  }
+  return false;
+}
+
+bool IsChoice(std::string_view choices, std::string_view value) {
+  while (!choices.empty()) {
+    auto bar = choices.find('|');
+    if (choices.substr(0, bar) == value) return true;
+    if (bar == std::string_view::npos) break;
+    choices.remove_prefix(bar + 1);
+  }
+  return false;
+}
+
+// Checks `value` against the key's type and limits and stores it in the key's field.
+// `where` (a JSON path or an environment variable) names the key in messages. String
+// values are never echoed except for keys with fixed choices.
+void Assign(const KeyDescriptor& key, const json& value, const Target& target,
+            std::string_view where) {
+  FieldRef field = key.field(target);
+  switch (key.kind) {
+    case Kind::kString: {
+      if (!value.is_string()) Fail(where, "expected a string, got " + Describe(value));
+      const auto& text = value.get_ref<const std::string&>();
+      if (!key.choices.empty() && !IsChoice(key.choices, text)) {
+        Fail(where, "expected one of " + std::string(key.choices) + ", got '" + Printable(text) +
+                        "'");
+      }
+      if (key.min > 0 && text.empty()) Fail(where, "must not be empty");
+      if (static_cast<int64_t>(text.size()) > key.max) {
+        Fail(where, "must be at most " + std::to_string(key.max) + " characters");
+      }
+      *std::get<std::string*>(field) = text;
+      return;
+    }
+    case Kind::kInteger:
+    case Kind::kMillis: {
+      if (!value.is_number_integer()) Fail(where, "expected an integer, got " + Describe(value));
+      if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(kMaxInt64)) {
+        Fail(where, "integer out of range");
+      }
+      auto number = value.get<int64_t>();
+      int64_t min = key.kind == Kind::kMillis ? 1 : key.min;
+      int64_t max = key.kind == Kind::kMillis ? kMaxMillis : key.max;
+      if (number < min) {
+        Fail(where, "must be at least " + std::to_string(min) + ", got " + std::to_string(number));
+      }
+      if (number > max) {
+        Fail(where, "must be at most " + std::to_string(max) + ", got " + std::to_string(number));
+      }
+      if (auto* ms = std::get_if<Millis*>(&field)) {
+        **ms = Millis(number);
+      } else if (auto* i = std::get_if<int*>(&field)) {
+        **i = static_cast<int>(number);  // max <= kMaxInt for int fields
+      } else {
+        *std::get<int64_t*>(field) = number;
+      }
+      return;
+    }
+    case Kind::kBool:
+      if (!value.is_boolean()) Fail(where, "expected true or false, got " + Describe(value));
+      *std::get<bool*>(field) = value.get<bool>();
+      return;
+    case Kind::kDatasources:
+    case Kind::kTopics:
+    case Kind::kSteps:
+      break;
+  }
+  Fail(where, "internal error: structured key assigned as a scalar");
+}
+
+// The field's current value as JSON, so Validate can re-check it with Assign.
+json CurrentValue(const KeyDescriptor& key, const Target& target) {
+  return std::visit(
+      [](auto* field) -> json {
+        if constexpr (std::is_same_v<decltype(field), Millis*>) {
+          return field->count();
+        } else {
+          return *field;
+        }
+      },
+      key.field(target));
+}
+
+// An environment variable's text as the JSON value the key expects.
+json FromEnvText(const KeyDescriptor& key, const std::string& text) {
+  switch (key.kind) {
+    case Kind::kInteger:
+    case Kind::kMillis: {
+      int64_t number = 0;
+      auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
+      if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
+        Fail(key.env, "expected an integer, got '" + Printable(text) + "'");
+      }
+      return number;
+    }
+    case Kind::kBool:
+      if (text == "true") return true;
+      if (text == "false") return false;
+      Fail(key.env, "expected true or false, got '" + Printable(text) + "'");
+    default:
+      return text;
+  }
+}
+
+// Every key of `scope` (and `section`) marked required must be a member of `object`.
+void RequireKeys(const json& object, Scope scope, std::string_view section,
+                 const std::string& prefix) {
+  for (const auto& key : kKeys) {
+    if (key.scope != scope || !key.required) continue;
+    if (scope == Scope::kSettings && Section(key.path) != section) continue;
+    if (!object.contains(Leaf(key.path))) Fail(prefix + std::string(Leaf(key.path)), "required");
+  }
+}
+
+// ---- structured keys ----------------------------------------------------------------
+
+bool IsTopicName(std::string_view name) {
+  if (name.empty() || name.size() > 50) return false;  // distribute_event.topic is VARCHAR(50)
+  for (char c : name) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+void ParseDatasources(const json& value, Settings& settings) {
+  ExpectObject(value, "datasources");
+  for (const auto& [name, url] : value.items()) {
+    std::string where = "datasources." + Printable(name);
+    if (name.empty()) Fail(where, "datasource name must not be empty");
+    if (!url.is_string()) Fail(where, "expected a string, got " + Describe(url));
+    if (url.get_ref<const std::string&>().empty()) Fail(where, "must not be empty");
+    settings.datasources[name] = url.get<std::string>();
+  }
+}
+
+std::vector<StepSpec> ParseSteps(const json& value, const std::string& where) {
+  if (!value.is_array()) Fail(where, "expected an array, got " + Describe(value));
+  if (value.empty()) Fail(where, "must list at least one step");
+  std::vector<StepSpec> steps;
+  std::set<std::string> names;
+  for (size_t i = 0; i < value.size(); ++i) {
+    std::string step_path = where + "[" + std::to_string(i) + "]";
+    const json& object = value[i];
+    ExpectObject(object, step_path);
+    StepSpec step;
+    for (const auto& [name, member] : object.items()) {
+      const KeyDescriptor* key = FindKey(Scope::kStep, "", name);
+      if (key == nullptr) {
+        step.params[name] = member;  // type-specific; the step type validates it
+      } else {
+        Assign(*key, member, Target{.step = &step}, step_path + "." + name);
+      }
+    }
+    RequireKeys(object, Scope::kStep, "", step_path + ".");
+    if (!names.insert(step.name).second) {
+      Fail(step_path + ".name", "duplicate step name '" + Printable(step.name) + "'");
+    }
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+TopicSettings ParseTopic(const json& value, const std::string& where) {
+  ExpectObject(value, where);
+  TopicSettings topic;
+  for (const auto& [name, member] : value.items()) {
+    std::string member_path = where + "." + Printable(name);
+    const KeyDescriptor* key = FindKey(Scope::kTopic, "", name);
+    if (key == nullptr) Fail(member_path, "unknown key");
+    if (key->kind == Kind::kSteps) {
+      topic.steps = ParseSteps(member, member_path);
+    } else {
+      Assign(*key, member, Target{.topic = &topic}, member_path);
+    }
+  }
+  RequireKeys(value, Scope::kTopic, "", where + ".");
+  return topic;
+}
+
+void ParseTopics(const json& value, Settings& settings) {
+  ExpectObject(value, "topics");
+  for (const auto& [name, topic] : value.items()) {
+    std::string where = "topics." + Printable(name);
+    if (!IsTopicName(name)) {
+      Fail(where, "topic name must be 1 to 50 characters of A-Z a-z 0-9 _ . -");
+    }
+    settings.topics[name] = ParseTopic(topic, where);
+  }
+}
+
+void ParseSection(const json& value, std::string_view section, Settings& settings) {
+  ExpectObject(value, section);
+  for (const auto& [name, member] : value.items()) {
+    std::string where = std::string(section) + "." + Printable(name);
+    const KeyDescriptor* key = FindKey(Scope::kSettings, section, name);
+    if (key == nullptr) Fail(where, "unknown key");
+    Assign(*key, member, Target{.settings = &settings}, where);
+  }
+}
+
+void ParseRoot(const json& root, Settings& settings) {
+  if (!root.is_object()) {
+    throw ConfigError("config: expected a JSON object at the top level, got " + Describe(root));
+  }
+  for (const auto& [name, member] : root.items()) {
+    if (IsSectionName(name)) {
+      ParseSection(member, name, settings);
+      continue;
+    }
+    const KeyDescriptor* key = FindKey(Scope::kSettings, "", name);
+    if (key == nullptr) Fail(Printable(name), "unknown key");
+    switch (key->kind) {
+      case Kind::kDatasources: ParseDatasources(member, settings); break;
+      case Kind::kTopics: ParseTopics(member, settings); break;
+      default: Assign(*key, member, Target{.settings = &settings}, name); break;
+    }
+  }
+  RequireKeys(root, Scope::kSettings, "", "");
+}
+
+void ApplyEnvironment(const EnvMap& env, Settings& settings) {
+  for (const auto& key : kKeys) {
+    if (key.env.empty()) continue;
+    auto found = env.find(std::string(key.env));
+    if (found == env.end()) continue;
+    Assign(key, FromEnvText(key, found->second), Target{.settings = &settings}, key.env);
+  }
+}
+
+// api.listen is HOST:PORT; HOST may be a bracketed IPv6 address.
+bool IsHostPort(std::string_view listen) {
+  auto colon = listen.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return false;
+  std::string_view port = listen.substr(colon + 1);
+  int number = 0;
+  auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), number);
+  return error == std::errc() && end == port.data() + port.size() && !port.empty() &&
+         number >= 1 && number <= 65535;
+}
+
+}  // namespace
+
+void Settings::Validate() const {
+  // Flags are applied after parsing, so every value is checked again against its key's
+  // type limits (on a copy: the table's accessors hand out mutable fields).
+  Settings copy = *this;
+  for (const auto& key : kKeys) {
+    if (IsStructured(key) || key.scope != Scope::kSettings) continue;
+    Target target{.settings = &copy};
+    Assign(key, CurrentValue(key, target), target, key.path);
+  }
+  for (auto& [name, topic] : copy.topics) {
+    for (const auto& key : kKeys) {
+      if (IsStructured(key) || key.scope != Scope::kTopic) continue;
+      Target target{.topic = &topic};
+      Assign(key, CurrentValue(key, target), target,
+             "topics." + Printable(name) + "." + std::string(Leaf(key.path)));
+    }
+  }
+
+  auto ms = [](Millis value) { return std::to_string(value.count()); };
+  if (registry.heartbeat_interval.count() > registry.offline_timeout.count() / 2) {
+    throw ConfigError("config: registry.heartbeat_interval_ms (" + ms(registry.heartbeat_interval) +
+                      ") must be at most half of registry.offline_timeout_ms (" +
+                      ms(registry.offline_timeout) + ")");
+  }
+  if (registry.offline_timeout >= registry.purge_after) {
+    throw ConfigError("config: registry.offline_timeout_ms (" + ms(registry.offline_timeout) +
+                      ") must be less than registry.purge_after_ms (" + ms(registry.purge_after) +
+                      ")");
+  }
+  if (dispatcher.poll_interval > dispatcher.idle_interval) {
+    throw ConfigError("config: dispatcher.poll_interval_ms (" + ms(dispatcher.poll_interval) +
+                      ") must be at most dispatcher.idle_interval_ms (" +
+                      ms(dispatcher.idle_interval) + ")");
+  }
+  for (const auto& [name, topic] : topics) {
+    if (topic.backoff_base > topic.backoff_max) {
+      std::string prefix = "topics." + Printable(name);
+      throw ConfigError("config: " + prefix + ".backoff_base_ms (" + ms(topic.backoff_base) +
+                        ") must be at most " + prefix + ".backoff_max_ms (" +
+                        ms(topic.backoff_max) + ")");
+    }
+  }
+  if (!IsHostPort(api.listen)) {
+    Fail("api.listen", "expected HOST:PORT with a port from 1 to 65535, got '" +
+                           Printable(api.listen) + "'");
+  }
+}
+
+EnvMap Environment() {
+  EnvMap env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    auto eq = text.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(text.substr(0, eq), text.substr(eq + 1));
+  }
+  return env;
+}
+
+Settings ParseSettings(const std::string& json_text, const EnvMap& env) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::parse_error& error) {
+    throw ConfigError(Printable("config: not valid JSON: " + ParserMessage(error), 1024));
+  }
+  Settings settings;
+  ParseRoot(root, settings);
+  ApplyEnvironment(env, settings);
+  return settings;
+}
+
+Settings LoadSettings(const std::string& path, const EnvMap& env) {
+  if (path.empty()) {
+    Settings settings;
+    ApplyEnvironment(env, settings);
+    return settings;
+  }
+  auto cannot_read = [&path](int error) {
+    return ConfigError("config: cannot read " + Printable(path, 1024) + ": " +
+                       std::strerror(error));
+  };
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  if (!file) throw cannot_read(errno);
+  std::string text;
+  char buffer[65536];
+  size_t count;
+  while ((count = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) text.append(buffer, count);
+  if (std::ferror(file.get())) throw cannot_read(errno);
+  return ParseSettings(text, env);
+}
+
+const std::vector<SettingKey>& AllSettingKeys() {
+  static const std::vector<SettingKey> keys = [] {
+    std::vector<SettingKey> all;
+    for (const auto& key : kKeys) {
+      all.push_back({std::string(key.path), std::string(key.default_text), std::string(key.env),
+                     std::string(key.doc)});
+    }
+    return all;
+  }();
+  return keys;
+}
+
+}  // namespace dsync
