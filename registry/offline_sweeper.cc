@@ -1,0 +1,53 @@
+#include "registry/offline_sweeper.h"
+
+#include <spdlog/spdlog.h>
+
+namespace dsync::registry {
+namespace {
+
+// Params: offline timeout in microseconds (int64). Every service. The range on
+// last_heartbeat_time uses idx_heartbeat_time.
+constexpr const char* kMarkStaleOffline = R"(
+UPDATE distribute_node_registry SET status = 0
+WHERE last_heartbeat_time < NOW(3) - INTERVAL ? MICROSECOND AND status <> 0)";
+
+// Params: purge_after in microseconds (int64).
+constexpr const char* kPurgeSilent = R"(
+DELETE FROM distribute_node_registry
+WHERE last_heartbeat_time < NOW(3) - INTERVAL ? MICROSECOND)";
+
+int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
+
+}  // namespace
+
+OfflineSweeper::OfflineSweeper(storage::ConnectionPool& pool, Millis offline_timeout,
+                               Millis purge_after)
+    : pool_(pool), offline_timeout_(offline_timeout), purge_after_(purge_after) {}
+
+uint64_t OfflineSweeper::MarkOffline() {
+  // Transact, so that a deadlock with a concurrent sweep or heartbeat is retried.
+  uint64_t n = pool_.Transact("mark stale nodes offline", [&](storage::Connection& c) {
+    return c.Execute(kMarkStaleOffline, Micros(offline_timeout_));
+  });
+  if (n > 0) {
+    spdlog::info("NODE_MARKED_OFFLINE count={} timeout_ms={}", n, offline_timeout_.count());
+  }
+  return n;
+}
+
+uint64_t OfflineSweeper::Purge() {
+  uint64_t n = pool_.Transact("purge silent nodes", [&](storage::Connection& c) {
+    return c.Execute(kPurgeSilent, Micros(purge_after_));
+  });
+  if (n > 0) spdlog::info("NODES_PURGED count={} purge_after_ms={}", n, purge_after_.count());
+  return n;
+}
+
+SweepResult OfflineSweeper::Sweep() {
+  SweepResult r;
+  r.marked_offline = MarkOffline();
+  r.purged = Purge();
+  return r;
+}
+
+}  // namespace dsync::registry
