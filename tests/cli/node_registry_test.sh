@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Acceptance: `dsync migrate` (twice, and two at once), two `dsync node` processes
+# registering with their capacity and topics, kill -9 of one, then a sweep after
+# the offline timeout shows it offline; SIGTERM drains the other cleanly.
+source "$(dirname "$0")/lib.sh"
+
+export DSYNC_REGISTRY_HEARTBEAT_INTERVAL_MS=300
+export DSYNC_REGISTRY_OFFLINE_TIMEOUT_MS=1500
+
+# migrate: creates the schema, then is a no-op; two concurrent runs both succeed.
+out=$("$DSYNC_BIN" migrate --db "$DB_URL")
+[[ $out == *"migrated from version 0 to"* ]] || fail "first migrate said: $out"
+out=$("$DSYNC_BIN" migrate --db "$DB_URL")
+[[ $out == "schema already at version"* ]] || fail "second migrate said: $out"
+pass "migrate twice is a no-op"
+"$DSYNC_BIN" migrate --db "$DB_URL" >"$WORK/m1" 2>&1 & m1=$!
+"$DSYNC_BIN" migrate --db "$DB_URL" >"$WORK/m2" 2>&1 & m2=$!
+wait $m1 || fail "concurrent migrate 1: $(cat "$WORK/m1")"
+wait $m2 || fail "concurrent migrate 2: $(cat "$WORK/m2")"
+pass "two concurrent migrates succeed"
+expect_eq "$(sql "SELECT COUNT(*) FROM dsync_schema_version")" "$(sql "SELECT MAX(version) FROM dsync_schema_version")" \
+  "one version row per migration"
+
+start_bg a "$DSYNC_BIN" node --db "$DB_URL" --node-address 127.0.0.1:7101 --capacity 3 --topics SPACE_ADD,DOC_UPDATE
+start_bg b "$DSYNC_BIN" node --db "$DB_URL" --node-address 127.0.0.1:7102 --capacity 5 --topics '*'
+wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 2 ]]' 10 "two online rows"
+pass "two nodes online"
+
+expect_eq "$(sql "SELECT JSON_VALUE(metadata, '$.capacity') FROM distribute_node_registry WHERE node_address = '127.0.0.1:7101'")" \
+  3 "capacity of node a in metadata"
+expect_eq "$(sql "SELECT JSON_EXTRACT(metadata, '$.topics') FROM distribute_node_registry WHERE node_address = '127.0.0.1:7101'")" \
+  '["SPACE_ADD", "DOC_UPDATE"]' "topics of node a in metadata"
+expect_eq "$(sql "SELECT JSON_VALUE(metadata, '$.capacity') FROM distribute_node_registry WHERE node_address = '127.0.0.1:7102'")" \
+  5 "capacity of node b in metadata"
+expect_eq "$(sql "SELECT JSON_VALUE(metadata, '$.pid') FROM distribute_node_registry WHERE node_address = '127.0.0.1:7101'")" \
+  "$PID_a" "pid of node a in metadata"
+
+listing=$("$DSYNC_BIN" nodes --db "$DB_URL")
+[[ $listing == *"127.0.0.1:7101"*online*3*SPACE_ADD,DOC_UPDATE* ]] || fail "dsync nodes: $listing"
+[[ $listing == *"127.0.0.1:7102"*online*5* ]] || fail "dsync nodes: $listing"
+pass "dsync nodes lists both"
+
+# kill -9 node a: no goodbye. A sweep before the timeout leaves it; after it, offline.
+kill -9 "$PID_a"
+wait "$PID_a" 2>/dev/null || true
+out=$("$DSYNC_BIN" sweep --db "$DB_URL")
+expect_eq "$(sql "SELECT status FROM distribute_node_registry WHERE node_address = '127.0.0.1:7101'")" 1 \
+  "killed node still online before the offline timeout ($out)"
+sleep 1.8
+out=$("$DSYNC_BIN" sweep --db "$DB_URL")
+[[ $out == "marked_offline=1 purged=0" ]] || fail "sweep after timeout said: $out"
+expect_eq "$(sql "SELECT status FROM distribute_node_registry WHERE node_address = '127.0.0.1:7101'")" 0 \
+  "killed node offline after the timeout"
+expect_eq "$(sql "SELECT status FROM distribute_node_registry WHERE node_address = '127.0.0.1:7102'")" 1 \
+  "live node untouched by the sweep"
+listing=$("$DSYNC_BIN" nodes --db "$DB_URL" --json)
+[[ $listing != *"7101"* && $listing == *"7102"* ]] || fail "dsync nodes --json after sweep: $listing"
+pass "dsync nodes shows only the live node"
+
+# SIGTERM: draining, then offline, exit 0.
+kill -TERM "$PID_b"
+rc=0; wait "$PID_b" || rc=$?
+expect_eq "$rc" 0 "node b exits 0 on SIGTERM"
+expect_eq "$(sql "SELECT status FROM distribute_node_registry WHERE node_address = '127.0.0.1:7102'")" 0 \
+  "node b offline after graceful stop"
+grep -q "NODE_DRAINING" "$WORK/b.log" || fail "no NODE_DRAINING line in node b's log"
+pass "graceful stop drains then goes offline"
+if grep -q "$DB_PASS" "$WORK/a.log" "$WORK/b.log"; then fail "a password was logged"; fi
+pass "no password in logs"
