@@ -1,5 +1,7 @@
 # Turns sql/migrations/V<NNN>__<name>.sql into a C++ table of {version, name, text}.
-# Invoked at build time by CMakeLists.txt with -DOUT=... -DFILES=a;b;c
+# Invoked at build time by CMakeLists.txt with -DOUT=<generated .cc> -DDIR=<sql/migrations>
+file(GLOB FILES ${DIR}/V*.sql)
+list(SORT FILES COMPARE NATURAL)
 set(body "// Generated from sql/migrations by sql/embed_migrations.cmake. Do not edit.\n")
 string(APPEND body "#include \"storage/migrator.h\"\n\nnamespace dsync::storage {\n")
 string(APPEND body "const std::vector<Migration>& EmbeddedMigrations() {\n")

@@ -38,6 +38,9 @@ constexpr const char* kGetLock = "SELECT GET_LOCK(?, ?)";
 // Params: lock name.
 constexpr const char* kReleaseLock = "SELECT RELEASE_LOCK(?)";
 
+// 1050 table exists, 1060 duplicate column, 1061 duplicate key name.
+bool IsAlreadyApplied(int code) { return code == 1050 || code == 1060 || code == 1061; }
+
 std::string Checksum(const std::string& text) {
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
@@ -153,7 +156,18 @@ MigrateResult Migrator::Migrate(Millis lock_timeout) {
     for (const Migration& m : migrations_) {
       if (m.version <= result.from_version) continue;
       spdlog::info("MIGRATION_APPLYING version={} name={}", m.version, m.name);
-      for (const std::string& statement : SplitSqlStatements(m.text)) conn->ExecuteDdl(statement);
+      for (const std::string& statement : SplitSqlStatements(m.text)) {
+        try {
+          conn->ExecuteDdl(statement);
+        } catch (const sql::SQLException& e) {
+          // A run interrupted between a statement and the version row left this
+          // statement applied; MySQL has no ADD COLUMN IF NOT EXISTS, so accept
+          // "already exists" as done.
+          if (!IsAlreadyApplied(e.getErrorCode())) throw;
+          spdlog::info("MIGRATION_STATEMENT_ALREADY_APPLIED version={} code={}", m.version,
+                       e.getErrorCode());
+        }
+      }
       conn->Execute(kInsertVersion, m.version, m.name, Checksum(m.text), Whoami());
       result.applied.push_back(m.version);
       result.to_version = m.version;

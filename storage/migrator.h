@@ -5,8 +5,9 @@
 //   - holds a named server lock (GET_LOCK) for the schema, so concurrent `migrate`
 //     runs serialise: the second finds nothing left to do;
 //   - refuses a database whose version is newer than this binary knows;
-//   - applies each missing version in order and records it. Every DDL statement is
-//     written idempotent (IF NOT EXISTS), so an interrupted run can simply run again.
+//   - applies each missing version in order and records it. A run interrupted
+//     midway can simply run again: CREATE statements say IF NOT EXISTS, and an
+//     ALTER that finds its column or index already there (1060/1061) counts as done.
 // RequireCurrent() is what every other command calls at start: it fails with a
 // SchemaError telling the user to run `dsync migrate` (or to upgrade dsync).
 //

@@ -103,3 +103,23 @@ TEST(Migrator, SplitsStatementsAndDropsComments) {
 
 }  // namespace
 }  // namespace dsync
+
+namespace dsync {
+namespace {
+
+// A migration interrupted after some of its statements: the rerun completes it.
+TEST(Migrator, RerunAfterInterruptedMigrationCompletes) {
+  testing::TestSchema db;
+  int latest = storage::EmbeddedMigrations().back().version;
+  ASSERT_GE(latest, 2);
+  // Forget V2+ was recorded, as if the process died before writing the version row;
+  // its columns stay.
+  db.Exec("DELETE FROM dsync_schema_version WHERE version >= 2");
+  auto result = storage::Migrator(db.pool()).Migrate();
+  EXPECT_EQ(result.from_version, 1);
+  EXPECT_EQ(result.to_version, latest);
+  EXPECT_NO_THROW(storage::Migrator(db.pool()).RequireCurrent());
+}
+
+}  // namespace
+}  // namespace dsync
