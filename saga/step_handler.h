@@ -1,0 +1,123 @@
+// The C++ API for step types: built-in (table_sync, table_delete, demo) and custom.
+//
+//   class NotifyStep : public saga::StepHandler {
+//    public:
+//     saga::StepResult Execute(saga::StepContext& ctx) override {
+//       if (!ctx.StillOwner()) return saga::StepResult::Transient("lost ownership");
+//       http_post(url, ctx.payload(), /*idempotency key*/ ctx.idempotency_key());
+//       return saga::StepResult::Ok({{"posted", true}});
+//     }
+//     saga::StepResult Compensate(saga::StepContext& ctx) override { ... }
+//   };
+//   registry.Register("notify", [](const StepSpec& spec) { return std::make_unique<NotifyStep>(spec); });
+//
+// Delivery guarantees (documented in the README):
+//   - Effects written through ctx.tx() — the fenced transaction on the framework
+//     database in which the engine also records the step's new state — commit
+//     exactly once: if the node lost the event, the transaction rolls back.
+//   - Effects elsewhere (another database, an HTTP call) are at-least-once: a step
+//     interrupted by a crash runs again on the next owner with the same
+//     idempotency_key(). Call ctx.StillOwner() just before committing them.
+//
+// Failures: return Transient/Permanent, or throw. An exception is transient unless
+// it is a PermanentStepError. Passing the deadline is transient.
+//
+// Thread safety: a handler instance may run on several workers at once (one per
+// event); keep per-run state in the context, not in members.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "config/settings.h"
+#include "storage/connection.h"
+#include "storage/connection_pool.h"
+
+namespace dsync::saga {
+
+class PermanentStepError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct StepResult {
+  enum class Kind { kOk, kTransient, kPermanent };
+  Kind kind = Kind::kOk;
+  nlohmann::json output;             // kOk: stored in the step's payload column as {"output": ...}
+  std::optional<nlohmann::json> compensation_data;  // kOk (or a failure that half-applied)
+  std::string error;                 // failures: one line
+
+  static StepResult Ok(nlohmann::json output = nullptr,
+                       std::optional<nlohmann::json> compensation = std::nullopt) {
+    return {Kind::kOk, std::move(output), std::move(compensation), ""};
+  }
+  static StepResult Transient(std::string why) { return {Kind::kTransient, nullptr, std::nullopt, std::move(why)}; }
+  static StepResult Permanent(std::string why) { return {Kind::kPermanent, nullptr, std::nullopt, std::move(why)}; }
+};
+
+// Named pools for the config's datasources, opened on first use.
+class Datasources {
+ public:
+  explicit Datasources(std::map<std::string, std::string> urls);
+  // Throws UsageError for an unknown name (with the known names), DbError.
+  storage::ConnectionPool& Get(const std::string& name);
+  bool Has(const std::string& name) const { return urls_.count(name) > 0; }
+
+ private:
+  std::map<std::string, std::string> urls_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<storage::ConnectionPool>> pools_;
+};
+
+class StepContext {
+ public:
+  virtual ~StepContext() = default;
+  virtual const std::string& event_code() const = 0;
+  virtual const std::string& step_name() const = 0;
+  virtual const std::string& idempotency_key() const = 0;   // the step code
+  virtual const nlohmann::json& payload() const = 0;        // the event payload (parsed)
+  virtual int attempt() const = 0;                          // the event's claim attempt
+  virtual int step_retry_count() const = 0;                 // failures of this step so far
+  // Compensate(): what Execute returned as compensation_data (null if none).
+  virtual const nlohmann::json& compensation_data() const = 0;
+  virtual std::chrono::steady_clock::time_point deadline() const = 0;
+  virtual std::stop_token stop_token() const = 0;           // cancellation (deadline, shutdown)
+  // The framework database connection inside the step's fenced transaction.
+  virtual storage::Connection& tx() = 0;
+  // A fenced read: true while this node still owns the event at its claimed version.
+  virtual bool StillOwner() = 0;
+  virtual Datasources& datasources() = 0;
+};
+
+class StepHandler {
+ public:
+  virtual ~StepHandler() = default;
+  virtual StepResult Execute(StepContext& ctx) = 0;
+  virtual StepResult Compensate(StepContext& ctx) = 0;
+};
+
+// Step type name -> factory, given the step's spec (its params carry type-specific
+// keys). A factory throws ConfigError for bad params, so bad plans fail at start.
+class StepRegistry {
+ public:
+  using Factory = std::function<std::unique_ptr<StepHandler>(const StepSpec&)>;
+  void Register(const std::string& type, Factory factory);
+  bool Has(const std::string& type) const { return factories_.count(type) > 0; }
+  std::unique_ptr<StepHandler> Create(const StepSpec& spec) const;  // throws ConfigError
+
+  // A registry with table_sync, table_delete and demo.
+  static StepRegistry WithBuiltins();
+
+ private:
+  std::map<std::string, Factory> factories_;
+};
+
+}  // namespace dsync::saga
