@@ -96,11 +96,20 @@ Connection::~Connection() {
 }
 
 sql::PreparedStatement& Connection::Prepared(std::string_view sql) {
-  auto it = statements_.find(std::string(sql));
-  if (it != statements_.end()) return *it->second;
+  std::string key(sql);
+  auto it = statements_.find(key);
+  if (it != statements_.end()) {
+    lru_.splice(lru_.end(), lru_, it->second.lru_position);
+    return *it->second.statement;
+  }
+  if (statements_.size() >= kMaxCachedStatements) {
+    statements_.erase(lru_.front());  // closes the server-side statement
+    lru_.pop_front();
+  }
   std::unique_ptr<sql::PreparedStatement> ps(conn_->prepareStatement(sql::SQLString(sql.data(), sql.size())));
   auto& ref = *ps;
-  statements_.emplace(std::string(sql), std::move(ps));
+  lru_.push_back(key);
+  statements_.emplace(std::move(key), Cached{std::move(ps), std::prev(lru_.end())});
   return ref;
 }
 

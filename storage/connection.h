@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -119,7 +120,16 @@ class Connection {
   sql::Statement& Text();
 
   std::unique_ptr<sql::Connection> conn_;
-  std::unordered_map<std::string, std::unique_ptr<sql::PreparedStatement>> statements_;
+  // Prepared statements by SQL text, least recently used first in lru_. Bounded:
+  // max_prepared_stmt_count is server-wide, and statement texts built at run time
+  // (table steps) vary.
+  static constexpr size_t kMaxCachedStatements = 128;
+  struct Cached {
+    std::unique_ptr<sql::PreparedStatement> statement;
+    std::list<std::string>::iterator lru_position;
+  };
+  std::unordered_map<std::string, Cached> statements_;
+  std::list<std::string> lru_;
   std::unique_ptr<sql::Statement> text_;
   uint64_t server_id_ = 0;
   bool broken_ = false;
