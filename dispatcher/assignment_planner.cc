@@ -1,0 +1,247 @@
+#include "dispatcher/assignment_planner.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace dsync::dispatcher {
+namespace {
+
+constexpr double kWeightedEpsilon = 0.001;  // seed 004: capacity / (load + 0.001)
+
+// FNV-1a then the splitmix64 finaliser: stable across processes and builds
+// (std::hash is not), and well mixed in every bit.
+uint64_t StableHash(std::string_view a, std::string_view b) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : a) h = (h ^ c) * 1099511628211ULL;
+  h = (h ^ 0x1f) * 1099511628211ULL;
+  for (unsigned char c : b) h = (h ^ c) * 1099511628211ULL;
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  return h;
+}
+
+std::string EntityKey(const PendingEvent& e) { return e.tenant_id + '\x1f' + e.data_id; }
+
+}  // namespace
+
+std::optional<Strategy> ParseStrategy(std::string_view name) {
+  if (name == "least_load") return Strategy::kLeastLoad;
+  if (name == "weighted") return Strategy::kWeighted;
+  if (name == "least_connections") return Strategy::kLeastConnections;
+  if (name == "round_robin") return Strategy::kRoundRobin;
+  if (name == "consistent_hash") return Strategy::kConsistentHash;
+  return std::nullopt;
+}
+
+const char* StrategyName(Strategy s) {
+  switch (s) {
+    case Strategy::kLeastLoad: return "least_load";
+    case Strategy::kWeighted: return "weighted";
+    case Strategy::kLeastConnections: return "least_connections";
+    case Strategy::kRoundRobin: return "round_robin";
+    case Strategy::kConsistentHash: return "consistent_hash";
+  }
+  return "least_load";
+}
+
+PlannerConfig PlannerConfigFromSettings(const Settings& settings) {
+  PlannerConfig config;
+  config.batch_size = std::max(1, settings.dispatcher.batch_size);
+  for (const auto& [name, topic] : settings.topics) {
+    TopicPolicy p;
+    p.strategy = ParseStrategy(topic.strategy).value_or(Strategy::kLeastLoad);
+    p.ordered = topic.ordered;
+    p.batch_limit = std::max(0, topic.batch_limit);
+    config.topics[name] = p;
+  }
+  return config;
+}
+
+AssignmentPlanner::AssignmentPlanner(PlannerConfig config) : config_(std::move(config)) {}
+
+const TopicPolicy& AssignmentPlanner::PolicyFor(const std::string& topic) const {
+  static const TopicPolicy kDefault;
+  auto it = config_.topics.find(topic);
+  return it == config_.topics.end() ? kDefault : it->second;
+}
+
+void AssignmentPlanner::BeginCycle(std::vector<NodeLoad> nodes) {
+  nodes_.clear();
+  assigned_total_ = 0;
+  assigned_per_topic_.clear();
+  seen_entities_.clear();
+  std::sort(nodes.begin(), nodes.end(),
+            [](const NodeLoad& a, const NodeLoad& b) { return a.address < b.address; });
+  for (auto& n : nodes) {
+    if (n.draining) continue;
+    Node node;
+    node.load = std::move(n);
+    node.load.capacity = std::max(1, node.load.capacity);
+    node.all_topics = node.load.topics.empty();
+    for (const auto& t : node.load.topics) {
+      if (t == "*") node.all_topics = true;
+      else node.topics.insert(t);
+    }
+    nodes_.push_back(std::move(node));
+  }
+}
+
+int AssignmentPlanner::free_slots() const {
+  int64_t free = 0;
+  for (const auto& n : nodes_) free += std::max<int64_t>(0, n.free());
+  return static_cast<int>(std::min<int64_t>(free, std::numeric_limits<int>::max()));
+}
+
+int AssignmentPlanner::remaining() const {
+  return std::max(0, std::min(free_slots(), config_.batch_size - assigned_total_));
+}
+
+PageFilter AssignmentPlanner::NextPageFilter() const {
+  PageFilter f;
+  f.limit = remaining();
+  std::set<std::string> served;
+  for (const auto& n : nodes_) {
+    if (n.free() <= 0) continue;
+    if (n.all_topics) f.any_topic = true;
+    served.insert(n.topics.begin(), n.topics.end());
+  }
+  for (const auto& t : served) {
+    // FIND_IN_SET cannot match a name containing a comma; such a topic never
+    // reaches the planner, so leave it out rather than split it.
+    if (t.find(',') == std::string::npos) f.served_topics.push_back(t);
+  }
+  for (const auto& [topic, count] : assigned_per_topic_) {
+    int limit = PolicyFor(topic).batch_limit;
+    if (limit > 0 && count >= limit && topic.find(',') == std::string::npos) {
+      f.exhausted_topics.push_back(topic);
+    }
+  }
+  for (const auto& [topic, policy] : config_.topics) {
+    if (!policy.ordered) f.unordered_topics.push_back(topic);
+  }
+  return f;
+}
+
+std::map<std::string, int> AssignmentPlanner::assigned_per_node() const {
+  std::map<std::string, int> out;
+  for (const auto& n : nodes_) {
+    if (n.assigned > 0) out[n.load.address] = n.assigned;
+  }
+  return out;
+}
+
+PlanResult AssignmentPlanner::Plan(const std::vector<PendingEvent>& events) {
+  PlanResult result;
+  for (const PendingEvent& e : events) {
+    const TopicPolicy& policy = PolicyFor(e.topic);
+    // Every event marks its entity, assigned or not: a later event of the same
+    // entity must not overtake it.
+    bool first_of_entity = seen_entities_.insert(EntityKey(e)).second;
+    if (policy.ordered && !first_of_entity) {
+      ++result.skipped_ordered;
+      continue;
+    }
+    if (assigned_total_ >= config_.batch_size) {
+      ++result.skipped_budget;
+      continue;
+    }
+    int& topic_count = assigned_per_topic_[e.topic];
+    if (policy.batch_limit > 0 && topic_count >= policy.batch_limit) {
+      ++result.skipped_topic_limit;
+      continue;
+    }
+    int chosen = Choose(e, policy);
+    if (chosen < 0) {
+      ++result.skipped_no_node;
+      continue;
+    }
+    Node& node = nodes_[chosen];
+    ++node.assigned;
+    ++topic_count;
+    ++assigned_total_;
+    if (policy.strategy == Strategy::kRoundRobin) round_robin_cursor_[e.topic] = node.load.address;
+    result.assignments.push_back({e.id, e.version, node.load.address});
+  }
+  return result;
+}
+
+int AssignmentPlanner::Choose(const PendingEvent& e, const TopicPolicy& policy) {
+  auto usable = [&](const Node& n) { return n.free() > 0 && n.Serves(e.topic); };
+  int best = -1;
+  switch (policy.strategy) {
+    case Strategy::kLeastLoad: {
+      // (in_flight + assigned) / capacity, compared exactly by cross-multiplying.
+      for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+        const Node& n = nodes_[i];
+        if (!usable(n)) continue;
+        if (best < 0) { best = i; continue; }
+        const Node& b = nodes_[best];
+        int64_t lhs = (int64_t{n.load.in_flight} + n.assigned) * b.load.capacity;
+        int64_t rhs = (int64_t{b.load.in_flight} + b.assigned) * n.load.capacity;
+        if (lhs < rhs) best = i;
+      }
+      return best;
+    }
+    case Strategy::kWeighted: {
+      double best_score = 0;
+      for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+        const Node& n = nodes_[i];
+        if (!usable(n)) continue;
+        double cap = n.load.capacity;
+        double projected = std::max(0.0, n.load.load) + n.assigned / cap;
+        double score = std::max(0.0, n.load.weight) * cap / (projected + kWeightedEpsilon);
+        if (best < 0 || score > best_score) {
+          best = i;
+          best_score = score;
+        }
+      }
+      return best;
+    }
+    case Strategy::kLeastConnections: {
+      for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+        const Node& n = nodes_[i];
+        if (!usable(n)) continue;
+        if (best < 0 || int64_t{n.load.processing_count} + n.assigned <
+                            int64_t{nodes_[best].load.processing_count} + nodes_[best].assigned) {
+          best = i;
+        }
+      }
+      return best;
+    }
+    case Strategy::kRoundRobin: {
+      // The first usable node after the cursor's address, wrapping around. By
+      // address rather than index, so nodes joining or leaving keep the rotation.
+      auto it = round_robin_cursor_.find(e.topic);
+      const std::string* cursor = it == round_robin_cursor_.end() ? nullptr : &it->second;
+      int first = -1;
+      for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+        if (!usable(nodes_[i])) continue;
+        if (first < 0) first = i;
+        if (cursor == nullptr || nodes_[i].load.address > *cursor) return i;
+      }
+      return first;
+    }
+    case Strategy::kConsistentHash: {
+      // Rendezvous: the node with the highest hash(key, address) among those serving
+      // the topic, skipping full ones. Adding a node moves only the keys it now wins.
+      const std::string key = EntityKey(e);
+      uint64_t best_hash = 0;
+      for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+        const Node& n = nodes_[i];
+        if (!usable(n)) continue;
+        uint64_t h = StableHash(key, n.load.address);
+        if (best < 0 || h > best_hash) {
+          best = i;
+          best_hash = h;
+        }
+      }
+      return best;
+    }
+  }
+  return best;
+}
+
+}  // namespace dsync::dispatcher

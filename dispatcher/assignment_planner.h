@@ -1,0 +1,158 @@
+// Pure assignment logic of the dispatcher: given the live nodes with their load and a
+// page of due PENDING events, decides which node gets which event. No SQL, no clock;
+// the cycle (dispatcher/dispatch_cycle.h) reads its inputs and writes its output.
+//
+//   AssignmentPlanner planner(PlannerConfigFromSettings(settings));
+//   planner.BeginCycle(nodes);                        // once per cycle
+//   PlanResult r = planner.Plan(page);                // per page read, in (priority, id) order
+//   PageFilter f = planner.NextPageFilter();          // what the next page should read
+//
+// Rules, per cycle:
+//   - draining nodes get nothing; free slots = capacity - in_flight (from the event
+//     table) - assigned this cycle, and no node ever gets more than its free slots;
+//   - a node is eligible for an event when its topics contain the topic or "*" (no
+//     topics at all also means every topic);
+//   - at most `batch_size` assignments per cycle, and at most the topic's batch_limit
+//     (0: batch_size) per topic;
+//   - ordered topics: an event is skipped when an earlier event of the same
+//     (tenant_id, data_id), of any topic, was seen earlier in this cycle (assigned or
+//     not). Earlier events in the database are the cycle's SQL filter's business.
+//   - topics missing from the config are planned with the defaults (least_load,
+//     ordered, no per-topic limit): the consumer owns topic definitions, and a node
+//     serving the topic (or "*") records the error if it does not know it either.
+// Strategies (per topic; ties always go to the smaller address):
+//   least_load         min (in_flight + assigned) / capacity
+//   weighted           max weight * capacity / (load + assigned / capacity + 0.001), the
+//                      seed's formula with this cycle's assignments added to the node's
+//                      reported load; within a cycle a node's share grows with
+//                      capacity^2 * weight (use least_load for a share by capacity)
+//   least_connections  min processing_count (node-reported) + assigned
+//   round_robin        next node after the topic's cursor, by address; the cursor
+//                      persists across cycles
+//   consistent_hash    rendezvous hashing of (tenant_id, data_id) over the nodes
+//                      serving the topic; when the top node is full, the next by hash
+//
+// Thread safety: not thread-safe; one cycle at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "config/settings.h"
+
+namespace dsync::dispatcher {
+
+enum class Strategy { kLeastLoad, kWeighted, kLeastConnections, kRoundRobin, kConsistentHash };
+
+// "least_load", ...; nullopt for an unknown name.
+std::optional<Strategy> ParseStrategy(std::string_view name);
+const char* StrategyName(Strategy s);
+
+struct TopicPolicy {
+  Strategy strategy = Strategy::kLeastLoad;
+  bool ordered = true;
+  int batch_limit = 0;  // assignments of the topic per cycle; 0: only batch_size applies
+};
+
+struct PlannerConfig {
+  int batch_size = 500;                       // assignments per cycle, all topics
+  std::map<std::string, TopicPolicy> topics;  // configured topics; others get TopicPolicy{}
+};
+
+// dispatcher.batch_size and each topic's strategy / ordered / batch_limit. An
+// unknown strategy name (Settings rejects them) falls back to least_load.
+PlannerConfig PlannerConfigFromSettings(const Settings& settings);
+
+// A live node as the cycle sees it.
+struct NodeLoad {
+  std::string address;
+  bool draining = false;
+  int capacity = 1;             // metadata.capacity (>= 1)
+  int in_flight = 0;            // ASSIGNED + RUNNING + COMPENSATING rows: the truth
+  int processing_count = 0;     // metadata, node-reported
+  double load = 0.0;            // metadata, node-reported
+  double weight = 1.0;          // metadata
+  std::vector<std::string> topics;  // empty or containing "*": every topic
+};
+
+struct PendingEvent {
+  int64_t id = 0;
+  int64_t version = 0;
+  std::string topic;
+  std::string tenant_id;
+  std::string data_id;
+  int priority = 0;
+};
+
+struct Assignment {
+  int64_t event_id = 0;
+  int64_t version = 0;  // as read; the write is conditional on it
+  std::string node_address;
+};
+
+struct PlanResult {
+  std::vector<Assignment> assignments;  // in input order
+  int skipped_ordered = 0;      // an earlier event of the entity came first this cycle
+  int skipped_topic_limit = 0;  // the topic's batch_limit was reached
+  int skipped_no_node = 0;      // no eligible node has a free slot
+  int skipped_budget = 0;       // the cycle's batch_size was reached
+};
+
+// What the next page of due events should be restricted to, so that events nobody
+// can take now do not fill the page (head-of-line blocking).
+struct PageFilter {
+  bool any_topic = false;                      // a node with a free slot serves every topic
+  std::vector<std::string> served_topics;      // topics of nodes with a free slot
+  std::vector<std::string> exhausted_topics;   // topics at their batch_limit this cycle
+  std::vector<std::string> unordered_topics;   // configured with ordered = false
+  int limit = 0;                               // remaining(): events worth reading
+};
+
+class AssignmentPlanner {
+ public:
+  explicit AssignmentPlanner(PlannerConfig config);
+
+  // Starts a cycle: forgets this cycle's assignments and seen entities, keeps the
+  // round-robin cursors.
+  void BeginCycle(std::vector<NodeLoad> nodes);
+  // Plans events (in priority, id order) against what is left of this cycle.
+  PlanResult Plan(const std::vector<PendingEvent>& events);
+  // Assignments still possible this cycle: min(free slots of non-draining nodes,
+  // batch_size - assigned).
+  int remaining() const;
+  // Free slots of non-draining nodes left this cycle (batch_size aside).
+  int free_slots() const;
+  PageFilter NextPageFilter() const;
+
+  const TopicPolicy& PolicyFor(const std::string& topic) const;
+  // Assignments made this cycle, per node address.
+  std::map<std::string, int> assigned_per_node() const;
+
+ private:
+  struct Node {
+    NodeLoad load;
+    bool all_topics = false;
+    std::set<std::string> topics;
+    int assigned = 0;
+    int64_t free() const { return int64_t{load.capacity} - load.in_flight - assigned; }
+    bool Serves(const std::string& topic) const { return all_topics || topics.count(topic) > 0; }
+  };
+
+  // Index into nodes_ of the node for `e`, or -1.
+  int Choose(const PendingEvent& e, const TopicPolicy& policy);
+
+  const PlannerConfig config_;
+  std::vector<Node> nodes_;  // non-draining only, by address
+  int assigned_total_ = 0;
+  std::map<std::string, int> assigned_per_topic_;
+  std::unordered_set<std::string> seen_entities_;
+  std::map<std::string, std::string> round_robin_cursor_;  // topic -> last address
+};
+
+}  // namespace dsync::dispatcher

@@ -1,0 +1,313 @@
+#include "dispatcher/dispatch_cycle.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+namespace dsync::dispatcher {
+namespace {
+
+// Params: service_name. In-flight events per registered node of the service. EXPLAIN
+// (MariaDB 10.11, 100k terminal rows): a range of idx_status_modifier_time over the
+// three in-flight statuses, eq_ref into uk_service_instance: terminal rows are never
+// read (idx_node_address (node_address, status) would serve the other join order).
+// Registry rows of every heartbeat age are joined, so a node read as live a moment
+// earlier is never missing here.
+constexpr const char* kCountInFlight = R"(
+SELECT e.node_address, COUNT(*)
+FROM distribute_node_registry r
+JOIN distribute_event e ON e.node_address = r.node_address
+WHERE r.service_name = ? AND r.status IN (1, 2)
+  AND e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING')
+GROUP BY e.node_address)";
+
+// Params: cursor priority, cursor priority, cursor id (keyset: after this event),
+// any_topic (bool), served topics (comma list), exhausted topics (comma list),
+// unordered topics (comma list), limit.
+// idx_due (status, priority, id, next_run_time) gives the order and stops at LIMIT;
+// next_run_time is checked in the index. It is forced: the optimizer rates idx_dispatch
+// (status, priority, id) as equal and may take it, and then every event waiting for
+// its backoff costs a row lookup (measured with 50k such events ahead of the due ones
+// and 150k terminal rows: 90 ms through idx_dispatch, 14 ms through idx_due). FORCE
+// INDEX reads the same on MySQL 8 and MariaDB; V003 creates the index. The ordering check
+// is one probe per non-terminal status, each a ref on idx_entity_status (tenant_id,
+// data_id, status): one `status IN (...)` probe is planned as a ref on (tenant_id,
+// data_id) alone and reads the entity's whole terminal history (measured: 50k
+// entries for a hot entity, 6.5 ms against 0.2 ms).
+constexpr const char* kSelectDueEvents = R"(
+SELECT e.id, e.version, e.topic, e.tenant_id, e.data_id, e.priority
+FROM distribute_event e FORCE INDEX (idx_due)
+WHERE e.status = 'PENDING' AND e.next_run_time <= NOW(3)
+  AND (e.priority > ? OR (e.priority = ? AND e.id > ?))
+  AND (? OR FIND_IN_SET(e.topic, ?) > 0)
+  AND FIND_IN_SET(e.topic, ?) = 0
+  AND (FIND_IN_SET(e.topic, ?) > 0 OR (
+    NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
+                AND p.data_id = e.data_id AND p.status = 'PENDING' AND p.id < e.id)
+    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
+                AND p.data_id = e.data_id AND p.status = 'ASSIGNED' AND p.id < e.id)
+    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
+                AND p.data_id = e.data_id AND p.status = 'RUNNING' AND p.id < e.id)
+    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
+                AND p.data_id = e.data_id AND p.status = 'COMPENSATING' AND p.id < e.id)))
+ORDER BY e.priority, e.id
+LIMIT ?)";
+
+// The assignment, docs/event-lifecycle.md item 2, for kAssignChunk events at once:
+//
+//   UPDATE distribute_event
+//   SET status = 'ASSIGNED', node_address = ELT(FIELD(id, <ids>), <nodes>),
+//       version = version + 1, assigned_time = NOW(3)
+//   WHERE id IN (<ids>) AND status = 'PENDING'
+//     AND version = CAST(ELT(FIELD(id, <ids>), <versions>) AS SIGNED)
+//
+// Params, kAssignChunk of each group: ids, node addresses, ids, ids, versions.
+// FIELD(id, ids) is the row's position in the chunk and ELT picks its node and
+// expected version, so per row it is exactly `SET status='ASSIGNED',
+// node_address=?, version=version+1, assigned_time=NOW(3) WHERE id=? AND version=?
+// AND status='PENDING'`. A short chunk repeats its last event (a row matches once).
+// One prepared statement whatever the batch size. Measured on 2,500 events in
+// batches of 500: single-row UPDATEs in one transaction ~10-20k/s, this ~45k/s.
+// (The parameters are grouped, not interleaved as CASE id WHEN ? THEN ? would need,
+// so they bind as plain pack expansions: cheap to compile.)
+constexpr size_t kAssignChunk = 64;
+
+const std::string& AssignChunkSql() {
+  static const std::string sql = [] {
+    std::string marks;
+    for (size_t i = 0; i < kAssignChunk; ++i) marks += i == 0 ? "?" : ", ?";
+    return "UPDATE distribute_event\nSET status = 'ASSIGNED', node_address = ELT(FIELD(id, " + marks +
+           "), " + marks +
+           "),\n    version = version + 1, assigned_time = NOW(3)\nWHERE id IN (" + marks +
+           ") AND status = 'PENDING'\n  AND version = CAST(ELT(FIELD(id, " + marks + "), " + marks +
+           ") AS SIGNED)";
+  }();
+  return sql;
+}
+
+struct ChunkRow {
+  int64_t id = 0;
+  int64_t version = 0;
+  std::string node;
+};
+
+template <size_t... I>
+uint64_t ExecuteChunk(storage::Connection& c, const std::array<ChunkRow, kAssignChunk>& rows,
+                      std::index_sequence<I...>) {
+  return c.Execute(AssignChunkSql(), rows[I].id..., rows[I].node..., rows[I].id..., rows[I].id...,
+                   rows[I].version...);
+}
+
+// Params: id. Read back in the assigning transaction, only for a chunk that matched
+// fewer rows than it named, to tell which events were lost races.
+constexpr const char* kReadAssigned = R"(
+SELECT version, status, node_address FROM distribute_event WHERE id = ?)";
+
+std::string CommaList(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) {
+    if (!out.empty()) out += ',';
+    out += s;
+  }
+  return out;
+}
+
+Millis Elapsed(Clock::TimePoint from, Clock::TimePoint to) {
+  return std::chrono::duration_cast<Millis>(to - from);
+}
+
+}  // namespace
+
+Millis NextDispatchDelay(const CycleResult& r, Millis previous, const DispatcherSettings& s) {
+  if (!r.fenced_out && r.assigned > 0 && r.more_due) return Millis(0);
+  if (r.free_slots > 0 && r.due_read == 0 && !r.fenced_out) {
+    // Nothing due at all: back off, doubling, to the idle interval.
+    Millis next = std::max(s.poll_interval, previous * 2);
+    return std::min(next, s.idle_interval);
+  }
+  return s.poll_interval;
+}
+
+DispatchCycle::DispatchCycle(storage::ConnectionPool& pool, Clock& clock, PlannerConfig planner,
+                             CycleOptions options)
+    : pool_(pool),
+      clock_(clock),
+      options_(std::move(options)),
+      directory_(pool, options_.service, options_.offline_timeout),
+      planner_(std::move(planner)) {}
+
+std::vector<NodeLoad> DispatchCycle::ReadNodes() {
+  std::vector<registry::NodeInfo> live = directory_.LiveNodes();
+  std::map<std::string, int64_t> in_flight = pool_.Run("count in-flight events", [&](storage::Connection& c) {
+    std::map<std::string, int64_t> out;
+    auto rs = c.Query(kCountInFlight, options_.service);
+    while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
+    return out;
+  });
+  std::vector<NodeLoad> nodes;
+  nodes.reserve(live.size());
+  for (auto& n : live) {
+    NodeLoad l;
+    l.address = n.node_address;
+    l.draining = n.status == registry::NodeStatus::kDraining;
+    l.capacity = std::max(1, n.metadata.capacity);
+    auto it = in_flight.find(n.node_address);
+    l.in_flight = it == in_flight.end() ? 0 : static_cast<int>(it->second);
+    l.processing_count = n.metadata.processing_count;
+    l.load = n.metadata.load;
+    l.weight = n.metadata.weight;
+    l.topics = std::move(n.metadata.topics);
+    nodes.push_back(std::move(l));
+  }
+  return nodes;
+}
+
+std::vector<PendingEvent> DispatchCycle::ReadDue(const PageFilter& f, const Cursor& after) {
+  const std::string served = CommaList(f.served_topics);
+  const std::string exhausted = CommaList(f.exhausted_topics);
+  const std::string unordered = CommaList(f.unordered_topics);
+  return pool_.Run("read due events", [&](storage::Connection& c) {
+    std::vector<PendingEvent> out;
+    auto rs = c.Query(kSelectDueEvents, after.priority, after.priority, after.id, f.any_topic, served,
+                      exhausted, unordered, f.limit);
+    while (rs->next()) {
+      PendingEvent e;
+      e.id = rs->getInt64(1);
+      e.version = rs->getInt64(2);
+      e.topic = rs->getString(3);
+      e.tenant_id = rs->getString(4);
+      e.data_id = rs->getString(5);
+      e.priority = rs->getInt(6);
+      out.push_back(std::move(e));
+    }
+    return out;
+  });
+}
+
+DispatchCycle::WriteResult DispatchCycle::Write(const std::vector<Assignment>& assignments,
+                                                const std::optional<LeaseFence>& fence) {
+  // Row locks in id order, so two writers (a lease handover) cannot deadlock.
+  std::vector<size_t> order(assignments.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return assignments[a].event_id < assignments[b].event_id; });
+  return pool_.Transact("assign events", [&](storage::Connection& c) {
+    WriteResult r;  // fresh on every (retried) attempt
+    if (fence && !HoldsLease(c, *fence)) {
+      r.fenced_out = true;
+      return r;
+    }
+    r.won.assign(assignments.size(), false);
+    for (size_t begin = 0; begin < order.size(); begin += kAssignChunk) {
+      const size_t end = std::min(order.size(), begin + kAssignChunk);
+      std::array<ChunkRow, kAssignChunk> rows;
+      for (size_t k = 0; k < kAssignChunk; ++k) {
+        const Assignment& a = assignments[order[std::min(begin + k, end - 1)]];
+        rows[k] = {a.event_id, a.version, a.node_address};
+      }
+      const uint64_t matched = ExecuteChunk(c, rows, std::make_index_sequence<kAssignChunk>());
+      if (matched == end - begin) {
+        for (size_t k = begin; k < end; ++k) r.won[order[k]] = true;
+        continue;
+      }
+      for (size_t k = begin; k < end; ++k) {
+        const Assignment& a = assignments[order[k]];
+        auto rs = c.Query(kReadAssigned, a.event_id);
+        r.won[order[k]] = rs->next() && rs->getInt64(1) == a.version + 1 &&
+                          rs->getString(2) == "ASSIGNED" && !rs->isNull(3) &&
+                          rs->getString(3) == a.node_address;
+      }
+    }
+    return r;
+  });
+}
+
+CycleResult DispatchCycle::RunOnce(const std::optional<LeaseFence>& fence,
+                                   const std::function<bool()>& leading) {
+  const Clock::TimePoint start = clock_.Now();
+  CycleResult r;
+  try {
+    r = RunPages(fence, leading);
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    ++stats_.cycles;
+    ++stats_.failures;
+    throw;
+  }
+  r.duration = Elapsed(start, clock_.Now());
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.cycles;
+    stats_.assigned += r.assigned;
+    stats_.lost_races += r.lost_races;
+    if (r.fenced_out) ++stats_.fenced_out;
+    stats_.last_duration = r.duration;
+    stats_.max_duration = std::max(stats_.max_duration, r.duration);
+  }
+  spdlog::debug(
+      "DISPATCH_CYCLE nodes={} free={} pages={} due={} assigned={} lost_races={} skipped={} "
+      "fenced_out={} more_due={} ms={}",
+      r.live_nodes, r.free_slots, r.pages, r.due_read, r.assigned, r.lost_races, r.skipped,
+      r.fenced_out, r.more_due, r.duration.count());
+  return r;
+}
+
+CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
+                                    const std::function<bool()>& leading) {
+  CycleResult r;
+  std::vector<NodeLoad> nodes = ReadNodes();
+  r.live_nodes = static_cast<int>(nodes.size());
+  planner_.BeginCycle(std::move(nodes));
+  r.free_slots = planner_.free_slots();
+
+  Cursor cursor{std::numeric_limits<int32_t>::min(), 0};
+  for (int page = 0; page < options_.max_pages; ++page) {
+    PageFilter filter = planner_.NextPageFilter();
+    // The budget ran out; more_due tells whether the last page was full.
+    if (filter.limit <= 0) break;
+    if (!filter.any_topic && filter.served_topics.empty()) break;
+    std::vector<PendingEvent> events = ReadDue(filter, cursor);
+    ++r.pages;
+    r.due_read += static_cast<int>(events.size());
+    if (events.empty()) break;
+    cursor = {events.back().priority, events.back().id};
+    const bool page_full = static_cast<int>(events.size()) >= filter.limit;
+
+    PlanResult plan = planner_.Plan(events);
+    r.skipped += static_cast<int>(events.size() - plan.assignments.size());
+    if (!plan.assignments.empty()) {
+      if (leading && !leading()) break;
+      WriteResult w = Write(plan.assignments, fence);
+      if (w.fenced_out) {
+        r.fenced_out = true;
+        spdlog::warn("DISPATCH_FENCED_OUT lock={} token={} planned={}", fence->lock_name,
+                     fence->token, plan.assignments.size());
+        break;
+      }
+      for (size_t i = 0; i < w.won.size(); ++i) {
+        if (w.won[i]) {
+          ++r.assigned;
+        } else {
+          ++r.lost_races;
+          spdlog::info("DISPATCH_LOST_RACE event_id={} version={} node={}",
+                       plan.assignments[i].event_id, plan.assignments[i].version,
+                       plan.assignments[i].node_address);
+        }
+      }
+    }
+    r.more_due = page_full;
+    if (!page_full) break;  // every due event the filter allows was read
+  }
+  return r;
+}
+
+CycleStats DispatchCycle::stats() {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace dsync::dispatcher

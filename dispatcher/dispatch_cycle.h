@@ -1,0 +1,128 @@
+// One dispatch cycle of the leader: read the live nodes and their in-flight counts,
+// read due PENDING events page by page, plan them (dispatcher/assignment_planner.h),
+// and write each assignment as the lifecycle's fenced transition
+// (docs/event-lifecycle.md, item 2):
+//
+//   UPDATE distribute_event
+//   SET status='ASSIGNED', node_address=?, version=version+1, assigned_time=NOW(3)
+//   WHERE id=? AND version=? AND status='PENDING'
+//
+// A page's writes are one transaction: first HoldsLease() (the lease row,
+// share-locked: a dispatcher that lost its lease writes nothing), then that UPDATE
+// for 64 events per statement (one cached prepared statement; each row's node and
+// expected version picked by ELT(FIELD(id, ...)); ids ascending), then one COMMIT:
+// 500 assignments are 10 round trips. When a statement matches fewer rows than it
+// names, its events are read back to tell which lost the race (the event changed
+// since it was read): those are counted and skipped.
+//
+// Reads, each one statement served by an index that never visits terminal rows:
+//   - live nodes: registry::NodeDirectory (status 1/2, fresh heartbeat, this service);
+//   - in-flight per node: ASSIGNED/RUNNING/COMPENSATING rows joined to the service's
+//     registry rows, grouped by node (a range over the in-flight statuses);
+//   - due events: idx_due (status, priority, id, next_run_time), in (priority, id)
+//     order from a keyset cursor, LIMIT = what the planner can still place, and
+//     restricted in SQL to topics some node with a free slot serves, to topics below
+//     their batch_limit, and (ordered topics) to events with no earlier non-terminal
+//     event of the same (tenant_id, data_id) (idx_entity_status). So events that must
+//     wait never fill a page and block the ones behind them.
+//
+// Thread safety: RunOnce from one thread at a time; stats() from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/settings.h"
+#include "core/clock.h"
+#include "dispatcher/assignment_planner.h"
+#include "dispatcher/lease_lock.h"
+#include "registry/node_directory.h"
+#include "storage/connection_pool.h"
+
+namespace dsync::dispatcher {
+
+struct CycleOptions {
+  std::string service = "kbs-sync";
+  Millis offline_timeout{30000};  // registry.offline_timeout_ms: liveness of nodes
+  int max_pages = 8;              // pages read per cycle at most
+};
+
+struct CycleResult {
+  int live_nodes = 0;
+  int free_slots = 0;        // over non-draining nodes at cycle start (batch_size aside)
+  int pages = 0;
+  int due_read = 0;          // events read
+  int assigned = 0;          // assignments written (UPDATE matched)
+  int lost_races = 0;        // assignments whose UPDATE matched nothing
+  int skipped = 0;           // read but not planned (ordering, limits, no node)
+  bool fenced_out = false;   // the lease was not ours at write time: nothing written
+  bool more_due = false;     // stopped while more events may be due (page or budget full)
+  Millis duration{0};
+};
+
+// The cycle's counters since construction.
+struct CycleStats {
+  uint64_t cycles = 0;
+  uint64_t failures = 0;     // cycles that threw (database errors)
+  uint64_t assigned = 0;
+  uint64_t lost_races = 0;
+  uint64_t fenced_out = 0;
+  Millis last_duration{0};
+  Millis max_duration{0};
+};
+
+// When to run the next cycle after `r`: at once when a cycle assigned events and
+// stopped with more possibly due; poll_interval while events wait or nodes are full;
+// doubling from poll_interval up to idle_interval while nothing at all is due.
+// `previous` is the delay chosen after the previous cycle.
+Millis NextDispatchDelay(const CycleResult& r, Millis previous, const DispatcherSettings& s);
+
+class DispatchCycle {
+ public:
+  // `pool` and `clock` must outlive the cycle.
+  DispatchCycle(storage::ConnectionPool& pool, Clock& clock, PlannerConfig planner,
+                CycleOptions options);
+
+  // One cycle. Writes are fenced by `fence` (nullopt: unfenced, for tests and
+  // tools). `leading` is asked before each page's writes; false ends the cycle.
+  // Throws DbError (then nothing of the failing page was committed, or, for
+  // kCommitUnknown, maybe all of it).
+  CycleResult RunOnce(const std::optional<LeaseFence>& fence,
+                      const std::function<bool()>& leading = {});
+
+  // The pieces, public for tests and `dsync nodes`-like tools.
+  // Live nodes of the service with their in-flight counts. Throws DbError.
+  std::vector<NodeLoad> ReadNodes();
+  struct WriteResult {
+    bool fenced_out = false;
+    std::vector<bool> won;  // per assignment, in the order given
+  };
+  // One transaction (see the file comment). Throws DbError.
+  WriteResult Write(const std::vector<Assignment>& assignments,
+                    const std::optional<LeaseFence>& fence);
+
+  CycleStats stats();
+
+ private:
+  struct Cursor {
+    int64_t priority;
+    int64_t id;
+  };
+  std::vector<PendingEvent> ReadDue(const PageFilter& filter, const Cursor& after);
+  CycleResult RunPages(const std::optional<LeaseFence>& fence, const std::function<bool()>& leading);
+
+  storage::ConnectionPool& pool_;
+  Clock& clock_;
+  const CycleOptions options_;
+  registry::NodeDirectory directory_;
+  AssignmentPlanner planner_;
+
+  std::mutex mu_;
+  CycleStats stats_;
+};
+
+}  // namespace dsync::dispatcher

@@ -1,0 +1,126 @@
+#include "dispatcher/dispatcher_service.h"
+
+#include <algorithm>
+#include <exception>
+
+#include <spdlog/spdlog.h>
+
+namespace dsync::dispatcher {
+namespace {
+
+LockerOptions LockerOptionsFrom(const DispatcherSettings& s) {
+  LockerOptions o;
+  o.ttl = s.lease_ttl;
+  return o;
+}
+
+CycleOptions CycleOptionsFrom(const Settings& s) {
+  CycleOptions o;
+  o.service = s.service;
+  o.offline_timeout = s.registry.offline_timeout;
+  return o;
+}
+
+}  // namespace
+
+DispatcherService::DispatcherService(storage::ConnectionPool& pool, const Settings& settings,
+                                     Clock& clock, std::string owner_id)
+    : clock_(clock),
+      dispatcher_settings_(settings.dispatcher),
+      sweep_interval_(settings.registry.sweep_interval),
+      lease_(pool, DispatcherLockName(settings.service), std::move(owner_id)),
+      locker_(lease_, clock, LockerOptionsFrom(settings.dispatcher), lease_.lock_name()),
+      cycle_(pool, clock, PlannerConfigFromSettings(settings), CycleOptionsFrom(settings)),
+      sweeper_(pool, SweeperOptionsFromSettings(settings)) {}
+
+DispatcherService::~DispatcherService() { Stop(); }
+
+void DispatcherService::Start() {
+  if (dispatch_thread_.joinable()) return;
+  spdlog::info("DISPATCHER_STARTING lock={} owner={} lease_ttl_ms={} batch_size={}", lease_.lock_name(),
+               lease_.owner(), dispatcher_settings_.lease_ttl.count(), dispatcher_settings_.batch_size);
+  locker_.Start();
+  dispatch_thread_ = std::jthread([this](std::stop_token stop) { DispatchLoop(stop); });
+  sweep_thread_ = std::jthread([this](std::stop_token stop) { SweepLoop(stop); });
+}
+
+void DispatcherService::Stop() {
+  if (!dispatch_thread_.joinable()) return;
+  dispatch_thread_.request_stop();
+  sweep_thread_.request_stop();
+  dispatch_thread_.join();
+  sweep_thread_.join();
+  dispatch_thread_ = std::jthread();
+  sweep_thread_ = std::jthread();
+  locker_.Stop();
+  spdlog::info("DISPATCHER_STOPPED lock={} owner={}", lease_.lock_name(), lease_.owner());
+}
+
+void DispatcherService::DispatchLoop(std::stop_token stop) {
+  const Millis poll = dispatcher_settings_.poll_interval;
+  const Millis idle = dispatcher_settings_.idle_interval;
+  Millis delay = poll;
+  int failures = 0;
+  while (!stop.stop_requested()) {
+    std::optional<int64_t> token = locker_.token();
+    if (!token) {
+      delay = poll;
+      if (!clock_.SleepFor(poll, stop)) break;
+      continue;
+    }
+    try {
+      CycleResult r = cycle_.RunOnce(lease_.Fence(*token), [this] { return locker_.is_leader(); });
+      if (failures > 0) spdlog::info("DISPATCH_RECOVERED after_failures={}", failures);
+      failures = 0;
+      delay = NextDispatchDelay(r, delay, dispatcher_settings_);
+    } catch (const std::exception& e) {
+      ++failures;
+      spdlog::warn("DISPATCH_FAILED lock={} failures={} err={}", lease_.lock_name(), failures, e.what());
+      delay = std::min(idle, std::max(poll, delay * 2));
+    }
+    if (delay.count() > 0 && !clock_.SleepFor(delay, stop)) break;
+  }
+}
+
+void DispatcherService::SweepLoop(std::stop_token stop) {
+  while (!stop.stop_requested()) {
+    if (locker_.is_leader()) {
+      try {
+        sweeper_.SweepOnce();
+      } catch (const std::exception& e) {
+        spdlog::warn("SWEEP_FAILED lock={} err={}", lease_.lock_name(), e.what());
+      }
+    }
+    if (!clock_.SleepFor(sweep_interval_, stop)) break;
+  }
+}
+
+DispatcherStats DispatcherService::stats() {
+  DispatcherStats s;
+  LockerStats l = locker_.stats();
+  s.leader = l.leader;
+  s.lease_token = l.token;
+  s.lease_acquired = l.acquired;
+  s.lease_lost = l.lost;
+  s.lease_lost_by_watchdog = l.lost_by_watchdog;
+  s.lease_renew_failures = l.renew_failures;
+  CycleStats c = cycle_.stats();
+  s.cycles = c.cycles;
+  s.cycle_failures = c.failures;
+  s.assigned = c.assigned;
+  s.lost_races = c.lost_races;
+  s.fenced_out = c.fenced_out;
+  s.last_cycle_duration = c.last_duration;
+  s.max_cycle_duration = c.max_duration;
+  SweeperStats w = sweeper_.stats();
+  s.sweeps = w.sweeps;
+  s.sweep_failures = w.failures;
+  s.nodes_marked_offline = w.marked_offline;
+  s.nodes_purged = w.purged;
+  s.resets_node_offline = w.resets_node_offline;
+  s.resets_timed_out = w.resets_timed_out;
+  s.reset_races = w.reset_races;
+  return s;
+}
+
+}  // namespace dsync::dispatcher

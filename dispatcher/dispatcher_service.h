@@ -1,0 +1,99 @@
+// `dsync dispatcher` as one object: the lease loop, and while this process holds the
+// lease, the dispatch cycle and the sweeper. Several may run at once (processes or
+// objects): one leads, the others wait for its lease to expire or be released.
+//
+//   SystemClock clock;
+//   dispatcher::DispatcherService service(*pool, settings, clock);  // owner host:pid:random
+//   service.Start();
+//   ... wait for SIGTERM ...
+//   service.Stop();                      // stops the loops, releases the lease
+//   DispatcherStats s = service.stats(); // counters for metrics
+//
+// Threads (three, each holding at most one pooled connection at a time):
+//   - lease: dispatcher::Locker on lock "dispatcher:<service>", ttl
+//     dispatcher.lease_ttl_ms (renew at ttl/3, watchdog at ttl - ttl/5);
+//   - dispatch: DispatchCycle::RunOnce while leader, fenced by the lease token; then
+//     at once again when the batch was full, else dispatcher.poll_interval_ms,
+//     doubling to dispatcher.idle_interval_ms while nothing is due (and after
+//     consecutive failures); polls leadership every poll_interval while a follower;
+//   - sweep: EventSweeper::SweepOnce every registry.sweep_interval_ms while leader.
+// Database failures are logged (DISPATCH_FAILED, SWEEP_FAILED) and retried at the
+// next turn; they never stop the service. A database restart is survived by the
+// pool's reconnects: the lease is lost (watchdog) and re-acquired.
+//
+// Thread safety: Start/Stop from one controlling thread; is_leader() and stats() from
+// any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "config/settings.h"
+#include "core/clock.h"
+#include "dispatcher/dispatch_cycle.h"
+#include "dispatcher/event_sweeper.h"
+#include "dispatcher/lease_lock.h"
+#include "dispatcher/locker.h"
+#include "storage/connection_pool.h"
+
+namespace dsync::dispatcher {
+
+struct DispatcherStats {
+  bool leader = false;
+  int64_t lease_token = 0;              // current or last tenure
+  uint64_t lease_acquired = 0;
+  uint64_t lease_lost = 0;
+  uint64_t lease_lost_by_watchdog = 0;  // of lease_lost
+  uint64_t lease_renew_failures = 0;
+  uint64_t cycles = 0;
+  uint64_t cycle_failures = 0;
+  uint64_t assigned = 0;
+  uint64_t lost_races = 0;
+  uint64_t fenced_out = 0;              // cycles whose writes the lease fence refused
+  Millis last_cycle_duration{0};
+  Millis max_cycle_duration{0};
+  uint64_t sweeps = 0;
+  uint64_t sweep_failures = 0;
+  uint64_t nodes_marked_offline = 0;
+  uint64_t nodes_purged = 0;
+  uint64_t resets_node_offline = 0;
+  uint64_t resets_timed_out = 0;
+  uint64_t reset_races = 0;             // resets skipped: the event changed since read
+};
+
+class DispatcherService {
+ public:
+  // Reads settings.service, .registry, .dispatcher and .topics. `pool` and `clock`
+  // must outlive the service. Does not touch the database until Start().
+  DispatcherService(storage::ConnectionPool& pool, const Settings& settings, Clock& clock,
+                    std::string owner_id = MakeLeaseOwnerId());
+  ~DispatcherService();  // Stop()s
+
+  // Starts the three threads. Idempotent.
+  void Start();
+  // Stops dispatching and sweeping (a running cycle finishes its page), then
+  // releases the lease. Idempotent.
+  void Stop();
+
+  bool is_leader() { return locker_.is_leader(); }
+  DispatcherStats stats();
+  const std::string& owner() const { return lease_.owner(); }
+  const std::string& lock_name() const { return lease_.lock_name(); }
+
+ private:
+  void DispatchLoop(std::stop_token stop);
+  void SweepLoop(std::stop_token stop);
+
+  Clock& clock_;
+  const DispatcherSettings dispatcher_settings_;
+  const Millis sweep_interval_;
+  LeaseLock lease_;
+  Locker locker_;
+  DispatchCycle cycle_;
+  EventSweeper sweeper_;
+  std::jthread dispatch_thread_;
+  std::jthread sweep_thread_;
+};
+
+}  // namespace dsync::dispatcher

@@ -1,0 +1,128 @@
+// The leader's sweeper: hands events back from nodes that cannot finish them.
+// SweepOnce() runs, in order:
+//   1. registry::OfflineSweeper: stale nodes marked offline, long-silent rows purged;
+//   2. node resets: ASSIGNED / RUNNING / COMPENSATING events whose node_address is
+//      not a live node (status 1 or 2 with a heartbeat within the offline timeout, by
+//      the database clock, in any service). A draining node is live: it is finishing
+//      its events, so they stay;
+//   3. timeout resets: RUNNING / COMPENSATING events whose last activity
+//      (modifier_time, refreshed by every fenced write of the owner; never the start
+//      time) is older than the topic's max_processing_time (topics missing from the
+//      config: the default, 300 s).
+//
+// Every reset is the lifecycle's conditional reset (docs/event-lifecycle.md item 6) on
+// the (version, status) read in the same pass, so an event that completed, was
+// claimed or changed hands in between is never overwritten:
+//
+//   UPDATE distribute_event
+//   SET status='PENDING', node_address=NULL, version=version+1, next_run_time=NOW(3),
+//       last_error=?, retry_count=retry_count+?
+//   WHERE id=? AND version=? AND status=?
+//
+// retry_count + 1 only for a RUNNING event (a poison event that kills its node must
+// not loop forever); ASSIGNED and COMPENSATING resets add 0. phase is unchanged, so a
+// compensation resumes as a compensation. A timeout reset also re-checks the
+// staleness in its WHERE (owner writes refresh modifier_time without a version
+// change). Each reset is logged (warn):
+//   EVENT_RESET event=<code> node=<addr> reason=<node_offline|timed_out> trace=<trace_id or code> ...
+//
+// Thread safety: SweepOnce from one thread at a time; stats() from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "config/settings.h"
+#include "core/clock.h"
+#include "registry/offline_sweeper.h"
+#include "storage/connection_pool.h"
+
+namespace dsync::dispatcher {
+
+enum class ResetReason { kNodeOffline, kTimedOut };
+const char* ResetReasonName(ResetReason r);  // "node_offline", "timed_out"
+
+// An event found resettable, with the (version, status) its reset is conditional on.
+struct ResetCandidate {
+  int64_t id = 0;
+  int64_t version = 0;
+  std::string status;        // ASSIGNED, RUNNING or COMPENSATING
+  std::string node_address;  // empty when NULL
+  std::string code;
+  std::string trace_id;      // empty when NULL
+  std::string topic;
+  ResetReason reason = ResetReason::kNodeOffline;
+  Millis idle{0};            // NOW(3) - modifier_time when read
+  Millis timeout{0};         // kTimedOut: the max_processing_time applied
+};
+
+struct SweeperOptions {
+  Millis offline_timeout{30000};                 // registry.offline_timeout_ms
+  Millis purge_after{7LL * 24 * 3600 * 1000};    // registry.purge_after_ms
+  std::map<std::string, Millis> topic_timeouts;  // max_processing_time per configured topic
+  Millis default_timeout{300000};                // topics missing from the config
+  int batch = 500;                               // candidates read per query
+  int max_rounds = 20;                           // queries per kind and sweep, at most
+};
+
+SweeperOptions SweeperOptionsFromSettings(const Settings& settings);
+
+struct SweepReport {
+  uint64_t marked_offline = 0;
+  uint64_t purged = 0;
+  uint64_t reset_node_offline = 0;
+  uint64_t reset_timed_out = 0;
+  uint64_t reset_races = 0;  // candidates that changed before their reset: left alone
+};
+
+struct SweeperStats {
+  uint64_t sweeps = 0;
+  uint64_t failures = 0;  // sweeps that threw
+  uint64_t marked_offline = 0;
+  uint64_t purged = 0;
+  uint64_t resets_node_offline = 0;
+  uint64_t resets_timed_out = 0;
+  uint64_t reset_races = 0;
+};
+
+class EventSweeper {
+ public:
+  // `pool` must outlive the sweeper.
+  EventSweeper(storage::ConnectionPool& pool, SweeperOptions options);
+
+  // Steps 1-3 above. Throws DbError (resets done before the failure stay done).
+  SweepReport SweepOnce();
+
+  // The pieces, public so the read / write race can be tested deterministically.
+  // In-flight events whose node is not live, by id. Throws DbError.
+  std::vector<ResetCandidate> FindOrphaned(int limit);
+  // RUNNING / COMPENSATING events idle longer than their topic allows. Throws DbError.
+  std::vector<ResetCandidate> FindTimedOut(int limit);
+  // The conditional reset of `c`. True when it applied; false when the event no
+  // longer has the version and status read (and, for timeouts, was active since).
+  // Logs EVENT_RESET when applied and counts either way. Throws DbError.
+  bool Reset(const ResetCandidate& c);
+
+  SweeperStats stats();
+
+ private:
+  struct TimeoutGroup {
+    Millis timeout;
+    std::string topics;     // comma list of configured topics with this timeout
+    bool unconfigured;      // also topics missing from the config
+  };
+
+  storage::ConnectionPool& pool_;
+  const SweeperOptions options_;
+  registry::OfflineSweeper offline_;
+  std::vector<TimeoutGroup> groups_;
+  std::string configured_topics_;  // comma list
+
+  std::mutex mu_;
+  SweeperStats stats_;
+};
+
+}  // namespace dsync::dispatcher

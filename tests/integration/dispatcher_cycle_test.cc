@@ -1,0 +1,327 @@
+// The dispatch cycle (dispatcher/dispatch_cycle.h) against a real MariaDB, with nodes
+// simulated by registry rows.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/clock.h"
+#include "dispatcher/dispatch_cycle.h"
+#include "dispatcher/lease_lock.h"
+#include "tests/integration/dispatcher_fixtures.h"
+
+namespace dsync::dispatcher {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace fixtures;
+
+DispatchCycle MakeCycle(TestSchema& db, Clock& clock, const Settings& s = TestSettings()) {
+  CycleOptions o;
+  o.service = s.service;
+  o.offline_timeout = s.registry.offline_timeout;
+  return DispatchCycle(db.pool(), clock, PlannerConfigFromSettings(s), o);
+}
+
+std::map<std::string, int64_t> AssignedPerNode(TestSchema& db) {
+  std::map<std::string, int64_t> out;
+  db.pool().Run("per node", [&](storage::Connection& c) {
+    out.clear();
+    auto rs = c.Query("SELECT node_address, COUNT(*) FROM distribute_event WHERE status = 'ASSIGNED' "
+                      "GROUP BY node_address");
+    while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
+  });
+  return out;
+}
+
+TEST(DispatcherCycleTest, LeastLoadedLiveNodesGetTheWorkWithinCapacity) {
+  TestSchema db;
+  SystemClock clock;
+  AddNode(db, {.address = "a:1", .capacity = 4});
+  AddNode(db, {.address = "b:1", .capacity = 4});
+  AddNode(db, {.address = "draining:1", .capacity = 100, .status = 2});
+  AddNode(db, {.address = "stale:1", .capacity = 100, .age_ms = 60000});
+  AddNode(db, {.address = "offline:1", .capacity = 100, .status = 0});
+  AddNode(db, {.address = "other-service:1", .capacity = 100, .service = "other"});
+  // a:1 already runs two events (the table is the truth, not its metadata).
+  AddEvent(db, {.code = "busy-1", .status = "RUNNING", .node = "a:1", .version = 3});
+  AddEvent(db, {.code = "busy-2", .status = "ASSIGNED", .node = "a:1", .version = 2});
+  AddPendingEvents(db, 10, "T", "e");
+
+  DispatchCycle cycle = MakeCycle(db, clock);
+  CycleResult r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.live_nodes, 3);  // a, b, draining
+  EXPECT_EQ(r.free_slots, 6);
+  EXPECT_EQ(r.assigned, 6);
+  EXPECT_EQ(r.lost_races, 0);
+  EXPECT_TRUE(r.more_due);
+  auto per = AssignedPerNode(db);
+  EXPECT_EQ(per["a:1"], 3);  // 1 existing + 2 new
+  EXPECT_EQ(per["b:1"], 4);
+  EXPECT_EQ(per.size(), 2u);
+  EXPECT_EQ(Count(db, "code LIKE 'e-%' AND status = 'ASSIGNED' AND version = 2 AND assigned_time IS NOT NULL"), 6);
+  EXPECT_EQ(Count(db, "code LIKE 'e-%' AND status = 'PENDING' AND version = 1 AND node_address IS NULL"), 4);
+  // In id order: the first six.
+  EXPECT_EQ(Count(db, "code IN ('e-0','e-1','e-2','e-3','e-4','e-5') AND status = 'ASSIGNED'"), 6);
+
+  // Everyone is full now: the next cycle reads no events and writes nothing.
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.free_slots, 0);
+  EXPECT_EQ(r.pages, 0);
+  EXPECT_EQ(r.assigned, 0);
+
+  // A node finishing work frees its slot.
+  db.Exec("UPDATE distribute_event SET status = 'SUCCESS', version = version + 1 WHERE code = 'busy-1'");
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 1);
+  EXPECT_EQ(AssignedPerNode(db)["a:1"], 4);
+  EXPECT_EQ(cycle.stats().assigned, 7u);
+  EXPECT_EQ(cycle.stats().cycles, 3u);
+}
+
+TEST(DispatcherCycleTest, CapacitySharesFollowCapacityOneTwoFour) {
+  TestSchema db;
+  SystemClock clock;
+  AddNode(db, {.address = "n1:1", .capacity = 100});
+  AddNode(db, {.address = "n2:1", .capacity = 200});
+  AddNode(db, {.address = "n4:1", .capacity = 400});
+  AddPendingEvents(db, 350, "T", "e");
+  DispatchCycle cycle = MakeCycle(db, clock);
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 350);
+  auto per = AssignedPerNode(db);
+  EXPECT_EQ(per["n1:1"], 50);
+  EXPECT_EQ(per["n2:1"], 100);
+  EXPECT_EQ(per["n4:1"], 200);
+}
+
+TEST(DispatcherCycleTest, TopicsAreRespectedAndUnservedTopicsDoNotBlockTheQueue) {
+  TestSchema db;
+  SystemClock clock;
+  Settings s = TestSettings();
+  s.dispatcher.batch_size = 5;
+  AddNode(db, {.address = "a:1", .capacity = 100, .topics = {"A"}});
+  AddNode(db, {.address = "b:1", .capacity = 100, .topics = {"B", "C"}});
+  AddPendingEvents(db, 50, "NOBODY", "x", /*priority=*/-1);  // first in line, served by none
+  AddPendingEvents(db, 3, "A", "a");
+  AddPendingEvents(db, 2, "B", "b");
+  DispatchCycle cycle = MakeCycle(db, clock, s);
+  CycleResult r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 5);
+  EXPECT_EQ(r.due_read, 5);  // the 50 unserved events were never read
+  EXPECT_EQ(Count(db, "topic = 'A' AND status = 'ASSIGNED' AND node_address = 'a:1'"), 3);
+  EXPECT_EQ(Count(db, "topic = 'B' AND status = 'ASSIGNED' AND node_address = 'b:1'"), 2);
+  EXPECT_EQ(Count(db, "topic = 'NOBODY' AND status = 'PENDING'"), 50);
+
+  // A node serving "*" takes topics that are in no config, too.
+  AddNode(db, {.address = "star:1", .capacity = 10, .topics = {"*"}});
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 5);
+  EXPECT_EQ(Count(db, "topic = 'NOBODY' AND status = 'ASSIGNED' AND node_address = 'star:1'"), 5);
+}
+
+TEST(DispatcherCycleTest, DueEventsGoByPriorityThenIdAndFutureOnesWait) {
+  TestSchema db;
+  SystemClock clock;
+  AddNode(db, {.address = "a:1", .capacity = 3});
+  int64_t low = AddEvent(db, {.code = "low", .priority = 9});
+  int64_t later = AddEvent(db, {.code = "later", .priority = -5, .next_run_in_s = 3600});
+  int64_t mid1 = AddEvent(db, {.code = "mid1", .priority = 1});
+  int64_t high = AddEvent(db, {.code = "high", .priority = -1});
+  int64_t mid2 = AddEvent(db, {.code = "mid2", .priority = 1});
+  DispatchCycle cycle = MakeCycle(db, clock);
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 3);
+  EXPECT_EQ(StatusOf(db, high), "ASSIGNED");
+  EXPECT_EQ(StatusOf(db, mid1), "ASSIGNED");
+  EXPECT_EQ(StatusOf(db, mid2), "ASSIGNED");
+  EXPECT_EQ(StatusOf(db, low), "PENDING");
+  EXPECT_EQ(StatusOf(db, later), "PENDING");
+
+  db.Exec("UPDATE distribute_event SET status = 'SUCCESS', version = version + 1 WHERE status = 'ASSIGNED'");
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 1);
+  EXPECT_EQ(StatusOf(db, low), "ASSIGNED");
+  EXPECT_EQ(StatusOf(db, later), "PENDING");  // still in its backoff
+  db.Exec("UPDATE distribute_event SET next_run_time = NOW(3) - INTERVAL 1 SECOND WHERE code = 'later'");
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 1);
+  EXPECT_EQ(StatusOf(db, later), "ASSIGNED");
+}
+
+TEST(DispatcherCycleTest, OrderedTopicsAssignAnEntitysNextEventOnlyAfterTheEarlierIsTerminal) {
+  TestSchema db;
+  SystemClock clock;
+  Settings s = TestSettings();
+  s.topics["ORD"] = TopicSettings{};  // ordered by default
+  TopicSettings unordered;
+  unordered.ordered = false;
+  s.topics["FREE"] = unordered;
+  AddNode(db, {.address = "a:1", .capacity = 100});
+  int64_t o1 = AddEvent(db, {.code = "o1", .topic = "ORD", .data_id = "space-1"});
+  int64_t o2 = AddEvent(db, {.code = "o2", .topic = "ORD", .data_id = "space-1"});
+  int64_t o3 = AddEvent(db, {.code = "o3", .topic = "ORD", .data_id = "space-1"});
+  int64_t other_tenant = AddEvent(db, {.code = "o4", .topic = "ORD", .tenant = "t2", .data_id = "space-1"});
+  int64_t f1 = AddEvent(db, {.code = "f1", .topic = "FREE", .data_id = "space-2"});
+  int64_t f2 = AddEvent(db, {.code = "f2", .topic = "FREE", .data_id = "space-2"});
+  DispatchCycle cycle = MakeCycle(db, clock, s);
+
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 4);
+  EXPECT_EQ(StatusOf(db, o1), "ASSIGNED");
+  EXPECT_EQ(StatusOf(db, o2), "PENDING");
+  EXPECT_EQ(StatusOf(db, o3), "PENDING");
+  EXPECT_EQ(StatusOf(db, other_tenant), "ASSIGNED");
+  EXPECT_EQ(StatusOf(db, f1), "ASSIGNED");
+  EXPECT_EQ(StatusOf(db, f2), "ASSIGNED");  // not ordered: runs beside f1
+
+  // Running, or back in a backoff (PENDING, not yet due): o2 still waits.
+  db.Exec("UPDATE distribute_event SET status = 'RUNNING', version = version + 1 WHERE code = 'o1'");
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 0);
+  db.Exec("UPDATE distribute_event SET status = 'PENDING', node_address = NULL, version = version + 1, "
+          "next_run_time = NOW(3) + INTERVAL 1 HOUR WHERE code = 'o1'");
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 0);
+  EXPECT_EQ(StatusOf(db, o2), "PENDING");
+
+  // Terminal (any of the three): the next one, and only it.
+  db.Exec("UPDATE distribute_event SET status = 'COMPENSATED', version = version + 1 WHERE code = 'o1'");
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 1);
+  EXPECT_EQ(StatusOf(db, o2), "ASSIGNED");
+  EXPECT_EQ(StatusOf(db, o3), "PENDING");
+  db.Exec("UPDATE distribute_event SET status = 'FAILED', version = version + 1 WHERE code = 'o2'");
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 1);
+  EXPECT_EQ(StatusOf(db, o3), "ASSIGNED");
+}
+
+TEST(DispatcherCycleTest, ATopicAtItsBatchLimitLetsOtherTopicsThrough) {
+  TestSchema db;
+  SystemClock clock;
+  Settings s = TestSettings();
+  s.dispatcher.batch_size = 10;
+  TopicSettings limited;
+  limited.batch_limit = 2;
+  s.topics["X"] = limited;
+  AddNode(db, {.address = "a:1", .capacity = 100});
+  AddPendingEvents(db, 30, "X", "x", /*priority=*/-1);
+  AddPendingEvents(db, 30, "Y", "y");
+  DispatchCycle cycle = MakeCycle(db, clock, s);
+  CycleResult r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 10);
+  EXPECT_GE(r.pages, 2);
+  EXPECT_TRUE(r.more_due);
+  EXPECT_EQ(Count(db, "topic = 'X' AND status = 'ASSIGNED'"), 2);
+  EXPECT_EQ(Count(db, "topic = 'Y' AND status = 'ASSIGNED'"), 8);
+}
+
+TEST(DispatcherCycleTest, AWriteWhoseEventChangedIsALostRace) {
+  TestSchema db;
+  SystemClock clock;
+  AddNode(db, {.address = "a:1", .capacity = 10});
+  int64_t e1 = AddEvent(db, {.code = "e1"});
+  int64_t e2 = AddEvent(db, {.code = "e2"});
+  int64_t e3 = AddEvent(db, {.code = "e3"});
+  // e2 changed since it was read (another writer bumped its version); e3 was cancelled.
+  db.Exec("UPDATE distribute_event SET version = version + 1 WHERE code = 'e2'");
+  db.Exec("UPDATE distribute_event SET status = 'FAILED', version = version + 1 WHERE code = 'e3'");
+  DispatchCycle cycle = MakeCycle(db, clock);
+  auto w = cycle.Write({{e3, 1, "a:1"}, {e1, 1, "a:1"}, {e2, 1, "a:1"}}, std::nullopt);
+  EXPECT_FALSE(w.fenced_out);
+  EXPECT_EQ(w.won, (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(StatusOf(db, e1), "ASSIGNED");
+  EXPECT_EQ(StatusOf(db, e2), "PENDING");
+  EXPECT_EQ(VersionOf(db, e2), 2);
+  EXPECT_EQ(StatusOf(db, e3), "FAILED");
+}
+
+TEST(DispatcherCycleTest, LostRacesAreFoundInAnyChunkOfABigWrite) {
+  TestSchema db;
+  SystemClock clock;
+  AddPendingEvents(db, 150, "T", "e");  // chunks of 64: 64 + 64 + 22 (padded)
+  db.Exec("UPDATE distribute_event SET version = 5 WHERE code IN ('e-3', 'e-100', 'e-149')");
+  std::vector<Assignment> as;
+  std::map<int64_t, std::string> code_of;
+  db.pool().Run("ids", [&](storage::Connection& c) {
+    auto rs = c.Query("SELECT id, code FROM distribute_event ORDER BY id DESC");  // any order
+    while (rs->next()) {
+      as.push_back({rs->getInt64(1), 1, "n" + std::to_string(rs->getInt64(1) % 3) + ":1"});
+      code_of[rs->getInt64(1)] = rs->getString(2);
+    }
+  });
+  DispatchCycle cycle = MakeCycle(db, clock);
+  auto w = cycle.Write(as, std::nullopt);
+  ASSERT_EQ(w.won.size(), 150u);
+  for (size_t i = 0; i < as.size(); ++i) {
+    const std::string& code = code_of[as[i].event_id];
+    bool raced = code == "e-3" || code == "e-100" || code == "e-149";
+    EXPECT_EQ(w.won[i], !raced) << code;
+  }
+  EXPECT_EQ(Count(db, "status = 'ASSIGNED' AND version = 2"), 147);
+  EXPECT_EQ(Count(db, "status = 'PENDING' AND version = 5"), 3);
+  // Each went to its own node.
+  EXPECT_EQ(Count(db, "status = 'ASSIGNED' AND node_address <> CONCAT('n', id % 3, ':1')"), 0);
+}
+
+TEST(DispatcherCycleTest, ALeaseForcedToExpireMidCycleFencesTheOldLeaderOut) {
+  TestSchema db;
+  SystemClock clock;
+  AddNode(db, {.address = "a:1", .capacity = 100});
+  AddPendingEvents(db, 20, "T", "e");
+  LeaseLock old_leader(db.pool(), "dispatcher:kbs-sync", "old:1:aaaa");
+  LeaseLock new_leader(db.pool(), "dispatcher:kbs-sync", "new:2:bbbb");
+  ASSERT_EQ(old_leader.TryAcquire(10s), 1);
+
+  DispatchCycle old_cycle = MakeCycle(db, clock);
+  // Between the old leader's reads and its writes, its lease expires and is taken.
+  CycleResult r = old_cycle.RunOnce(old_leader.Fence(1), [&] {
+    db.Exec("UPDATE distribute_lease_lock SET expires_at = NOW(3) - INTERVAL 1 SECOND");
+    EXPECT_EQ(new_leader.TryAcquire(10s), 2);
+    return true;  // the old leader has not noticed yet
+  });
+  EXPECT_TRUE(r.fenced_out);
+  EXPECT_EQ(r.assigned, 0);
+  EXPECT_EQ(Count(db, "status = 'ASSIGNED'"), 0);
+  EXPECT_EQ(old_cycle.stats().fenced_out, 1u);
+
+  DispatchCycle new_cycle = MakeCycle(db, clock);
+  r = new_cycle.RunOnce(new_leader.Fence(2));
+  EXPECT_FALSE(r.fenced_out);
+  EXPECT_EQ(r.assigned, 20);
+  EXPECT_EQ(r.lost_races, 0);
+  EXPECT_EQ(Count(db, "status = 'ASSIGNED' AND version = 2"), 20);
+
+  // The old leader's next cycle writes nothing either.
+  AddPendingEvents(db, 5, "T", "late");
+  r = old_cycle.RunOnce(old_leader.Fence(1));
+  EXPECT_TRUE(r.fenced_out);
+  EXPECT_EQ(Count(db, "code LIKE 'late-%' AND status = 'PENDING'"), 5);
+}
+
+TEST(DispatcherCycleTest, StrategiesOverSqlNodes) {
+  TestSchema db;
+  SystemClock clock;
+  Settings s = TestSettings();
+  TopicSettings rr;
+  rr.strategy = "round_robin";
+  s.topics["RR"] = rr;
+  TopicSettings ch;
+  ch.strategy = "consistent_hash";
+  ch.ordered = false;
+  s.topics["CH"] = ch;
+  AddNode(db, {.address = "a:1", .capacity = 100});
+  AddNode(db, {.address = "b:1", .capacity = 100});
+  AddNode(db, {.address = "c:1", .capacity = 100});
+  AddPendingEvents(db, 9, "RR", "rr");
+  for (int i = 0; i < 6; ++i) {
+    AddEvent(db, {.code = "ch-" + std::to_string(i), .topic = "CH", .data_id = "entity-" + std::to_string(i % 2)});
+  }
+  DispatchCycle cycle = MakeCycle(db, clock, s);
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 15);
+  EXPECT_EQ(Count(db, "topic = 'RR' AND node_address = 'a:1'"), 3);
+  EXPECT_EQ(Count(db, "topic = 'RR' AND node_address = 'b:1'"), 3);
+  EXPECT_EQ(Count(db, "topic = 'RR' AND node_address = 'c:1'"), 3);
+  // One node per entity.
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(DISTINCT node_address) FROM distribute_event WHERE topic = 'CH' "
+                        "AND data_id = 'entity-0'"), 1);
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(DISTINCT node_address) FROM distribute_event WHERE topic = 'CH' "
+                        "AND data_id = 'entity-1'"), 1);
+}
+
+}  // namespace
+}  // namespace dsync::dispatcher

@@ -1,0 +1,259 @@
+// The leader's sweeper (dispatcher/event_sweeper.h) against a real MariaDB. Dead
+// nodes and idle events are made by moving times into the past with SQL.
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "core/clock.h"
+#include "dispatcher/dispatch_cycle.h"
+#include "dispatcher/event_sweeper.h"
+#include "tests/integration/dispatcher_fixtures.h"
+
+namespace dsync::dispatcher {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace fixtures;
+
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto logger = std::make_shared<spdlog::logger>(
+        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out_));
+    logger->set_level(spdlog::level::trace);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string text() {
+    spdlog::default_logger()->flush();
+    return out_.str();
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+std::string Field(TestSchema& db, int64_t id, const std::string& column) {
+  return Text(db, "SELECT " + column + " FROM distribute_event WHERE id = " + std::to_string(id));
+}
+int64_t IntField(TestSchema& db, int64_t id, const std::string& column) {
+  return db.QueryInt("SELECT " + column + " FROM distribute_event WHERE id = " + std::to_string(id));
+}
+
+// Sets modifier_time (and started_time) `seconds` into the past. An explicit SET
+// overrides the column's ON UPDATE.
+void Idle(TestSchema& db, int64_t id, int modifier_age_s, int started_age_s = -1) {
+  if (started_age_s < 0) started_age_s = modifier_age_s;
+  db.Exec("UPDATE distribute_event SET modifier_time = NOW(3) - INTERVAL " + std::to_string(modifier_age_s) +
+          " SECOND, started_time = NOW(3) - INTERVAL " + std::to_string(started_age_s) +
+          " SECOND WHERE id = " + std::to_string(id));
+}
+
+TEST(DispatcherSweeperTest, EventsOfNodesThatAreNotLiveGoBackToPending) {
+  TestSchema db;
+  LogCapture log;
+  AddNode(db, {.address = "live:1"});
+  AddNode(db, {.address = "draining:1", .status = 2});
+  AddNode(db, {.address = "dead:1", .age_ms = 60000});
+  AddNode(db, {.address = "stopped:1", .status = 0});  // shut down gracefully just now
+  int64_t assigned = AddEvent(db, {.code = "a1", .status = "ASSIGNED", .node = "dead:1", .version = 2});
+  int64_t running = AddEvent(db, {.code = "r1", .status = "RUNNING", .node = "dead:1", .version = 3, .retry_count = 1});
+  int64_t compensating = AddEvent(db, {.code = "c1", .status = "COMPENSATING", .node = "dead:1", .version = 5,
+                                       .phase = "COMPENSATE", .retry_count = 3});
+  int64_t gone = AddEvent(db, {.code = "g1", .status = "RUNNING", .node = "never-registered:1", .version = 3});
+  int64_t stopped = AddEvent(db, {.code = "s1", .status = "ASSIGNED", .node = "stopped:1", .version = 2});
+  int64_t on_live = AddEvent(db, {.code = "l1", .status = "RUNNING", .node = "live:1", .version = 3});
+  int64_t drain_a = AddEvent(db, {.code = "d1", .status = "ASSIGNED", .node = "draining:1", .version = 2});
+  int64_t drain_r = AddEvent(db, {.code = "d2", .status = "RUNNING", .node = "draining:1", .version = 3});
+  int64_t done = AddEvent(db, {.code = "done", .status = "SUCCESS", .node = "dead:1", .version = 4});
+  int64_t pending = AddEvent(db, {.code = "p1"});
+  db.Exec("UPDATE distribute_event SET trace_id = 'trace-42' WHERE code = 'a1'");
+  for (int64_t id : {assigned, running, compensating, gone, stopped}) Idle(db, id, 120);
+
+  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(TestSettings()));
+  SweepReport r = sweeper.SweepOnce();
+  EXPECT_EQ(r.marked_offline, 1u);  // dead:1
+  EXPECT_EQ(r.reset_node_offline, 5u);
+  EXPECT_EQ(r.reset_timed_out, 0u);
+  EXPECT_EQ(r.reset_races, 0u);
+
+  struct Expect {
+    int64_t id;
+    int64_t version;
+    int64_t retry_count;
+    const char* phase;
+    const char* node;
+  };
+  for (const Expect& e : {Expect{assigned, 3, 0, "FORWARD", "dead:1"},
+                          Expect{running, 4, 2, "FORWARD", "dead:1"},  // a RUNNING reset is a retry
+                          Expect{compensating, 6, 3, "COMPENSATE", "dead:1"},
+                          Expect{gone, 4, 1, "FORWARD", "never-registered:1"},
+                          Expect{stopped, 3, 0, "FORWARD", "stopped:1"}}) {
+    SCOPED_TRACE(e.id);
+    EXPECT_EQ(StatusOf(db, e.id), "PENDING");
+    EXPECT_EQ(VersionOf(db, e.id), e.version);
+    EXPECT_EQ(NodeOf(db, e.id), "NULL");
+    EXPECT_EQ(IntField(db, e.id, "retry_count"), e.retry_count);
+    EXPECT_EQ(Field(db, e.id, "phase"), e.phase);
+    EXPECT_EQ(Field(db, e.id, "last_error"), std::string("reset: node ") + e.node + " offline");
+    EXPECT_EQ(IntField(db, e.id, "next_run_time <= NOW(3) AND next_run_time > NOW(3) - INTERVAL 60 SECOND"), 1);
+    EXPECT_EQ(IntField(db, e.id, "modifier_time > NOW(3) - INTERVAL 60 SECOND"), 1);
+  }
+  for (int64_t id : {on_live, drain_a, drain_r}) {
+    EXPECT_NE(StatusOf(db, id), "PENDING") << id;
+    EXPECT_NE(NodeOf(db, id), "NULL") << id;
+  }
+  EXPECT_EQ(StatusOf(db, done), "SUCCESS");
+  EXPECT_EQ(NodeOf(db, done), "dead:1");
+  EXPECT_EQ(VersionOf(db, pending), 1);
+
+  std::string text = log.text();
+  EXPECT_NE(text.find("EVENT_RESET event=a1 node=dead:1 reason=node_offline trace=trace-42"), std::string::npos) << text;
+  EXPECT_NE(text.find("EVENT_RESET event=r1 node=dead:1 reason=node_offline trace=r1"), std::string::npos) << text;
+  EXPECT_EQ(sweeper.stats().resets_node_offline, 5u);
+  EXPECT_EQ(sweeper.stats().sweeps, 1u);
+
+  // A second pass finds nothing more; the reset events go to the live node.
+  r = sweeper.SweepOnce();
+  EXPECT_EQ(r.reset_node_offline, 0u);
+  SystemClock clock;
+  CycleOptions o;
+  DispatchCycle cycle(db.pool(), clock, PlannerConfigFromSettings(TestSettings()), o);
+  cycle.RunOnce(std::nullopt);
+  for (int64_t id : {assigned, running, compensating, gone, stopped, pending}) {
+    EXPECT_EQ(StatusOf(db, id), "ASSIGNED") << id;
+    EXPECT_EQ(NodeOf(db, id), "live:1") << id;
+  }
+}
+
+TEST(DispatcherSweeperTest, AnEventThatCompletedBetweenReadAndResetIsNotOverwritten) {
+  TestSchema db;
+  AddNode(db, {.address = "dead:1", .age_ms = 60000});
+  int64_t completes = AddEvent(db, {.code = "completes", .status = "RUNNING", .node = "dead:1", .version = 3});
+  int64_t status_only = AddEvent(db, {.code = "status-only", .status = "RUNNING", .node = "dead:1", .version = 3});
+  int64_t handed = AddEvent(db, {.code = "handed", .status = "ASSIGNED", .node = "dead:1", .version = 2});
+  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(TestSettings()));
+
+  std::vector<ResetCandidate> found = sweeper.FindOrphaned(100);
+  ASSERT_EQ(found.size(), 3u);
+  EXPECT_EQ(found[0].id, completes);
+  EXPECT_EQ(found[0].version, 3);
+  EXPECT_EQ(found[0].status, "RUNNING");
+  EXPECT_EQ(found[0].node_address, "dead:1");
+  EXPECT_EQ(found[0].reason, ResetReason::kNodeOffline);
+
+  // Between the read and the write: the owner's final fenced write commits; another
+  // writer changes the status alone; a third event is handed back and reassigned.
+  db.Exec("UPDATE distribute_event SET status = 'SUCCESS', version = version + 1, finished_time = NOW(3) "
+          "WHERE code = 'completes'");
+  db.Exec("UPDATE distribute_event SET status = 'COMPENSATED' WHERE code = 'status-only'");
+  db.Exec("UPDATE distribute_event SET status = 'ASSIGNED', node_address = 'dead:1', version = version + 2 "
+          "WHERE code = 'handed'");
+  for (const ResetCandidate& c : found) EXPECT_FALSE(sweeper.Reset(c)) << c.code;
+
+  EXPECT_EQ(StatusOf(db, completes), "SUCCESS");
+  EXPECT_EQ(VersionOf(db, completes), 4);
+  EXPECT_EQ(NodeOf(db, completes), "dead:1");
+  EXPECT_EQ(Field(db, completes, "last_error"), "NULL");
+  EXPECT_EQ(IntField(db, completes, "retry_count"), 0);
+  EXPECT_EQ(StatusOf(db, status_only), "COMPENSATED");
+  EXPECT_EQ(VersionOf(db, handed), 4);
+  EXPECT_EQ(StatusOf(db, handed), "ASSIGNED");
+  EXPECT_EQ(sweeper.stats().reset_races, 3u);
+  EXPECT_EQ(sweeper.stats().resets_node_offline, 0u);
+
+  // Read again in a later pass, the reassigned one is reset with its new version.
+  found = sweeper.FindOrphaned(100);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].version, 4);
+  EXPECT_TRUE(sweeper.Reset(found[0]));
+  EXPECT_EQ(VersionOf(db, handed), 5);
+}
+
+TEST(DispatcherSweeperTest, RunningEventsIdleBeyondTheirTopicsTimeoutAreReset) {
+  TestSchema db;
+  Settings s = TestSettings();
+  TopicSettings short_topic;
+  short_topic.max_processing_time = 60s;
+  s.topics["T"] = short_topic;
+  TopicSettings long_topic;
+  long_topic.max_processing_time = 1h;
+  s.topics["LONG"] = long_topic;
+  AddNode(db, {.address = "live:1"});
+  auto running = [&](const std::string& code, const std::string& topic, const std::string& status = "RUNNING") {
+    return AddEvent(db, {.code = code, .topic = topic, .status = status, .node = "live:1", .version = 3,
+                         .phase = status == "COMPENSATING" ? "COMPENSATE" : "FORWARD"});
+  };
+  int64_t stale = running("stale", "T");
+  int64_t busy = running("busy", "T");                 // started long ago, active now
+  int64_t stale_comp = running("stale-comp", "T", "COMPENSATING");
+  int64_t stale_assigned = running("stale-assigned", "T", "ASSIGNED");
+  int64_t long_ok = running("long-ok", "LONG");
+  int64_t unknown_stale = running("unknown-stale", "NOT_CONFIGURED");
+  int64_t unknown_ok = running("unknown-ok", "NOT_CONFIGURED");
+  Idle(db, stale, 120);
+  Idle(db, busy, 0, 7200);
+  Idle(db, stale_comp, 120);
+  Idle(db, stale_assigned, 120);
+  Idle(db, long_ok, 120);
+  Idle(db, unknown_stale, 400);  // default max_processing_time: 300 s
+  Idle(db, unknown_ok, 120);
+
+  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(s));
+  SweepReport r = sweeper.SweepOnce();
+  EXPECT_EQ(r.reset_timed_out, 3u);
+  EXPECT_EQ(r.reset_node_offline, 0u);
+
+  EXPECT_EQ(StatusOf(db, stale), "PENDING");
+  EXPECT_EQ(VersionOf(db, stale), 4);
+  EXPECT_EQ(IntField(db, stale, "retry_count"), 1);
+  EXPECT_EQ(NodeOf(db, stale), "NULL");
+  EXPECT_EQ(Field(db, stale, "last_error").rfind("reset: no activity for 1", 0), 0u)
+      << Field(db, stale, "last_error");
+  EXPECT_NE(Field(db, stale, "last_error").find("on node live:1 (max_processing_time_ms 60000)"),
+            std::string::npos);
+  EXPECT_EQ(StatusOf(db, stale_comp), "PENDING");
+  EXPECT_EQ(IntField(db, stale_comp, "retry_count"), 0);
+  EXPECT_EQ(Field(db, stale_comp, "phase"), "COMPENSATE");
+  EXPECT_EQ(StatusOf(db, unknown_stale), "PENDING");
+
+  EXPECT_EQ(StatusOf(db, busy), "RUNNING");  // last activity counts, never the start
+  EXPECT_EQ(StatusOf(db, stale_assigned), "ASSIGNED");
+  EXPECT_EQ(StatusOf(db, long_ok), "RUNNING");
+  EXPECT_EQ(StatusOf(db, unknown_ok), "RUNNING");
+  EXPECT_EQ(sweeper.stats().resets_timed_out, 3u);
+}
+
+TEST(DispatcherSweeperTest, ActivityBetweenReadAndResetKeepsTheEventRunning) {
+  TestSchema db;
+  Settings s = TestSettings();
+  TopicSettings t;
+  t.max_processing_time = 60s;
+  s.topics["T"] = t;
+  AddNode(db, {.address = "live:1"});
+  int64_t id = AddEvent(db, {.code = "e", .status = "RUNNING", .node = "live:1", .version = 3});
+  Idle(db, id, 120);
+  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(s));
+  std::vector<ResetCandidate> found = sweeper.FindTimedOut(100);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].reason, ResetReason::kTimedOut);
+  EXPECT_EQ(found[0].timeout, 60s);
+  EXPECT_GE(found[0].idle, 119s);
+
+  // The owner's fenced progress write refreshes modifier_time, version unchanged.
+  db.Exec("UPDATE distribute_event SET modifier_time = NOW(3), progress = 50 WHERE id = " + std::to_string(id) +
+          " AND version = 3");
+  EXPECT_FALSE(sweeper.Reset(found[0]));
+  EXPECT_EQ(StatusOf(db, id), "RUNNING");
+  EXPECT_EQ(VersionOf(db, id), 3);
+  EXPECT_EQ(sweeper.stats().reset_races, 1u);
+}
+
+}  // namespace
+}  // namespace dsync::dispatcher

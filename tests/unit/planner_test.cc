@@ -1,0 +1,386 @@
+// AssignmentPlanner (dispatcher/assignment_planner.h): pure logic with fake nodes and
+// events, no database, no clock.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "config/settings.h"
+#include "dispatcher/assignment_planner.h"
+#include "dispatcher/dispatch_cycle.h"
+
+namespace dsync::dispatcher {
+namespace {
+
+using namespace std::chrono_literals;
+
+NodeLoad Node(const std::string& address, int capacity, int in_flight = 0,
+              std::vector<std::string> topics = {"*"}) {
+  NodeLoad n;
+  n.address = address;
+  n.capacity = capacity;
+  n.in_flight = in_flight;
+  n.topics = std::move(topics);
+  return n;
+}
+
+// Events with ids from `first_id`, each on its own entity unless `data_id` is given.
+std::vector<PendingEvent> Events(int count, const std::string& topic = "T", int64_t first_id = 1,
+                                 const std::string& data_id = "") {
+  std::vector<PendingEvent> out;
+  for (int i = 0; i < count; ++i) {
+    PendingEvent e;
+    e.id = first_id + i;
+    e.version = 1;
+    e.topic = topic;
+    e.tenant_id = "t1";
+    e.data_id = data_id.empty() ? "d" + std::to_string(e.id) : data_id;
+    out.push_back(e);
+  }
+  return out;
+}
+
+PlannerConfig Config(Strategy strategy, int batch_size = 500, bool ordered = true, int batch_limit = 0) {
+  PlannerConfig c;
+  c.batch_size = batch_size;
+  c.topics["T"] = TopicPolicy{strategy, ordered, batch_limit};
+  return c;
+}
+
+std::map<std::string, int> PerNode(const PlanResult& r) {
+  std::map<std::string, int> out;
+  for (const auto& a : r.assignments) ++out[a.node_address];
+  return out;
+}
+
+const Strategy kAllStrategies[] = {Strategy::kLeastLoad, Strategy::kWeighted,
+                                   Strategy::kLeastConnections, Strategy::kRoundRobin,
+                                   Strategy::kConsistentHash};
+
+TEST(PlannerTest, StrategyNamesRoundTrip) {
+  for (Strategy s : kAllStrategies) EXPECT_EQ(ParseStrategy(StrategyName(s)), s);
+  EXPECT_EQ(ParseStrategy("fastest"), std::nullopt);
+}
+
+TEST(PlannerTest, NoStrategyExceedsFreeSlotsOrGivesDrainingNodesWork) {
+  for (Strategy s : kAllStrategies) {
+    AssignmentPlanner p(Config(s));
+    NodeLoad draining = Node("d:1", 100);
+    draining.draining = true;
+    NodeLoad loaded = Node("c:1", 4, 1);
+    loaded.load = 0.01;  // looks idle by its own report; the table says 1 in flight
+    p.BeginCycle({Node("a:1", 2), Node("b:1", 3, 3), loaded, draining});
+    EXPECT_EQ(p.remaining(), 2 + 0 + 3) << StrategyName(s);
+    PlanResult r = p.Plan(Events(20));
+    auto per = PerNode(r);
+    EXPECT_EQ(per["a:1"], 2) << StrategyName(s);
+    EXPECT_EQ(per.count("b:1"), 0u) << StrategyName(s);
+    EXPECT_EQ(per["c:1"], 3) << StrategyName(s);
+    EXPECT_EQ(per.count("d:1"), 0u) << StrategyName(s);
+    EXPECT_EQ(r.assignments.size(), 5u);
+    EXPECT_EQ(r.skipped_no_node, 15);
+    EXPECT_EQ(p.remaining(), 0);
+    EXPECT_EQ(p.NextPageFilter().limit, 0);
+  }
+}
+
+TEST(PlannerTest, AssignmentsCarryTheVersionReadInInputOrder) {
+  AssignmentPlanner p(Config(Strategy::kLeastLoad));
+  p.BeginCycle({Node("a:1", 10)});
+  auto events = Events(3, "T", 40);
+  events[1].version = 7;
+  PlanResult r = p.Plan(events);
+  ASSERT_EQ(r.assignments.size(), 3u);
+  EXPECT_EQ(r.assignments[0].event_id, 40);
+  EXPECT_EQ(r.assignments[1].event_id, 41);
+  EXPECT_EQ(r.assignments[1].version, 7);
+  EXPECT_EQ(r.assignments[2].event_id, 42);
+}
+
+TEST(PlannerTest, LeastLoadFollowsProjectedLoadAndCapacity) {
+  AssignmentPlanner p(Config(Strategy::kLeastLoad));
+  // Capacities 1:2:4, idle: work in proportion to capacity.
+  p.BeginCycle({Node("a:1", 10), Node("b:1", 20), Node("c:1", 40)});
+  auto per = PerNode(p.Plan(Events(35)));
+  EXPECT_EQ(per["a:1"], 5);
+  EXPECT_EQ(per["b:1"], 10);
+  EXPECT_EQ(per["c:1"], 20);
+
+  // The least loaded by the table wins; ties go to the smaller address.
+  p.BeginCycle({Node("c:1", 10, 5), Node("b:1", 10, 2), Node("a:1", 10, 2)});
+  PlanResult r = p.Plan(Events(1));
+  EXPECT_EQ(r.assignments[0].node_address, "a:1");
+  r = p.Plan(Events(1, "T", 2));
+  EXPECT_EQ(r.assignments[0].node_address, "b:1");
+  // a:1 and b:1 now at 3/10, c:1 at 5/10: a:1 again.
+  EXPECT_EQ(p.Plan(Events(1, "T", 3)).assignments[0].node_address, "a:1");
+}
+
+TEST(PlannerTest, WeightedFollowsTheSeedFormulaAndSpreadsTheBatch) {
+  AssignmentPlanner p(Config(Strategy::kWeighted));
+  // seed 004: capacity / (load + 0.001): the lower load wins at equal capacity, the
+  // bigger capacity at equal load.
+  NodeLoad a = Node("a:1", 100), b = Node("b:1", 100), c = Node("c:1", 200);
+  a.load = 0.5;
+  b.load = 0.3;
+  c.load = 0.5;
+  p.BeginCycle({a, b});
+  EXPECT_EQ(p.Plan(Events(1)).assignments[0].node_address, "b:1");
+  p.BeginCycle({a, c});
+  EXPECT_EQ(p.Plan(Events(1)).assignments[0].node_address, "c:1");
+
+  // Assignments of the cycle count as load: a batch is not dumped on one node.
+  NodeLoad x = Node("x:1", 50), y = Node("y:1", 50), z = Node("z:1", 100);
+  p.BeginCycle({x, y, z});
+  auto per = PerNode(p.Plan(Events(60)));
+  EXPECT_GT(per["x:1"], 5);
+  EXPECT_GT(per["y:1"], 5);
+  EXPECT_GT(per["z:1"], per["x:1"]);
+  EXPECT_EQ(per["x:1"], per["y:1"]);
+  EXPECT_EQ(per["x:1"] + per["y:1"] + per["z:1"], 60);
+
+  // The node's weight multiplies its score.
+  NodeLoad heavy = Node("h:1", 100), light = Node("l:1", 100);
+  heavy.weight = 3;
+  p.BeginCycle({light, heavy});
+  per = PerNode(p.Plan(Events(40)));
+  EXPECT_GT(per["h:1"], per["l:1"]);
+}
+
+TEST(PlannerTest, LeastConnectionsCountsReportedProcessingPlusThisCycle) {
+  AssignmentPlanner p(Config(Strategy::kLeastConnections));
+  NodeLoad a = Node("a:1", 100), b = Node("b:1", 100);
+  a.processing_count = 5;
+  b.processing_count = 1;
+  p.BeginCycle({a, b});
+  auto per = PerNode(p.Plan(Events(6)));
+  // b takes 4 to reach 5, then they alternate from a (ties by address).
+  EXPECT_EQ(per["b:1"], 5);
+  EXPECT_EQ(per["a:1"], 1);
+}
+
+TEST(PlannerTest, RoundRobinRotatesAndKeepsItsCursorAcrossCycles) {
+  AssignmentPlanner p(Config(Strategy::kRoundRobin));
+  p.BeginCycle({Node("c:1", 10), Node("a:1", 10), Node("b:1", 10)});
+  PlanResult r = p.Plan(Events(4));
+  std::vector<std::string> got;
+  for (const auto& a : r.assignments) got.push_back(a.node_address);
+  EXPECT_EQ(got, (std::vector<std::string>{"a:1", "b:1", "c:1", "a:1"}));
+
+  // Next cycle continues after a:1; a full node is skipped; a new node joins in order.
+  p.BeginCycle({Node("a:1", 10), Node("b:1", 10, 10), Node("bb:1", 10), Node("c:1", 10)});
+  r = p.Plan(Events(3, "T", 10));
+  got.clear();
+  for (const auto& a : r.assignments) got.push_back(a.node_address);
+  EXPECT_EQ(got, (std::vector<std::string>{"bb:1", "c:1", "a:1"}));
+}
+
+TEST(PlannerTest, ConsistentHashKeepsEntitiesOnTheirNodeAndMostWhenANodeJoins) {
+  std::vector<NodeLoad> four = {Node("10.0.0.1:7001", 100000), Node("10.0.0.2:7001", 100000),
+                                Node("10.0.0.3:7001", 100000), Node("10.0.0.4:7001", 100000)};
+  const int kKeys = 4000;
+  // Unordered here so that one entity can appear twice in a batch.
+  PlannerConfig unordered = Config(Strategy::kConsistentHash, 100000, /*ordered=*/false);
+  AssignmentPlanner q(unordered);
+
+  q.BeginCycle(four);
+  std::map<std::string, std::string> before;
+  for (const auto& a : q.Plan(Events(kKeys)).assignments) before[std::to_string(a.event_id)] = a.node_address;
+  auto per = PerNode(PlanResult{});
+  for (const auto& [_, node] : before) ++per[node];
+  for (const auto& n : four) {
+    EXPECT_GT(per[n.address], kKeys / 4 * 8 / 10) << n.address;  // roughly even
+    EXPECT_LT(per[n.address], kKeys / 4 * 12 / 10) << n.address;
+  }
+
+  // Same entity, same node, on every cycle.
+  q.BeginCycle(four);
+  for (const auto& a : q.Plan(Events(kKeys)).assignments) EXPECT_EQ(before[std::to_string(a.event_id)], a.node_address);
+
+  // A fifth node takes about a fifth of the keys; the rest stay where they were.
+  auto five = four;
+  five.push_back(Node("10.0.0.5:7001", 100000));
+  q.BeginCycle(five);
+  int moved = 0, moved_elsewhere = 0;
+  for (const auto& a : q.Plan(Events(kKeys)).assignments) {
+    if (before[std::to_string(a.event_id)] != a.node_address) {
+      ++moved;
+      if (a.node_address != "10.0.0.5:7001") ++moved_elsewhere;
+    }
+  }
+  EXPECT_GT(moved, kKeys / 5 * 7 / 10);
+  EXPECT_LT(moved, kKeys / 5 * 13 / 10);
+  EXPECT_EQ(moved_elsewhere, 0);
+
+  // When its node is full, an entity falls back to the next node by hash, and only then.
+  auto one = Events(1);
+  const std::string home = before["1"];
+  std::vector<NodeLoad> home_full = four;
+  for (auto& n : home_full) if (n.address == home) n.in_flight = n.capacity;
+  q.BeginCycle(home_full);
+  std::string fallback = q.Plan(one).assignments.at(0).node_address;
+  EXPECT_NE(fallback, home);
+  q.BeginCycle(home_full);
+  EXPECT_EQ(q.Plan(one).assignments.at(0).node_address, fallback);
+}
+
+TEST(PlannerTest, NodesServeOnlyTheirTopics) {
+  PlannerConfig c;
+  c.topics["A"] = TopicPolicy{};
+  c.topics["B"] = TopicPolicy{};
+  AssignmentPlanner p(c);
+  p.BeginCycle({Node("a-only:1", 10, 0, {"A"}), Node("b-only:1", 10, 0, {"B"}),
+                Node("none:1", 10, 0, {"C"})});
+  PlanResult r = p.Plan(Events(3, "A", 1));
+  for (const auto& a : r.assignments) EXPECT_EQ(a.node_address, "a-only:1");
+  r = p.Plan(Events(3, "B", 10));
+  for (const auto& a : r.assignments) EXPECT_EQ(a.node_address, "b-only:1");
+  r = p.Plan(Events(2, "Z", 20));  // nobody serves Z
+  EXPECT_TRUE(r.assignments.empty());
+  EXPECT_EQ(r.skipped_no_node, 2);
+
+  // "*" and an empty list both mean every topic, including ones missing from the config.
+  p.BeginCycle({Node("star:1", 10, 0, {"*"}), Node("empty:1", 10, 0, {})});
+  r = p.Plan(Events(4, "UNCONFIGURED", 30));
+  EXPECT_EQ(r.assignments.size(), 4u);
+  EXPECT_EQ(PerNode(r)["empty:1"], 2);
+  EXPECT_EQ(PerNode(r)["star:1"], 2);
+}
+
+TEST(PlannerTest, PageFilterNamesWhatTheNextPageCanUse) {
+  PlannerConfig c = Config(Strategy::kLeastLoad, 100);
+  c.topics["U"] = TopicPolicy{Strategy::kLeastLoad, /*ordered=*/false, 2};
+  AssignmentPlanner p(c);
+  NodeLoad drain = Node("d:1", 10, 0, {"*"});
+  drain.draining = true;
+  p.BeginCycle({Node("a:1", 1, 0, {"A", "B"}), Node("u:1", 10, 0, {"U"}), drain});
+  PageFilter f = p.NextPageFilter();
+  EXPECT_FALSE(f.any_topic);  // the "*" node is draining
+  EXPECT_EQ(f.served_topics, (std::vector<std::string>{"A", "B", "U"}));
+  EXPECT_TRUE(f.exhausted_topics.empty());
+  EXPECT_EQ(f.unordered_topics, (std::vector<std::string>{"U"}));
+  EXPECT_EQ(f.limit, 11);
+
+  p.Plan(Events(1, "A", 1));     // a:1 is now full
+  p.Plan(Events(3, "U", 10));    // U reaches its batch_limit of 2
+  f = p.NextPageFilter();
+  EXPECT_EQ(f.served_topics, (std::vector<std::string>{"U"}));
+  EXPECT_EQ(f.exhausted_topics, (std::vector<std::string>{"U"}));
+  EXPECT_EQ(f.limit, 8);
+}
+
+TEST(PlannerTest, BatchSizeAndTopicBatchLimitCapTheCycle) {
+  PlannerConfig c = Config(Strategy::kLeastLoad, 10, true, 4);
+  AssignmentPlanner p(c);
+  p.BeginCycle({Node("a:1", 100)});
+  PlanResult r = p.Plan(Events(6, "T", 1));
+  EXPECT_EQ(r.assignments.size(), 4u);
+  EXPECT_EQ(r.skipped_topic_limit, 2);
+  r = p.Plan(Events(20, "OTHER", 100));
+  EXPECT_EQ(r.assignments.size(), 6u);  // batch_size 10 in all
+  EXPECT_EQ(r.skipped_budget, 14);
+  EXPECT_EQ(p.remaining(), 0);
+
+  // A new cycle starts from zero.
+  p.BeginCycle({Node("a:1", 100)});
+  EXPECT_EQ(p.Plan(Events(6, "T", 200)).assignments.size(), 4u);
+}
+
+TEST(PlannerTest, OrderedTopicsAssignOnlyTheFirstEventOfAnEntityPerCycle) {
+  PlannerConfig c;
+  c.topics["ORD"] = TopicPolicy{Strategy::kLeastLoad, true, 0};
+  c.topics["FREE"] = TopicPolicy{Strategy::kLeastLoad, false, 0};
+  AssignmentPlanner p(c);
+  p.BeginCycle({Node("a:1", 100)});
+  std::vector<PendingEvent> batch;
+  auto add = [&](int64_t id, const std::string& topic, const std::string& tenant, const std::string& data) {
+    PendingEvent e;
+    e.id = id;
+    e.version = 1;
+    e.topic = topic;
+    e.tenant_id = tenant;
+    e.data_id = data;
+    batch.push_back(e);
+  };
+  add(1, "ORD", "t1", "space-1");
+  add(2, "ORD", "t1", "space-1");   // waits for 1
+  add(3, "ORD", "t2", "space-1");   // another tenant: another entity
+  add(4, "FREE", "t1", "space-2");
+  add(5, "FREE", "t1", "space-2");  // unordered topic: runs beside 4
+  add(6, "ORD", "t1", "space-2");   // ordered, behind 4 and 5 of another topic: waits
+  add(7, "UNKNOWN", "t1", "space-3");
+  add(8, "UNKNOWN", "t1", "space-3");  // topics missing from the config are ordered
+  PlanResult r = p.Plan(batch);
+  std::vector<int64_t> ids;
+  for (const auto& a : r.assignments) ids.push_back(a.event_id);
+  EXPECT_EQ(ids, (std::vector<int64_t>{1, 3, 4, 5, 7}));
+  EXPECT_EQ(r.skipped_ordered, 3);
+
+  // Across pages of the same cycle too, even when the first was not assigned.
+  p.BeginCycle({Node("a:1", 1)});
+  EXPECT_EQ(p.Plan(Events(1, "ORD", 100, "k")).assignments.size(), 1u);
+  p.BeginCycle({Node("small:1", 1, 0, {"OTHER"})});
+  r = p.Plan(Events(1, "ORD", 100, "k"));
+  EXPECT_EQ(r.skipped_no_node, 1);
+  r = p.Plan(Events(1, "OTHER", 101, "k"));
+  EXPECT_TRUE(r.assignments.empty());
+  EXPECT_EQ(r.skipped_ordered, 1);
+}
+
+TEST(PlannerTest, ConfigFromSettings) {
+  Settings s;
+  s.dispatcher.batch_size = 77;
+  TopicSettings t;
+  t.strategy = "consistent_hash";
+  t.ordered = false;
+  t.batch_limit = 5;
+  s.topics["SPACE_ADD"] = t;
+  s.topics["PLAIN"] = TopicSettings{};
+  PlannerConfig c = PlannerConfigFromSettings(s);
+  EXPECT_EQ(c.batch_size, 77);
+  EXPECT_EQ(c.topics["SPACE_ADD"].strategy, Strategy::kConsistentHash);
+  EXPECT_FALSE(c.topics["SPACE_ADD"].ordered);
+  EXPECT_EQ(c.topics["SPACE_ADD"].batch_limit, 5);
+  EXPECT_EQ(c.topics["PLAIN"].strategy, Strategy::kLeastLoad);
+  EXPECT_TRUE(c.topics["PLAIN"].ordered);
+  AssignmentPlanner p(c);
+  EXPECT_EQ(p.PolicyFor("NOT_THERE").strategy, Strategy::kLeastLoad);
+  EXPECT_TRUE(p.PolicyFor("NOT_THERE").ordered);
+}
+
+TEST(PlannerTest, CadenceAfterACycle) {
+  DispatcherSettings s;  // poll 200, idle 1000
+  CycleResult full;
+  full.free_slots = 10;
+  full.due_read = 10;
+  full.assigned = 10;
+  full.more_due = true;
+  EXPECT_EQ(NextDispatchDelay(full, 200ms, s), 0ms);
+
+  CycleResult some = full;
+  some.more_due = false;
+  EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 200ms);
+
+  CycleResult nothing_due;
+  nothing_due.free_slots = 10;
+  Millis d = NextDispatchDelay(nothing_due, 0ms, s);
+  EXPECT_EQ(d, 200ms);
+  d = NextDispatchDelay(nothing_due, d, s);
+  EXPECT_EQ(d, 400ms);
+  d = NextDispatchDelay(nothing_due, d, s);
+  EXPECT_EQ(d, 800ms);
+  d = NextDispatchDelay(nothing_due, d, s);
+  EXPECT_EQ(d, 1000ms);
+  EXPECT_EQ(NextDispatchDelay(nothing_due, d, s), 1000ms);
+
+  CycleResult nodes_full;  // no free slot: events may wait; keep polling
+  EXPECT_EQ(NextDispatchDelay(nodes_full, 1000ms, s), 200ms);
+  CycleResult fenced = full;
+  fenced.fenced_out = true;
+  EXPECT_EQ(NextDispatchDelay(fenced, 0ms, s), 200ms);
+}
+
+}  // namespace
+}  // namespace dsync::dispatcher
