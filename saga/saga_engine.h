@@ -11,6 +11,52 @@
 // write after the claim is fenced by (id, version); if the fence fails the engine
 // stops at once and returns kLostOwnership without writing anything further.
 //
+// Transactions (each starts with the fence or is the claim; round trips in brackets
+// count BEGIN and COMMIT):
+//   claim       claim UPDATE + plan rows (first claim: one INSERT IGNORE, the first
+//               step inserted EXECUTING; later claims: one SELECT of the rows) +
+//               the next step marked EXECUTING/COMPENSATING                    [4-5]
+//   per step    fence (the handler's first ctx.tx() or the engine's) + the handler's
+//               writes + step SUCCESS + next step EXECUTING, or, for the last
+//               step, the event's SUCCESS instead                              [5-6]
+//   A 1-step demo event is 2 transactions (10 round trips), a 3-step one 4 (22).
+//   Compensation mirrors it: each COMPENSATED commits with the next COMPENSATING,
+//   the last with the event's COMPENSATED; failures are one transaction each.
+//
+// Policies:
+//   - Step codes "<event code>#<position>" (1-based), children "<parent code>.<n>".
+//     A step's output goes to its `output` column (V004), its input params to
+//     `payload`, its compensation data to `compensation_data`.
+//   - Transient failure (Transient, an exception, or the deadline passed): retried
+//     with backoff while the step has retries left (retry_count < its max_retry) and
+//     the retry would still be claimable (event retry_count + 1 < topic max_retry,
+//     the lifecycle's claim-time poison guard); the step is left FAILED with
+//     error_details and retry_count + 1, the event PENDING with next_run_time =
+//     NOW(3) + RetryBackoff(topic backoff, step retry_count). Otherwise, and on
+//     Permanent, the event turns COMPENSATING with result {"failed_step", "step_code",
+//     "error", "kind": "permanent" | "retries_exhausted"}.
+//   - A claim that finds retry_count >= topic max_retry (a node crashed on it each
+//     time) compensates at once with error "retries exhausted (...)"; a step left
+//     EXECUTING by the lost owner is then settled FAILED ("interrupted").
+//   - Compensation undoes every SUCCESS step (and a failed one that saved
+//     compensation data) in exact reverse plan order, children before their parent.
+//     A failed compensation is retried with backoff while the step's
+//     compensation_retry_count < topic max_retry (the step stays COMPENSATING, the
+//     event PENDING with phase COMPENSATE, retry_count unchanged); then, or on
+//     Permanent, the event is FAILED and result gains "compensation_failed_step" and
+//     "compensation_error". The original failure stays in `result`.
+//   - Unknown topic or a payload that is not JSON: the event is FAILED at the claim
+//     (result {"error": ...}, last_error the same text), no step rows. An empty or
+//     NULL payload is the empty object.
+//   - `stop` (shutdown): the running handler's stop_token fires; a step that still
+//     succeeds is committed, anything else ends the run with kAbandoned and nothing
+//     written (the event stays RUNNING for the sweeper / the node's restart).
+//   - Database errors end the run with kAbandoned (a connection lost during COMMIT
+//     included); a database error while recording a step's result before COMMIT is
+//     treated as a transient failure of the step.
+//   - process_log: every status change appends {"at","node","from","to","why"} in
+//     the same statement, keeping the last 20.
+//
 // Thread safety: Run may be called from many threads at once (one event each).
 #pragma once
 
@@ -18,8 +64,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <random>
 #include <stop_token>
 #include <string>
+#include <vector>
 
 #include "config/settings.h"
 #include "core/clock.h"
@@ -36,11 +85,14 @@ struct AssignedEvent {
   std::string data_id;
   std::string topic;
   std::string payload;       // raw text; may be malformed
-  std::string phase;         // FORWARD | COMPENSATE
+  // FORWARD | COMPENSATE, as polled: the claim is fenced by it too (a wrong phase
+  // claims nothing). Empty: read in the claim transaction (one more round trip),
+  // together with retry_count.
+  std::string phase;
   std::string trace_id;      // empty: the engine uses the event code
   int version = 0;           // as assigned; the claim bumps it
   int attempt = 0;
-  int retry_count = 0;
+  int retry_count = 0;       // as polled: the claim-time poison guard uses it
 };
 
 enum class Outcome {
@@ -57,7 +109,9 @@ const char* OutcomeName(Outcome o);
 // A topic's plan: handlers built once from the config at start.
 class Plans {
  public:
-  // Throws ConfigError for an unknown step type or bad step params.
+  // Throws ConfigError for an unknown step type or bad step params (the message
+  // names the step: "topics.T.steps[1] (docs): unknown step type 'x' (known: ...)").
+  // Keeps its own copy of the topics.
   Plans(const std::map<std::string, TopicSettings>& topics, const StepRegistry& registry);
   struct Step {
     StepSpec spec;
@@ -70,6 +124,7 @@ class Plans {
   const Plan* Find(const std::string& topic) const;  // null: unknown topic
 
  private:
+  std::map<std::string, TopicSettings> topics_;  // Plan::topic points in here
   std::map<std::string, Plan> plans_;
 };
 
@@ -78,10 +133,15 @@ struct SagaStats {
       failed{0}, lost_ownership{0}, steps_executed{0}, steps_compensated{0};
 };
 
+class DeadlineTimer;
+
 class SagaEngine {
  public:
   SagaEngine(storage::ConnectionPool& pool, const Plans& plans, Datasources& datasources, Clock& clock,
              std::string node_address);
+  ~SagaEngine();
+  SagaEngine(const SagaEngine&) = delete;
+  SagaEngine& operator=(const SagaEngine&) = delete;
 
   // Never throws for handler failures (they become the event's state). Database
   // failures end the run with kAbandoned (the sweeper or a restart resets it).
@@ -90,12 +150,17 @@ class SagaEngine {
   SagaStats& stats() { return stats_; }
 
  private:
+  Millis Backoff(Millis base, Millis max, int retries);  // jittered, thread-safe
+
   storage::ConnectionPool& pool_;
   const Plans& plans_;
   Datasources& datasources_;
   Clock& clock_;
   const std::string node_address_;
   SagaStats stats_;
+  std::unique_ptr<DeadlineTimer> timer_;  // step deadlines -> stop requests
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_;
 };
 
 }  // namespace dsync::saga

@@ -20,7 +20,14 @@
 //     idempotency_key(). Call ctx.StillOwner() just before committing them.
 //
 // Failures: return Transient/Permanent, or throw. An exception is transient unless
-// it is a PermanentStepError. Passing the deadline is transient.
+// it is a PermanentStepError. Passing the deadline is transient. A failed
+// compensation is retried with backoff (up to the topic's max_retry) unless it is
+// Permanent, which fails the event at once.
+//
+// Child steps: Execute() may call ctx.AddChildStep(params) (e.g. one per chunk). The
+// children are written with the step's SUCCESS (codes "<step code>.<n>",
+// parent_step_id set), run right after it with the same handler and
+// ctx.child_params() = their params, and are compensated before it.
 //
 // Thread safety: a handler instance may run on several workers at once (one per
 // event); keep per-run state in the context, not in members.
@@ -30,6 +37,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -48,10 +56,18 @@ class PermanentStepError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown by StepContext::tx() when the event was taken away from this node: nothing
+// the step did through tx() can commit. Handlers may let it propagate (or catch it;
+// the engine discards the run either way).
+class OwnershipLostError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct StepResult {
   enum class Kind { kOk, kTransient, kPermanent };
   Kind kind = Kind::kOk;
-  nlohmann::json output;             // kOk: stored in the step's payload column as {"output": ...}
+  nlohmann::json output;             // kOk: stored in the step's `output` column (V004); null: NULL
   std::optional<nlohmann::json> compensation_data;  // kOk (or a failure that half-applied)
   std::string error;                 // failures: one line
 
@@ -85,16 +101,33 @@ class StepContext {
   virtual const std::string& idempotency_key() const = 0;   // the step code
   virtual const nlohmann::json& payload() const = 0;        // the event payload (parsed)
   virtual int attempt() const = 0;                          // the event's claim attempt
-  virtual int step_retry_count() const = 0;                 // failures of this step so far
+  // Execute(): failed executions of this step so far (its retry_count).
+  // Compensate(): failed compensations of this step so far (compensation_retry_count).
+  virtual int step_retry_count() const = 0;
   // Compensate(): what Execute returned as compensation_data (null if none).
   virtual const nlohmann::json& compensation_data() const = 0;
   virtual std::chrono::steady_clock::time_point deadline() const = 0;
   virtual std::stop_token stop_token() const = 0;           // cancellation (deadline, shutdown)
-  // The framework database connection inside the step's fenced transaction.
+  // The framework database connection inside the step's fenced transaction. The
+  // first call begins it with the fence (throws OwnershipLostError if the event was
+  // taken away); the engine commits it together with the step's new state, or rolls
+  // it back if the step fails. Keep work after the first tx() call short: the event's
+  // row lock is held until the commit. Statements throw sql::SQLException.
   virtual storage::Connection& tx() = 0;
   // A fenced read: true while this node still owns the event at its claimed version.
   virtual bool StillOwner() = 0;
   virtual Datasources& datasources() = 0;
+
+  // Child steps (see the file comment). Null for the plan's own steps.
+  virtual const nlohmann::json& child_params() const {
+    static const nlohmann::json kNone;
+    return kNone;
+  }
+  // Execute() only, and only when it returns Ok; throws std::logic_error elsewhere.
+  virtual void AddChildStep(nlohmann::json params) {
+    (void)params;
+    throw std::logic_error("child steps are not supported by this context");
+  }
 };
 
 class StepHandler {

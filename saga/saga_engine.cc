@@ -1,0 +1,982 @@
+#include "saga/saga_engine.h"
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "saga/backoff.h"
+#include "saga/deadline_timer.h"
+#include "saga/step_store.h"
+
+namespace dsync::saga {
+
+const char* OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kNotClaimed: return "not_claimed";
+    case Outcome::kSucceeded: return "succeeded";
+    case Outcome::kRetryScheduled: return "retry_scheduled";
+    case Outcome::kCompensated: return "compensated";
+    case Outcome::kFailed: return "failed";
+    case Outcome::kLostOwnership: return "lost_ownership";
+    case Outcome::kAbandoned: return "abandoned";
+  }
+  return "unknown";
+}
+
+// ---- Plans -----------------------------------------------------------------------
+
+namespace {
+// The widths of distribute_event_step.step_name / step_type.
+constexpr size_t kMaxStepNameLength = 50;
+}  // namespace
+
+Plans::Plans(const std::map<std::string, TopicSettings>& topics, const StepRegistry& registry)
+    : topics_(topics) {
+  for (const auto& [name, topic] : topics_) {
+    Plan plan;
+    plan.topic = &topic;
+    for (size_t i = 0; i < topic.steps.size(); ++i) {
+      const StepSpec& spec = topic.steps[i];
+      std::string where = "topics." + name + ".steps[" + std::to_string(i) + "] (" + spec.name + ")";
+      if (spec.name.empty() || spec.name.size() > kMaxStepNameLength) {
+        throw ConfigError(where + ": step name must be 1 to 50 characters");
+      }
+      if (spec.type.size() > kMaxStepNameLength) {
+        throw ConfigError(where + ": step type must be at most 50 characters");
+      }
+      try {
+        plan.steps.push_back(Step{spec, registry.Create(spec)});
+      } catch (const ConfigError& e) {
+        throw ConfigError(where + ": " + e.what());
+      }
+    }
+    plans_.emplace(name, std::move(plan));
+  }
+}
+
+const Plans::Plan* Plans::Find(const std::string& topic) const {
+  auto it = plans_.find(topic);
+  return it == plans_.end() ? nullptr : &it->second;
+}
+
+// ---- one run of one event ----------------------------------------------------------
+
+namespace {
+
+constexpr const char* kForward = "FORWARD";
+constexpr const char* kCompensate = "COMPENSATE";
+
+// Position of a step in the plan tree, from its code: "<event>#2" -> {2},
+// "<event>#2.3" -> {2, 3}. Forward order is ascending; compensation descending.
+std::vector<int> TreeKey(const std::string& code) {
+  std::vector<int> key;
+  auto hash = code.rfind('#');
+  if (hash == std::string::npos) return key;
+  const char* p = code.data() + hash + 1;
+  const char* end = code.data() + code.size();
+  while (p < end) {
+    int v = 0;
+    auto [next, ec] = std::from_chars(p, end, v);
+    if (ec != std::errc() || v < 1) return {};
+    key.push_back(v);
+    if (next == end) break;
+    if (*next != '.') return {};
+    p = next + 1;
+  }
+  return key;
+}
+
+nlohmann::json ParseOrString(const std::optional<std::string>& text) {
+  if (!text) return nullptr;
+  auto parsed = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_discarded() ? nlohmann::json(*text) : parsed;
+}
+
+std::string OneLine(std::string s) {
+  for (char& c : s) if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+// One step as the engine tracks it (mirrors its row).
+struct StepState {
+  std::string code;
+  std::vector<int> key;
+  std::string name;
+  std::string type;
+  std::string status = "PENDING";
+  int sort = 0;
+  int retry_count = 0;
+  int compensation_retry_count = 0;
+  int max_retry = 0;
+  nlohmann::json compensation_data;  // null: none saved
+  nlohmann::json child_params;       // null for the plan's own steps
+  const Plans::Step* plan_step = nullptr;  // its handler; null if the plan lost it
+};
+
+// Steps that compensation undoes: every SUCCESS one, one whose compensation was
+// interrupted or failed (COMPENSATING), and a failed one that saved compensation data.
+bool NeedsCompensation(const StepState& s) {
+  if (s.status == "SUCCESS" || s.status == "COMPENSATING") return true;
+  return (s.status == "FAILED" || s.status == "EXECUTING") && !s.compensation_data.is_null();
+}
+
+// Exact reverse of forward order (children before their parent).
+std::vector<size_t> CompensationOrder(const std::vector<StepState>& steps) {
+  std::vector<size_t> order;
+  for (size_t i = steps.size(); i-- > 0;) {
+    if (NeedsCompensation(steps[i])) order.push_back(i);
+  }
+  return order;
+}
+
+// A transaction on one leased connection whose statements run partly inside a step
+// handler (StepContext::tx()). Translates sql::SQLException into DbError here, the
+// way ConnectionPool::Transact does; rolls back unless committed.
+class StepTx {
+ public:
+  explicit StepTx(storage::ConnectionPool& pool) : lease_(pool.Borrow()) {}
+  ~StepTx() { Rollback(); }
+  StepTx(const StepTx&) = delete;
+  StepTx& operator=(const StepTx&) = delete;
+
+  storage::Connection& conn() { return *lease_; }
+
+  template <class F>
+  auto Do(std::string_view what, F&& fn) -> decltype(fn(std::declval<storage::Connection&>())) {
+    try {
+      return fn(*lease_);
+    } catch (const sql::SQLException& e) {
+      throw Translate(e, what);
+    }
+  }
+
+  void Begin() {
+    Do("begin step transaction", [](storage::Connection& c) { c.Begin(); });
+    open_ = true;
+  }
+
+  // kCommitUnknown when the connection died during COMMIT (it may have applied).
+  void Commit(std::string_view what) {
+    try {
+      lease_->Commit();
+      open_ = false;
+    } catch (const sql::SQLException& e) {
+      DbError err = Translate(e, what);
+      if (err.kind() == DbError::Kind::kConnectionLost) {
+        open_ = false;
+        throw DbError(DbError::Kind::kCommitUnknown, err.code(),
+                      std::string(what) + ": connection lost during COMMIT; outcome unknown");
+      }
+      throw err;
+    }
+  }
+
+  void Rollback() noexcept {
+    if (open_) lease_->Rollback();
+    open_ = false;
+  }
+
+  DbError Translate(const sql::SQLException& e, std::string_view what) {
+    DbError err = storage::TranslateSqlException(e, what);
+    if (err.kind() == DbError::Kind::kConnectionLost) {
+      lease_->mark_broken();
+      open_ = false;  // the server rolled it back
+    }
+    return err;
+  }
+
+ private:
+  storage::ConnectionPool::Lease lease_;
+  bool open_ = false;
+};
+
+[[noreturn]] void ThrowLost(const std::string& at) { throw OwnershipLostError(at); }
+void Fence(bool matched, const char* at) {
+  if (!matched) ThrowLost(at);
+}
+
+struct Deps {
+  storage::ConnectionPool& pool;
+  Datasources& datasources;
+  Clock& clock;
+  const std::string& node;
+  SagaStats& stats;
+  DeadlineTimer& timer;
+  std::function<Millis(Millis, Millis, int)> backoff;
+};
+
+class EventRun;
+
+// StepContext for one handler call. Lazily begins the step's fenced transaction on
+// the first tx(); the engine then finishes and commits it with the step's new state.
+class EngineContext final : public StepContext {
+ public:
+  EngineContext(EventRun& run, const StepState& step, bool compensating,
+                Clock::TimePoint deadline, std::stop_token stop, int progress);
+
+  const std::string& event_code() const override;
+  const std::string& step_name() const override { return step_.name; }
+  const std::string& idempotency_key() const override { return step_.code; }
+  const nlohmann::json& payload() const override;
+  int attempt() const override;
+  int step_retry_count() const override {
+    return compensating_ ? step_.compensation_retry_count : step_.retry_count;
+  }
+  const nlohmann::json& compensation_data() const override { return step_.compensation_data; }
+  std::chrono::steady_clock::time_point deadline() const override { return deadline_; }
+  std::stop_token stop_token() const override { return stop_; }
+  storage::Connection& tx() override;
+  bool StillOwner() override;
+  Datasources& datasources() override;
+  const nlohmann::json& child_params() const override { return step_.child_params; }
+  void AddChildStep(nlohmann::json params) override {
+    if (compensating_) throw std::logic_error("AddChildStep is for Execute() only");
+    children_.push_back(std::move(params));
+  }
+
+  // Engine side.
+  bool lost() const { return lost_; }
+  bool has_tx() const { return tx_.has_value(); }
+  StepTx& OpenTx();  // BEGIN without the fence: the caller's first statement fences
+  StepTx& open_tx() { return *tx_; }
+  void ReleaseTx() { tx_.reset(); }
+  const std::vector<nlohmann::json>& children() const { return children_; }
+  void OnSqlError(const sql::SQLException& e, std::string& message) {
+    message = tx_ ? tx_->Translate(e, "step statement").what()
+                  : storage::TranslateSqlException(e, "step statement").what();
+  }
+
+ private:
+  EventRun& run_;
+  const StepState& step_;
+  const bool compensating_;
+  const Clock::TimePoint deadline_;
+  const std::stop_token stop_;
+  const int progress_;  // written by the fence: the event's progress if this step commits
+  std::optional<StepTx> tx_;
+  bool lost_ = false;
+  std::vector<nlohmann::json> children_;
+};
+
+class EventRun {
+ public:
+  EventRun(Deps deps, const Plans& plans, const AssignedEvent& ev, std::stop_token stop)
+      : d_(std::move(deps)), plans_(plans), ev_(ev), stop_(std::move(stop)),
+        trace_(ev.trace_id.empty() ? ev.code : ev.trace_id), version_(ev.version),
+        attempt_(ev.attempt + 1) {}
+
+  Outcome Go();
+
+  // For EngineContext.
+  Deps& deps() { return d_; }
+  const AssignedEvent& event() const { return ev_; }
+  const nlohmann::json& payload() const { return payload_; }
+  int version() const { return version_; }
+  int attempt() const { return attempt_; }
+
+ private:
+  enum class Claim { kNotClaimed, kRejected, kSettled, kRun };
+  struct Attempt {
+    StepResult result;
+    std::unique_ptr<EngineContext> ctx;
+  };
+
+  Claim ClaimTx(storage::Connection& c, const std::string& reject);
+  void LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing, bool& first_marked);
+  std::vector<StepState> FromRows(const std::vector<store::StepRow>& rows) const;
+  // In the caller's transaction, after a fenced write: RUNNING -> COMPENSATING with
+  // the original failure, a step left EXECUTING by a lost owner settled FAILED, then
+  // the first compensation marked, or COMPENSATED at once when nothing needs undoing.
+  // `steps` is the state after the failure, updated here. Returns true when the event
+  // is COMPENSATED already.
+  bool StartCompensationIn(storage::Connection& c, std::vector<StepState>& steps,
+                           const nlohmann::json& result, const std::string& error);
+
+  Outcome RunForward();
+  Outcome RunCompensation();
+  Attempt Invoke(StepState& step, bool compensate);
+  size_t CommitStepSuccess(size_t i, EngineContext& ctx, const StepResult& result);
+  Outcome ForwardFailure(size_t i, const StepResult& result);
+  void CommitCompensated(const std::vector<size_t>& order, size_t k, EngineContext& ctx);
+  Outcome CompensationFailure(size_t i, const StepResult& result);
+  Outcome Abandon(const std::string& why);
+
+  size_t NextNotSucceeded(size_t from) const {
+    while (from < steps_.size() && steps_[from].status == "SUCCESS") ++from;
+    return from;
+  }
+  int Progress(int succeeded, size_t total) const {
+    return total == 0 ? 100 : static_cast<int>(succeeded * 100 / static_cast<int>(total));
+  }
+  int Succeeded() const {
+    return static_cast<int>(std::count_if(steps_.begin(), steps_.end(),
+                                          [](const StepState& s) { return s.status == "SUCCESS"; }));
+  }
+  int64_t ElapsedMs() const {
+    return std::chrono::duration_cast<Millis>(d_.clock.Now() - started_).count();
+  }
+  const TopicSettings& topic() const { return *plan_->topic; }
+
+  Deps d_;
+  const Plans& plans_;
+  const AssignedEvent& ev_;
+  const std::stop_token stop_;
+  const std::string trace_;
+  int version_;        // the fence: the event's version while this run owns it
+  const int attempt_;  // this claim's attempt
+  Clock::TimePoint started_{};
+  const Plans::Plan* plan_ = nullptr;
+  nlohmann::json payload_;
+  std::string phase_ = kForward;
+  int retry_count_ = 0;  // the event's forward retries at the claim
+  std::vector<StepState> steps_;  // in forward (tree) order
+};
+
+EngineContext::EngineContext(EventRun& run, const StepState& step, bool compensating,
+                             Clock::TimePoint deadline, std::stop_token stop, int progress)
+    : run_(run), step_(step), compensating_(compensating), deadline_(deadline),
+      stop_(std::move(stop)), progress_(progress) {}
+
+const std::string& EngineContext::event_code() const { return run_.event().code; }
+const nlohmann::json& EngineContext::payload() const { return run_.payload(); }
+int EngineContext::attempt() const { return run_.attempt(); }
+Datasources& EngineContext::datasources() { return run_.deps().datasources; }
+
+StepTx& EngineContext::OpenTx() {
+  tx_.emplace(run_.deps().pool);
+  tx_->Begin();
+  return *tx_;
+}
+
+storage::Connection& EngineContext::tx() {
+  if (lost_) throw OwnershipLostError("event " + run_.event().code + " was taken away from this node");
+  if (!tx_) {
+    OpenTx();
+    bool owner = tx_->Do("step fence", [&](storage::Connection& c) {
+      return store::TouchEvent(c, run_.event().id, run_.version(), progress_);
+    });
+    if (!owner) {
+      lost_ = true;
+      tx_.reset();
+      throw OwnershipLostError("event " + run_.event().code + " was taken away from this node");
+    }
+  }
+  return tx_->conn();
+}
+
+bool EngineContext::StillOwner() {
+  if (lost_) return false;
+  const int64_t id = run_.event().id;
+  const int version = run_.version();
+  bool owner = tx_ ? tx_->Do("ownership check",
+                             [&](storage::Connection& c) { return store::OwnsEvent(c, id, version); })
+                   : run_.deps().pool.Run("ownership check", [&](storage::Connection& c) {
+                       return store::OwnsEvent(c, id, version);
+                     });
+  if (!owner) lost_ = true;
+  return owner;
+}
+
+// ---- claim ---------------------------------------------------------------------
+
+Outcome EventRun::Go() {
+  started_ = d_.clock.Now();
+  plan_ = plans_.Find(ev_.topic);
+  std::string reject;
+  if (plan_ == nullptr) {
+    reject = "unknown topic '" + ev_.topic + "'";
+  } else if (ev_.payload.find_first_not_of(" \t\r\n") == std::string::npos) {
+    payload_ = nlohmann::json::object();  // a NULL/empty payload is an empty object
+  } else {
+    try {
+      payload_ = nlohmann::json::parse(ev_.payload);
+    } catch (const nlohmann::json::parse_error& e) {
+      std::string what = e.what();
+      auto bracket = what.find("] ");  // drop "[json.exception.parse_error.101] "
+      reject = "payload is not valid JSON: " +
+               OneLine(bracket == std::string::npos ? what : what.substr(bracket + 2));
+    }
+  }
+  Claim claim = d_.pool.Transact("claim event", [&](storage::Connection& c) {
+    return ClaimTx(c, reject);
+  });
+  switch (claim) {
+    case Claim::kNotClaimed:
+      d_.stats.not_claimed++;
+      spdlog::debug("EVENT_NOT_CLAIMED event={} node={} trace={} version={}", ev_.code, d_.node,
+                    trace_, ev_.version);
+      return Outcome::kNotClaimed;
+    case Claim::kRejected:
+      d_.stats.claimed++;
+      d_.stats.failed++;
+      spdlog::warn("EVENT_FAILED event={} node={} trace={} steps=0 ms={} reason=\"{}\"", ev_.code,
+                   d_.node, trace_, ElapsedMs(), reject);
+      return Outcome::kFailed;
+    case Claim::kSettled:  // nothing was left to run: settled inside the claim
+      d_.stats.claimed++;
+      if (phase_ == kCompensate) {
+        d_.stats.compensated++;
+        spdlog::info("EVENT_COMPENSATED event={} node={} trace={} steps=0 ms={}", ev_.code, d_.node,
+                     trace_, ElapsedMs());
+        return Outcome::kCompensated;
+      }
+      d_.stats.succeeded++;
+      spdlog::info("EVENT_SUCCEEDED event={} node={} trace={} steps={} ms={}", ev_.code, d_.node,
+                   trace_, steps_.size(), ElapsedMs());
+      return Outcome::kSucceeded;
+    case Claim::kRun:
+      break;
+  }
+  d_.stats.claimed++;
+  return phase_ == kForward ? RunForward() : RunCompensation();
+}
+
+EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& reject) {
+  // Transact may run this again from BEGIN (deadlock): start from the polled state.
+  version_ = ev_.version;
+  steps_.clear();
+  // phase and retry_count cannot change without a version bump, so the polled values
+  // hold at this version; a caller that did not poll them gets them read here.
+  std::string phase = ev_.phase;
+  retry_count_ = ev_.retry_count;
+  if (phase.empty()) {
+    auto state = store::ReadClaimState(c, ev_.id, version_);
+    if (!state) return Claim::kNotClaimed;
+    phase = state->phase;
+    retry_count_ = state->retry_count;
+  }
+  phase_ = phase == kCompensate ? kCompensate : kForward;
+  const bool poison = reject.empty() && phase_ == kForward && retry_count_ >= topic().max_retry;
+
+  const std::string to = phase_ == kCompensate ? "COMPENSATING" : "RUNNING";
+  if (!store::ClaimEvent(c, ev_.id, version_, d_.node, phase_, to,
+                         "claimed, attempt " + std::to_string(attempt_))) {
+    return Claim::kNotClaimed;
+  }
+  ++version_;
+  if (!reject.empty()) {
+    Fence(store::FailEvent(c, ev_.id, version_, d_.node,
+                           nlohmann::json{{"error", reject}}.dump(), reject),
+          "reject event");
+    ++version_;
+    return Claim::kRejected;
+  }
+  bool first_marked = false;
+  LoadOrInsertSteps(c, phase_ == kForward && !poison, first_marked);
+
+  if (poison) {
+    size_t failing = NextNotSucceeded(0);
+    std::string error = "retries exhausted (retry_count " + std::to_string(retry_count_) +
+                        " >= max_retry " + std::to_string(topic().max_retry) + ")";
+    nlohmann::json result = {{"failed_step", failing < steps_.size()
+                                                 ? nlohmann::json(steps_[failing].name)
+                                                 : nlohmann::json(nullptr)},
+                             {"error", error}};
+    spdlog::warn("EVENT_COMPENSATING event={} node={} trace={} reason=\"{}\"", ev_.code, d_.node,
+                 trace_, error);
+    bool done = StartCompensationIn(c, steps_, result, error);
+    return done ? Claim::kSettled : Claim::kRun;
+  }
+
+  if (phase_ == kForward) {
+    size_t next = NextNotSucceeded(0);
+    if (next == steps_.size()) {  // every step already SUCCESS (e.g. a plan that shrank)
+      Fence(store::SucceedEvent(c, ev_.id, version_, d_.node,
+                                nlohmann::json{{"steps", steps_.size()}}.dump()),
+            "succeed event");
+      ++version_;
+      return Claim::kSettled;
+    }
+    if (!first_marked) store::MarkStepExecuting(c, steps_[next].code, d_.node, attempt_);
+    steps_[next].status = "EXECUTING";
+    return Claim::kRun;
+  }
+
+  std::vector<size_t> order = CompensationOrder(steps_);
+  if (order.empty()) {
+    Fence(store::CompleteCompensation(c, ev_.id, version_, d_.node, Progress(Succeeded(), steps_.size())),
+          "complete compensation");
+    ++version_;
+    return Claim::kSettled;
+  }
+  store::MarkStepCompensating(c, steps_[order.front()].code, d_.node, attempt_);
+  steps_[order.front()].status = "COMPENSATING";
+  return Claim::kRun;
+}
+
+void EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing,
+                                 bool& first_marked) {
+  const auto& plan_steps = plan_->steps;
+  auto new_row = [&](size_t i, bool executing) {
+    const StepSpec& spec = plan_steps[i].spec;
+    return store::NewStep{
+        .code = ev_.code + "#" + std::to_string(i + 1),
+        .job_code = ev_.code,
+        .tenant_id = ev_.tenant_id,
+        .sort = static_cast<int>(i + 1),
+        .type = spec.type,
+        .name = spec.name,
+        .max_retry = spec.max_retry >= 0 ? spec.max_retry : topic().max_retry,
+        .payload = spec.params.dump(),
+        .executing = executing,
+    };
+  };
+  auto state_of = [&](const store::NewStep& row, size_t i) {
+    StepState s;
+    s.code = row.code;
+    s.key = {static_cast<int>(i + 1)};
+    s.name = row.name;
+    s.type = row.type;
+    s.status = row.executing ? "EXECUTING" : "PENDING";
+    s.sort = row.sort;
+    s.max_retry = row.max_retry;
+    s.plan_step = &plan_steps[i];
+    return s;
+  };
+
+  if (ev_.attempt == 0) {
+    // First claim: the whole plan, the first step already EXECUTING.
+    std::vector<store::NewStep> rows;
+    for (size_t i = 0; i < plan_steps.size(); ++i) rows.push_back(new_row(i, mark_first_executing && i == 0));
+    if (store::InsertSteps(c, rows, d_.node, attempt_) == rows.size()) {
+      for (size_t i = 0; i < rows.size(); ++i) steps_.push_back(state_of(rows[i], i));
+      first_marked = mark_first_executing;
+      return;
+    }
+    // Rows of this code existed already (e.g. an event re-produced under an old
+    // code): their recorded state wins.
+  }
+  steps_ = FromRows(store::LoadSteps(c, ev_.code));
+  // Plan positions without a row (the plan grew since): add them PENDING.
+  std::vector<bool> present(plan_steps.size(), false);
+  for (const StepState& s : steps_) {
+    if (s.key.size() == 1 && s.key[0] <= static_cast<int>(plan_steps.size())) present[s.key[0] - 1] = true;
+  }
+  std::vector<store::NewStep> missing;
+  std::vector<size_t> missing_index;
+  for (size_t i = 0; i < plan_steps.size(); ++i) {
+    if (!present[i]) {
+      missing.push_back(new_row(i, false));
+      missing_index.push_back(i);
+    }
+  }
+  if (!missing.empty()) {
+    store::InsertSteps(c, missing, d_.node, attempt_);
+    for (size_t j = 0; j < missing.size(); ++j) steps_.push_back(state_of(missing[j], missing_index[j]));
+    std::sort(steps_.begin(), steps_.end(),
+              [](const StepState& a, const StepState& b) { return a.key < b.key; });
+  }
+}
+
+std::vector<StepState> EventRun::FromRows(const std::vector<store::StepRow>& rows) const {
+  std::vector<StepState> steps;
+  for (const store::StepRow& r : rows) {
+    StepState s;
+    s.code = r.code;
+    s.key = TreeKey(r.code);
+    if (s.key.empty()) continue;  // not a code this engine writes
+    s.name = r.name;
+    s.type = r.type;
+    s.status = r.status;
+    s.sort = r.sort;
+    s.retry_count = r.retry_count;
+    s.compensation_retry_count = r.compensation_retry_count;
+    s.max_retry = r.max_retry;
+    s.compensation_data = ParseOrString(r.compensation_data);
+    if (s.key.size() > 1) s.child_params = ParseOrString(r.payload);
+    if (s.key[0] <= static_cast<int>(plan_->steps.size())) s.plan_step = &plan_->steps[s.key[0] - 1];
+    steps.push_back(std::move(s));
+  }
+  std::sort(steps.begin(), steps.end(),
+            [](const StepState& a, const StepState& b) { return a.key < b.key; });
+  return steps;
+}
+
+bool EventRun::StartCompensationIn(storage::Connection& c, std::vector<StepState>& steps,
+                                   const nlohmann::json& result, const std::string& error) {
+  Fence(store::StartCompensation(c, ev_.id, version_, d_.node, result.dump(), error),
+        "start compensation");
+  for (StepState& s : steps) {
+    if (s.status == "EXECUTING" && s.compensation_data.is_null()) {
+      store::MarkStepInterrupted(c, s.code,
+                                 "interrupted (its node lost the event) and not re-run: the event "
+                                 "turned to compensation; never reached SUCCESS, not compensated");
+      s.status = "FAILED";
+    }
+  }
+  std::vector<size_t> order = CompensationOrder(steps);
+  if (order.empty()) {
+    Fence(store::CompleteCompensation(c, ev_.id, version_ + 1, d_.node, 0), "complete compensation");
+    version_ += 2;
+    phase_ = kCompensate;
+    return true;
+  }
+  store::MarkStepCompensating(c, steps[order.front()].code, d_.node, attempt_);
+  ++version_;
+  phase_ = kCompensate;
+  return false;
+}
+
+// ---- forward -------------------------------------------------------------------
+
+EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
+  Attempt a;
+  if (step.plan_step == nullptr) {
+    a.result = StepResult::Permanent("step '" + step.name + "' (" + step.code +
+                                     ") is no longer in the plan of topic '" + ev_.topic + "'");
+    return a;
+  }
+  const StepSpec& spec = step.plan_step->spec;
+  const Millis timeout = spec.timeout.count() > 0 ? spec.timeout : topic().max_processing_time;
+  const Clock::TimePoint deadline = d_.clock.Now() + timeout;
+  std::stop_source source;
+  std::stop_callback on_shutdown(stop_, [&source] { source.request_stop(); });
+  auto ticket = d_.timer.Arm(deadline, source);
+
+  // The progress the step's fence writes: what it will be once this step commits.
+  const int succeeded_after = Succeeded() + (compensate ? -1 : 1);
+  a.ctx = std::make_unique<EngineContext>(*this, step, compensate, deadline, source.get_token(),
+                                          Progress(std::max(0, succeeded_after), steps_.size()));
+  StepHandler& handler = *step.plan_step->handler;
+  try {
+    a.result = compensate ? handler.Compensate(*a.ctx) : handler.Execute(*a.ctx);
+    if (a.result.kind != StepResult::Kind::kOk && a.result.error.empty()) {
+      a.result.error = "step reported failure without a reason";
+    }
+  } catch (const OwnershipLostError& e) {
+    a.result = StepResult::Transient(e.what());
+  } catch (const PermanentStepError& e) {
+    a.result = StepResult::Permanent(OneLine(e.what()));
+  } catch (const sql::SQLException& e) {
+    std::string message;
+    a.ctx->OnSqlError(e, message);
+    a.result = StepResult::Transient(message);
+  } catch (const std::exception& e) {
+    a.result = StepResult::Transient(OneLine(e.what()));
+  } catch (...) {
+    a.result = StepResult::Transient("step threw a non-standard exception");
+  }
+  if (a.result.kind != StepResult::Kind::kOk && d_.clock.Now() >= deadline) {
+    a.result = StepResult{StepResult::Kind::kTransient, nullptr, a.result.compensation_data,
+                          "timed out after " + std::to_string(timeout.count()) + " ms: " +
+                              a.result.error};
+  }
+  if (!compensate) d_.stats.steps_executed++;
+  return a;
+}
+
+Outcome EventRun::RunForward() {
+  size_t i = NextNotSucceeded(0);
+  while (i < steps_.size()) {
+    if (stop_.stop_requested()) return Abandon("stopped before step " + steps_[i].code);
+    Attempt a = Invoke(steps_[i], /*compensate=*/false);
+    if (a.ctx && a.ctx->lost()) ThrowLost("step " + steps_[i].code);
+    if (a.result.kind != StepResult::Kind::kOk) {
+      a.ctx.reset();  // rolls back whatever the handler wrote through tx()
+      if (stop_.stop_requested()) return Abandon("stopped during step " + steps_[i].code);
+      return ForwardFailure(i, a.result);
+    }
+    try {
+      i = CommitStepSuccess(i, *a.ctx, a.result);
+    } catch (const DbError& e) {
+      if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
+      a.ctx.reset();
+      return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
+    }
+  }
+  d_.stats.succeeded++;
+  spdlog::info("EVENT_SUCCEEDED event={} node={} trace={} steps={} ms={}", ev_.code, d_.node, trace_,
+               steps_.size(), ElapsedMs());
+  return Outcome::kSucceeded;
+}
+
+size_t EventRun::CommitStepSuccess(size_t i, EngineContext& ctx, const StepResult& result) {
+  StepState& step = steps_[i];
+  std::vector<StepState> children;
+  std::vector<store::NewStep> child_rows;
+  for (size_t n = 0; n < ctx.children().size(); ++n) {
+    StepState child;
+    child.code = step.code + "." + std::to_string(n + 1);
+    child.key = step.key;
+    child.key.push_back(static_cast<int>(n + 1));
+    child.name = (step.name + "." + std::to_string(n + 1)).substr(0, kMaxStepNameLength);
+    child.type = step.type;
+    child.sort = step.sort;
+    child.max_retry = step.max_retry;
+    child.child_params = ctx.children()[n];
+    child.plan_step = step.plan_step;
+    child_rows.push_back(store::NewStep{.code = child.code, .job_code = ev_.code,
+                                        .tenant_id = ev_.tenant_id, .sort = child.sort,
+                                        .type = child.type, .name = child.name,
+                                        .max_retry = child.max_retry,
+                                        .payload = child.child_params.dump(), .executing = false});
+    children.push_back(std::move(child));
+  }
+  // The next step: this one's first child, else the next not yet SUCCESS.
+  const bool has_children = !children.empty();
+  const size_t next_existing = NextNotSucceeded(i + 1);
+  const bool last = !has_children && next_existing == steps_.size();
+  const std::string& next_code = has_children ? children.front().code
+                                 : last       ? step.code
+                                              : steps_[next_existing].code;
+  const size_t total = steps_.size() + children.size();
+  std::optional<std::string> output =
+      result.output.is_null() ? std::nullopt : std::optional<std::string>(result.output.dump());
+  std::optional<std::string> compensation =
+      result.compensation_data ? std::optional<std::string>(result.compensation_data->dump())
+                               : std::nullopt;
+
+  // The transaction's first statement is the fence: the handler's (tx() touched the
+  // event), else the event's status change (last step) or a touch.
+  const bool handler_fenced = ctx.has_tx();
+  StepTx& tx = handler_fenced ? ctx.open_tx() : ctx.OpenTx();
+  tx.Do("record step success", [&](storage::Connection& c) {
+    if (last) {
+      Fence(store::SucceedEvent(c, ev_.id, version_, d_.node,
+                                nlohmann::json{{"steps", steps_.size()}}.dump()),
+            "succeed event");
+    } else if (!handler_fenced) {
+      Fence(store::TouchEvent(c, ev_.id, version_, Progress(Succeeded() + 1, total)), "step success");
+    }
+    store::MarkStepSucceeded(c, step.code, output, compensation);
+    if (has_children) store::InsertChildSteps(c, step.code, child_rows);
+    if (!last) store::MarkStepExecuting(c, next_code, d_.node, attempt_);
+  });
+  tx.Commit("commit step success");
+  ctx.ReleaseTx();
+
+  step.status = "SUCCESS";
+  step.compensation_data = result.compensation_data.value_or(nullptr);
+  if (last) {
+    ++version_;
+    return steps_.size();
+  }
+  if (has_children) {
+    steps_.insert(steps_.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                  std::make_move_iterator(children.begin()), std::make_move_iterator(children.end()));
+    steps_[i + 1].status = "EXECUTING";
+    return i + 1;
+  }
+  steps_[next_existing].status = "EXECUTING";
+  return next_existing;
+}
+
+Outcome EventRun::ForwardFailure(size_t i, const StepResult& result) {
+  StepState& step = steps_[i];
+  const bool permanent = result.kind == StepResult::Kind::kPermanent;
+  const bool step_retries_left = step.retry_count < step.max_retry;
+  // The claim that finds retry_count >= max_retry compensates (lifecycle, poison
+  // guard), so a retry that would reach it is not scheduled: compensate now.
+  const bool event_retries_left = retry_count_ + 1 < topic().max_retry;
+  std::optional<std::string> compensation =
+      result.compensation_data ? std::optional<std::string>(result.compensation_data->dump())
+                               : std::nullopt;
+  spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} kind={} retry_count={} err=\"{}\"",
+               ev_.code, d_.node, trace_, step.name, step.code,
+               permanent ? "permanent" : "transient", step.retry_count, result.error);
+
+  if (!permanent && step_retries_left && event_retries_left) {
+    const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, step.retry_count);
+    const std::string why = "step '" + step.name + "' failed (retry " +
+                            std::to_string(step.retry_count + 1) + " of " +
+                            std::to_string(step.max_retry) + "): " + result.error;
+    d_.pool.Transact("schedule retry", [&](storage::Connection& c) {
+      Fence(store::ScheduleEventRetry(c, ev_.id, version_, d_.node, 1, backoff, why, why),
+            "schedule retry");
+      store::RecordStepFailure(c, step.code, result.error, compensation);
+    });
+    ++version_;
+    d_.stats.retries++;
+    spdlog::info("EVENT_RETRY_SCHEDULED event={} node={} trace={} phase=FORWARD step={} "
+                 "retry_count={} backoff_ms={}",
+                 ev_.code, d_.node, trace_, step.name, retry_count_ + 1, backoff.count());
+    return Outcome::kRetryScheduled;
+  }
+
+  const std::string error =
+      permanent ? result.error
+                : "retries exhausted (step retries " + std::to_string(step.retry_count + 1) + "/" +
+                      std::to_string(step.max_retry) + ", event retries " +
+                      std::to_string(retry_count_) + "/" + std::to_string(topic().max_retry) +
+                      "): " + result.error;
+  nlohmann::json original = {{"failed_step", step.name}, {"step_code", step.code},
+                             {"error", result.error},
+                             {"kind", permanent ? "permanent" : "retries_exhausted"}};
+  std::vector<StepState> after = steps_;
+  after[i].status = "FAILED";
+  after[i].retry_count++;
+  if (result.compensation_data) after[i].compensation_data = *result.compensation_data;
+
+  spdlog::warn("EVENT_COMPENSATING event={} node={} trace={} failed_step={} reason=\"{}\"", ev_.code,
+               d_.node, trace_, step.name, error);
+  const int version_before = version_;
+  std::vector<StepState> staged;
+  bool done = d_.pool.Transact("start compensation", [&](storage::Connection& c) {
+    version_ = version_before;  // Transact may run this again from BEGIN
+    staged = after;
+    bool completed = StartCompensationIn(c, staged, original, error);
+    store::RecordStepFailure(c, step.code, result.error, compensation);
+    return completed;
+  });
+  steps_ = std::move(staged);
+  std::vector<size_t> order = CompensationOrder(steps_);
+  if (done) {
+    d_.stats.compensated++;
+    spdlog::info("EVENT_COMPENSATED event={} node={} trace={} steps=0 ms={}", ev_.code, d_.node,
+                 trace_, ElapsedMs());
+    return Outcome::kCompensated;
+  }
+  steps_[order.front()].status = "COMPENSATING";
+  return RunCompensation();
+}
+
+// ---- compensation --------------------------------------------------------------
+
+Outcome EventRun::RunCompensation() {
+  const std::vector<size_t> order = CompensationOrder(steps_);
+  for (size_t k = 0; k < order.size(); ++k) {
+    StepState& step = steps_[order[k]];
+    if (stop_.stop_requested()) return Abandon("stopped before compensating " + step.code);
+    Attempt a = Invoke(step, /*compensate=*/true);
+    if (a.ctx && a.ctx->lost()) ThrowLost("compensation of " + step.code);
+    if (a.result.kind != StepResult::Kind::kOk) {
+      a.ctx.reset();
+      if (stop_.stop_requested()) return Abandon("stopped while compensating " + step.code);
+      return CompensationFailure(order[k], a.result);
+    }
+    try {
+      CommitCompensated(order, k, *a.ctx);
+    } catch (const DbError& e) {
+      if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
+      a.ctx.reset();
+      return CompensationFailure(order[k], StepResult::Transient(std::string("could not record compensation: ") + e.what()));
+    }
+  }
+  d_.stats.compensated++;
+  spdlog::info("EVENT_COMPENSATED event={} node={} trace={} steps={} ms={}", ev_.code, d_.node,
+               trace_, order.size(), ElapsedMs());
+  return Outcome::kCompensated;
+}
+
+void EventRun::CommitCompensated(const std::vector<size_t>& order, size_t k, EngineContext& ctx) {
+  StepState& step = steps_[order[k]];
+  const bool last = k + 1 == order.size();
+  const int progress = Progress(Succeeded() - (step.status == "SUCCESS" ? 1 : 0), steps_.size());
+  const bool handler_fenced = ctx.has_tx();
+  StepTx& tx = handler_fenced ? ctx.open_tx() : ctx.OpenTx();
+  tx.Do("record step compensated", [&](storage::Connection& c) {
+    if (last) {
+      Fence(store::CompleteCompensation(c, ev_.id, version_, d_.node, progress), "complete compensation");
+    } else if (!handler_fenced) {
+      Fence(store::TouchEvent(c, ev_.id, version_, progress), "step compensated");
+    }
+    store::MarkStepCompensated(c, step.code);
+    if (!last) store::MarkStepCompensating(c, steps_[order[k + 1]].code, d_.node, attempt_);
+  });
+  tx.Commit("commit step compensated");
+  ctx.ReleaseTx();
+  step.status = "COMPENSATED";
+  d_.stats.steps_compensated++;
+  if (last) {
+    ++version_;
+  } else {
+    steps_[order[k + 1]].status = "COMPENSATING";
+  }
+}
+
+Outcome EventRun::CompensationFailure(size_t i, const StepResult& result) {
+  StepState& step = steps_[i];
+  const bool permanent = result.kind == StepResult::Kind::kPermanent;
+  spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} phase=COMPENSATE kind={} "
+               "compensation_retry_count={} err=\"{}\"",
+               ev_.code, d_.node, trace_, step.name, step.code, permanent ? "permanent" : "transient",
+               step.compensation_retry_count, result.error);
+
+  if (!permanent && step.compensation_retry_count < topic().max_retry) {
+    const Millis backoff =
+        d_.backoff(topic().backoff_base, topic().backoff_max, step.compensation_retry_count);
+    const std::string why = "compensation of '" + step.name + "' failed (retry " +
+                            std::to_string(step.compensation_retry_count + 1) + " of " +
+                            std::to_string(topic().max_retry) + "): " + result.error;
+    d_.pool.Transact("schedule compensation retry", [&](storage::Connection& c) {
+      Fence(store::ScheduleEventRetry(c, ev_.id, version_, d_.node, 0, backoff, why, why),
+            "schedule compensation retry");
+      store::RecordCompensationFailure(c, step.code, result.error);
+    });
+    ++version_;
+    d_.stats.retries++;
+    spdlog::info("EVENT_RETRY_SCHEDULED event={} node={} trace={} phase=COMPENSATE step={} "
+                 "compensation_retry_count={} backoff_ms={}",
+                 ev_.code, d_.node, trace_, step.name, step.compensation_retry_count + 1,
+                 backoff.count());
+    return Outcome::kRetryScheduled;
+  }
+
+  const std::string error =
+      permanent ? result.error
+                : "compensation retries exhausted (" +
+                      std::to_string(step.compensation_retry_count + 1) + " failures): " +
+                      result.error;
+  d_.pool.Transact("fail compensation", [&](storage::Connection& c) {
+    Fence(store::FailCompensation(c, ev_.id, version_, d_.node, step.name, error),
+          "fail compensation");
+    store::RecordCompensationFailure(c, step.code, result.error);
+  });
+  ++version_;
+  d_.stats.failed++;
+  spdlog::error("EVENT_FAILED event={} node={} trace={} step={} ms={} reason=\"compensation of '{}' "
+                "failed: {}\"",
+                ev_.code, d_.node, trace_, step.name, ElapsedMs(), step.name, error);
+  return Outcome::kFailed;
+}
+
+Outcome EventRun::Abandon(const std::string& why) {
+  spdlog::warn("EVENT_ABANDONED event={} node={} trace={} version={} reason=\"{}\"", ev_.code, d_.node,
+               trace_, version_, OneLine(why));
+  return Outcome::kAbandoned;
+}
+
+}  // namespace
+
+// ---- SagaEngine ----------------------------------------------------------------
+
+SagaEngine::SagaEngine(storage::ConnectionPool& pool, const Plans& plans, Datasources& datasources,
+                       Clock& clock, std::string node_address)
+    : pool_(pool), plans_(plans), datasources_(datasources), clock_(clock),
+      node_address_(std::move(node_address)), timer_(std::make_unique<DeadlineTimer>(clock)),
+      rng_(std::random_device{}()) {}
+
+SagaEngine::~SagaEngine() = default;
+
+Millis SagaEngine::Backoff(Millis base, Millis max, int retries) {
+  std::lock_guard lock(rng_mu_);
+  return RetryBackoff({base, max}, retries, [this] {
+    return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  });
+}
+
+Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop) {
+  Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
+            [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); }};
+  EventRun run(std::move(deps), plans_, event, std::move(stop));
+  const std::string& trace = event.trace_id.empty() ? event.code : event.trace_id;
+  try {
+    return run.Go();
+  } catch (const OwnershipLostError& e) {
+    stats_.lost_ownership++;
+    spdlog::warn("EVENT_LOST_OWNERSHIP event={} node={} trace={} at=\"{}\"", event.code,
+                 node_address_, trace, OneLine(e.what()));
+    return Outcome::kLostOwnership;
+  } catch (const std::exception& e) {
+    // Database unreachable, commit outcome unknown, or a bug: leave the event to the
+    // sweeper (or this node's restart hand-back), which resets it by version.
+    spdlog::warn("EVENT_ABANDONED event={} node={} trace={} reason=\"{}\"", event.code,
+                 node_address_, trace, OneLine(e.what()));
+    return Outcome::kAbandoned;
+  }
+}
+
+}  // namespace dsync::saga

@@ -1,0 +1,54 @@
+#include "saga/step_handler.h"
+
+#include "core/error.h"
+#include "saga/steps/demo_step.h"
+#include "saga/steps/table_steps.h"
+#include "storage/db_url.h"
+
+namespace dsync::saga {
+
+Datasources::Datasources(std::map<std::string, std::string> urls) : urls_(std::move(urls)) {}
+
+storage::ConnectionPool& Datasources::Get(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto open = pools_.find(name);
+  if (open != pools_.end()) return *open->second;
+  auto url = urls_.find(name);
+  if (url == urls_.end()) {
+    std::string known;
+    for (const auto& [n, _] : urls_) known += (known.empty() ? "" : ", ") + n;
+    throw UsageError("unknown datasource '" + name + "' (known: " +
+                     (known.empty() ? "none" : known) + ")");
+  }
+  auto pool = std::make_unique<storage::ConnectionPool>(storage::DbUrl::Parse(url->second));
+  auto& ref = *pool;
+  pools_.emplace(name, std::move(pool));
+  return ref;
+}
+
+void StepRegistry::Register(const std::string& type, Factory factory) {
+  factories_[type] = std::move(factory);
+}
+
+std::unique_ptr<StepHandler> StepRegistry::Create(const StepSpec& spec) const {
+  auto it = factories_.find(spec.type);
+  if (it == factories_.end()) {
+    std::string known;
+    for (const auto& [type, _] : factories_) known += (known.empty() ? "" : ", ") + type;
+    throw ConfigError("unknown step type '" + spec.type + "' (known: " +
+                      (known.empty() ? "none" : known) + ")");
+  }
+  auto handler = it->second(spec);
+  if (!handler) throw ConfigError("step type '" + spec.type + "' built no handler");
+  return handler;
+}
+
+StepRegistry StepRegistry::WithBuiltins() {
+  StepRegistry registry;
+  registry.Register("table_sync", [](const StepSpec& spec) { return MakeTableSyncStep(spec); });
+  registry.Register("table_delete", [](const StepSpec& spec) { return MakeTableDeleteStep(spec); });
+  registry.Register("demo", [](const StepSpec& spec) { return MakeDemoStep(spec); });
+  return registry;
+}
+
+}  // namespace dsync::saga

@@ -1,0 +1,159 @@
+// The saga engine's SQL: one named function per statement on distribute_event and
+// distribute_event_step, each taking the connection of the caller's transaction.
+//
+// Fencing (docs/event-lifecycle.md): every event statement below except ClaimEvent is
+// conditional on `id = ? AND version = ?` and returns false when it matched no row,
+// i.e. the caller no longer owns the event at that version and must roll back.
+// Step statements carry no fence of their own: callers run them only inside a
+// transaction whose first statement was a fenced event statement (which also holds
+// the event's row lock until commit).
+//
+// Status changes append {"at","node","from","to","why"} to the event's process_log
+// (a JSON array trimmed to the last kProcessLogSize entries) in the same statement.
+//
+// Statements throw sql::SQLException (callers translate at their transaction
+// boundary: storage::ConnectionPool::Transact or the engine's own step transaction).
+//
+// Thread safety: stateless functions; a Connection is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "storage/connection.h"
+
+namespace dsync::saga::store {
+
+inline constexpr int kProcessLogSize = 20;
+
+// ---- distribute_event ------------------------------------------------------------
+
+// ASSIGNED -> RUNNING (phase FORWARD) or COMPENSATING (phase COMPENSATE), version+1,
+// attempt+1, started_time and modifier_time = NOW(3), only while the phase is
+// `phase` (the caller acts on it; `to` is the matching status, for the log).
+// False: not ASSIGNED to `node` at `version` in that phase any more.
+bool ClaimEvent(storage::Connection& c, int64_t id, int version, const std::string& node,
+                const std::string& phase, const std::string& to, const std::string& why);
+
+// phase and retry_count at `version` (a plain read), for callers that did not poll them.
+struct ClaimState {
+  std::string phase;
+  int retry_count = 0;
+};
+std::optional<ClaimState> ReadClaimState(storage::Connection& c, int64_t id, int version);
+
+// The owner's fence: modifier_time = NOW(3), progress = `progress`.
+bool TouchEvent(storage::Connection& c, int64_t id, int version, int progress);
+
+// A fenced read (no write): true while the event is still at `version`.
+bool OwnsEvent(storage::Connection& c, int64_t id, int version);
+
+// RUNNING -> SUCCESS: version+1, finished_time, progress 100, result.
+bool SucceedEvent(storage::Connection& c, int64_t id, int version, const std::string& node,
+                  const std::string& result_json);
+
+// RUNNING or COMPENSATING -> PENDING with next_run_time = NOW(3) + backoff, node
+// cleared, version+1, retry_count + `retry_increment` (1 forward, 0 compensation),
+// last_error. The phase is unchanged.
+bool ScheduleEventRetry(storage::Connection& c, int64_t id, int version, const std::string& node,
+                        int retry_increment, Millis backoff, const std::string& error,
+                        const std::string& why);
+
+// RUNNING -> COMPENSATING, phase COMPENSATE, version+1; `result_json` records the
+// original failure ({"failed_step":..., "error":...}); last_error = `error`.
+bool StartCompensation(storage::Connection& c, int64_t id, int version, const std::string& node,
+                       const std::string& result_json, const std::string& error);
+
+// COMPENSATING -> COMPENSATED: version+1, finished_time, progress; result unchanged
+// (it still holds the original failure).
+bool CompleteCompensation(storage::Connection& c, int64_t id, int version,
+                          const std::string& node, int progress);
+
+// -> FAILED: version+1, finished_time, result, last_error. For events rejected before
+// any step ran (unknown topic, payload not JSON).
+bool FailEvent(storage::Connection& c, int64_t id, int version, const std::string& node,
+               const std::string& result_json, const std::string& error);
+
+// COMPENSATING -> FAILED: compensation gave up. Adds compensation_failed_step and
+// compensation_error to the result that holds the original failure.
+bool FailCompensation(storage::Connection& c, int64_t id, int version, const std::string& node,
+                      const std::string& step_name, const std::string& error);
+
+// ---- distribute_event_step -------------------------------------------------------
+
+struct NewStep {
+  std::string code;      // "<event code>#<position>" or "<parent code>.<n>"
+  std::string job_code;  // the event code
+  std::string tenant_id;
+  int sort = 0;          // plan position (children: their parent's)
+  std::string type;
+  std::string name;
+  int max_retry = 0;
+  std::string payload;   // the step's input params as JSON text
+  bool executing = false;  // inserted EXECUTING (node, attempt, started_at) instead of PENDING
+};
+
+// INSERT IGNORE of plan rows by code, in one statement whatever the plan's length
+// (the rows travel as one JSON parameter expanded by JSON_TABLE). Returns rows inserted.
+uint64_t InsertSteps(storage::Connection& c, const std::vector<NewStep>& steps,
+                     const std::string& node, int attempt);
+
+// Child rows of `parent_code` (parent_step_id = the parent's id), INSERT IGNORE:
+// two statements (the parent's id, then the rows).
+uint64_t InsertChildSteps(storage::Connection& c, const std::string& parent_code,
+                          const std::vector<NewStep>& children);
+
+struct StepRow {
+  int64_t id = 0;
+  std::string code;
+  std::optional<int64_t> parent_step_id;
+  int sort = 0;
+  std::string name;
+  std::string type;
+  std::string status;
+  int retry_count = 0;
+  int compensation_retry_count = 0;
+  int max_retry = 0;
+  int attempt = 0;
+  bool executed = false;  // executed_at IS NOT NULL
+  std::optional<std::string> compensation_data;
+  std::optional<std::string> payload;
+};
+
+// Every step row of an event (any order; the engine orders them by code).
+std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_code);
+
+// PENDING/EXECUTING/FAILED -> EXECUTING (node, attempt, started_at). Never a SUCCESS step.
+void MarkStepExecuting(storage::Connection& c, const std::string& code, const std::string& node,
+                       int attempt);
+
+// -> SUCCESS: executed_at = NOW(3), output, compensation_data.
+void MarkStepSucceeded(storage::Connection& c, const std::string& code,
+                       const std::optional<std::string>& output_json,
+                       const std::optional<std::string>& compensation_json);
+
+// A forward failure: status FAILED, error_details, retry_count+1; compensation data
+// kept unless the failure saved new data (a half-applied step).
+void RecordStepFailure(storage::Connection& c, const std::string& code, const std::string& error,
+                       const std::optional<std::string>& compensation_json);
+
+// EXECUTING -> FAILED for a step whose run was interrupted (its owner lost the event)
+// when the event turns to compensation instead of re-running it: error_details says
+// so; retry_count is unchanged.
+void MarkStepInterrupted(storage::Connection& c, const std::string& code, const std::string& why);
+
+// SUCCESS (or FAILED with compensation data, or COMPENSATING again) -> COMPENSATING.
+void MarkStepCompensating(storage::Connection& c, const std::string& code, const std::string& node,
+                          int attempt);
+
+// COMPENSATING -> COMPENSATED: compensated_at = NOW(3).
+void MarkStepCompensated(storage::Connection& c, const std::string& code);
+
+// A failed compensation: error_details, compensation_retry_count+1; stays COMPENSATING.
+void RecordCompensationFailure(storage::Connection& c, const std::string& code,
+                               const std::string& error);
+
+}  // namespace dsync::saga::store
