@@ -1,0 +1,374 @@
+#include "saga/steps/table_sql.h"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+#include <stdexcept>
+
+#include <cppconn/datatype.h>
+
+namespace dsync::saga::table {
+namespace {
+
+// SELECT: one row per column of the table, in ordinal order.
+//   param: table name
+constexpr const char* kDescribeColumnsSql = R"(
+SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE), COALESCE(NUMERIC_PRECISION, 0),
+       COALESCE(NUMERIC_SCALE, 0), COALESCE(GENERATION_EXPRESSION, '')
+FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
+ORDER BY ORDINAL_POSITION)";
+
+// SELECT: the primary key columns in index order.
+//   param: table name
+constexpr const char* kDescribeKeySql = R"(
+SELECT COLUMN_NAME
+FROM information_schema.KEY_COLUMN_USAGE
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY'
+ORDER BY ORDINAL_POSITION)";
+
+ColumnKind KindOf(const std::string& data_type, const std::string& column_type) {
+  static const std::set<std::string> kInts = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"};
+  static const std::set<std::string> kTemporal = {"date", "time", "datetime", "timestamp", "year"};
+  static const std::set<std::string> kBinary = {
+      "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
+      "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+      "geometrycollection", "geomcollection"};
+  if (kInts.count(data_type)) {
+    return column_type.find("unsigned") != std::string::npos ? ColumnKind::kUnsigned : ColumnKind::kSigned;
+  }
+  if (data_type == "decimal" || data_type == "numeric") return ColumnKind::kDecimal;
+  if (data_type == "float" || data_type == "double" || data_type == "real") return ColumnKind::kFloat;
+  if (data_type == "bit") return ColumnKind::kBit;
+  if (kTemporal.count(data_type)) return ColumnKind::kTemporal;
+  if (kBinary.count(data_type)) return ColumnKind::kBinary;
+  return ColumnKind::kText;  // char, varchar, *text, enum, set, json, uuid, inet6, ...
+}
+
+std::string Quoted(const std::string& name) { return "`" + name + "`"; }
+
+std::string ReadExpr(const Column& c) {
+  switch (c.kind) {
+    case ColumnKind::kBinary: return "HEX(" + Quoted(c.name) + ")";
+    case ColumnKind::kFloat: return Quoted(c.name);
+    case ColumnKind::kBit: return "CAST(CAST(" + Quoted(c.name) + " AS UNSIGNED) AS CHAR)";
+    default: return "CAST(" + Quoted(c.name) + " AS CHAR)";
+  }
+}
+
+// The placeholder for a value written into the column.
+std::string WriteSlot(const Column& c) {
+  return c.kind == ColumnKind::kBinary ? "UNHEX(?)" : "?";
+}
+
+// The placeholder for a value compared with the column (same type semantics on
+// MariaDB and MySQL: decimals compared as decimals, not doubles).
+std::string CompareSlot(const Column& c) {
+  if (c.kind == ColumnKind::kBinary) return "UNHEX(?)";
+  if (c.kind == ColumnKind::kDecimal) {
+    return "CAST(? AS DECIMAL(" + std::to_string(c.precision) + "," + std::to_string(c.scale) + "))";
+  }
+  return "?";
+}
+
+template <class T>
+std::optional<T> ParseInt(const std::string& s) {
+  T v{};
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::string ShortestDouble(double d) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, d);
+  return std::string(buf, r.ptr);
+}
+
+[[noreturn]] void BadImage(const std::string& why) {
+  throw std::invalid_argument("compensation data is not a table before-image: " + why);
+}
+
+std::vector<std::string> Names(const nlohmann::json& j, const char* field, bool required_non_empty) {
+  if (!j.contains(field) || !j[field].is_array()) BadImage(std::string("'") + field + "' is not an array");
+  std::vector<std::string> out;
+  for (const auto& v : j[field]) {
+    if (!v.is_string()) BadImage(std::string("'") + field + "' has a non-string entry");
+    out.push_back(v.get<std::string>());
+  }
+  if (required_non_empty && out.empty()) BadImage(std::string("'") + field + "' is empty");
+  return out;
+}
+
+std::vector<Row> Rows(const nlohmann::json& j, const char* field, size_t width) {
+  if (!j.contains(field) || !j[field].is_array()) BadImage(std::string("'") + field + "' is not an array");
+  std::vector<Row> out;
+  out.reserve(j[field].size());
+  for (const auto& r : j[field]) {
+    if (!r.is_array() || r.size() != width) BadImage(std::string("a row of '") + field + "' has the wrong width");
+    Row row;
+    row.reserve(width);
+    for (const auto& cell : r) {
+      if (cell.is_null()) row.emplace_back(std::nullopt);
+      else if (cell.is_string()) row.emplace_back(cell.get<std::string>());
+      else BadImage(std::string("a cell of '") + field + "' is neither a string nor null");
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+nlohmann::json RowsJson(const std::vector<Row>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& row : rows) {
+    nlohmann::json r = nlohmann::json::array();
+    for (const Cell& cell : row) {
+      if (cell) r.push_back(*cell);
+      else r.push_back(nullptr);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+const Column* TableSchema::Find(std::string_view name) const {
+  for (const Column& c : columns) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> TableSchema::WritableColumns() const {
+  std::vector<std::string> out;
+  for (const Column& c : columns) {
+    if (!c.generated) out.push_back(c.name);
+  }
+  return out;
+}
+
+std::optional<TableSchema> DescribeTable(storage::Connection& c, const std::string& datasource,
+                                         const std::string& table) {
+  TableSchema schema;
+  schema.label = datasource + "." + table;
+  schema.table = table;
+  {
+    auto rs = c.Query(kDescribeColumnsSql, table);
+    while (rs->next()) {
+      Column col;
+      col.name = std::string(rs->getString(1));
+      std::string data_type = std::string(rs->getString(2));
+      col.column_type = std::string(rs->getString(3));
+      col.precision = static_cast<int>(rs->getInt64(4));
+      col.scale = static_cast<int>(rs->getInt64(5));
+      col.generated = !std::string(rs->getString(6)).empty();
+      col.kind = KindOf(data_type, col.column_type);
+      schema.columns.push_back(std::move(col));
+    }
+  }
+  if (schema.columns.empty()) return std::nullopt;
+  auto rs = c.Query(kDescribeKeySql, table);
+  while (rs->next()) schema.key.push_back(std::string(rs->getString(1)));
+  return schema;
+}
+
+void One(sql::PreparedStatement& ps, int first, const SqlParams& params) {
+  int i = first;
+  for (const SqlValue& value : *params.values) {
+    if (std::holds_alternative<std::monostate>(value.v)) {
+      ps.setNull(i, sql::DataType::VARCHAR);
+    } else if (const auto* s = std::get_if<std::string>(&value.v)) {
+      ps.setString(i, sql::SQLString(s->data(), s->size()));
+    } else if (const auto* n = std::get_if<int64_t>(&value.v)) {
+      ps.setInt64(i, *n);
+    } else if (const auto* u = std::get_if<uint64_t>(&value.v)) {
+      ps.setUInt64(i, *u);
+    } else if (const auto* d = std::get_if<double>(&value.v)) {
+      ps.setDouble(i, *d);
+    } else {
+      ps.setBoolean(i, std::get<bool>(value.v));
+    }
+    ++i;
+  }
+}
+
+ColumnSet::ColumnSet(const TableSchema& schema, const std::vector<std::string>& names) : names_(names) {
+  for (const std::string& n : names) {
+    const Column* c = schema.Find(n);
+    if (c == nullptr) throw std::logic_error("ColumnSet: no column " + n + " in " + schema.label);
+    columns_.push_back(*c);
+  }
+}
+
+int ColumnSet::IndexOf(std::string_view name) const {
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (names_[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string ColumnSet::SelectList() const {
+  std::string out;
+  for (const Column& c : columns_) {
+    if (!out.empty()) out += ", ";
+    out += ReadExpr(c);
+  }
+  return out;
+}
+
+std::string ColumnSet::NameList() const {
+  std::string out;
+  for (const Column& c : columns_) {
+    if (!out.empty()) out += ", ";
+    out += Quoted(c.name);
+  }
+  return out;
+}
+
+std::string ColumnSet::OrderBy() const { return NameList(); }
+
+std::vector<Row> ColumnSet::ReadAll(sql::ResultSet& rs) const {
+  std::vector<Row> rows;
+  while (rs.next()) {
+    Row row;
+    row.reserve(columns_.size());
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      auto idx = static_cast<uint32_t>(i + 1);
+      if (rs.isNull(idx)) {
+        row.emplace_back(std::nullopt);
+      } else if (columns_[i].kind == ColumnKind::kFloat) {
+        row.emplace_back(ShortestDouble(static_cast<double>(rs.getDouble(idx))));
+      } else {
+        row.emplace_back(std::string(rs.getString(idx)));
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+void ColumnSet::AppendValues(const Row& row, std::vector<SqlValue>& out) const {
+  for (size_t i = 0; i < columns_.size(); ++i) out.push_back(ToSqlValue(columns_[i], row[i]));
+}
+
+std::string ColumnSet::ValuesTuple() const {
+  std::string out = "(";
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += WriteSlot(columns_[i]);
+  }
+  return out + ")";
+}
+
+std::string ColumnSet::MatchKeys(size_t n) const {
+  std::string out;
+  if (columns_.size() == 1) {
+    out = Quoted(columns_[0].name) + " IN (";
+    std::string slot = CompareSlot(columns_[0]);
+    for (size_t i = 0; i < n; ++i) out += (i > 0 ? ", " : "") + slot;
+    return out + ")";
+  }
+  std::string one = "(";
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    if (c > 0) one += " AND ";
+    one += Quoted(columns_[c].name) + " = " + CompareSlot(columns_[c]);
+  }
+  one += ")";
+  for (size_t i = 0; i < n; ++i) out += (i > 0 ? " OR " : "") + one;
+  return out;
+}
+
+void ColumnSet::AppendKeyValues(const Row& key, std::vector<SqlValue>& out) const {
+  AppendValues(key, out);
+}
+
+std::string ColumnSet::AfterKey() const {
+  // (a > ?) OR (a = ? AND b > ?) OR ...: each disjunct is a range the optimizer uses.
+  std::string out;
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    if (i > 0) out += " OR ";
+    out += "(";
+    for (size_t j = 0; j < i; ++j) out += Quoted(columns_[j].name) + " = " + CompareSlot(columns_[j]) + " AND ";
+    out += Quoted(columns_[i].name) + " > " + CompareSlot(columns_[i]) + ")";
+  }
+  return out;
+}
+
+void ColumnSet::AppendAfterKeyValues(const Row& last, std::vector<SqlValue>& out) const {
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    for (size_t j = 0; j <= i; ++j) out.push_back(ToSqlValue(columns_[j], last[j]));
+  }
+}
+
+SqlValue ToSqlValue(const Column& column, const Cell& cell) {
+  if (!cell) return {std::monostate{}};
+  switch (column.kind) {
+    case ColumnKind::kSigned:
+      if (auto v = ParseInt<int64_t>(*cell)) return {*v};
+      break;
+    case ColumnKind::kUnsigned:
+    case ColumnKind::kBit:
+      if (auto v = ParseInt<uint64_t>(*cell)) return {*v};
+      break;
+    default:
+      break;
+  }
+  return {*cell};
+}
+
+Row Project(const Row& row, const std::vector<int>& positions) {
+  Row out;
+  out.reserve(positions.size());
+  for (int p : positions) out.push_back(row[static_cast<size_t>(p)]);
+  return out;
+}
+
+std::string EncodeKey(const Row& key) {
+  std::string out;
+  for (const Cell& c : key) {
+    if (!c) {
+      out += "N;";
+    } else {
+      out += std::to_string(c->size());
+      out += ':';
+      out += *c;
+    }
+  }
+  return out;
+}
+
+size_t PaddedCount(size_t n, size_t cap) {
+  if (n >= cap) return cap;
+  size_t p = 1;
+  while (p < n) p <<= 2;
+  return std::min(p, cap);
+}
+
+nlohmann::json Image::ToJson() const {
+  return nlohmann::json{{"format", 1},          {"table", table},
+                        {"columns", columns},   {"key", key},
+                        {"binary", binary},     {"restore", RowsJson(restore)},
+                        {"remove", RowsJson(remove)}};
+}
+
+Image Image::FromJson(const nlohmann::json& j) {
+  if (!j.is_object()) BadImage("not an object");
+  if (!j.contains("format") || j["format"] != 1) BadImage("unknown format");
+  if (!j.contains("table") || !j["table"].is_string()) BadImage("'table' is not a string");
+  Image img;
+  img.table = j["table"].get<std::string>();
+  img.columns = Names(j, "columns", true);
+  img.key = Names(j, "key", true);
+  img.binary = Names(j, "binary", false);
+  for (const std::string& k : img.key) {
+    if (std::find(img.columns.begin(), img.columns.end(), k) == img.columns.end()) {
+      BadImage("key column '" + k + "' is not among its columns");
+    }
+  }
+  img.restore = Rows(j, "restore", img.columns.size());
+  img.remove = Rows(j, "remove", img.key.size());
+  return img;
+}
+
+}  // namespace dsync::saga::table

@@ -1,0 +1,151 @@
+// SQL plumbing of the table steps (table_sync, table_delete): table discovery from
+// information_schema, exact text encoding of values, run-time-sized statements, and
+// the before-image that compensation restores. Internal to saga/steps.
+//
+// Value encoding (a Cell is a text or NULL, exact for every type):
+//   - binary, varbinary, *blob, geometry: read HEX(col), written UNHEX(?)  (hex text)
+//   - float, double: read natively and printed shortest-round-trip on the client, so
+//     exactness does not depend on how the server formats floating point
+//   - bit: read CAST(CAST(col AS UNSIGNED) AS CHAR), bound as an unsigned integer
+//   - everything else (ints, decimal, date/time with their fractional digits,
+//     char/text/enum/set/json): CAST(col AS CHAR), bound as a string; integer
+//     columns are bound as integers, decimal keys compared as CAST(? AS DECIMAL(p,s)).
+// Sessions are UTC (storage::Connection), so TIMESTAMP text round-trips too.
+//
+// Statements with a run-time number of values are bound through SqlParams, an
+// argument type that binds a whole list starting at its position (see One below).
+//
+// Thread safety: value types and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <cppconn/prepared_statement.h>
+#include <cppconn/resultset.h>
+#include <nlohmann/json.hpp>
+
+#include "storage/connection.h"
+
+namespace dsync::saga::table {
+
+enum class ColumnKind { kText, kTemporal, kSigned, kUnsigned, kDecimal, kFloat, kBit, kBinary };
+
+struct Column {
+  std::string name;
+  ColumnKind kind = ColumnKind::kText;
+  std::string column_type;  // information_schema COLUMN_TYPE, e.g. "datetime(3)"
+  int precision = 0;        // decimal
+  int scale = 0;            // decimal
+  bool generated = false;   // virtual/stored generated: never written
+};
+
+struct TableSchema {
+  std::string label;                // "<datasource>.<table>", for messages
+  std::string table;
+  std::vector<Column> columns;      // in ordinal order
+  std::vector<std::string> key;     // primary key columns in index order; empty: none
+
+  const Column* Find(std::string_view name) const;
+  // The columns that can be written (not generated), in ordinal order.
+  std::vector<std::string> WritableColumns() const;
+};
+
+// Reads the table's columns and primary key from the connection's schema.
+// nullopt: no such table. Throws sql::SQLException (callers run it in a pool).
+std::optional<TableSchema> DescribeTable(storage::Connection& c, const std::string& datasource,
+                                         const std::string& table);
+
+using Cell = std::optional<std::string>;
+using Row = std::vector<Cell>;
+
+// A value bound to one `?`.
+struct SqlValue {
+  std::variant<std::monostate, std::string, int64_t, uint64_t, double, bool> v;
+};
+
+// A run-time list of values, bound from its own position on:
+//   conn.Execute(sql, Bind(values))
+// storage::bind::One(ps, i, std::optional<T>) calls One(ps, i, *v) unqualified, so this
+// overload is found by argument-dependent lookup and binds values[0..n) to
+// i..i+n-1. Exactly one Bind(...) argument per statement.
+struct SqlParams {
+  const std::vector<SqlValue>* values;
+};
+void One(sql::PreparedStatement& ps, int first, const SqlParams& params);
+inline std::optional<SqlParams> Bind(const std::vector<SqlValue>& values) {
+  return SqlParams{&values};
+}
+
+// A list of columns of one table and the SQL to read, write and match them.
+class ColumnSet {
+ public:
+  // REQUIRES: every name is a column of `schema`.
+  ColumnSet(const TableSchema& schema, const std::vector<std::string>& names);
+
+  size_t size() const { return columns_.size(); }
+  const Column& at(size_t i) const { return columns_[i]; }
+  const std::vector<std::string>& names() const { return names_; }
+  int IndexOf(std::string_view name) const;  // -1 if absent
+
+  std::string SelectList() const;                        // "CAST(`a` AS CHAR), HEX(`b`)"
+  std::string NameList() const;                          // "`a`, `b`"
+  std::vector<Row> ReadAll(sql::ResultSet& rs) const;    // every row of rs
+
+  // Values of `row` (one cell per column, in order) for an INSERT tuple.
+  void AppendValues(const Row& row, std::vector<SqlValue>& out) const;
+  std::string ValuesTuple() const;                       // "(?, UNHEX(?))"
+
+  // Matching keys (this set = the key columns), `n` keys:
+  //   "`id` IN (?, ?)"  or  "(`a` = ? AND `b` = ?) OR (...)"
+  std::string MatchKeys(size_t n) const;
+  void AppendKeyValues(const Row& key, std::vector<SqlValue>& out) const;
+  // Keyset pagination: rows strictly after `last` in key order.
+  std::string AfterKey() const;
+  void AppendAfterKeyValues(const Row& last, std::vector<SqlValue>& out) const;
+  std::string OrderBy() const;                           // "`a`, `b`"
+
+ private:
+  std::vector<Column> columns_;
+  std::vector<std::string> names_;
+};
+
+// The value a cell binds as for a column of this kind (integers typed).
+SqlValue ToSqlValue(const Column& column, const Cell& cell);
+
+// Cells of `row` at `positions`, in that order.
+Row Project(const Row& row, const std::vector<int>& positions);
+// An injective encoding of a row of cells, for hash maps.
+std::string EncodeKey(const Row& key);
+
+// Row counts per statement: `n` rounded up to a power of four (at most `cap`), the
+// gap filled by repeating the last row. Repeats are harmless (an upsert of the same
+// values, a repeated IN-list entry) and keep the number of distinct prepared
+// statements per connection small (the server's max_prepared_stmt_count is global).
+size_t PaddedCount(size_t n, size_t cap);
+
+// The before-image of one step: what compensation needs to restore the target
+// exactly. JSON form (the step's compensation_data and dsync_step_undo.before_image):
+//   {"format": 1, "table": "kb_doc", "columns": [...], "key": [...],
+//    "binary": [columns whose cells are hex], "restore": [[cell, ...], ...],
+//    "remove": [[key cell, ...], ...]}
+// restore: full rows (all writable columns) as they were before the step changed or
+// deleted them; remove: keys of rows the step created. Cells are strings or null.
+struct Image {
+  std::string table;
+  std::vector<std::string> columns;
+  std::vector<std::string> key;
+  std::vector<std::string> binary;
+  std::vector<Row> restore;
+  std::vector<Row> remove;
+
+  nlohmann::json ToJson() const;
+  // Throws std::invalid_argument for anything but the form above.
+  static Image FromJson(const nlohmann::json& j);
+};
+
+}  // namespace dsync::saga::table

@@ -1,0 +1,62 @@
+// The `where` filter of the table steps: a restricted SQL boolean expression whose
+// `:name` placeholders are bound from the event payload, never spliced.
+//
+// The text comes from the operator's config (trusted-ish), the values from event
+// payloads (hostile). CompileWhere accepts only this grammar (keywords in any case):
+//
+//   expr      := and_expr { OR and_expr }
+//   and_expr  := not_expr { AND not_expr }
+//   not_expr  := NOT not_expr | predicate
+//   predicate := '(' expr ')'
+//              | value IS [NOT] NULL
+//              | value [NOT] IN '(' value { ',' value } ')'
+//              | value [NOT] BETWEEN value AND value
+//              | value [NOT] LIKE value
+//              | value ( = | <=> | <> | != | < | <= | > | >= ) value
+//   value     := column | :placeholder | number | 'string' | NULL | TRUE | FALSE
+//   column    := [A-Za-z0-9_$]+ (not one of the keywords above) | `[A-Za-z0-9_$]+`
+//   :placeholder := ':' [A-Za-z_][A-Za-z0-9_]*   a top-level field of the payload
+//   number    := ['-'] digits ['.' digits]
+//   'string'  := single-quoted, '' for a quote inside; no backslashes
+//
+// so "space_id = :space_id AND kind IN ('doc', :kind)" or "1 = 1". No functions, no
+// subqueries, no arithmetic. Rejected before parsing, with a reason naming it: ';',
+// '--', '/*', '#', double quotes, backslashes, '?', and an odd number of single quotes
+// (even inside string literals: these are config mistakes, not data).
+//
+// The compiled SQL is rebuilt from the tokens (columns backticked, keywords upper
+// case), so nothing outside the grammar can reach the server.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dsync::saga::table {
+
+// A `where` text outside the grammar; what() is one line without the step name.
+class WhereError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+struct CompiledWhere {
+  std::string sql;                         // `?` for each placeholder, in order
+  std::vector<std::string> params;         // payload field bound to each `?`
+  // For each `?`, the column it is compared with ("" when none): a string payload
+  // value compared with an integer column must be a canonical integer.
+  std::vector<std::string> param_columns;
+  std::set<std::string> columns;           // every column the filter reads
+};
+
+// Throws WhereError.
+CompiledWhere CompileWhere(std::string_view text);
+
+// [A-Za-z0-9_$]{1,64}: a table or column name usable inside backticks.
+bool IsPlainIdentifier(std::string_view name);
+
+}  // namespace dsync::saga::table

@@ -1,0 +1,472 @@
+// table_sync and table_delete against a real MariaDB: two fresh schemas as the
+// source and target datasources, a fake StepContext, and ordered dumps of whole
+// tables (every column as exact text) compared before and after.
+#include <map>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "saga/step_handler.h"
+#include "saga/steps/table_steps.h"
+#include "tests/support/test_db.h"
+
+namespace dsync::saga {
+namespace {
+
+using nlohmann::json;
+using testing::TestSchema;
+
+// The URL a datasource needs (with its password; test code only).
+std::string FullUrl(const storage::DbUrl& u) {
+  return "mysql://" + u.user + ":" + u.password + "@" + u.host + ":" + std::to_string(u.port) + "/" + u.schema;
+}
+
+class FakeContext : public StepContext {
+ public:
+  FakeContext(Datasources& ds, json payload, std::string key = "EV-1#0")
+      : ds_(ds), payload_(std::move(payload)), key_(std::move(key)) {}
+
+  const std::string& event_code() const override { return event_; }
+  const std::string& step_name() const override { return step_; }
+  const std::string& idempotency_key() const override { return key_; }
+  const json& payload() const override { return payload_; }
+  int attempt() const override { return 1; }
+  int step_retry_count() const override { return 0; }
+  const json& compensation_data() const override { return compensation; }
+  std::chrono::steady_clock::time_point deadline() const override {
+    return std::chrono::steady_clock::now() + std::chrono::hours(1);
+  }
+  std::stop_token stop_token() const override { return stop.get_token(); }
+  storage::Connection& tx() override { throw std::logic_error("table steps must not use the framework tx"); }
+  bool StillOwner() override {
+    ++owner_checks;
+    return owner;
+  }
+  Datasources& datasources() override { return ds_; }
+
+  json compensation = nullptr;  // what Compensate sees
+  std::stop_source stop;
+  bool owner = true;
+  int owner_checks = 0;
+
+ private:
+  Datasources& ds_;
+  json payload_;
+  std::string key_;
+  std::string event_ = "EV-1";
+  std::string step_ = "docs";
+};
+
+constexpr const char* kDocTable = R"(
+CREATE TABLE kb_doc (
+  id BIGINT NOT NULL PRIMARY KEY,
+  space_id INT NOT NULL,
+  kind VARCHAR(40) NOT NULL,
+  title VARCHAR(200) NULL,
+  price DECIMAL(30,10) NULL,
+  ratio DOUBLE NULL,
+  weight FLOAT NULL,
+  updated_at DATETIME(3) NULL,
+  data BLOB NULL,
+  meta JSON NULL,
+  flags BIT(8) NULL,
+  big BIGINT UNSIGNED NULL,
+  KEY idx_space (space_id)
+) DEFAULT CHARSET=utf8mb4)";
+
+// Rows with every awkward value: NULLs, emoji, a BLOB with bytes 0x00..0xFF,
+// DATETIME(3), big DECIMAL, doubles that 15 digits cannot hold, JSON, BIT, 2^64-1.
+constexpr const char* kDocRows = R"(
+INSERT INTO kb_doc VALUES
+ (1, 1, 'doc', 'hello 😀 world', 12345678901234567890.0000000001, 0.1e0 + 0.2e0, 0.1,
+  '2024-02-29 23:59:59.123', (SELECT UNHEX(GROUP_CONCAT(LPAD(HEX(seq), 2, '0') ORDER BY seq SEPARATOR ''))
+                              FROM seq_0_to_255), '{"a": [1, "x"], "b": null}', b'10100101', 18446744073709551615),
+ (2, 1, 'doc', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+ (3, 1, 'img', '', 0.0000000001, 1.7976931348623157e308, -3.4e38, '1970-01-01 00:00:01.000', '', '[]', b'0', 0),
+ (4, 1, 'x''; DROP TABLE kb_doc; --', 'quote''s', -1, -0.0, 1e-30, '2038-01-19 03:14:08.999', 0x00, 'null', b'1', 1),
+ (5, 2, 'doc', 'other space', 1, 1, 1, '2000-01-01 00:00:00.000', 0xFF, '{}', b'11111111', 5),
+ (6, 1, 'doc', 'six', 6, 6, 6, '2001-01-01 00:00:00.500', 0x0606, '{"six": 6}', b'110', 6))";
+
+class TableStepsTest : public ::testing::Test {
+ protected:
+  TableStepsTest()
+      : src_(/*migrate=*/false),
+        tgt_(/*migrate=*/false),
+        ds_({{"env_a", FullUrl(src_.url())}, {"env_b", FullUrl(tgt_.url())}}) {}
+
+  static StepSpec Spec(const std::string& type, json params, const std::string& name = "docs") {
+    StepSpec s;
+    s.name = name;
+    s.type = type;
+    s.params = std::move(params);
+    return s;
+  }
+
+  std::unique_ptr<StepHandler> Sync(const std::string& where, json extra = json::object(),
+                                    const std::string& table = "kb_doc") {
+    json p = {{"source", "env_a"}, {"target", "env_b"}, {"table", table}, {"where", where}};
+    p.update(extra);
+    return MakeTableSyncStep(Spec("table_sync", p));
+  }
+
+  // Every row of `table`, ordered by `order`, each column as exact text: QUOTE() for
+  // everything (NULL as NULL, bytes as they are), doubles as their exact decimal.
+  static std::vector<std::string> Dump(TestSchema& db, const std::string& table, const std::string& order,
+                                       const std::string& where = "1 = 1") {
+    return db.pool().Run("dump", [&](storage::Connection& c) {
+      std::string exprs;
+      auto cols = c.Query(
+          "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+          "AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+          table);
+      while (cols->next()) {
+        std::string name = std::string(cols->getString(1)), type = std::string(cols->getString(2));
+        std::string e = (type == "double" || type == "float")
+                            ? "IFNULL(CAST(`" + name + "` AS DECIMAL(65,30)), 'NULL')"
+                            : "QUOTE(`" + name + "`)";
+        exprs += (exprs.empty() ? "" : ", '|', ") + e;
+      }
+      std::vector<std::string> rows;
+      auto rs = c.Query("SELECT CONCAT(" + exprs + ") FROM `" + table + "` WHERE " + where + " ORDER BY " + order);
+      while (rs->next()) rows.push_back(std::string(rs->getString(1)));
+      return rows;
+    });
+  }
+
+  // Rows of the two schemas' `table` that differ in any column (null-safe, exact for
+  // doubles); both schemas live on the same server.
+  int64_t CrossDiff(const std::string& table, const std::string& key, const std::string& cols,
+                    const std::string& where) {
+    std::string cond;
+    size_t start = 0;
+    while (start < cols.size()) {
+      size_t comma = cols.find(',', start);
+      std::string c = cols.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      cond += (cond.empty() ? "" : " AND ") + ("a.`" + c + "` <=> b.`" + c + "`");
+      start = comma == std::string::npos ? cols.size() : comma + 1;
+    }
+    return src_.QueryInt("SELECT COUNT(*) FROM `" + src_.url().schema + "`.`" + table + "` a LEFT JOIN `" +
+                         tgt_.url().schema + "`.`" + table + "` b USING (" + key + ") WHERE (" + where +
+                         ") AND NOT (" + cond + ")");
+  }
+
+  void CreateDocs() {
+    src_.Exec(kDocTable);
+    tgt_.Exec(kDocTable);
+    src_.Exec(kDocRows);
+  }
+
+  TestSchema src_;
+  TestSchema tgt_;
+  Datasources ds_;
+};
+
+constexpr const char* kDocCols = "id,space_id,kind,title,price,ratio,weight,updated_at,data,meta,flags,big";
+
+TEST_F(TableStepsTest, SyncCopiesMatchingRowsExactly) {
+  CreateDocs();
+  auto step = Sync("space_id = :space_id");
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output, (json{{"rows", 5}, {"inserted", 5}, {"updated", 0}, {"unchanged", 0}}));
+  EXPECT_EQ(ctx.owner_checks, 1);
+
+  auto source = Dump(src_, "kb_doc", "id", "space_id = 1");
+  ASSERT_EQ(source.size(), 5u);
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), source);
+  EXPECT_EQ(CrossDiff("kb_doc", "id", kDocCols, "a.space_id = 1"), 0);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE space_id = 2"), 0);
+  EXPECT_EQ(tgt_.QueryInt("SELECT LENGTH(data) FROM kb_doc WHERE id = 1"), 256);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE id = 1 AND ratio = 0.1e0 + 0.2e0 AND weight = "
+                          "(SELECT weight FROM `" + src_.url().schema + "`.kb_doc WHERE id = 1)"),
+            1);
+
+  // The before-image: every row was created, none restored.
+  ASSERT_TRUE(r.compensation_data.has_value());
+  EXPECT_EQ((*r.compensation_data)["remove"].size(), 5u);
+  EXPECT_EQ((*r.compensation_data)["restore"].size(), 0u);
+  EXPECT_EQ((*r.compensation_data)["binary"], json{"data"});
+
+  // Running again changes nothing.
+  FakeContext again(ds_, {{"space_id", 1}}, "EV-2#0");
+  StepResult r2 = step->Execute(again);
+  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  EXPECT_EQ(r2.output, (json{{"rows", 5}, {"inserted", 0}, {"updated", 0}, {"unchanged", 5}}));
+}
+
+TEST_F(TableStepsTest, CompensationRestoresTheBeforeImageByteForByte) {
+  CreateDocs();
+  // The target: id 1 and 3 differ (updated), id 6 identical, id 5 belongs to another
+  // space (never touched), id 9 matches the filter but is not in the source (kept).
+  tgt_.Exec(kDocRows);
+  tgt_.Exec("UPDATE kb_doc SET title = 'old', price = NULL, data = 0x00FF00 WHERE id = 1");
+  tgt_.Exec("UPDATE kb_doc SET ratio = 0.5, meta = '{\"old\": true}', updated_at = '1999-12-31 23:59:59.999' WHERE id = 3");
+  tgt_.Exec("DELETE FROM kb_doc WHERE id IN (2, 4)");
+  tgt_.Exec("UPDATE kb_doc SET title = 'unrelated', ratio = 0.1e0 + 0.7e0 WHERE id = 5");
+  tgt_.Exec("INSERT INTO kb_doc (id, space_id, kind, title) VALUES (9, 1, 'doc', 'target only')");
+  const auto before = Dump(tgt_, "kb_doc", "id");
+  const auto unrelated = Dump(tgt_, "kb_doc", "id", "id IN (5, 9)");
+
+  auto step = Sync("space_id = :space_id");
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output, (json{{"rows", 5}, {"inserted", 2}, {"updated", 2}, {"unchanged", 1}}));
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id IN (1, 2, 3, 4, 6)"), Dump(src_, "kb_doc", "id", "space_id = 1"));
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id IN (5, 9)"), unrelated);
+
+  ctx.compensation = *r.compensation_data;
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  EXPECT_EQ(c.output, (json{{"removed", 2}, {"restored", 2}}));
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+
+  // A second compensation (crash before the engine recorded the first) is harmless.
+  StepResult c2 = step->Compensate(ctx);
+  ASSERT_EQ(c2.kind, StepResult::Kind::kOk) << c2.error;
+  EXPECT_EQ(c2.output, (json{{"already_compensated", true}}));
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+}
+
+TEST_F(TableStepsTest, ReExecutionKeepsTheOriginalBeforeImage) {
+  CreateDocs();
+  tgt_.Exec(kDocRows);
+  tgt_.Exec("UPDATE kb_doc SET title = 'original' WHERE id IN (1, 6)");
+  tgt_.Exec("DELETE FROM kb_doc WHERE id = 2");
+  const auto before = Dump(tgt_, "kb_doc", "id");
+
+  auto step = Sync("space_id = :space_id");
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  StepResult first = step->Execute(ctx);
+  ASSERT_EQ(first.kind, StepResult::Kind::kOk) << first.error;
+
+  // The node died before recording SUCCESS; meanwhile the source changed. The next
+  // owner runs the step again with the same idempotency key.
+  src_.Exec("UPDATE kb_doc SET title = 'changed again' WHERE id IN (1, 3)");
+  src_.Exec("INSERT INTO kb_doc (id, space_id, kind) VALUES (7, 1, 'new')");
+  StepResult second = step->Execute(ctx);
+  ASSERT_EQ(second.kind, StepResult::Kind::kOk) << second.error;
+  EXPECT_EQ(second.output, (json{{"rows", 6}, {"inserted", 1}, {"updated", 2}, {"unchanged", 3}}));
+  // Row 1's before-state is the original, not what the first run wrote; row 3 (first
+  // changed by the second run) and row 7 (created by it) were added.
+  const json& image = *second.compensation_data;
+  EXPECT_EQ(image["restore"].size(), 3u) << image.dump();
+  EXPECT_EQ(image["remove"].size(), 2u) << image.dump();
+  EXPECT_EQ(image["restore"][0][3], "original");
+
+  // The engine's copy is the second result; either copy restores the original.
+  ctx.compensation = *second.compensation_data;
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+}
+
+TEST_F(TableStepsTest, CompensationFallsBackToTheEnginesCopy) {
+  CreateDocs();
+  tgt_.Exec(kDocRows);
+  tgt_.Exec("UPDATE kb_doc SET kind = 'was' WHERE id = 4");
+  const auto before = Dump(tgt_, "kb_doc", "id");
+  auto step = Sync("space_id = :space_id");
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  tgt_.Exec("DELETE FROM dsync_step_undo");  // purged, or the undo table was lost
+  ctx.compensation = *r.compensation_data;
+  ASSERT_EQ(step->Compensate(ctx).kind, StepResult::Kind::kOk);
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+}
+
+TEST_F(TableStepsTest, HostilePayloadValuesStayBound) {
+  CreateDocs();
+  const auto source_before = Dump(src_, "kb_doc", "id");
+  auto by_kind = Sync("kind = :kind");
+
+  FakeContext none(ds_, {{"kind", "1 OR 1=1"}});
+  StepResult r = by_kind->Execute(none);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["rows"], 0);
+
+  // Matches exactly the one row whose kind is that text.
+  FakeContext exact(ds_, {{"kind", "x'; DROP TABLE kb_doc; --"}}, "EV-2#0");
+  r = by_kind->Execute(exact);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["rows"], 1);
+  EXPECT_EQ(tgt_.QueryInt("SELECT id FROM kb_doc"), 4);
+
+  // A string compared with an integer column must be an integer: MySQL would read
+  // "1 OR 1=1" as 1 and match space 1.
+  auto by_space = Sync("space_id = :space_id");
+  FakeContext numeric(ds_, {{"space_id", "1 OR 1=1"}}, "EV-3#0");
+  r = by_space->Execute(numeric);
+  EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
+  EXPECT_NE(r.error.find("payload field 'space_id' must be an integer"), std::string::npos) << r.error;
+  FakeContext as_text(ds_, {{"space_id", "2"}}, "EV-4#0");
+  r = by_space->Execute(as_text);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["rows"], 1);
+
+  EXPECT_EQ(Dump(src_, "kb_doc", "id"), source_before);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc"), 2);
+}
+
+TEST_F(TableStepsTest, SyncsManyRowsInChunksWithACompositeKey) {
+  const char* ddl = R"(
+    CREATE TABLE kv (
+      tenant VARCHAR(16) NOT NULL, seq INT NOT NULL, grp INT NOT NULL,
+      val VARBINARY(64) NULL, note VARCHAR(100) NULL, at DATETIME(6) NULL,
+      PRIMARY KEY (tenant, seq)
+    ) DEFAULT CHARSET=utf8mb4)";
+  src_.Exec(ddl);
+  tgt_.Exec(ddl);
+  src_.Exec(
+      "INSERT INTO kv SELECT CONCAT('t', seq % 7), seq, 7, UNHEX(SHA2(seq, 256)), "
+      "CONCAT('note \xF0\x9F\x98\x80 ', seq), '2024-01-01 00:00:00' + INTERVAL seq MICROSECOND "
+      "FROM seq_0_to_2344");
+  src_.Exec("INSERT INTO kv SELECT 'other', seq, 8, NULL, NULL, NULL FROM seq_0_to_99");
+  // Part of it is already there, some of it stale.
+  tgt_.Exec("INSERT INTO kv SELECT * FROM `" + src_.url().schema + "`.kv WHERE grp = 7 AND seq % 3 = 0");
+  tgt_.Exec("UPDATE kv SET note = 'stale' WHERE seq % 9 = 0");
+  const auto before = Dump(tgt_, "kv", "tenant, seq");
+
+  auto step = Sync("grp = :grp", {{"chunk_size", 100}}, "kv");
+  FakeContext ctx(ds_, {{"grp", 7}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["rows"], 2345);
+  EXPECT_EQ(r.output["updated"], 261);  // seq % 9 == 0 among 0..2344
+  EXPECT_EQ(r.output["inserted"], 2345 - 782);
+  EXPECT_EQ(Dump(tgt_, "kv", "tenant, seq"), Dump(src_, "kv", "tenant, seq", "grp = 7"));
+  EXPECT_EQ(CrossDiff("kv", "tenant, seq", "grp,val,note,at", "a.grp = 7"), 0);
+
+  ctx.compensation = *r.compensation_data;
+  ASSERT_EQ(step->Compensate(ctx).kind, StepResult::Kind::kOk);
+  EXPECT_EQ(Dump(tgt_, "kv", "tenant, seq"), before);
+}
+
+TEST_F(TableStepsTest, CaseInsensitiveKeysAreRestoredExactly) {
+  // 'abc' and 'ABC' are one key under a _ci collation, but different bytes: the
+  // sync writes the source's bytes and compensation puts the target's back.
+  const char* ddl = "CREATE TABLE tag (name VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)";
+  src_.Exec(ddl);
+  tgt_.Exec(ddl);
+  src_.Exec("INSERT INTO tag VALUES ('abc', 1), ('new', 2)");
+  tgt_.Exec("INSERT INTO tag VALUES ('ABC', 1)");
+  const auto before = Dump(tgt_, "tag", "name");
+  auto step = Sync("n >= :n", json::object(), "tag");
+  FakeContext ctx(ds_, {{"n", 0}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Dump(tgt_, "tag", "name"), Dump(src_, "tag", "name"));
+  ctx.compensation = *r.compensation_data;
+  ASSERT_EQ(step->Compensate(ctx).kind, StepResult::Kind::kOk);
+  EXPECT_EQ(Dump(tgt_, "tag", "name"), before);
+}
+
+TEST_F(TableStepsTest, DeleteMissingMirrorsAndCompensates) {
+  CreateDocs();
+  tgt_.Exec(kDocRows);
+  tgt_.Exec("INSERT INTO kb_doc (id, space_id, kind) VALUES (8, 1, 'gone'), (9, 1, 'gone'), (10, 2, 'keep')");
+  const auto before = Dump(tgt_, "kb_doc", "id");
+  auto step = Sync("space_id = :space_id", {{"delete_missing", true}, {"chunk_size", 2}});
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["deleted"], 2);
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "space_id = 1"), Dump(src_, "kb_doc", "id", "space_id = 1"));
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE id = 10"), 1);
+  ctx.compensation = *r.compensation_data;
+  ASSERT_EQ(step->Compensate(ctx).kind, StepResult::Kind::kOk);
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+}
+
+TEST_F(TableStepsTest, DeleteAndCompensateRestoreExactly) {
+  CreateDocs();
+  tgt_.Exec(kDocRows);
+  const auto before = Dump(tgt_, "kb_doc", "id");
+  auto step = MakeTableDeleteStep(Spec(
+      "table_delete", {{"target", "env_b"}, {"table", "kb_doc"}, {"where", "space_id = :space_id"}, {"chunk_size", 2}},
+      "purge"));
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output, (json{{"rows", 5}, {"deleted", 5}}));
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc"), 1);
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), Dump(src_, "kb_doc", "id", "space_id = 2"));
+
+  // Re-execution after a crash finds nothing more to delete and keeps the image.
+  StepResult again = step->Execute(ctx);
+  ASSERT_EQ(again.kind, StepResult::Kind::kOk) << again.error;
+  EXPECT_EQ(again.output["deleted"], 0);
+  EXPECT_EQ((*again.compensation_data)["restore"].size(), 5u);
+
+  ctx.compensation = *again.compensation_data;
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  EXPECT_EQ(c.output, (json{{"removed", 0}, {"restored", 5}}));
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+}
+
+TEST_F(TableStepsTest, LostOwnershipOrCancellationRollsTheTargetBack) {
+  CreateDocs();
+  auto step = Sync("space_id = :space_id", {{"chunk_size", 2}});
+  FakeContext lost(ds_, {{"space_id", 1}});
+  lost.owner = false;
+  StepResult r = step->Execute(lost);
+  EXPECT_EQ(r.kind, StepResult::Kind::kTransient);
+  EXPECT_NE(r.error.find("lost ownership"), std::string::npos) << r.error;
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc"), 0);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_step_undo"), 0);
+
+  FakeContext cancelled(ds_, {{"space_id", 1}});
+  cancelled.stop.request_stop();
+  r = step->Execute(cancelled);
+  EXPECT_EQ(r.kind, StepResult::Kind::kTransient);
+  EXPECT_NE(r.error.find("cancelled"), std::string::npos) << r.error;
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc"), 0);
+}
+
+TEST_F(TableStepsTest, PermanentFailures) {
+  CreateDocs();
+  auto step = Sync("space_id = :space_id");
+
+  FakeContext missing(ds_, {{"kind", "doc"}});
+  StepResult r = step->Execute(missing);
+  EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(r.error, "payload has no field 'space_id' needed by step 'docs'");
+
+  FakeContext object(ds_, {{"space_id", {{"$gt", 0}}}});
+  r = step->Execute(object);
+  EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
+  EXPECT_NE(r.error.find("payload field 'space_id' is an object"), std::string::npos) << r.error;
+
+  FakeContext ok(ds_, {{"space_id", 1}});
+  r = Sync("nope = :space_id")->Execute(ok);
+  EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(r.error, "where of step 'docs' reads column `nope`, which env_a.kb_doc does not have");
+
+  tgt_.Exec("DROP TABLE kb_doc");
+  r = step->Execute(ok);
+  EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(r.error, "table env_b.kb_doc does not exist");
+
+  src_.Exec("CREATE TABLE no_pk (a INT, b INT)");
+  tgt_.Exec("CREATE TABLE no_pk (a INT, b INT)");
+  r = Sync("a = :space_id", json::object(), "no_pk")->Execute(ok);
+  EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(r.error, "table env_b.no_pk has no primary key");
+
+  json unknown = {{"source", "env_a"}, {"target", "env_c"}, {"table", "kb_doc"}, {"where", "1 = 1"}};
+  r = MakeTableSyncStep(Spec("table_sync", unknown))->Execute(ok);
+  EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
+  EXPECT_NE(r.error.find("unknown datasource 'env_c'"), std::string::npos) << r.error;
+}
+
+}  // namespace
+}  // namespace dsync::saga

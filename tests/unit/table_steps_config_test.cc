@@ -1,0 +1,214 @@
+// Unit tests (no database) of the table steps' start-time validation: the params of
+// table_sync / table_delete, and the `where` grammar that keeps payload values bound.
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "saga/steps/table_sql.h"
+#include "saga/steps/table_steps.h"
+#include "saga/steps/table_where.h"
+
+namespace dsync::saga {
+namespace {
+
+using nlohmann::json;
+using table::CompileWhere;
+using table::WhereError;
+
+StepSpec Spec(const std::string& type, json params) {
+  StepSpec s;
+  s.name = "docs";
+  s.type = type;
+  s.params = std::move(params);
+  return s;
+}
+
+json SyncParams() {
+  return {{"source", "env_a"}, {"target", "env_b"}, {"table", "kb_doc"}, {"where", "space_id = :space_id"}};
+}
+
+// The ConfigError message for these params ("" if accepted).
+std::string SyncError(const json& params) {
+  try {
+    MakeTableSyncStep(Spec("table_sync", params));
+  } catch (const ConfigError& e) {
+    std::string m = e.what();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_EQ(m.rfind("config: step 'docs' (table_sync): ", 0), 0u) << m;
+    return m;
+  }
+  return "";
+}
+
+std::string DeleteError(const json& params) {
+  try {
+    MakeTableDeleteStep(Spec("table_delete", params));
+  } catch (const ConfigError& e) {
+    std::string m = e.what();
+    EXPECT_EQ(m.rfind("config: step 'docs' (table_delete): ", 0), 0u) << m;
+    return m;
+  }
+  return "";
+}
+
+json With(json base, const std::string& key, json value) {
+  base[key] = std::move(value);
+  return base;
+}
+
+json Without(json base, const std::string& key) {
+  base.erase(key);
+  return base;
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+TEST(TableStepsConfig, AcceptsValidParams) {
+  EXPECT_EQ(SyncError(SyncParams()), "");
+  json full = SyncParams();
+  full["chunk_size"] = 100;
+  full["columns"] = {"id", "space_id", "title"};
+  full["delete_missing"] = true;
+  full["undo_retention_days"] = 30;
+  full["where"] = "space_id = :space_id AND (kind IN ('doc', :kind) OR `title` IS NOT NULL)";
+  EXPECT_EQ(SyncError(full), "");
+  EXPECT_EQ(DeleteError({{"target", "env_b"}, {"table", "kb_doc"}, {"where", "space_id = :space_id"}}), "");
+}
+
+TEST(TableStepsConfig, RejectsMissingKeys) {
+  EXPECT_HAS(SyncError(Without(SyncParams(), "table")), "missing key 'table'");
+  EXPECT_HAS(SyncError(Without(SyncParams(), "source")), "missing key 'source'");
+  EXPECT_HAS(SyncError(Without(SyncParams(), "target")), "missing key 'target'");
+  EXPECT_HAS(SyncError(Without(SyncParams(), "where")), "missing key 'where'");
+  EXPECT_HAS(DeleteError({{"target", "env_b"}, {"table", "kb_doc"}}), "missing key 'where'");
+}
+
+TEST(TableStepsConfig, RejectsUnknownAndMisplacedKeys) {
+  std::string m = SyncError(With(SyncParams(), "wher", "x = 1"));
+  EXPECT_HAS(m, "unknown key 'wher'");
+  EXPECT_HAS(m, "known: ");
+  // table_delete has no source, columns or delete_missing.
+  EXPECT_HAS(DeleteError({{"source", "env_a"}, {"target", "env_b"}, {"table", "t"}, {"where", "1 = 1"}}),
+             "unknown key 'source'");
+  EXPECT_HAS(DeleteError({{"target", "env_b"}, {"table", "t"}, {"where", "1 = 1"}, {"delete_missing", true}}),
+             "unknown key 'delete_missing'");
+}
+
+TEST(TableStepsConfig, RejectsWrongTypes) {
+  EXPECT_HAS(SyncError(With(SyncParams(), "table", 5)), "'table' must be a string, got an integer");
+  EXPECT_HAS(SyncError(With(SyncParams(), "where", json::array())), "'where' must be a string");
+  EXPECT_HAS(SyncError(With(SyncParams(), "source", "")), "'source' must not be empty");
+  EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", 0)), "'chunk_size' must be an integer from 1 to 10000, got 0");
+  EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", -5)), "'chunk_size' must be an integer");
+  EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", 10001)), "'chunk_size' must be an integer");
+  EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", "100")), "'chunk_size' must be an integer");
+  EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", 1.5)), "'chunk_size' must be an integer");
+  EXPECT_HAS(SyncError(With(SyncParams(), "delete_missing", "yes")), "'delete_missing' must be true or false");
+  EXPECT_HAS(SyncError(With(SyncParams(), "columns", json::array())), "'columns' must be a non-empty array");
+  EXPECT_HAS(SyncError(With(SyncParams(), "columns", json{"id", 3})), "'columns' has a bad column name 3");
+  EXPECT_HAS(SyncError(With(SyncParams(), "columns", json{"id", "id"})), "lists 'id' twice");
+  EXPECT_HAS(SyncError(With(SyncParams(), "undo_retention_days", 0)), "'undo_retention_days' must be an integer");
+  EXPECT_HAS(SyncError(With(SyncParams(), "target", "env_a")), "'source' and 'target' are the same");
+}
+
+TEST(TableStepsConfig, RejectsNonIdentifierNames) {
+  const std::vector<std::string> bad_names = {"kb doc", "kb_doc; DROP TABLE x", "env.kb_doc", "`kb_doc`",
+                                              "kb-doc", "\xF0\x9F\x98\x80", std::string(65, 'a')};
+  for (const std::string& bad : bad_names) {
+    EXPECT_HAS(SyncError(With(SyncParams(), "table", bad)), "'table' must be a plain identifier") << bad;
+  }
+  EXPECT_HAS(SyncError(With(SyncParams(), "columns", json{"id", "ti tle"})), "bad column name \"ti tle\"");
+  EXPECT_HAS(SyncError(With(SyncParams(), "table", "bad\nname")), "got 'bad?name'");  // stays one line
+  EXPECT_EQ(SyncError(With(SyncParams(), "table", "Kb_Doc$2")), "");
+}
+
+TEST(TableStepsConfig, RejectsUnsafeWhere) {
+  struct Case {
+    const char* where;
+    const char* reason;
+  } cases[] = {
+      {"space_id = :space_id; DROP TABLE kb_doc", "must not contain ';'"},
+      {"space_id = :space_id -- comment", "must not contain '--'"},
+      {"space_id = :space_id /* x */", "must not contain '/*'"},
+      {"space_id = :space_id # x", "must not contain '#'"},
+      {"kind = 'doc", "unbalanced single quotes"},
+      {"kind = 'it''s' OR kind = 'x", "unbalanced single quotes"},
+      {"kind = \"doc\"", "must not contain '\"'"},
+      {"kind = 'a\\'", "must not contain a backslash"},
+      {"space_id = ?", "use :name placeholders"},
+      {"", "must not be empty"},
+      {"space_id = : x", "':' without a placeholder name"},
+      {"space_id = SLEEP(10)", "must not call functions"},
+      {"space_id IN (SELECT id FROM kb_space)", "is not a supported filter"},
+      {"space_id = :a OR", "is not a supported filter"},
+      {"space_id", "is not a supported filter"},
+      {"space_id = @x", "unsupported character '@'"},
+      {"space_id = :a UNION SELECT 1", "is not a supported filter"},
+      {"(space_id = :a", "is not a supported filter"},
+      {"`a b` = 1", "bad column name"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_HAS(SyncError(With(SyncParams(), "where", c.where)), c.reason) << c.where;
+  }
+}
+
+TEST(TableWhere, CompilesToBoundPlaceholders) {
+  auto w = CompileWhere("space_id = :space_id and Kind in ('doc', :kind, 'it''s') OR NOT `order` <=> :space_id");
+  EXPECT_EQ(w.sql, "`space_id` = ? AND `Kind` IN ('doc', ?, 'it''s') OR NOT `order` <=> ?");
+  EXPECT_EQ(w.params, (std::vector<std::string>{"space_id", "kind", "space_id"}));
+  EXPECT_EQ(w.param_columns, (std::vector<std::string>{"space_id", "Kind", "order"}));
+  EXPECT_EQ(w.columns, (std::set<std::string>{"space_id", "Kind", "order"}));
+
+  auto all = CompileWhere("1 = 1");
+  EXPECT_EQ(all.sql, "1 = 1");
+  EXPECT_TRUE(all.params.empty());
+
+  auto between = CompileWhere("n BETWEEN -5 AND :hi AND (t IS NOT NULL) AND s NOT LIKE :p AND :v < x");
+  EXPECT_EQ(between.sql, "`n` BETWEEN -5 AND ? AND (`t` IS NOT NULL) AND `s` NOT LIKE ? AND ? < `x`");
+  EXPECT_EQ(between.param_columns, (std::vector<std::string>{"n", "s", "x"}));
+}
+
+TEST(TableWhere, ErrorsAreOneLine) {
+  try {
+    CompileWhere("a = \n:b\n AND");
+    FAIL();
+  } catch (const WhereError& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+  }
+}
+
+TEST(TableSql, PadsStatementsToFewShapes) {
+  EXPECT_EQ(table::PaddedCount(1, 500), 1u);
+  EXPECT_EQ(table::PaddedCount(2, 500), 4u);
+  EXPECT_EQ(table::PaddedCount(5, 500), 16u);
+  EXPECT_EQ(table::PaddedCount(257, 500), 500u);
+  EXPECT_EQ(table::PaddedCount(500, 500), 500u);
+  EXPECT_EQ(table::PaddedCount(17, 20), 20u);
+}
+
+TEST(TableSql, BeforeImageRoundTripsAndRejectsOtherShapes) {
+  table::Image img;
+  img.table = "kb_doc";
+  img.columns = {"id", "data"};
+  img.key = {"id"};
+  img.binary = {"data"};
+  img.restore = {{std::string("1"), std::nullopt}, {std::string("2"), std::string("00FF")}};
+  img.remove = {{std::string("3")}};
+  table::Image back = table::Image::FromJson(img.ToJson());
+  EXPECT_EQ(back.ToJson(), img.ToJson());
+  EXPECT_EQ(back.restore[0][1], std::nullopt);
+
+  for (const json& bad : {json(nullptr), json::object(), json{{"format", 2}},
+                          [&] { json j = img.ToJson(); j["restore"][0].push_back("x"); return j; }(),
+                          [&] { json j = img.ToJson(); j["remove"][0][0] = 3; return j; }(),
+                          [&] { json j = img.ToJson(); j["key"] = {"nope"}; return j; }()}) {
+    EXPECT_THROW(table::Image::FromJson(bad), std::invalid_argument) << bad.dump();
+  }
+}
+
+}  // namespace
+}  // namespace dsync::saga
