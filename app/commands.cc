@@ -15,6 +15,10 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "consumer/consumer_node.h"
+#include "dispatcher/dispatcher_service.h"
+#include "saga/saga_engine.h"
+#include "saga/step_handler.h"
 #include "registry/heartbeat_publisher.h"
 #include "registry/node_directory.h"
 #include "registry/offline_sweeper.h"
@@ -61,18 +65,6 @@ std::string Hostname() {
   return host;
 }
 
-std::string UtcNowIso() {
-  auto now = std::chrono::system_clock::now();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
-  return buf;
-}
-
 std::vector<std::string> SplitList(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream in(text);
@@ -103,6 +95,28 @@ int RunMigrate(const Invocation& inv) {
 
 // --- node ------------------------------------------------------------------
 
+// Blocks SIGTERM/SIGINT in this thread (and so in every thread started after),
+// to be taken synchronously by sigwait/sigtimedwait.
+sigset_t BlockStopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+// A node runs `capacity` workers plus its poller and heartbeat: size the pool so
+// none of them waits for a connection.
+std::unique_ptr<storage::ConnectionPool> OpenDatabaseFor(const Settings& s, int threads) {
+  storage::DbUrl url = DatabaseUrl(s);
+  storage::PoolOptions options;
+  options.max_size = std::max(url.pool_size, threads);
+  auto pool = std::make_unique<storage::ConnectionPool>(url, options);
+  storage::Migrator(*pool).RequireCurrent();
+  return pool;
+}
+
 int RunNode(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
   std::string address = inv.Get("node-address").value_or(Hostname() + ":" + std::to_string(getpid()));
@@ -122,48 +136,51 @@ int RunNode(const Invocation& inv) {
   }
   if (topics.empty()) topics.push_back("*");
 
+  // Bad step plans fail here, before the node registers.
+  saga::Plans plans(s.topics, saga::StepRegistry::WithBuiltins());
   SetupLogging(s.log_level, "node");
-  auto pool = OpenDatabase(s);
-
-  // Signals are taken synchronously by sigwait below: block them before any thread
-  // starts, so every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-  registry::NodeMetadata meta;
-  meta.version = DSYNC_VERSION;
-  meta.capacity = s.consumer.capacity;
-  meta.topics = topics;
-  meta.host = Hostname();
-  meta.pid = getpid();
-  meta.started_at = UtcNowIso();
-  meta.incarnation = meta.host + ":" + std::to_string(meta.pid) + ":" +
-                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        std::chrono::system_clock::now().time_since_epoch())
-                                        .count());
+  auto pool = OpenDatabaseFor(s, s.consumer.capacity + 3);
+  sigset_t signals = BlockStopSignals();
 
   SystemClock clock;
-  registry::HeartbeatPublisher heartbeat(*pool, clock, s.service, address, s.registry.heartbeat_interval,
-                                         [meta] { return meta; });
+  saga::Datasources datasources(s.datasources);
+  saga::SagaEngine engine(*pool, plans, datasources, clock, address);
+  consumer::ConsumerOptions options;
+  options.service = s.service;
+  options.node_address = address;
+  options.capacity = s.consumer.capacity;
+  options.topics = topics;
+  options.heartbeat_interval = s.registry.heartbeat_interval;
+  options.poll_interval = s.consumer.poll_interval;
+  options.idle_interval = std::max(s.consumer.poll_interval, s.dispatcher.idle_interval);
+  options.drain_timeout = s.consumer.drain_timeout;
+  consumer::ConsumerNode node(*pool, engine, clock, options);
   spdlog::info("NODE_STARTING node={} service={} capacity={} topics={} db={}", address, s.service,
-               meta.capacity, nlohmann::json(topics).dump(), pool->url().Masked());
-  heartbeat.Start();
+               options.capacity, nlohmann::json(topics).dump(), pool->url().Masked());
+  node.Start();
+  std::string cause = node.WaitForDrainRequest(signals);
+  spdlog::info("NODE_STOPPING node={} cause=\"{}\"", address, cause);
+  bool clean = node.Drain();
+  spdlog::info("NODE_STOPPED node={} drained={}", address, clean ? "all" : "partially (rest left for the sweeper)");
+  return 0;
+}
 
+// --- dispatcher ------------------------------------------------------------
+
+int RunDispatcher(const Invocation& inv) {
+  Settings s = ResolveSettings(inv);
+  SetupLogging(s.log_level, "dispatcher");
+  auto pool = OpenDatabaseFor(s, 4);
+  sigset_t signals = BlockStopSignals();
+  SystemClock clock;
+  dispatcher::DispatcherService service(*pool, s, clock);
+  spdlog::info("DISPATCHER_STARTING owner={} lock={} db={}", service.owner(), service.lock_name(),
+               pool->url().Masked());
+  service.Start();
   int sig = 0;
   sigwait(&signals, &sig);
-  spdlog::info("NODE_STOPPING node={} signal={}", address, sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  heartbeat.Stop();
-  try {
-    heartbeat.MarkDraining();
-    // In-flight work drains here once the consumer runs events.
-    heartbeat.MarkOffline();
-  } catch (const DbError& e) {
-    spdlog::warn("NODE_STOP_UNCLEAN node={} err={}", address, e.what());
-  }
-  spdlog::info("NODE_STOPPED node={}", address);
+  spdlog::info("DISPATCHER_STOPPING owner={} signal={}", service.owner(), sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  service.Stop();
   return 0;
 }
 
@@ -243,7 +260,7 @@ const std::vector<CommandSpec>& Commands() {
   static const std::vector<CommandSpec> kCommands = {
       {"migrate", "create or upgrade the schema (safe to re-run, and from several processes)", "", 0, 0, {}},
       {"node",
-       "run a consumer node: heartbeat into the registry until SIGTERM/SIGINT, then drain",
+       "run a consumer node: heartbeat, run the events assigned to it as sagas; SIGTERM/SIGINT drains",
        "",
        0,
        0,
@@ -251,6 +268,13 @@ const std::vector<CommandSpec>& Commands() {
         {"capacity", true, "events run in parallel (default consumer.capacity, 8)"},
         {"topics", true, "comma-separated topics to serve (default: every topic of the config)"},
         {"service", true, "service name (default from config, kbs-sync)"}}},
+      {"dispatcher",
+       "run a dispatcher: lease-elected leader assigns due events to the least-loaded live nodes and "
+       "runs the sweeper (several may run at once)",
+       "",
+       0,
+       0,
+       {{"service", true, "service name (default from config, kbs-sync)"}}},
       {"nodes",
        "list live nodes with capacity, in-flight events, load, topics, heartbeat age",
        "",
@@ -281,6 +305,7 @@ int RunCommand(const Invocation& inv) {
   if (inv.command == "migrate") return RunMigrate(inv);
   if (inv.command == "node") return RunNode(inv);
   if (inv.command == "nodes") return RunNodes(inv);
+  if (inv.command == "dispatcher") return RunDispatcher(inv);
   if (inv.command == "sweep") return RunSweep(inv);
   throw UsageError("command '" + inv.command + "' is not implemented");
 }

@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS distribute_event (
   node_address    VARCHAR(128) NULL COMMENT 'owning node while ASSIGNED/RUNNING/COMPENSATING',
   version         INT NOT NULL DEFAULT 1 COMMENT 'optimistic lock; every ownership change bumps it',
   priority        INT NOT NULL DEFAULT 0 COMMENT 'smaller runs first',
-  next_run_time   DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) COMMENT 'not dispatched before this',
+  next_run_time   DATETIME(3) NOT NULL DEFAULT '1970-01-01 00:00:00.000'
+                  COMMENT 'not dispatched before this (UTC); the default means due at once, whatever the producer session time zone',
   attempt         INT NOT NULL DEFAULT 0 COMMENT 'claims so far; fences writes together with version',
   assigned_time   DATETIME(3) NULL,
   started_time    DATETIME(3) NULL,

@@ -24,7 +24,9 @@ sql() {  # sql "SELECT ..." -> tab-separated rows, no headers
 
 cleanup() {
   local pid
-  for pid in "${STARTED_PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  for pid in "${STARTED_PIDS[@]}"; do
+    { kill -9 "$pid" && wait "$pid"; } 2>/dev/null || true
+  done
   MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "DROP DATABASE IF EXISTS \`$SCHEMA\`" 2>/dev/null || true
   rm -rf "$WORK"
 }
@@ -38,14 +40,19 @@ expect_eq() {  # expect_eq ACTUAL EXPECTED WHAT
   pass "$3"
 }
 
-# wait_for "shell condition" TIMEOUT_S WHAT
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# wait_for "shell condition" TIMEOUT_S WHAT   (TIMEOUT_S may be fractional)
 wait_for() {
-  local deadline=$((SECONDS + $2))
+  local deadline=$(( $(now_ms) + $(awk "BEGIN { print int($2 * 1000) }") ))
   until eval "$1"; do
-    ((SECONDS < deadline)) || fail "timed out after $2 s waiting for: $3"
-    sleep 0.1
+    (( $(now_ms) < deadline )) || fail "timed out after $2 s waiting for: $3"
+    sleep 0.05
   done
 }
+
+# kill9 PID: kill -9 one of our processes and reap it quietly.
+kill9() { { kill -9 "$1" && wait "$1"; } 2>/dev/null || true; }
 
 # start_bg NAME cmd...: runs a process in the background, logs to $WORK/NAME.log,
 # records its PID (the only processes this test ever signals).
@@ -56,3 +63,37 @@ start_bg() {
   STARTED_PIDS+=("$pid")
   eval "PID_$name=$pid"
 }
+
+# The saga-order invariant (DESIGN.md invariant 3) over every event of the schema,
+# in SQL: prints the number of violating (event, rule) rows; 0 is good.
+#  - a SUCCESS event has only SUCCESS steps;
+#  - a COMPENSATED event has no step left SUCCESS/EXECUTING/COMPENSATING;
+#  - compensated steps are a prefix of the plan (no PENDING/FAILED step before one);
+#  - compensations ran in exact reverse order (a later step never compensated after
+#    an earlier one).
+saga_violations() {
+  sql "
+SELECT
+ (SELECT COUNT(*) FROM distribute_event e JOIN distribute_event_step s ON s.job_code = e.code
+   WHERE s.parent_step_id IS NULL AND e.status = 'SUCCESS' AND s.status <> 'SUCCESS')
++(SELECT COUNT(*) FROM distribute_event e JOIN distribute_event_step s ON s.job_code = e.code
+   WHERE s.parent_step_id IS NULL AND e.status = 'COMPENSATED'
+     AND s.status IN ('SUCCESS', 'EXECUTING', 'COMPENSATING'))
++(SELECT COUNT(*) FROM distribute_event_step c JOIN distribute_event_step p
+     ON p.job_code = c.job_code AND p.sort < c.sort
+   WHERE c.parent_step_id IS NULL AND p.parent_step_id IS NULL
+     AND c.status = 'COMPENSATED' AND p.status IN ('PENDING', 'FAILED', 'EXECUTING'))
++(SELECT COUNT(*) FROM distribute_event_step a JOIN distribute_event_step b
+     ON b.job_code = a.job_code AND a.sort < b.sort
+   WHERE a.parent_step_id IS NULL AND b.parent_step_id IS NULL
+     AND a.status = 'COMPENSATED' AND b.status = 'COMPENSATED' AND a.compensated_at < b.compensated_at)"
+}
+
+# produce CODE PAYLOAD_JSON [TOPIC]: the seed's plain-SQL producer.
+produce() {
+  local topic=${3:-DEMO}
+  sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
+       VALUES ('t1', '$1', '$1', '$topic', '$2')"
+}
+
+event_status() { sql "SELECT status FROM distribute_event WHERE code = '$1'"; }

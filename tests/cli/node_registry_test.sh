@@ -41,8 +41,7 @@ listing=$("$DSYNC_BIN" nodes --db "$DB_URL")
 pass "dsync nodes lists both"
 
 # kill -9 node a: no goodbye. A sweep before the timeout leaves it; after it, offline.
-kill -9 "$PID_a"
-wait "$PID_a" 2>/dev/null || true
+kill9 "$PID_a"
 out=$("$DSYNC_BIN" sweep --db "$DB_URL")
 expect_eq "$(sql "SELECT status FROM distribute_node_registry WHERE node_address = '127.0.0.1:7101'")" 1 \
   "killed node still online before the offline timeout ($out)"

@@ -123,3 +123,22 @@ TEST(Migrator, RerunAfterInterruptedMigrationCompletes) {
 
 }  // namespace
 }  // namespace dsync
+
+namespace dsync {
+namespace {
+
+// A plain-SQL producer whose session is not UTC must not delay its own event:
+// next_run_time's default is "due at once", independent of the session time zone.
+TEST(Migrator, PlainInsertFromNonUtcSessionIsDueAtOnce) {
+  testing::TestSchema db;
+  db.pool().Run("produce from UTC+08:00", [](storage::Connection& c) {
+    c.ExecuteDdl("SET time_zone = '+08:00'");
+    c.Execute("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES (?, ?, ?, ?, ?)",
+              "t", "tz-1", "d", "DEMO", "{}");
+    c.ExecuteDdl("SET time_zone = '+00:00'");
+  });
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_event WHERE code = 'tz-1' AND next_run_time <= NOW(3)"), 1);
+}
+
+}  // namespace
+}  // namespace dsync

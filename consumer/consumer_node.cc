@@ -1,0 +1,283 @@
+#include "consumer/consumer_node.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+namespace dsync::consumer {
+namespace {
+
+// Params: node_address, limit. The events assigned here and not yet claimed; uses
+// idx_node_address (node_address, status).
+constexpr const char* kSelectAssigned = R"(
+SELECT id, code, tenant_id, data_id, topic, payload, phase, COALESCE(trace_id, ''),
+       version, attempt, retry_count
+FROM distribute_event
+WHERE node_address = ? AND status = 'ASSIGNED'
+ORDER BY id
+LIMIT ?)";
+
+// Params: node_address. Everything this address holds, for the hand-back at start.
+constexpr const char* kSelectHeld = R"(
+SELECT id, version, status, code FROM distribute_event
+WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
+
+// Params: node_address. What is assigned here but unclaimed, for the drain.
+constexpr const char* kSelectUnclaimed = R"(
+SELECT id, version, status, code FROM distribute_event
+WHERE node_address = ? AND status = 'ASSIGNED')";
+
+// Params: last_error, retry increment (1 for a RUNNING event, else 0), id, version,
+// status. The fenced reset of docs/event-lifecycle.md item 6: conditional on the
+// (version, status) read in the same pass, so a finished event is never overwritten.
+constexpr const char* kResetEvent = R"(
+UPDATE distribute_event
+SET status = 'PENDING', node_address = NULL, version = version + 1, next_run_time = NOW(3),
+    last_error = ?, retry_count = retry_count + ?
+WHERE id = ? AND version = ? AND status = ?)";
+
+std::string Hostname() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+}  // namespace
+
+ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engine, Clock& clock,
+                           ConsumerOptions options)
+    : pool_(pool),
+      engine_(engine),
+      clock_(clock),
+      options_(std::move(options)),
+      heartbeat_(pool, clock, options_.service, options_.node_address, options_.heartbeat_interval,
+                 [this] { return Metadata(); }) {
+  auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  std::time_t secs = static_cast<std::time_t>(now_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char started[64];
+  std::snprintf(started, sizeof started, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(now_ms % 1000));
+  metadata_.version = DSYNC_VERSION;
+  metadata_.capacity = options_.capacity;
+  metadata_.topics = options_.topics;
+  metadata_.host = Hostname();
+  metadata_.pid = getpid();
+  metadata_.started_at = started;
+  metadata_.incarnation = metadata_.host + ":" + std::to_string(metadata_.pid) + ":" + std::to_string(now_ms);
+}
+
+ConsumerNode::~ConsumerNode() {
+  poller_ = {};
+  work_stop_.request_stop();
+  for (auto& w : workers_) w.request_stop();
+  work_cv_.notify_all();
+  workers_.clear();
+  heartbeat_.Stop();
+}
+
+registry::NodeMetadata ConsumerNode::Metadata() const {
+  registry::NodeMetadata m = metadata_;
+  m.processing_count = stats_.in_flight.load();
+  m.load = static_cast<double>(m.processing_count) / std::max(1, m.capacity);
+  return m;
+}
+
+void ConsumerNode::Start() {
+  int orphans = HandBack(kSelectHeld, "reset: node restarted");
+  stats_.handed_back_at_start += static_cast<uint64_t>(orphans);
+  heartbeat_.Start();
+  for (int i = 0; i < options_.capacity; ++i) {
+    workers_.emplace_back([this](std::stop_token stop) { WorkerLoop(stop); });
+  }
+  poller_ = std::jthread([this](std::stop_token stop) { PollLoop(stop); });
+  spdlog::info("NODE_STARTED node={} service={} capacity={} orphans_handed_back={}", options_.node_address,
+               options_.service, options_.capacity, orphans);
+}
+
+int ConsumerNode::HandBack(const char* select_sql, const char* reason) {
+  struct Held {
+    int64_t id;
+    int version;
+    std::string status, code;
+  };
+  std::vector<Held> held = pool_.Run("read held events", [&](storage::Connection& c) {
+    std::vector<Held> out;
+    auto rs = c.Query(select_sql, options_.node_address);
+    while (rs->next()) out.push_back({rs->getInt64(1), rs->getInt(2), rs->getString(3), rs->getString(4)});
+    return out;
+  });
+  int reset = 0;
+  for (const Held& h : held) {
+    uint64_t rows = pool_.Run("hand back event", [&](storage::Connection& c) {
+      return c.Execute(kResetEvent, reason, h.status == "RUNNING" ? 1 : 0, h.id, h.version, h.status);
+    });
+    if (rows == 1) {
+      ++reset;
+      spdlog::info("EVENT_RESET event={} node={} from={} reason=\"{}\"", h.code, options_.node_address, h.status,
+                   reason);
+    }
+  }
+  return reset;
+}
+
+int ConsumerNode::PollOnce() {
+  int limit;
+  std::set<int64_t> known;
+  {
+    std::lock_guard lock(mu_);
+    if (!accepting_) return 0;
+    int free = options_.capacity - static_cast<int>(known_.size());
+    if (free <= 0) return 0;
+    // Ask for as many more as are queued locally (still ASSIGNED), so they don't
+    // crowd new ones out of the LIMIT.
+    limit = free + static_cast<int>(queue_.size());
+    known = known_;
+  }
+  std::vector<saga::AssignedEvent> events = pool_.Run("poll assigned events", [&](storage::Connection& c) {
+    std::vector<saga::AssignedEvent> out;
+    auto rs = c.Query(kSelectAssigned, options_.node_address, limit);
+    while (rs->next()) {
+      if (known.count(rs->getInt64(1))) continue;
+      saga::AssignedEvent e;
+      e.id = rs->getInt64(1);
+      e.code = rs->getString(2);
+      e.tenant_id = rs->getString(3);
+      e.data_id = rs->getString(4);
+      e.topic = rs->getString(5);
+      e.payload = rs->isNull(6) ? "" : std::string(rs->getString(6));
+      e.phase = rs->getString(7);
+      e.trace_id = rs->getString(8);
+      e.version = rs->getInt(9);
+      e.attempt = rs->getInt(10);
+      e.retry_count = rs->getInt(11);
+      out.push_back(std::move(e));
+    }
+    return out;
+  });
+  stats_.polls++;
+  int added = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& e : events) {
+      if (!accepting_ || static_cast<int>(known_.size()) >= options_.capacity) break;
+      if (!known_.insert(e.id).second) continue;
+      queue_.push_back(std::move(e));
+      ++added;
+    }
+    stats_.in_flight = static_cast<int>(known_.size());
+  }
+  stats_.polled_events += static_cast<uint64_t>(added);
+  if (added > 0) work_cv_.notify_all();
+  return added;
+}
+
+void ConsumerNode::PollLoop(std::stop_token stop) {
+  Millis pause = options_.poll_interval;
+  while (!stop.stop_requested()) {
+    int added = 0;
+    try {
+      added = PollOnce();
+    } catch (const std::exception& e) {
+      spdlog::warn("POLL_FAILED node={} err={}", options_.node_address, e.what());
+    }
+    if (added > 0) {
+      pause = options_.poll_interval;
+      continue;  // work is arriving: look again at once
+    }
+    std::unique_lock lock(mu_);
+    poll_cv_.wait_for(lock, stop, pause, [&] { return poll_now_; });
+    bool woken = poll_now_;
+    poll_now_ = false;
+    pause = woken ? options_.poll_interval : std::min(pause * 2, std::max(options_.idle_interval, options_.poll_interval));
+  }
+}
+
+void ConsumerNode::WorkerLoop(std::stop_token stop) {
+  while (true) {
+    saga::AssignedEvent event;
+    {
+      std::unique_lock lock(mu_);
+      work_cv_.wait(lock, stop, [&] { return !queue_.empty(); });
+      if (queue_.empty()) return;  // stop requested
+      event = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    saga::Outcome outcome = saga::Outcome::kAbandoned;
+    try {
+      outcome = engine_.Run(event, work_stop_.get_token());
+    } catch (const std::exception& e) {
+      spdlog::error("EVENT_RUN_CRASHED event={} node={} err={}", event.code, options_.node_address, e.what());
+    }
+    spdlog::debug("EVENT_RUN_DONE event={} node={} outcome={}", event.code, options_.node_address,
+                  saga::OutcomeName(outcome));
+    {
+      std::lock_guard lock(mu_);
+      known_.erase(event.id);
+      stats_.in_flight = static_cast<int>(known_.size());
+      poll_now_ = true;  // a slot is free: refill it without waiting for the pause
+    }
+    poll_cv_.notify_one();
+  }
+}
+
+std::string ConsumerNode::WaitForDrainRequest(const sigset_t& signals) {
+  while (true) {
+    timespec tick{0, 200 * 1000 * 1000};
+    int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGTERM) return "SIGTERM";
+    if (sig == SIGINT) return "SIGINT";
+    if (heartbeat_.draining()) return "operator drain";
+  }
+}
+
+bool ConsumerNode::Drain() {
+  spdlog::info("NODE_DRAINING node={} in_flight={}", options_.node_address, stats_.in_flight.load());
+  {
+    std::lock_guard lock(mu_);
+    accepting_ = false;
+    for (const auto& e : queue_) known_.erase(e.id);
+    queue_.clear();
+    stats_.in_flight = static_cast<int>(known_.size());
+  }
+  poller_ = {};  // request_stop + join
+  bool clean = true;
+  try {
+    heartbeat_.MarkDraining();
+  } catch (const std::exception& e) {
+    spdlog::warn("NODE_DRAIN_MARK_FAILED node={} err={}", options_.node_address, e.what());
+  }
+  try {
+    int handed = HandBack(kSelectUnclaimed, "reset: node draining, unclaimed");
+    stats_.handed_back_at_drain += static_cast<uint64_t>(handed);
+  } catch (const std::exception& e) {
+    spdlog::warn("NODE_DRAIN_HANDBACK_FAILED node={} err={}", options_.node_address, e.what());
+  }
+
+  auto deadline = clock_.Now() + options_.drain_timeout;
+  while (stats_.in_flight.load() > 0 && clock_.Now() < deadline) clock_.SleepFor(Millis(20), {});
+  if (stats_.in_flight.load() > 0) {
+    clean = false;
+    spdlog::warn("NODE_DRAIN_TIMEOUT node={} cancelling={} (left for the sweeper)", options_.node_address,
+                 stats_.in_flight.load());
+    work_stop_.request_stop();
+    auto grace = clock_.Now() + Millis(5000);
+    while (stats_.in_flight.load() > 0 && clock_.Now() < grace) clock_.SleepFor(Millis(20), {});
+  }
+  for (auto& w : workers_) w.request_stop();
+  work_cv_.notify_all();
+  workers_.clear();  // joins
+  try {
+    heartbeat_.MarkOffline();
+  } catch (const std::exception& e) {
+    spdlog::warn("NODE_OFFLINE_MARK_FAILED node={} err={}", options_.node_address, e.what());
+  }
+  return clean;
+}
+
+}  // namespace dsync::consumer

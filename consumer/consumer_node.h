@@ -1,0 +1,98 @@
+// A consumer node (`dsync node`): heartbeats its load, polls the events the
+// dispatcher assigned to its address, and runs each on a bounded pool of workers
+// through the saga engine, which claims, runs and settles it (docs/event-lifecycle.md).
+//
+//   consumer::ConsumerNode node(pool, engine, clock, options);
+//   node.Start();           // hands back orphans, heartbeats, polls, runs
+//   node.WaitForDrainRequest(signals);   // SIGTERM/SIGINT or an operator's `dsync drain`
+//   node.Drain();           // no new claims, in-flight finish, unclaimed handed back, offline
+//
+// At start, whatever a previous process left under the same address (ASSIGNED,
+// RUNNING, COMPENSATING) is handed back to PENDING with the usual fenced reset: a
+// fresh process holds nothing, so there is no reason to wait for a timeout.
+//
+// Polling is adaptive: again at once while events arrive or a worker frees a slot,
+// doubling the pause up to idle_interval while nothing is assigned.
+//
+// Thread safety: Start/Drain from one controlling thread; stats() from any.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/clock.h"
+#include "registry/heartbeat_publisher.h"
+#include "saga/saga_engine.h"
+#include "storage/connection_pool.h"
+
+namespace dsync::consumer {
+
+struct ConsumerOptions {
+  std::string service = "kbs-sync";
+  std::string node_address;
+  int capacity = 8;
+  std::vector<std::string> topics;          // served topics; {"*"} for all
+  Millis heartbeat_interval{10000};
+  Millis poll_interval{200};                // pause after an empty poll, doubled up to idle_interval
+  Millis idle_interval{1000};
+  Millis drain_timeout{30000};
+};
+
+struct ConsumerStats {
+  std::atomic<uint64_t> polls{0}, polled_events{0}, handed_back_at_start{0}, handed_back_at_drain{0};
+  std::atomic<int> in_flight{0};
+};
+
+class ConsumerNode {
+ public:
+  ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engine, Clock& clock,
+               ConsumerOptions options);
+  ~ConsumerNode();
+
+  // Hands back orphans of a previous incarnation, starts heartbeats, the poller and
+  // the workers. Throws DbError when the database is unreachable at start.
+  void Start();
+  // Blocks until SIGTERM/SIGINT arrives (the caller blocked them in every thread) or
+  // an operator marks this node draining. Returns a description of the cause.
+  std::string WaitForDrainRequest(const sigset_t& signals);
+  // Graceful stop; returns true when every in-flight event finished within
+  // drain_timeout (the rest are cancelled and left to the sweeper).
+  bool Drain();
+
+  registry::NodeMetadata Metadata() const;
+  ConsumerStats& stats() { return stats_; }
+
+ private:
+  void PollLoop(std::stop_token stop);
+  void WorkerLoop(std::stop_token stop);
+  int PollOnce();
+  int HandBack(const char* statuses_sql, const char* reason);
+
+  storage::ConnectionPool& pool_;
+  saga::SagaEngine& engine_;
+  Clock& clock_;
+  const ConsumerOptions options_;
+  registry::NodeMetadata metadata_;
+  registry::HeartbeatPublisher heartbeat_;
+
+  std::mutex mu_;
+  std::condition_variable_any work_cv_;   // workers wait for queued events
+  std::condition_variable_any poll_cv_;   // the poller waits for a free slot or its pause
+  std::deque<saga::AssignedEvent> queue_;
+  std::set<int64_t> known_;               // queued or running here
+  bool accepting_ = true;
+  bool poll_now_ = false;
+
+  ConsumerStats stats_;
+  std::stop_source work_stop_;            // cancels running events (drain timeout)
+  std::jthread poller_;
+  std::vector<std::jthread> workers_;
+};
+
+}  // namespace dsync::consumer
