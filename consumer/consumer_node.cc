@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "dispatcher/event_reset.h"
+
 namespace dsync::consumer {
 namespace {
 
@@ -27,15 +29,6 @@ WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
 constexpr const char* kSelectUnclaimed = R"(
 SELECT id, version, status, code FROM distribute_event
 WHERE node_address = ? AND status = 'ASSIGNED')";
-
-// Params: last_error, retry increment (1 for a RUNNING event, else 0), id, version,
-// status. The fenced reset of docs/event-lifecycle.md item 6: conditional on the
-// (version, status) read in the same pass, so a finished event is never overwritten.
-constexpr const char* kResetEvent = R"(
-UPDATE distribute_event
-SET status = 'PENDING', node_address = NULL, version = version + 1, next_run_time = NOW(3),
-    last_error = ?, retry_count = retry_count + ?
-WHERE id = ? AND version = ? AND status = ?)";
 
 std::string Hostname() {
   char host[256] = {0};
@@ -101,23 +94,17 @@ void ConsumerNode::Start() {
 }
 
 int ConsumerNode::HandBack(const char* select_sql, const char* reason) {
-  struct Held {
-    int64_t id;
-    int version;
-    std::string status, code;
-  };
-  std::vector<Held> held = pool_.Run("read held events", [&](storage::Connection& c) {
-    std::vector<Held> out;
+  std::vector<dispatcher::HeldEvent> held = pool_.Run("read held events", [&](storage::Connection& c) {
+    std::vector<dispatcher::HeldEvent> out;
     auto rs = c.Query(select_sql, options_.node_address);
-    while (rs->next()) out.push_back({rs->getInt64(1), rs->getInt(2), rs->getString(3), rs->getString(4)});
+    while (rs->next()) out.push_back({rs->getInt64(1), rs->getInt64(2), rs->getString(3), rs->getString(4)});
     return out;
   });
   int reset = 0;
-  for (const Held& h : held) {
-    uint64_t rows = pool_.Run("hand back event", [&](storage::Connection& c) {
-      return c.Execute(kResetEvent, reason, h.status == "RUNNING" ? 1 : 0, h.id, h.version, h.status);
-    });
-    if (rows == 1) {
+  for (const auto& h : held) {
+    bool applied = pool_.Run("hand back event",
+                             [&](storage::Connection& c) { return dispatcher::ResetEvent(c, h, reason); });
+    if (applied) {
       ++reset;
       spdlog::info("EVENT_RESET event={} node={} from={} reason=\"{}\"", h.code, options_.node_address, h.status,
                    reason);

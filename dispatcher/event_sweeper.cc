@@ -1,5 +1,7 @@
 #include "dispatcher/event_sweeper.h"
 
+#include "dispatcher/event_reset.h"
+
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
@@ -36,24 +38,6 @@ WHERE status IN ('RUNNING', 'COMPENSATING')
   AND (FIND_IN_SET(topic, ?) > 0 OR (? AND FIND_IN_SET(topic, ?) = 0))
 ORDER BY modifier_time
 LIMIT ?)";
-
-// Params: last_error, retry_count increment, id, version, status.
-// docs/event-lifecycle.md item 6, verbatim.
-constexpr const char* kResetEvent = R"(
-UPDATE distribute_event
-SET status = 'PENDING', node_address = NULL, version = version + 1, next_run_time = NOW(3),
-    last_error = ?, retry_count = retry_count + ?
-WHERE id = ? AND version = ? AND status = ?)";
-
-// Params: last_error, retry_count increment, id, version, status, timeout in
-// microseconds. Item 6 plus the staleness, which an owner's fenced write refreshes
-// without changing the version.
-constexpr const char* kResetIdleEvent = R"(
-UPDATE distribute_event
-SET status = 'PENDING', node_address = NULL, version = version + 1, next_run_time = NOW(3),
-    last_error = ?, retry_count = retry_count + ?
-WHERE id = ? AND version = ? AND status = ?
-  AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND)";
 
 int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
 
@@ -141,13 +125,10 @@ bool EventSweeper::Reset(const ResetCandidate& c) {
           ? "reset: no activity for " + std::to_string(c.idle.count()) + " ms on node " + node +
                 " (max_processing_time_ms " + std::to_string(c.timeout.count()) + ")"
           : "reset: node " + node + " offline";
-  const int retry = c.status == "RUNNING" ? 1 : 0;
   bool applied = pool_.Run("reset event", [&](storage::Connection& conn) {
-    uint64_t n = c.reason == ResetReason::kTimedOut
-                     ? conn.Execute(kResetIdleEvent, error, retry, c.id, c.version, c.status,
-                                    Micros(c.timeout))
-                     : conn.Execute(kResetEvent, error, retry, c.id, c.version, c.status);
-    return n == 1;
+    HeldEvent held{c.id, c.version, c.status, c.code};
+    return ResetEvent(conn, held, error,
+                      c.reason == ResetReason::kTimedOut ? std::optional<Millis>(c.timeout) : std::nullopt);
   });
   {
     std::lock_guard lock(mu_);

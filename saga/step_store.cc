@@ -77,37 +77,8 @@ WHERE id = ? AND version = ?)";
 
 #undef DSYNC_APPEND_PROCESS_LOG
 
-// The plan's rows in one statement whatever their number: the rows travel as one JSON
-// array parameter, expanded by JSON_TABLE (MariaDB 10.6+, MySQL 8.0.4+). `payload`
-// is the step's params as JSON text inside a JSON string; `executing` rows are
-// inserted EXECUTING with node, attempt and started_at.
-// Params: rows JSON, node, attempt.
-constexpr const char* kInsertSteps = R"(
-INSERT IGNORE INTO distribute_event_step (code, job_code, tenant_id, sort, step_type, step_name,
-  max_retry, payload, status, node_address, attempt, started_at)
-SELECT j.code, j.job_code, j.tenant_id, j.sort, j.step_type, j.step_name, j.max_retry, j.payload,
-       IF(j.executing, 'EXECUTING', 'PENDING'), IF(j.executing, ?, NULL), IF(j.executing, ?, 0),
-       IF(j.executing, NOW(3), NULL)
-FROM JSON_TABLE(?, '$[*]' COLUMNS (
-  code VARCHAR(255) PATH '$.code', job_code VARCHAR(64) PATH '$.job_code',
-  tenant_id VARCHAR(30) PATH '$.tenant_id', sort INT PATH '$.sort',
-  step_type VARCHAR(50) PATH '$.type', step_name VARCHAR(50) PATH '$.name',
-  max_retry INT PATH '$.max_retry', payload LONGTEXT PATH '$.payload',
-  executing INT PATH '$.executing')) AS j)";
-
 // Params: code. The parent's id, for its children's parent_step_id.
 constexpr const char* kStepId = "SELECT id FROM distribute_event_step WHERE code = ?";
-
-// Children of one parent, as kInsertSteps (PENDING). Params: parent id, rows JSON.
-constexpr const char* kInsertChildSteps = R"(
-INSERT IGNORE INTO distribute_event_step (code, job_code, tenant_id, sort, step_type, step_name,
-  max_retry, payload, parent_step_id)
-SELECT j.code, j.job_code, j.tenant_id, j.sort, j.step_type, j.step_name, j.max_retry, j.payload, ?
-FROM JSON_TABLE(?, '$[*]' COLUMNS (
-  code VARCHAR(255) PATH '$.code', job_code VARCHAR(64) PATH '$.job_code',
-  tenant_id VARCHAR(30) PATH '$.tenant_id', sort INT PATH '$.sort',
-  step_type VARCHAR(50) PATH '$.type', step_name VARCHAR(50) PATH '$.name',
-  max_retry INT PATH '$.max_retry', payload LONGTEXT PATH '$.payload')) AS j)";
 
 // Params: job code. Uses idx_job_code.
 constexpr const char* kLoadSteps = R"(
@@ -156,15 +127,45 @@ WHERE code = ?)";
 
 int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
 
-std::string RowsJson(const std::vector<NewStep>& steps) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (const NewStep& s : steps) {
-    rows.push_back({{"code", s.code}, {"job_code", s.job_code}, {"tenant_id", s.tenant_id},
-                    {"sort", s.sort}, {"type", s.type}, {"name", s.name},
-                    {"max_retry", s.max_retry}, {"payload", s.payload},
-                    {"executing", s.executing ? 1 : 0}});
+// The plan's (or a parent's children's) rows in one multi-row INSERT IGNORE, so a
+// plan of any size is one round trip; the text depends only on the row count, so the
+// connection's statement cache holds one statement per plan size. Rows flagged
+// `executing` go in EXECUTING with node, attempt and started_at.
+// Params per row: code, job_code, tenant_id, sort, step_type, step_name, max_retry,
+// payload, status, node_address, attempt, executing flag, parent_step_id.
+std::string InsertStepsSql(size_t rows) {
+  std::string sql =
+      "INSERT IGNORE INTO distribute_event_step (code, job_code, tenant_id, sort, step_type, step_name, "
+      "max_retry, payload, status, node_address, attempt, started_at, parent_step_id) VALUES ";
+  for (size_t i = 0; i < rows; ++i) {
+    sql += i == 0 ? "" : ", ";
+    sql += "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, IF(?, NOW(3), NULL), ?)";
   }
-  return rows.dump();
+  return sql;
+}
+
+std::vector<storage::Value> StepValues(const std::vector<NewStep>& steps, const std::string& node, int attempt,
+                                       std::optional<int64_t> parent_id) {
+  std::vector<storage::Value> v;
+  v.reserve(steps.size() * 13);
+  for (const NewStep& s : steps) {
+    v.emplace_back(s.code);
+    v.emplace_back(s.job_code);
+    v.emplace_back(s.tenant_id);
+    v.emplace_back(int64_t{s.sort});
+    v.emplace_back(s.type);
+    v.emplace_back(s.name);
+    v.emplace_back(int64_t{s.max_retry});
+    v.emplace_back(s.payload);
+    v.emplace_back(std::string(s.executing ? "EXECUTING" : "PENDING"));
+    if (s.executing) v.emplace_back(node);
+    else v.emplace_back(std::monostate{});
+    v.emplace_back(int64_t{s.executing ? attempt : 0});
+    v.emplace_back(s.executing);
+    if (parent_id) v.emplace_back(*parent_id);
+    else v.emplace_back(std::monostate{});
+  }
+  return v;
 }
 
 }  // namespace
@@ -227,14 +228,15 @@ bool FailCompensation(storage::Connection& c, int64_t id, int version, const std
 uint64_t InsertSteps(storage::Connection& c, const std::vector<NewStep>& steps,
                      const std::string& node, int attempt) {
   if (steps.empty()) return 0;
-  return c.Execute(kInsertSteps, node, attempt, RowsJson(steps));
+  return c.Execute(InsertStepsSql(steps.size()), storage::Values(StepValues(steps, node, attempt, std::nullopt)));
 }
 
 uint64_t InsertChildSteps(storage::Connection& c, const std::string& parent_code,
                           const std::vector<NewStep>& children) {
   if (children.empty()) return 0;
   std::optional<int64_t> parent_id = c.QueryInt(kStepId, parent_code);
-  return c.Execute(kInsertChildSteps, parent_id, RowsJson(children));
+  return c.Execute(InsertStepsSql(children.size()),
+                   storage::Values(StepValues(children, "", 0, parent_id)));
 }
 
 std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_code) {

@@ -96,8 +96,8 @@ struct NewStep {
   bool executing = false;  // inserted EXECUTING (node, attempt, started_at) instead of PENDING
 };
 
-// INSERT IGNORE of plan rows by code, in one statement whatever the plan's length
-// (the rows travel as one JSON parameter expanded by JSON_TABLE). Returns rows inserted.
+// INSERT IGNORE of plan rows by code, in one multi-row statement whatever the plan's
+// length. Returns rows inserted.
 uint64_t InsertSteps(storage::Connection& c, const std::vector<NewStep>& steps,
                      const std::string& node, int attempt);
 

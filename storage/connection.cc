@@ -45,6 +45,30 @@ std::string OneLine(std::string s) {
 
 }  // namespace
 
+namespace bind {
+
+int One(sql::PreparedStatement& ps, int i, const Value& v) {
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>) ps.setNull(i, 0);
+        else if constexpr (std::is_same_v<T, std::string>) ps.setString(i, sql::SQLString(x.data(), x.size()));
+        else if constexpr (std::is_same_v<T, int64_t>) ps.setInt64(i, x);
+        else if constexpr (std::is_same_v<T, uint64_t>) ps.setUInt64(i, x);
+        else if constexpr (std::is_same_v<T, double>) ps.setDouble(i, x);
+        else ps.setBoolean(i, x);
+      },
+      v);
+  return 1;
+}
+
+int One(sql::PreparedStatement& ps, int i, const ValueList& list) {
+  for (const Value& v : list.values) i += One(ps, i, v);
+  return static_cast<int>(list.values.size());
+}
+
+}  // namespace bind
+
 DbError TranslateSqlException(const sql::SQLException& e, std::string_view context) {
   int code = e.getErrorCode();
   std::string what = OneLine(e.what());

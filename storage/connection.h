@@ -18,6 +18,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <variant>
+#include <vector>
 
 #include <cppconn/connection.h>
 #include <cppconn/exception.h>
@@ -33,25 +35,42 @@ namespace dsync::storage {
 // sql::SQLException -> DbError with its Kind. `context` names the operation.
 DbError TranslateSqlException(const sql::SQLException& e, std::string_view context);
 
+// A value for one `?` when the number of values is known only at run time
+// (multi-row VALUES, IN lists): monostate is NULL.
+using Value = std::variant<std::monostate, std::string, int64_t, uint64_t, double, bool>;
+
+// A run-time list of values binding consecutive placeholders from its position:
+//   c.Execute("INSERT INTO t (a, b) VALUES (?, ?), (?, ?)", storage::Values(list));
+struct ValueList {
+  const std::vector<Value>& values;
+};
+inline ValueList Values(const std::vector<Value>& values) { return {values}; }
+
 // Argument binding for prepared statements. Null is std::nullopt / std::optional{}.
+// Each One() binds at position i and returns how many positions it used.
 namespace bind {
-inline void One(sql::PreparedStatement& ps, int i, std::string_view v) {
+inline int One(sql::PreparedStatement& ps, int i, std::string_view v) {
   ps.setString(i, sql::SQLString(v.data(), v.size()));
+  return 1;
 }
-inline void One(sql::PreparedStatement& ps, int i, const std::string& v) { ps.setString(i, v); }
-inline void One(sql::PreparedStatement& ps, int i, const char* v) { ps.setString(i, v); }
-inline void One(sql::PreparedStatement& ps, int i, bool v) { ps.setBoolean(i, v); }
-inline void One(sql::PreparedStatement& ps, int i, int v) { ps.setInt(i, v); }
-inline void One(sql::PreparedStatement& ps, int i, unsigned v) { ps.setUInt(i, v); }
-inline void One(sql::PreparedStatement& ps, int i, long v) { ps.setInt64(i, v); }
-inline void One(sql::PreparedStatement& ps, int i, long long v) { ps.setInt64(i, v); }
-inline void One(sql::PreparedStatement& ps, int i, unsigned long v) { ps.setUInt64(i, v); }
-inline void One(sql::PreparedStatement& ps, int i, double v) { ps.setDouble(i, v); }
-inline void One(sql::PreparedStatement& ps, int i, std::nullopt_t) { ps.setNull(i, 0); }
+inline int One(sql::PreparedStatement& ps, int i, const std::string& v) { ps.setString(i, v); return 1; }
+inline int One(sql::PreparedStatement& ps, int i, const char* v) { ps.setString(i, v); return 1; }
+inline int One(sql::PreparedStatement& ps, int i, bool v) { ps.setBoolean(i, v); return 1; }
+inline int One(sql::PreparedStatement& ps, int i, int v) { ps.setInt(i, v); return 1; }
+inline int One(sql::PreparedStatement& ps, int i, unsigned v) { ps.setUInt(i, v); return 1; }
+inline int One(sql::PreparedStatement& ps, int i, long v) { ps.setInt64(i, v); return 1; }
+inline int One(sql::PreparedStatement& ps, int i, long long v) { ps.setInt64(i, v); return 1; }
+inline int One(sql::PreparedStatement& ps, int i, unsigned long v) { ps.setUInt64(i, v); return 1; }
+inline int One(sql::PreparedStatement& ps, int i, double v) { ps.setDouble(i, v); return 1; }
+inline int One(sql::PreparedStatement& ps, int i, std::nullopt_t) { ps.setNull(i, 0); return 1; }
 template <class T>
-void One(sql::PreparedStatement& ps, int i, const std::optional<T>& v) {
-  if (v) One(ps, i, *v); else ps.setNull(i, 0);
+int One(sql::PreparedStatement& ps, int i, const std::optional<T>& v) {
+  if (v) return One(ps, i, *v);
+  ps.setNull(i, 0);
+  return 1;
 }
+int One(sql::PreparedStatement& ps, int i, const Value& v);
+int One(sql::PreparedStatement& ps, int i, const ValueList& list);
 }  // namespace bind
 
 class Connection {
@@ -113,7 +132,8 @@ class Connection {
     auto& ps = Prepared(sql);
     ps.clearParameters();
     int i = 1;
-    (bind::One(ps, i++, args), ...);
+    ((i += bind::One(ps, i, args)), ...);
+    (void)i;  // statements without parameters
     return ps;
   }
   sql::PreparedStatement& Prepared(std::string_view sql);

@@ -173,26 +173,6 @@ std::optional<TableSchema> DescribeTable(storage::Connection& c, const std::stri
   return schema;
 }
 
-void One(sql::PreparedStatement& ps, int first, const SqlParams& params) {
-  int i = first;
-  for (const SqlValue& value : *params.values) {
-    if (std::holds_alternative<std::monostate>(value.v)) {
-      ps.setNull(i, sql::DataType::VARCHAR);
-    } else if (const auto* s = std::get_if<std::string>(&value.v)) {
-      ps.setString(i, sql::SQLString(s->data(), s->size()));
-    } else if (const auto* n = std::get_if<int64_t>(&value.v)) {
-      ps.setInt64(i, *n);
-    } else if (const auto* u = std::get_if<uint64_t>(&value.v)) {
-      ps.setUInt64(i, *u);
-    } else if (const auto* d = std::get_if<double>(&value.v)) {
-      ps.setDouble(i, *d);
-    } else {
-      ps.setBoolean(i, std::get<bool>(value.v));
-    }
-    ++i;
-  }
-}
-
 ColumnSet::ColumnSet(const TableSchema& schema, const std::vector<std::string>& names) : names_(names) {
   for (const std::string& n : names) {
     const Column* c = schema.Find(n);

@@ -12,8 +12,7 @@
 //     columns are bound as integers, decimal keys compared as CAST(? AS DECIMAL(p,s)).
 // Sessions are UTC (storage::Connection), so TIMESTAMP text round-trips too.
 //
-// Statements with a run-time number of values are bound through SqlParams, an
-// argument type that binds a whole list starting at its position (see One below).
+// Statements with a run-time number of values bind them with storage::Values.
 //
 // Thread safety: value types and pure functions.
 #pragma once
@@ -63,23 +62,9 @@ std::optional<TableSchema> DescribeTable(storage::Connection& c, const std::stri
 using Cell = std::optional<std::string>;
 using Row = std::vector<Cell>;
 
-// A value bound to one `?`.
-struct SqlValue {
-  std::variant<std::monostate, std::string, int64_t, uint64_t, double, bool> v;
-};
-
-// A run-time list of values, bound from its own position on:
-//   conn.Execute(sql, Bind(values))
-// storage::bind::One(ps, i, std::optional<T>) calls One(ps, i, *v) unqualified, so this
-// overload is found by argument-dependent lookup and binds values[0..n) to
-// i..i+n-1. Exactly one Bind(...) argument per statement.
-struct SqlParams {
-  const std::vector<SqlValue>* values;
-};
-void One(sql::PreparedStatement& ps, int first, const SqlParams& params);
-inline std::optional<SqlParams> Bind(const std::vector<SqlValue>& values) {
-  return SqlParams{&values};
-}
+// A value bound to one `?`; lists bind through storage::Values (Bind below).
+using SqlValue = storage::Value;
+inline storage::ValueList Bind(const std::vector<SqlValue>& values) { return storage::Values(values); }
 
 // A list of columns of one table and the SQL to read, write and match them.
 class ColumnSet {
