@@ -25,6 +25,11 @@ constexpr const char* kSelectHeld = R"(
 SELECT id, version, status, code FROM distribute_event
 WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
 
+// Params: id, node_address. One event still held here after its run was abandoned.
+constexpr const char* kSelectHeldById = R"(
+SELECT id, version, status, code FROM distribute_event
+WHERE id = ? AND node_address = ? AND status IN ('RUNNING', 'COMPENSATING'))";
+
 // Params: node_address. What is assigned here but unclaimed, for the drain.
 constexpr const char* kSelectUnclaimed = R"(
 SELECT id, version, status, code FROM distribute_event
@@ -164,11 +169,46 @@ int ConsumerNode::PollOnce() {
   return added;
 }
 
+void ConsumerNode::HandBackAbandoned() {
+  std::vector<int64_t> ids;
+  {
+    std::lock_guard lock(mu_);
+    ids.swap(abandoned_);
+  }
+  std::vector<int64_t> failed;
+  for (int64_t id : ids) {
+    try {
+      std::optional<dispatcher::HeldEvent> held = pool_.Run("read abandoned event", [&](storage::Connection& c) {
+        std::optional<dispatcher::HeldEvent> out;
+        auto rs = c.Query(kSelectHeldById, id, options_.node_address);
+        if (rs->next()) out = dispatcher::HeldEvent{rs->getInt64(1), rs->getInt64(2), rs->getString(3), rs->getString(4)};
+        return out;
+      });
+      if (!held) continue;  // it settled after all (the commit did apply), or was reset
+      bool applied = pool_.Run("hand back abandoned event", [&](storage::Connection& c) {
+        return dispatcher::ResetEvent(c, *held, "reset: run abandoned on node " + options_.node_address);
+      });
+      if (applied) {
+        stats_.handed_back_abandoned++;
+        spdlog::info("EVENT_RESET event={} node={} from={} reason=\"run abandoned\"", held->code,
+                     options_.node_address, held->status);
+      }
+    } catch (const std::exception& e) {
+      failed.push_back(id);  // the database is still away: next poll
+    }
+  }
+  if (!failed.empty()) {
+    std::lock_guard lock(mu_);
+    abandoned_.insert(abandoned_.end(), failed.begin(), failed.end());
+  }
+}
+
 void ConsumerNode::PollLoop(std::stop_token stop) {
   Millis pause = options_.poll_interval;
   while (!stop.stop_requested()) {
     int added = 0;
     try {
+      HandBackAbandoned();
       added = PollOnce();
     } catch (const std::exception& e) {
       spdlog::warn("POLL_FAILED node={} err={}", options_.node_address, e.what());
@@ -205,6 +245,7 @@ void ConsumerNode::WorkerLoop(std::stop_token stop) {
                   saga::OutcomeName(outcome));
     {
       std::lock_guard lock(mu_);
+      if (outcome == saga::Outcome::kAbandoned) abandoned_.push_back(event.id);
       known_.erase(event.id);
       stats_.in_flight = static_cast<int>(known_.size());
       poll_now_ = true;  // a slot is free: refill it without waiting for the pause
@@ -259,6 +300,7 @@ bool ConsumerNode::Drain() {
   for (auto& w : workers_) w.request_stop();
   work_cv_.notify_all();
   workers_.clear();  // joins
+  HandBackAbandoned();  // cancelled runs: hand them back now rather than via the sweeper
   try {
     heartbeat_.MarkOffline();
   } catch (const std::exception& e) {

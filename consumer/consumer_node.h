@@ -45,7 +45,8 @@ struct ConsumerOptions {
 };
 
 struct ConsumerStats {
-  std::atomic<uint64_t> polls{0}, polled_events{0}, handed_back_at_start{0}, handed_back_at_drain{0};
+  std::atomic<uint64_t> polls{0}, polled_events{0}, handed_back_at_start{0}, handed_back_at_drain{0},
+      handed_back_abandoned{0};
   std::atomic<int> in_flight{0};
 };
 
@@ -73,6 +74,10 @@ class ConsumerNode {
   void WorkerLoop(std::stop_token stop);
   int PollOnce();
   int HandBack(const char* statuses_sql, const char* reason);
+  // Hands back events whose run was abandoned (database unreachable, shutdown):
+  // they are still RUNNING/COMPENSATING here and would otherwise wait for the
+  // sweeper's processing timeout. Retried at every poll until the database answers.
+  void HandBackAbandoned();
 
   storage::ConnectionPool& pool_;
   saga::SagaEngine& engine_;
@@ -86,6 +91,7 @@ class ConsumerNode {
   std::condition_variable_any poll_cv_;   // the poller waits for a free slot or its pause
   std::deque<saga::AssignedEvent> queue_;
   std::set<int64_t> known_;               // queued or running here
+  std::vector<int64_t> abandoned_;        // runs that ended kAbandoned, to hand back
   bool accepting_ = true;
   bool poll_now_ = false;
 
