@@ -225,7 +225,7 @@ INSERT INTO distribute_event (creator, create_time, modifier, modifier_time, ten
   data_id, topic, status, phase, payload, progress, result, retry_count, node_address, version,
   priority, next_run_time, attempt, assigned_time, started_time, finished_time, trace_id,
   last_error)
-SELECT 'bench', t.created, 'bench', t.created + INTERVAL 1500 MILLISECOND,
+SELECT 'bench', t.created, 'bench', t.created + INTERVAL 1500000 MICROSECOND,
   CONCAT('tenant-', MOD(t.k, 16)), CONCAT('bench-t-', t.n),
   IF(MOD(t.k, 10) < 6, CONCAT('doc-', t.k), CONCAT('hot-', MOD(t.k, 500))),
   ELT(1 + MOD(t.k, 10))" + topics + R"(),
@@ -239,8 +239,8 @@ SELECT 'bench', t.created, 'bench', t.created + INTERVAL 1500 MILLISECOND,
   IF(t.s < 90, 4, IF(t.s < 97, 5, 9)),
   IF(MOD(t.k, 20) = 0, -1, 0),
   t.created, IF(t.s < 97, 1, 4),
-  t.created + INTERVAL 50 MILLISECOND, t.created + INTERVAL 100 MILLISECOND,
-  t.created + INTERVAL 1500 MILLISECOND,
+  t.created + INTERVAL 50000 MICROSECOND, t.created + INTERVAL 100000 MICROSECOND,
+  t.created + INTERVAL 1500000 MICROSECOND,
   CONCAT('trace-', t.n),
   IF(t.s < 90, NULL, IF(t.s < 97, 'step docs: permanent failure (bench)', 'compensation of space failed (bench)'))
 FROM (SELECT g.n, MOD(g.n, ?) AS k, MOD(g.n, 100) AS s, NOW(3) - INTERVAL (? - g.n) SECOND AS created
@@ -857,7 +857,7 @@ class Bench {
       if (r[table] == "NULL") continue;
       notes += " " + r[table] + ":" + r[type] + "/" + r[key];
       if (nrows >= 0) notes += "~" + r[nrows];
-      if (r[type] == "ALL" || r[type] == "index" || r[key] == "NULL") notes += "(NO INDEX RANGE!)";
+      if (r[type] == "ALL" || r[type] == "index" || r[key] == "NULL") notes += "(full scan)";
     }
     std::cout << "   plan:" << notes << '\n';
   }

@@ -66,3 +66,15 @@ grep -q "NODE_DRAINING" "$WORK/b.log" || fail "no NODE_DRAINING line in node b's
 pass "graceful stop drains then goes offline"
 if grep -q "$DB_PASS" "$WORK/a.log" "$WORK/b.log"; then fail "a password was logged"; fi
 pass "no password in logs"
+
+# An operator's drain (status 2 set with SQL) is seen at the node's next heartbeat:
+# it drains, goes offline and exits 0 on its own.
+start_bg c "$DSYNC_BIN" node --db "$DB_URL" --node-address 127.0.0.1:7103
+wait_for '[[ $(sql "SELECT status FROM distribute_node_registry WHERE node_address = '"'127.0.0.1:7103'"'") == 1 ]]' 10 "node c online"
+sql "UPDATE distribute_node_registry SET status = 2 WHERE node_address = '127.0.0.1:7103'"
+wait_for '! kill -0 '"$PID_c"' 2>/dev/null' 10 "node c to exit after the operator drain"
+rc=0; wait "$PID_c" || rc=$?
+expect_eq "$rc" 0 "node c exits 0 after an operator drain"
+expect_eq "$(sql "SELECT status FROM distribute_node_registry WHERE node_address = '127.0.0.1:7103'")" 0 "node c offline"
+grep -q 'cause="operator drain"' "$WORK/c.log" || fail "node c did not log the operator drain"
+pass "operator drain"
