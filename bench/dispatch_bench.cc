@@ -666,6 +666,12 @@ class Bench {
     f.seconds = Ms(Steady::now() - start) / 1000;
     f.rate = static_cast<double>(f.assigned) / f.seconds;
     f.p50_ms = Percentile(latencies, 50);
+    // Outliers, to tell a periodic stall (checkpoint, statistics) from a steady cost.
+    std::string slow;
+    for (size_t i = 0; i < latencies.size(); ++i) {
+      if (latencies[i] > 3 * f.p50_ms) slow += " #" + std::to_string(i + 1) + "=" + Fixed(latencies[i], 0) + "ms";
+    }
+    if (!slow.empty()) std::cout << "  cycles slower than 3x the median:" << slow << '\n';
     f.p99_ms = Percentile(latencies, 99);
     f.max_ms = Percentile(latencies, 100);
     return f;

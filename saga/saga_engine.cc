@@ -40,7 +40,8 @@ Plans::Plans(const std::map<std::string, TopicSettings>& topics, const StepRegis
     plan.topic = &topic;
     for (size_t i = 0; i < topic.steps.size(); ++i) {
       const StepSpec& spec = topic.steps[i];
-      std::string where = "topics." + name + ".steps[" + std::to_string(i) + "] (" + spec.name + ")";
+      // Same shape as the settings loader's errors: "config: <path>: <reason>".
+      std::string where = "config: topics." + name + ".steps[" + std::to_string(i) + "] (" + spec.name + ")";
       if (spec.name.empty() || spec.name.size() > kMaxStepNameLength) {
         throw ConfigError(where + ": step name must be 1 to 50 characters");
       }
@@ -50,7 +51,9 @@ Plans::Plans(const std::map<std::string, TopicSettings>& topics, const StepRegis
       try {
         plan.steps.push_back(Step{spec, registry.Create(spec)});
       } catch (const ConfigError& e) {
-        throw ConfigError(where + ": " + e.what());
+        std::string_view reason = e.what();
+        if (reason.starts_with("config: ")) reason.remove_prefix(8);
+        throw ConfigError(where + ": " + std::string(reason));
       }
     }
     plans_.emplace(name, std::move(plan));
