@@ -943,7 +943,7 @@ class Bench {
     if (!s.verbatim_check) {
       return text.str().find("constexpr size_t kAssignChunk = " + std::to_string(kAssignChunk) + ";") !=
                      std::string::npos
-                 ? "rebuilt as AssignChunkSql() builds it"
+                 ? "rebuilt as the source builds it"
                  : "kAssignChunk CHANGED: update the bench";
     }
     return text.str().find(s.sql) != std::string::npos ? "copy verbatim" : "COPY DIFFERS FROM SOURCE: update the bench";
