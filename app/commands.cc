@@ -15,7 +15,9 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/process.h"
 #include "consumer/consumer_node.h"
+#include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/dispatcher_service.h"
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
@@ -50,19 +52,6 @@ storage::DbUrl DatabaseUrl(const Settings& s) {
                      "or set `database` in the config");
   }
   return storage::DbUrl::Parse(s.database);
-}
-
-// Connects, and checks the schema is exactly what this binary expects.
-std::unique_ptr<storage::ConnectionPool> OpenDatabase(const Settings& s) {
-  auto pool = std::make_unique<storage::ConnectionPool>(DatabaseUrl(s));
-  storage::Migrator(*pool).RequireCurrent();
-  return pool;
-}
-
-std::string Hostname() {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  return host;
 }
 
 std::vector<std::string> SplitList(const std::string& text) {
@@ -106,9 +95,10 @@ sigset_t BlockStopSignals() {
   return signals;
 }
 
-// A node runs `capacity` workers plus its poller and heartbeat: size the pool so
-// none of them waits for a connection.
-std::unique_ptr<storage::ConnectionPool> OpenDatabaseFor(const Settings& s, int threads) {
+// Connects, and checks the schema is exactly what this binary expects. The pool holds
+// at least `threads` connections (a node runs `capacity` workers plus its poller and
+// heartbeat), so none of them waits for one.
+std::unique_ptr<storage::ConnectionPool> OpenDatabase(const Settings& s, int threads = 0) {
   storage::DbUrl url = DatabaseUrl(s);
   storage::PoolOptions options;
   options.max_size = std::max(url.pool_size, threads);
@@ -139,7 +129,7 @@ int RunNode(const Invocation& inv) {
   // Bad step plans fail here, before the node registers.
   saga::Plans plans(s.topics, saga::StepRegistry::WithBuiltins());
   SetupLogging(s.log_level, "node");
-  auto pool = OpenDatabaseFor(s, s.consumer.capacity + 3);
+  auto pool = OpenDatabase(s, s.consumer.capacity + 3);
   sigset_t signals = BlockStopSignals();
 
   SystemClock clock;
@@ -170,7 +160,7 @@ int RunNode(const Invocation& inv) {
 int RunDispatcher(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
   SetupLogging(s.log_level, "dispatcher");
-  auto pool = OpenDatabaseFor(s, 4);
+  auto pool = OpenDatabase(s, 4);
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
   dispatcher::DispatcherService service(*pool, s, clock);
@@ -186,25 +176,17 @@ int RunDispatcher(const Invocation& inv) {
 
 // --- nodes -----------------------------------------------------------------
 
-// Params: service name. In-flight events per node, from the event table (the truth).
-constexpr const char* kInFlightByNode = R"(
-SELECT e.node_address, COUNT(*) FROM distribute_event e
-WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND e.node_address IN
-  (SELECT r.node_address FROM distribute_node_registry r WHERE r.service_name = ?)
-GROUP BY e.node_address)";
-
 int RunNodes(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
   SetupLogging(s.log_level, "cli");
   auto pool = OpenDatabase(s);
   registry::NodeDirectory directory(*pool, s.service, s.registry.offline_timeout);
   auto nodes = inv.Flag("all") ? directory.AllNodes() : directory.LiveNodes();
-  std::map<std::string, int64_t> in_flight;
-  pool->Run("count in-flight events", [&](storage::Connection& c) {
-    in_flight.clear();
-    auto rs = c.Query(kInFlightByNode, s.service);
-    while (rs->next()) in_flight[rs->getString(1)] = rs->getInt64(2);
-  });
+  std::vector<std::string> addresses;
+  for (const auto& n : nodes) addresses.push_back(n.node_address);
+  // From the event table (the truth), not the nodes' own processing_count.
+  std::map<std::string, int64_t> in_flight = pool->Run(
+      "count in-flight events", [&](storage::Connection& c) { return dispatcher::CountInFlight(c, addresses); });
 
   if (inv.Flag("json")) {
     nlohmann::json out = nlohmann::json::array();

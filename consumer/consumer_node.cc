@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "dispatcher/event_reset.h"
+#include "core/process.h"
 
 namespace dsync::consumer {
 namespace {
@@ -34,12 +35,6 @@ WHERE id = ? AND node_address = ? AND status IN ('RUNNING', 'COMPENSATING'))";
 constexpr const char* kSelectUnclaimed = R"(
 SELECT id, version, status, code FROM distribute_event
 WHERE node_address = ? AND status = 'ASSIGNED')";
-
-std::string Hostname() {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  return host;
-}
 
 }  // namespace
 

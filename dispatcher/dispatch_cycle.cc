@@ -139,17 +139,21 @@ DispatchCycle::DispatchCycle(storage::ConnectionPool& pool, Clock& clock, Planne
       directory_(pool, options_.service, options_.offline_timeout),
       planner_(std::move(planner)) {}
 
+std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::vector<std::string>& addresses) {
+  std::map<std::string, int64_t> out;
+  if (addresses.empty()) return out;
+  std::vector<storage::Value> values(addresses.begin(), addresses.end());
+  auto rs = c.Query(CountInFlightSql(values.size()), storage::Values(values));
+  while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
+  return out;
+}
+
 std::vector<NodeLoad> DispatchCycle::ReadNodes() {
   std::vector<registry::NodeInfo> live = directory_.LiveNodes();
-  std::map<std::string, int64_t> in_flight = pool_.Run("count in-flight events", [&](storage::Connection& c) {
-    std::map<std::string, int64_t> out;
-    if (live.empty()) return out;
-    std::vector<storage::Value> addrs;
-    for (const auto& n : live) addrs.emplace_back(n.node_address);
-    auto rs = c.Query(CountInFlightSql(addrs.size()), storage::Values(addrs));
-    while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
-    return out;
-  });
+  std::vector<std::string> addresses;
+  for (const auto& n : live) addresses.push_back(n.node_address);
+  std::map<std::string, int64_t> in_flight = pool_.Run(
+      "count in-flight events", [&](storage::Connection& c) { return CountInFlight(c, addresses); });
   std::vector<NodeLoad> nodes;
   nodes.reserve(live.size());
   for (auto& n : live) {

@@ -33,6 +33,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,12 @@
 #include "storage/connection_pool.h"
 
 namespace dsync::dispatcher {
+
+// In-flight events (ASSIGNED, RUNNING, COMPENSATING) per node, for the given node
+// addresses; an address holding none is absent from the map. Reads only in-flight rows
+// (a covering range of idx_node_address), however many finished events the table holds.
+// Throws sql::SQLException (run it inside ConnectionPool::Run).
+std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::vector<std::string>& addresses);
 
 struct CycleOptions {
   std::string service = "kbs-sync";

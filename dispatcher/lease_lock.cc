@@ -1,10 +1,14 @@
 #include "dispatcher/lease_lock.h"
 
+#include "core/process.h"
+
 #include <cstdio>
 #include <random>
 #include <stdexcept>
 
 #include <unistd.h>
+
+#include "core/process.h"
 
 namespace dsync::dispatcher {
 namespace {
@@ -61,13 +65,11 @@ uint64_t Fnv1a(const std::string& text) {
 }  // namespace
 
 std::string MakeLeaseOwnerId() {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
   std::random_device rd;
   uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   char suffix[17];
   std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(r));
-  std::string h = host;
+  std::string h = Hostname();
   if (h.size() > 140) h.resize(140);  // owner column is 191 characters
   return h + ":" + std::to_string(getpid()) + ":" + suffix;
 }

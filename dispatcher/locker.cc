@@ -8,6 +8,19 @@
 namespace dsync::dispatcher {
 namespace {
 
+// Runs `call`; the message of whatever it threw, or nullopt when it returned.
+template <class F>
+std::optional<std::string> ErrorOf(F&& call) {
+  try {
+    call();
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  } catch (...) {
+    return std::string("unknown error");
+  }
+}
+
 Millis OrDefault(Millis value, Millis ttl, int divisor) {
   if (value.count() > 0) return value;
   return std::max(Millis(1), ttl / divisor);
@@ -58,17 +71,9 @@ Millis Locker::Tick() {
   const Clock::TimePoint sent = clock_.Now();
   const Clock::TimePoint deadline = sent + options_.ttl - options_.watchdog_margin;
   if (leader) {
-    bool renewed = false, failed = false;
-    std::string error;
-    try {
-      renewed = strategy_.Renew(token, options_.ttl);
-    } catch (const std::exception& e) {
-      failed = true;
-      error = e.what();
-    } catch (...) {
-      failed = true;
-      error = "unknown error";
-    }
+    bool renewed = false;
+    std::optional<std::string> error = ErrorOf([&] { renewed = strategy_.Renew(token, options_.ttl); });
+    const bool failed = error.has_value();
     std::lock_guard lock(mu_);
     const Clock::TimePoint back = clock_.Now();
     if (!leader_ || token_ != token) {
@@ -76,7 +81,7 @@ Millis Locker::Tick() {
     } else if (failed) {
       ++stats_.renew_failures;
       spdlog::warn("LEASE_RENEW_FAILED lock={} owner={} token={} err={}", name_, strategy_.owner(),
-                   token, error);
+                   token, *error);
       if (back >= valid_until_) LoseLocked("watchdog: renew failed until the deadline", true);
       next_attempt_ = back + options_.acquire_interval;
     } else if (!renewed) {
@@ -95,22 +100,13 @@ Millis Locker::Tick() {
   }
 
   std::optional<int64_t> acquired;
-  bool failed = false;
-  std::string error;
-  try {
-    acquired = strategy_.TryAcquire(options_.ttl);
-  } catch (const std::exception& e) {
-    failed = true;
-    error = e.what();
-  } catch (...) {
-    failed = true;
-    error = "unknown error";
-  }
+  std::optional<std::string> error = ErrorOf([&] { acquired = strategy_.TryAcquire(options_.ttl); });
+  const bool failed = error.has_value();
   std::lock_guard lock(mu_);
   const Clock::TimePoint back = clock_.Now();
   if (failed) {
     ++stats_.acquire_failures;
-    spdlog::warn("LEASE_ACQUIRE_FAILED lock={} owner={} err={}", name_, strategy_.owner(), error);
+    spdlog::warn("LEASE_ACQUIRE_FAILED lock={} owner={} err={}", name_, strategy_.owner(), *error);
     next_attempt_ = back + options_.acquire_interval;
   } else if (!acquired) {
     next_attempt_ = back + options_.acquire_interval;

@@ -1,5 +1,6 @@
 #include "storage/migrator.h"
 
+#include "core/process.h"
 #include <sstream>
 
 #include <spdlog/spdlog.h>
@@ -47,12 +48,6 @@ std::string Checksum(const std::string& text) {
   std::ostringstream out;
   out << std::hex << h;
   return out.str();
-}
-
-std::string Whoami() {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  return std::string(host) + ":" + std::to_string(getpid());
 }
 
 int ReadVersion(Connection& c) {
@@ -168,7 +163,7 @@ MigrateResult Migrator::Migrate(Millis lock_timeout) {
                        e.getErrorCode());
         }
       }
-      conn->Execute(kInsertVersion, m.version, m.name, Checksum(m.text), Whoami());
+      conn->Execute(kInsertVersion, m.version, m.name, Checksum(m.text), HostAndPid());
       result.applied.push_back(m.version);
       result.to_version = m.version;
     }
