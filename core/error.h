@@ -26,6 +26,20 @@ class ConfigError : public UsageError {
   using UsageError::UsageError;
 };
 
+// The thing asked for does not exist (an event code, a batch, a node address).
+// The CLI exits 1 with the message; the HTTP API answers 404.
+class NotFoundError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The request is valid but the thing is not in a state that allows it (retrying an
+// event that is still running). The CLI exits 1; the HTTP API answers 409.
+class ConflictError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A database failure, translated once at the storage boundary from
 // sql::SQLException (see storage/connection.h). kind() classifies the
 // server/client error code so callers never compare raw numbers.

@@ -2,20 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "saga/process_log_sql.h"
+
 namespace dsync::saga::store {
 namespace {
 
-// Appends one transition to process_log and keeps the last kProcessLogSize (20)
-// entries. Must be the FIRST assignment of its UPDATE: MySQL and MariaDB evaluate
-// single-table SET lists left to right, and `from` must read the old status.
-// A NULL or non-JSON process_log starts a fresh array.
-// Params: node, to, why.
-#define DSYNC_APPEND_PROCESS_LOG                                                           \
-  "process_log = JSON_ARRAY_APPEND("                                                       \
-  "IF(JSON_VALID(process_log), IF(JSON_LENGTH(process_log) >= 20, "                        \
-  "JSON_REMOVE(process_log, '$[0]'), process_log), '[]'), '$', "                           \
-  "JSON_OBJECT('at', LEFT(DATE_FORMAT(NOW(3), '%Y-%m-%dT%H:%i:%s.%f'), 23), 'node', ?, "   \
-  "'from', status, 'to', ?, 'why', ?))"
 static_assert(kProcessLogSize == 20, "DSYNC_APPEND_PROCESS_LOG hard-codes 20");
 
 // Params: node, to, why (log); id, version, node, phase.
@@ -75,7 +66,6 @@ constexpr const char* kFailCompensation = "UPDATE distribute_event SET " DSYNC_A
   last_error = ?
 WHERE id = ? AND version = ?)";
 
-#undef DSYNC_APPEND_PROCESS_LOG
 
 // Params: code. The parent's id, for its children's parent_step_id.
 constexpr const char* kStepId = "SELECT id FROM distribute_event_step WHERE code = ?";

@@ -1,0 +1,218 @@
+// The operations users and operators perform on events, nodes and batches, shared by
+// the `dsync` operator commands (produce, events, retry, drain) and the HTTP API.
+// Every operation is a few prepared statements on the framework database; nothing
+// here keeps state between calls.
+//
+//   api::EventStore store(pool, settings);
+//   api::NewEvent e = api::ParseNewEvent(json);         // throws UsageError: bad input
+//   auto [event, created] = store.Produce(e);           // idempotent by code
+//   api::EventDetail d = store.Get("sync-42");          // throws NotFoundError
+//   store.Retry("sync-42", api::RetryFrom::kFailedStep); // throws ConflictError
+//
+// Input rules (ValidateNewEvent; each violation is a UsageError with one line naming
+// the field): code 1..64 characters, topic one of the config's topics, tenant_id
+// 1..30, data_id 1..64, trace_id 0..64, batch code 1..64; every string valid UTF-8
+// without control characters (stored byte for byte: SQL only ever sees them as bound
+// parameters); payload a JSON object (or absent: {}) of at most max_payload_bytes
+// serialised; priority -1000000..1000000 (smaller runs first); delay_ms 0..31 days.
+// A rejected event writes nothing; a rejected batch writes none of its events.
+//
+// Retry semantics (FAILED or COMPENSATED events only; anything else is a
+// ConflictError naming the status):
+//   kStart       every step row goes back to PENDING: the whole plan runs again, each
+//                step with its old code as idempotency key.
+//   kFailedStep  steps still SUCCESS stay SUCCESS (not run again); the others go back
+//                to PENDING. A COMPENSATED event has no SUCCESS step left, so this is
+//                the same as kStart for it.
+// The event becomes PENDING / phase FORWARD with retry_count 0, version + 1, result
+// and last_error cleared, and a process_log entry {"why": "operator retry ..."}; its
+// attempt keeps counting (it fences the next claim). One transaction, conditional
+// on the status and version read, so two concurrent retries re-drive it once.
+//
+// Thread safety: thread-safe (the pool is).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/settings.h"
+#include "storage/connection_pool.h"
+
+namespace dsync::api {
+
+struct NewEvent {
+  std::string code;
+  std::string topic;
+  std::string tenant_id;
+  std::string data_id;
+  nlohmann::json payload = nlohmann::json::object();
+  std::optional<int> priority;  // empty: the topic's priority
+  int64_t delay_ms = 0;
+  std::string trace_id;    // empty: none
+  std::string batch_code;  // set by ProduceBatch
+};
+
+// Reads one event from JSON ({code, topic, tenant_id, data_id, payload, priority?,
+// delay_ms?, trace_id?}); unknown fields are rejected. Throws UsageError.
+NewEvent ParseNewEvent(const nlohmann::json& body);
+
+struct EventRow {
+  int64_t id = 0;
+  std::string code, topic, tenant_id, data_id, status, phase;
+  std::string node_address;  // empty when unowned
+  int priority = 0, version = 0, attempt = 0, retry_count = 0, max_retry = 0;
+  std::optional<int> progress;
+  std::string batch_code, trace_id;
+  std::string payload;  // raw text as stored
+  std::string result;   // raw JSON text, empty when none
+  std::string last_error;
+  std::string create_time, next_run_time, assigned_time, started_time, finished_time,
+      modifier_time;  // "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC); empty when NULL
+};
+
+struct StepRow {
+  int64_t id = 0;
+  std::string code, name, type, status, node_address;
+  std::optional<int64_t> parent_step_id;
+  int sort = 0, retry_count = 0, max_retry = 0, compensation_retry_count = 0, attempt = 0;
+  std::string started_at, executed_at, compensated_at;  // UTC text; empty when NULL
+  std::string error_details, output;
+};
+
+// One action of the timeline (v_step_history): EXECUTE or COMPENSATE, in run order.
+struct TimelineEntry {
+  std::string action, step_code, step_name, status, started_at, finished_at, node_address, error;
+  int failures = 0, attempt = 0;
+};
+
+struct EventDetail {
+  EventRow event;
+  std::vector<StepRow> steps;          // plan order
+  std::vector<TimelineEntry> timeline; // forward actions, then compensations as they ran
+  nlohmann::json process_log = nlohmann::json::array();
+};
+
+bool IsTerminal(const std::string& status);  // SUCCESS, FAILED, COMPENSATED
+
+nlohmann::json ToJson(const EventRow& e);   // payload and result as JSON when they parse
+nlohmann::json ToJson(const EventDetail& d);
+
+struct ProduceResult {
+  EventRow event;
+  bool created = false;  // false: the code existed; `event` is the existing one
+};
+
+struct BatchResult {
+  std::string batch_code;
+  int created = 0;
+  int existing = 0;  // codes that were already there (left as they were)
+};
+
+struct BatchProgress {
+  std::string batch_code;
+  int64_t total = 0;
+  std::map<std::string, int64_t> by_status;  // only statuses present
+  int64_t terminal = 0;                      // SUCCESS + FAILED + COMPENSATED
+  double percent_done = 0;                   // terminal / total * 100
+};
+nlohmann::json ToJson(const BatchProgress& b);
+
+struct EventFilter {
+  std::string topic;   // empty: any
+  std::string status;  // empty: any; else one of the 7 statuses (UsageError otherwise)
+  int limit = 50;      // 1..1000
+  std::optional<int64_t> after;  // keyset cursor: only ids below it (newest first)
+};
+
+struct EventPage {
+  std::vector<EventRow> events;     // newest first (id descending)
+  std::optional<int64_t> next;      // cursor for the next page; empty at the end
+};
+
+enum class RetryFrom { kStart, kFailedStep };
+
+struct NodeView {
+  std::string node_address, status;  // online | draining | offline
+  int capacity = 0, processing_count = 0;
+  int64_t in_flight = 0;             // counted from distribute_event
+  double load = 0;
+  std::vector<std::string> topics;
+  int64_t heartbeat_age_ms = 0;
+  bool metadata_valid = true;
+  std::string version, incarnation;
+};
+nlohmann::json ToJson(const NodeView& n);
+
+struct LeaseView {
+  bool held = false;       // an owner holds an unexpired lease
+  std::string owner;       // empty when free
+  int64_t token = 0;
+  int64_t expires_in_ms = 0;
+};
+
+struct Health {
+  bool database_ok = false;
+  std::string database_error;  // one line when not ok
+  int schema_version = 0;
+  LeaseView lease;
+  int64_t live_nodes = 0;
+};
+nlohmann::json ToJson(const Health& h);
+
+class EventStore {
+ public:
+  // `settings` gives the topics (for validation), the service and the offline timeout;
+  // kept by reference.
+  EventStore(storage::ConnectionPool& pool, const Settings& settings);
+
+  // Throws UsageError for bad input (see the rules above), DbError.
+  void Validate(const NewEvent& e) const;
+
+  // One event. Idempotent by code: a second call returns the stored event and
+  // created=false whatever else it carries.
+  ProduceResult Produce(const NewEvent& e);
+
+  // Many events under one batch code, in one transaction (all validated first; any
+  // invalid event rejects the whole batch with its index in the message). Codes that
+  // exist already are left untouched and counted as existing. At most 10,000 events.
+  BatchResult ProduceBatch(const std::string& batch_code, std::vector<NewEvent> events);
+
+  // Progress of a batch by one GROUP BY. Throws NotFoundError when no event has it.
+  BatchProgress GetBatch(const std::string& batch_code);
+
+  // Throws NotFoundError.
+  EventRow GetEvent(const std::string& code);
+  EventDetail Get(const std::string& code);
+
+  EventPage List(const EventFilter& filter);
+
+  // See "Retry semantics" above. Returns the event as it now is. Throws
+  // NotFoundError, ConflictError.
+  EventRow Retry(const std::string& code, RetryFrom from);
+
+  // Marks a live node of the service draining (status 2): it takes no new events,
+  // finishes what it holds and exits. Idempotent. Throws NotFoundError when the
+  // service has no online or draining node at that address.
+  NodeView Drain(const std::string& node_address);
+
+  // Nodes of the service (all rows with `all`, else live only), with in-flight counts.
+  std::vector<NodeView> Nodes(bool all);
+
+  // Never throws: a database failure is reported in the result.
+  Health CheckHealth();
+
+  // Event counts by (topic, status), for /metrics. One index-only GROUP BY.
+  std::vector<std::tuple<std::string, std::string, int64_t>> CountByTopicStatus();
+
+ private:
+  storage::ConnectionPool& pool_;
+  const Settings& settings_;
+};
+
+}  // namespace dsync::api
