@@ -433,8 +433,8 @@ ProduceResult EventStore::Produce(const NewEvent& e) {
       auto row = ReadEvent(c, e.code);
       if (!row) throw DbError(DbError::Kind::kOther, 0, "event " + Quote(e.code) + " vanished after insert");
       return ProduceResult{std::move(*row), true};
-    } catch (const DbError& err) {
-      if (err.kind() != DbError::Kind::kDuplicateKey) throw;
+    } catch (const sql::SQLException& err) {  // the pool translates it; here only 1062 is ours
+      if (storage::TranslateSqlException(err, "produce").kind() != DbError::Kind::kDuplicateKey) throw;
     }
     auto row = ReadEvent(c, e.code);
     if (!row) throw DbError(DbError::Kind::kOther, 0, "event " + Quote(e.code) + " exists but cannot be read");

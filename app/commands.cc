@@ -1,5 +1,7 @@
 #include "app/commands.h"
 
+#include "app/command_support.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,40 +32,6 @@
 namespace dsync::app {
 namespace {
 
-const OptionSpec kJson{"json", false, "machine-readable JSON output"};
-
-// Settings from the config file, then DSYNC_* variables, then the flags.
-Settings ResolveSettings(const Invocation& inv) {
-  Settings s = LoadSettings(inv.Get("config").value_or(""), Environment());
-  if (auto db = inv.Get("db")) s.database = *db;
-  if (auto level = inv.Get("log-level")) s.log_level = *level;
-  if (auto service = inv.Get("service")) {
-    if (service->empty() || service->size() > 128) throw UsageError("--service must be 1 to 128 characters");
-    s.service = *service;
-  }
-  if (auto capacity = inv.Get("capacity")) s.consumer.capacity = ParseIntOption("capacity", *capacity, 1, 10000);
-  s.Validate();
-  return s;
-}
-
-storage::DbUrl DatabaseUrl(const Settings& s) {
-  if (s.database.empty()) {
-    throw UsageError("no database: pass --db mysql://user:pass@host:port/schema, set DSYNC_DB_URL, "
-                     "or set `database` in the config");
-  }
-  return storage::DbUrl::Parse(s.database);
-}
-
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 // --- migrate ---------------------------------------------------------------
 
 int RunMigrate(const Invocation& inv) {
@@ -83,29 +51,6 @@ int RunMigrate(const Invocation& inv) {
 }
 
 // --- node ------------------------------------------------------------------
-
-// Blocks SIGTERM/SIGINT in this thread (and so in every thread started after),
-// to be taken synchronously by sigwait/sigtimedwait.
-sigset_t BlockStopSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
-}
-
-// Connects, and checks the schema is exactly what this binary expects. The pool holds
-// at least `threads` connections (a node runs `capacity` workers plus its poller and
-// heartbeat), so none of them waits for one.
-std::unique_ptr<storage::ConnectionPool> OpenDatabase(const Settings& s, int threads = 0) {
-  storage::DbUrl url = DatabaseUrl(s);
-  storage::PoolOptions options;
-  options.max_size = std::max(url.pool_size, threads);
-  auto pool = std::make_unique<storage::ConnectionPool>(url, options);
-  storage::Migrator(*pool).RequireCurrent();
-  return pool;
-}
 
 int RunNode(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
@@ -174,56 +119,6 @@ int RunDispatcher(const Invocation& inv) {
   return 0;
 }
 
-// --- nodes -----------------------------------------------------------------
-
-int RunNodes(const Invocation& inv) {
-  Settings s = ResolveSettings(inv);
-  SetupLogging(s.log_level, "cli");
-  auto pool = OpenDatabase(s);
-  registry::NodeDirectory directory(*pool, s.service, s.registry.offline_timeout);
-  auto nodes = inv.Flag("all") ? directory.AllNodes() : directory.LiveNodes();
-  std::vector<std::string> addresses;
-  for (const auto& n : nodes) addresses.push_back(n.node_address);
-  // From the event table (the truth), not the nodes' own processing_count.
-  std::map<std::string, int64_t> in_flight = pool->Run(
-      "count in-flight events", [&](storage::Connection& c) { return dispatcher::CountInFlight(c, addresses); });
-
-  if (inv.Flag("json")) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& n : nodes) {
-      out.push_back({{"node_address", n.node_address},
-                     {"status", registry::NodeStatusName(n.status)},
-                     {"capacity", n.metadata.capacity},
-                     {"in_flight", in_flight[n.node_address]},
-                     {"load", n.metadata.load},
-                     {"processing_count", n.metadata.processing_count},
-                     {"topics", n.metadata.topics},
-                     {"heartbeat_age_ms", n.heartbeat_age.count()},
-                     {"metadata_valid", n.metadata_valid},
-                     {"version", n.metadata.version},
-                     {"incarnation", n.metadata.incarnation}});
-    }
-    std::cout << out.dump(2) << "\n";
-    return 0;
-  }
-  std::cout << std::left << std::setw(28) << "ADDRESS" << std::setw(10) << "STATUS" << std::setw(10)
-            << "CAPACITY" << std::setw(11) << "IN_FLIGHT" << std::setw(7) << "LOAD" << std::setw(10)
-            << "HEARTBEAT" << "TOPICS\n";
-  for (const auto& n : nodes) {
-    std::ostringstream load, age;
-    load << std::fixed << std::setprecision(2) << n.metadata.load;
-    age << std::fixed << std::setprecision(1) << n.heartbeat_age.count() / 1000.0 << "s";
-    std::string topics;
-    for (const auto& t : n.metadata.topics) topics += (topics.empty() ? "" : ",") + t;
-    std::cout << std::left << std::setw(28) << n.node_address << std::setw(10) << registry::NodeStatusName(n.status)
-              << std::setw(10) << n.metadata.capacity << std::setw(11) << in_flight[n.node_address]
-              << std::setw(7) << load.str() << std::setw(10) << age.str()
-              << (topics.empty() ? "*" : topics) << (n.metadata_valid ? "" : "  (invalid metadata)") << "\n";
-  }
-  if (nodes.empty()) std::cout << "(no " << (inv.Flag("all") ? "" : "live ") << "nodes for service " << s.service << ")\n";
-  return 0;
-}
-
 // --- sweep -----------------------------------------------------------------
 
 int RunSweep(const Invocation& inv) {
@@ -257,12 +152,56 @@ const std::vector<CommandSpec>& Commands() {
        0,
        0,
        {{"service", true, "service name (default from config, kbs-sync)"}}},
+      {"produce",
+       "enqueue one event (flags or --event JSON) or many (--file, JSON lines, in batches); "
+       "idempotent by code",
+       "",
+       0,
+       0,
+       {{"topic", true, "topic of the event (must be in the config)"},
+        {"code", true, "unique event code: producing the same code twice yields one event"},
+        {"tenant", true, "tenant id (with --data-id: the entity; ordered topics run its events in order)"},
+        {"data-id", true, "id of the entity the event is about"},
+        {"payload", true, "JSON object handed to the steps (default {})"},
+        {"priority", true, "smaller runs first (default: the topic's priority)"},
+        {"delay-ms", true, "not dispatched before now + this"},
+        {"trace-id", true, "trace id carried in logs (default: the code)"},
+        {"event", true, "the whole event as JSON {code, topic, tenant_id, data_id, payload, ...}"},
+        {"file", true, "JSON-lines file of events ('-' = stdin); every line is checked before any is written"},
+        {"batch", true, "batch code for --file (default generated; progress: dsync events --batch CODE)"},
+        {"batch-size", true, "events per transaction with --file (default 1000)"},
+        kJsonOption}},
+      {"events",
+       "list events newest first (filters, keyset paging), a batch's progress, or one event with "
+       "its step timeline: dsync events show CODE",
+       "[show CODE]",
+       0,
+       2,
+       {{"status", true, "PENDING|ASSIGNED|RUNNING|SUCCESS|FAILED|COMPENSATING|COMPENSATED"},
+        {"topic", true, "only this topic"},
+        {"limit", true, "rows (1-1000, default 50)"},
+        {"after", true, "page cursor printed by the previous page"},
+        {"batch", true, "progress of this batch by status"},
+        kJsonOption}},
+      {"retry",
+       "re-drive a FAILED or COMPENSATED event: from the failed step (steps still SUCCESS are kept) "
+       "or from the start",
+       "CODE",
+       1,
+       1,
+       {{"from", true, "failed-step (default) or start"}, kJsonOption}},
+      {"drain",
+       "ask a live node to drain: it takes no new events, finishes what it holds and exits",
+       "ADDRESS",
+       1,
+       1,
+       {{"service", true, "service name (default from config)"}, kJsonOption}},
       {"nodes",
        "list live nodes with capacity, in-flight events, load, topics, heartbeat age",
        "",
        0,
        0,
-       {{"all", false, "include offline and stale rows"}, {"service", true, "service name"}, kJson}},
+       {{"all", false, "include offline and stale rows"}, {"service", true, "service name"}, kJsonOption}},
       {"sweep", "mark nodes with stale heartbeats offline and purge long-dead rows, once", "", 0, 0, {}},
   };
   return kCommands;
@@ -289,6 +228,10 @@ int RunCommand(const Invocation& inv) {
   if (inv.command == "nodes") return RunNodes(inv);
   if (inv.command == "dispatcher") return RunDispatcher(inv);
   if (inv.command == "sweep") return RunSweep(inv);
+  if (inv.command == "produce") return RunProduce(inv);
+  if (inv.command == "events") return RunEvents(inv);
+  if (inv.command == "retry") return RunRetry(inv);
+  if (inv.command == "drain") return RunDrain(inv);
   throw UsageError("command '" + inv.command + "' is not implemented");
 }
 

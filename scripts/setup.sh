@@ -9,6 +9,7 @@ packages=(
   libmysqlcppconn-dev libpoco-dev nlohmann-json3-dev libspdlog-dev
   libgtest-dev googletest
   mariadb-server mariadb-client
+  curl jq
 )
 # Extra packages a caller needs (bench uses sysbench/postgresql): setup.sh sysbench ...
 packages+=("$@")

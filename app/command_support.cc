@@ -1,0 +1,66 @@
+#include "app/command_support.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+#include "storage/migrator.h"
+
+namespace dsync::app {
+
+const OptionSpec kJsonOption{"json", false, "machine-readable JSON output"};
+
+Settings ResolveSettings(const Invocation& inv) {
+  Settings s = LoadSettings(inv.Get("config").value_or(""), Environment());
+  if (auto db = inv.Get("db")) s.database = *db;
+  if (auto level = inv.Get("log-level")) s.log_level = *level;
+  if (auto service = inv.Get("service")) {
+    if (service->empty() || service->size() > 128) throw UsageError("--service must be 1 to 128 characters");
+    s.service = *service;
+  }
+  if (auto capacity = inv.Get("capacity")) s.consumer.capacity = ParseIntOption("capacity", *capacity, 1, 10000);
+  if (auto listen = inv.Get("listen")) {
+    CheckHostPort("listen", *listen);
+    s.api.listen = *listen;
+  }
+  s.Validate();
+  return s;
+}
+
+storage::DbUrl DatabaseUrl(const Settings& s) {
+  if (s.database.empty()) {
+    throw UsageError("no database: pass --db mysql://user:pass@host:port/schema, set DSYNC_DB_URL, "
+                     "or set `database` in the config");
+  }
+  return storage::DbUrl::Parse(s.database);
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+sigset_t BlockStopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+std::unique_ptr<storage::ConnectionPool> OpenDatabase(const Settings& s, int threads) {
+  storage::DbUrl url = DatabaseUrl(s);
+  storage::PoolOptions options;
+  options.max_size = std::max(url.pool_size, threads);
+  auto pool = std::make_unique<storage::ConnectionPool>(url, options);
+  storage::Migrator(*pool).RequireCurrent();
+  return pool;
+}
+
+}  // namespace dsync::app

@@ -1,0 +1,49 @@
+// What every `dsync` subcommand shares: settings resolution (file, DSYNC_* variables,
+// flags), opening the framework database, and stop-signal handling.
+//
+// Thread safety: plain functions; BlockStopSignals affects the calling thread and the
+// threads it starts afterwards.
+#pragma once
+
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/cli.h"
+#include "config/settings.h"
+#include "storage/connection_pool.h"
+#include "storage/db_url.h"
+
+namespace dsync::app {
+
+extern const OptionSpec kJsonOption;  // --json: machine-readable output
+
+// Settings from the config file, then DSYNC_* variables, then the flags (--db,
+// --log-level, --service, --capacity, --listen when the command has them).
+// Throws UsageError/ConfigError.
+Settings ResolveSettings(const Invocation& inv);
+
+// The framework database URL of `s`; UsageError naming the three ways to set it.
+storage::DbUrl DatabaseUrl(const Settings& s);
+
+// Connects and checks the schema is exactly what this binary expects. The pool holds
+// at least `threads` connections so none of the caller's threads waits for one.
+std::unique_ptr<storage::ConnectionPool> OpenDatabase(const Settings& s, int threads = 0);
+
+// "a,b,,c" -> {a, b, c}.
+std::vector<std::string> SplitList(const std::string& text);
+
+// Blocks SIGTERM/SIGINT in this thread (and so in every thread started after), to be
+// taken synchronously by sigwait/sigtimedwait.
+sigset_t BlockStopSignals();
+
+// Operator commands (app/operator_commands.cc).
+int RunProduce(const Invocation& inv);
+int RunEvents(const Invocation& inv);
+int RunRetry(const Invocation& inv);
+int RunDrain(const Invocation& inv);
+int RunNodes(const Invocation& inv);
+
+}  // namespace dsync::app

@@ -1,0 +1,356 @@
+// The operator commands: produce, events, events show, retry, drain, nodes. Each is a
+// thin layer over api::EventStore (the same operations the HTTP API serves): human
+// tables by default, the API's JSON with --json.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "api/event_store.h"
+#include "app/command_support.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace dsync::app {
+namespace {
+
+constexpr size_t kDefaultFileBatch = 1000;
+
+struct Store {
+  Settings settings;
+  std::unique_ptr<storage::ConnectionPool> pool;
+  std::unique_ptr<api::EventStore> store;
+};
+
+Store OpenStore(const Invocation& inv) {
+  Store s;
+  s.settings = ResolveSettings(inv);
+  SetupLogging(inv.Get("log-level").value_or("warn"), "cli");
+  s.pool = OpenDatabase(s.settings);
+  s.store = std::make_unique<api::EventStore>(*s.pool, s.settings);
+  return s;
+}
+
+// Text for a table cell: one line, at most `width` characters.
+std::string Cell(const std::string& s, size_t width) {
+  std::string out;
+  for (char ch : s) out += (ch == '\n' || ch == '\r' || ch == '\t') ? ' ' : ch;
+  if (out.size() > width) out = out.substr(0, width - 3) + "...";
+  return out;
+}
+
+std::string Or(const std::string& s, const char* fallback) { return s.empty() ? fallback : s; }
+
+// "2026-11-21T10:00:00.123Z" -> "2026-11-21 10:00:00.123".
+std::string When(const std::string& iso) {
+  if (iso.empty()) return "-";
+  std::string out = iso;
+  if (out.size() > 10 && out[10] == 'T') out[10] = ' ';
+  if (!out.empty() && out.back() == 'Z') out.pop_back();
+  return out;
+}
+
+// --- produce ---------------------------------------------------------------
+
+std::string GeneratedBatchCode() {
+  auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  std::random_device rd;
+  char suffix[9];
+  std::snprintf(suffix, sizeof suffix, "%08x", rd());
+  return std::string("produce-") + stamp + "-" + suffix;
+}
+
+api::NewEvent EventFromFlags(const Invocation& inv) {
+  api::NewEvent e;
+  if (auto event = inv.Get("event")) {
+    auto body = nlohmann::json::parse(*event, nullptr, false);
+    if (body.is_discarded()) throw UsageError("--event is not valid JSON");
+    e = api::ParseNewEvent(body);
+  }
+  if (auto v = inv.Get("code")) e.code = *v;
+  if (auto v = inv.Get("topic")) e.topic = *v;
+  if (auto v = inv.Get("tenant")) e.tenant_id = *v;
+  if (auto v = inv.Get("data-id")) e.data_id = *v;
+  if (auto v = inv.Get("trace-id")) e.trace_id = *v;
+  if (auto v = inv.Get("payload")) {
+    auto payload = nlohmann::json::parse(*v, nullptr, false);
+    if (payload.is_discarded()) throw UsageError("--payload is not valid JSON");
+    if (!payload.is_object()) throw UsageError("--payload must be a JSON object");
+    e.payload = std::move(payload);
+  }
+  if (auto v = inv.Get("priority")) e.priority = ParseIntOption("priority", *v, -1000000, 1000000);
+  if (auto v = inv.Get("delay-ms")) e.delay_ms = ParseIntOption("delay-ms", *v, 0, INT32_MAX);  // store checks 31 days
+  return e;
+}
+
+// Reads every line first: a bad line rejects the whole file before anything is written.
+std::vector<api::NewEvent> ReadEventLines(std::istream& in, const std::string& name, const api::EventStore& store) {
+  std::vector<api::NewEvent> events;
+  std::string line;
+  for (size_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      auto body = nlohmann::json::parse(line, nullptr, false);
+      if (body.is_discarded()) throw UsageError("not valid JSON");
+      api::NewEvent e = api::ParseNewEvent(body);
+      store.Validate(e);
+      events.push_back(std::move(e));
+    } catch (const UsageError& err) {
+      throw UsageError(name + ":" + std::to_string(number) + ": " + err.what() + "; nothing was written");
+    }
+  }
+  return events;
+}
+
+int RunProduceFile(const Invocation& inv, Store& s, const std::string& file) {
+  for (const char* flag : {"event", "code", "topic", "tenant", "data-id", "payload", "priority", "delay-ms", "trace-id"}) {
+    if (inv.Get(flag)) throw UsageError(std::string("--") + flag + " cannot be combined with --file");
+  }
+  const size_t batch_size = inv.Get("batch-size") ? ParseIntOption("batch-size", *inv.Get("batch-size"), 1, 10000)
+                                                  : kDefaultFileBatch;
+  std::vector<api::NewEvent> events;
+  if (file == "-") {
+    events = ReadEventLines(std::cin, "stdin", *s.store);
+  } else {
+    std::ifstream in(file);
+    if (!in) throw UsageError("cannot read --file " + file);
+    events = ReadEventLines(in, file, *s.store);
+  }
+  if (events.empty()) throw UsageError("--file " + file + " has no events");
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (!seen.emplace(events[i].code, i).second) {
+      throw UsageError("--file " + file + ": code '" + events[i].code + "' appears twice; nothing was written");
+    }
+  }
+  const std::string batch = inv.Get("batch").value_or(GeneratedBatchCode());
+  api::BatchResult total{batch, 0, 0};
+  for (size_t start = 0; start < events.size(); start += batch_size) {
+    size_t end = std::min(events.size(), start + batch_size);
+    auto r = s.store->ProduceBatch(batch, {events.begin() + start, events.begin() + end});
+    total.created += r.created;
+    total.existing += r.existing;
+  }
+  if (inv.Flag("json")) {
+    std::cout << nlohmann::json{{"batch_code", batch}, {"created", total.created}, {"existing", total.existing}}.dump(2)
+              << "\n";
+  } else {
+    std::cout << "batch " << batch << ": created=" << total.created << " existing=" << total.existing
+              << " (follow it: dsync events --batch " << batch << ")\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunProduce(const Invocation& inv) {
+  Store s = OpenStore(inv);
+  if (auto file = inv.Get("file")) return RunProduceFile(inv, s, *file);
+  if (inv.Get("batch") || inv.Get("batch-size")) throw UsageError("--batch and --batch-size need --file");
+  api::NewEvent e = EventFromFlags(inv);
+  auto result = s.store->Produce(e);
+  if (inv.Flag("json")) {
+    std::cout << nlohmann::json{{"created", result.created}, {"event", api::ToJson(result.event)}}.dump(2) << "\n";
+  } else if (result.created) {
+    std::cout << "created event " << result.event.code << " (id " << result.event.id << ", topic "
+              << result.event.topic << ", " << result.event.status << ")\n";
+  } else {
+    std::cout << "event " << result.event.code << " already exists (id " << result.event.id << ", "
+              << result.event.status << "); nothing written\n";
+  }
+  return 0;
+}
+
+// --- events ----------------------------------------------------------------
+
+namespace {
+
+void PrintEventTable(const std::vector<api::EventRow>& events) {
+  std::cout << std::left << std::setw(26) << "CODE" << std::setw(14) << "TOPIC" << std::setw(13) << "STATUS"
+            << std::setw(22) << "NODE" << std::setw(8) << "ATTEMPT" << std::setw(8) << "RETRIES" << std::setw(6)
+            << "PROG" << std::setw(24) << "CREATED" << "LAST_ERROR\n";
+  for (const auto& e : events) {
+    std::cout << std::left << std::setw(26) << Cell(e.code, 25) << std::setw(14) << Cell(e.topic, 13)
+              << std::setw(13) << e.status << std::setw(22) << Cell(Or(e.node_address, "-"), 21) << std::setw(8)
+              << e.attempt << std::setw(8) << e.retry_count << std::setw(6)
+              << (e.progress ? std::to_string(*e.progress) + "%" : "-") << std::setw(24) << When(e.create_time)
+              << Cell(Or(e.last_error, ""), 60) << "\n";
+  }
+}
+
+int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
+  api::EventDetail d = s.store->Get(code);
+  if (inv.Flag("json")) {
+    std::cout << api::ToJson(d).dump(2) << "\n";
+    return 0;
+  }
+  const auto& e = d.event;
+  auto field = [](const char* name, const std::string& value) {
+    std::cout << std::left << std::setw(15) << name << value << "\n";
+  };
+  field("code", e.code);
+  field("topic", e.topic);
+  field("status", e.status + (e.phase == "COMPENSATE" && !api::IsTerminal(e.status) ? " (compensation phase)" : ""));
+  field("entity", e.tenant_id + " / " + e.data_id);
+  field("node", Or(e.node_address, "-"));
+  field("attempt", std::to_string(e.attempt) + " (retries " + std::to_string(e.retry_count) + " of " +
+                       std::to_string(e.max_retry) + ", version " + std::to_string(e.version) + ")");
+  field("progress", e.progress ? std::to_string(*e.progress) + "%" : "-");
+  field("created", When(e.create_time));
+  field("started", When(e.started_time));
+  field("finished", When(e.finished_time));
+  if (!e.batch_code.empty()) field("batch", e.batch_code);
+  if (!e.trace_id.empty()) field("trace", e.trace_id);
+  field("payload", Cell(e.payload, 200));
+  if (!e.result.empty()) field("result", Cell(e.result, 300));
+  if (!e.last_error.empty()) field("last_error", Cell(e.last_error, 300));
+
+  std::cout << "\nsteps:\n";
+  std::cout << "  " << std::left << std::setw(4) << "#" << std::setw(16) << "NAME" << std::setw(12) << "TYPE"
+            << std::setw(13) << "STATUS" << std::setw(8) << "RETRIES" << std::setw(22) << "NODE" << "ERROR\n";
+  for (const auto& st : d.steps) {
+    std::cout << "  " << std::left << std::setw(4) << st.sort << std::setw(16)
+              << Cell((st.parent_step_id ? "  " : "") + st.name, 15) << std::setw(12) << Cell(st.type, 11)
+              << std::setw(13) << st.status << std::setw(8)
+              << (std::to_string(st.retry_count) +
+                  (st.compensation_retry_count ? "+" + std::to_string(st.compensation_retry_count) + "c" : ""))
+              << std::setw(22) << Cell(Or(st.node_address, "-"), 21) << Cell(st.error_details, 60) << "\n";
+  }
+  if (d.steps.empty()) std::cout << "  (none yet)\n";
+
+  std::cout << "\ntimeline:\n";
+  for (const auto& t : d.timeline) {
+    std::cout << "  " << std::left << std::setw(24) << When(t.finished_at.empty() ? t.started_at : t.finished_at)
+              << std::setw(11) << t.action << std::setw(16) << Cell(t.step_name, 15) << std::setw(13) << t.status
+              << "attempt " << t.attempt << " on " << Or(t.node_address, "-")
+              << (t.failures ? ", " + std::to_string(t.failures) + " failure(s)" : "") << "\n";
+  }
+  if (d.timeline.empty()) std::cout << "  (nothing ran yet)\n";
+
+  std::cout << "\ntransitions (last " << d.process_log.size() << "):\n";
+  for (const auto& entry : d.process_log) {
+    auto str = [&](const char* k) { return entry.contains(k) && entry[k].is_string() ? entry[k].get<std::string>() : ""; };
+    std::cout << "  " << std::left << std::setw(24) << When(str("at")) << std::setw(13) << str("from") << "-> "
+              << std::setw(13) << str("to") << std::setw(22) << Cell(str("node"), 21) << Cell(str("why"), 80) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunEvents(const Invocation& inv) {
+  if (!inv.args.empty() && inv.args[0] != "show") {
+    throw UsageError("unexpected argument '" + inv.args[0] + "' for 'dsync events' (did you mean: dsync events show CODE)");
+  }
+  if (!inv.args.empty() && inv.args.size() != 2) throw UsageError("'dsync events show' needs CODE");
+  Store s = OpenStore(inv);
+  if (!inv.args.empty()) return ShowEvent(inv, s, inv.args[1]);
+
+  if (auto batch = inv.Get("batch")) {
+    auto progress = s.store->GetBatch(*batch);
+    if (inv.Flag("json")) {
+      std::cout << api::ToJson(progress).dump(2) << "\n";
+      return 0;
+    }
+    std::cout << "batch " << progress.batch_code << ": " << progress.terminal << "/" << progress.total
+              << " terminal (" << std::fixed << std::setprecision(1) << progress.percent_done << "%)";
+    for (const auto& [status, n] : progress.by_status) std::cout << " " << status << "=" << n;
+    std::cout << "\n";
+    return 0;
+  }
+  api::EventFilter filter;
+  filter.topic = inv.Get("topic").value_or("");
+  filter.status = inv.Get("status").value_or("");
+  for (auto& ch : filter.status) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (auto limit = inv.Get("limit")) filter.limit = ParseIntOption("limit", *limit, 1, 1000);
+  if (auto after = inv.Get("after")) filter.after = ParseIntOption("after", *after, 1, INT32_MAX);
+  auto page = s.store->List(filter);
+  if (inv.Flag("json")) {
+    nlohmann::json events = nlohmann::json::array();
+    for (const auto& e : page.events) events.push_back(api::ToJson(e));
+    std::cout << nlohmann::json{{"events", events}, {"next", page.next ? nlohmann::json(*page.next) : nlohmann::json(nullptr)}}.dump(2)
+              << "\n";
+    return 0;
+  }
+  PrintEventTable(page.events);
+  if (page.events.empty()) std::cout << "(no events)\n";
+  if (page.next) std::cout << "(more: --after " << *page.next << ")\n";
+  return 0;
+}
+
+// --- retry -----------------------------------------------------------------
+
+int RunRetry(const Invocation& inv) {
+  api::RetryFrom from = api::RetryFrom::kFailedStep;
+  if (auto f = inv.Get("from")) {
+    if (*f == "start") {
+      from = api::RetryFrom::kStart;
+    } else if (*f != "failed-step" && *f != "failed_step") {
+      throw UsageError("--from must be start or failed-step, got '" + *f + "'");
+    }
+  }
+  Store s = OpenStore(inv);
+  api::EventRow e = s.store->Retry(inv.args.at(0), from);
+  if (inv.Flag("json")) {
+    std::cout << api::ToJson(e).dump(2) << "\n";
+  } else {
+    std::cout << "event " << e.code << " re-driven " << (from == api::RetryFrom::kStart ? "from the start" : "from the failed step")
+              << ": " << e.status << " (version " << e.version << "); follow it: dsync events show " << e.code << "\n";
+  }
+  return 0;
+}
+
+// --- drain -----------------------------------------------------------------
+
+int RunDrain(const Invocation& inv) {
+  Store s = OpenStore(inv);
+  api::NodeView n = s.store->Drain(inv.args.at(0));
+  if (inv.Flag("json")) {
+    std::cout << api::ToJson(n).dump(2) << "\n";
+  } else {
+    std::cout << "node " << n.node_address << " is draining: it takes no new events, finishes its " << n.in_flight
+              << " in-flight event(s) and exits (watch: dsync nodes)\n";
+  }
+  return 0;
+}
+
+// --- nodes -----------------------------------------------------------------
+
+int RunNodes(const Invocation& inv) {
+  Store s = OpenStore(inv);
+  auto nodes = s.store->Nodes(inv.Flag("all"));
+  if (inv.Flag("json")) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& n : nodes) out.push_back(api::ToJson(n));
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << std::left << std::setw(28) << "ADDRESS" << std::setw(10) << "STATUS" << std::setw(10) << "CAPACITY"
+            << std::setw(11) << "IN_FLIGHT" << std::setw(7) << "LOAD" << std::setw(10) << "HEARTBEAT" << "TOPICS\n";
+  for (const auto& n : nodes) {
+    std::ostringstream load, age;
+    load << std::fixed << std::setprecision(2) << n.load;
+    age << std::fixed << std::setprecision(1) << n.heartbeat_age_ms / 1000.0 << "s";
+    std::string topics;
+    for (const auto& t : n.topics) topics += (topics.empty() ? "" : ",") + t;
+    std::cout << std::left << std::setw(28) << n.node_address << std::setw(10) << n.status << std::setw(10)
+              << n.capacity << std::setw(11) << n.in_flight << std::setw(7) << load.str() << std::setw(10)
+              << age.str() << (topics.empty() ? "*" : topics) << (n.metadata_valid ? "" : "  (invalid metadata)")
+              << "\n";
+  }
+  if (nodes.empty()) {
+    std::cout << "(no " << (inv.Flag("all") ? "" : "live ") << "nodes for service " << s.settings.service << ")\n";
+  }
+  return 0;
+}
+
+}  // namespace dsync::app
