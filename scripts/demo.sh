@@ -1,135 +1,330 @@
 #!/usr/bin/env bash
-# The README's first command: dsync end to end on a throwaway MariaDB.
+# The README's first command: dsync syncing two isolated environments, end to end.
 #
-# Installs what is missing, builds, starts MariaDB in a temp folder, then one
-# dispatcher and two consumer nodes as separate processes; produces 600 three-step
-# DEMO events with plain SQL (a few fail transiently and recover, one is poisoned so
-# that its last step fails permanently and the saga compensates); a third node joins
-# a few seconds later with no config change; one node is kill -9ed midway. A live
-# progress line runs until every event is terminal, then a summary verifies with SQL
-# that nothing was lost or applied twice and that every saga ran in order.
-# Exits non-zero if the verification fails; cleans up everything it started.
+# Installs what is missing, builds, and starts a throwaway MariaDB holding three
+# schemas: `dsync` (the framework's tables), `env_a` (a knowledge base: spaces,
+# documents, tags, permissions; a few thousand rows) and `env_b` (the same tables,
+# empty but for stale copies of two spaces, and one column narrower: an older schema).
+# Then, as separate processes, one dispatcher and two consumer nodes; a third node
+# joins once the run is under way (15 % done), with no config change. One SPACE_ADD event per space is
+# produced (`dsync produce --file`); each runs as a four-step saga of table_sync steps
+# (space, docs, tags, permissions) from env_a to env_b. One space is poisoned: one of
+# its permissions does not fit env_b's narrower column, so its last step fails
+# permanently and the saga compensates the three steps before it. One node is
+# kill -9ed (at 35 %) while it runs events; they finish elsewhere. A live progress line runs
+# until every event is terminal; the summary shows events by status and work per
+# node, then verifies with checksums that env_b equals env_a for every synced space
+# and that the poisoned space left env_b exactly as it was.
+#
+# Exits non-zero if the verification fails; stops everything it started and removes
+# the server. Options (environment): DSYNC_BUILD_DIR (default build),
+# DSYNC_DEMO_SPACES (default 240, at most 1000), DSYNC_DEMO_KEEP=1 keeps the server
+# and prints how to reach it (stop it with scripts/mariadb.sh stop DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh
+spaces=${DSYNC_DEMO_SPACES:-240}
+[[ $spaces =~ ^[0-9]+$ ]] && ((spaces >= 20 && spaces <= 1000)) ||
+  { echo "demo: DSYNC_DEMO_SPACES must be 20..1000" >&2; exit 2; }
+poisoned=13  # its permissions do not fit env_b: the saga compensates
+stale=7      # env_b holds an outdated copy that the sync overwrites
 build=${DSYNC_BUILD_DIR:-build}
-echo "== building (first time: a few minutes)"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j"$(nproc)" --target dsync >/dev/null
-bin=$PWD/$build/dsync
+offline_ms=3000  # a killed node is declared dead after this long without heartbeat
 
-dir=$(bash scripts/mariadb.sh start)
+bash scripts/setup.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/dsync-demo.XXXXXX")
-pids=()
+dir=""
+declare -A pid_of=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  bash scripts/mariadb.sh stop "$dir"
+  local rc=$? name
+  for name in "${!pid_of[@]}"; do kill -9 "${pid_of[$name]}" 2>/dev/null || true; done
+  if ((rc != 0)) && compgen -G "$work/*.log" >/dev/null; then
+    for log in "$work"/*.log; do
+      echo "--- last lines of $(basename "$log")" >&2
+      tail -n 5 "$log" >&2
+    done
+  fi
+  if [[ -n $dir && ${DSYNC_DEMO_KEEP:-0} == 1 ]]; then
+    echo "== kept the server: bash scripts/mariadb.sh root $dir dsync   (stop: bash scripts/mariadb.sh stop $dir)"
+  elif [[ -n $dir ]]; then
+    bash scripts/mariadb.sh stop "$dir"
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
-url=$(bash scripts/mariadb.sh url "$dir")
-sql() { bash scripts/mariadb.sh root "$dir" -N -B dsync -e "$1"; }
 
-cat > "$work/dsync.json" <<JSON
+echo "== building dsync in $build/ (from scratch: a few minutes on 2 cores)"
+build_start=$SECONDS
+if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+       cmake --build "$build" -j"$(nproc)" --target dsync; } >"$work/build.out" 2>&1; then
+  tail -n 30 "$work/build.out" >&2
+  echo "demo: build failed" >&2
+  exit 1
+fi
+build_s=$((SECONDS - build_start))
+echo "   built in $build_s s"
+bin=$(cd "$build" && pwd)/dsync
+
+dir=$(bash scripts/mariadb.sh start)
+url=$(bash scripts/mariadb.sh url "$dir")
+mysql_in() { bash scripts/mariadb.sh root "$dir" --default-character-set=utf8mb4 -N -B "$@"; }
+sql() { mysql_in dsync -e "$1"; }
+checksums() { mysql_in "$1" <scripts/demo/checksums.sql; }  # checksums SCHEMA > file
+mask() { sed -E 's#://([^:/@]+):[^@]*@#://\1:***@#g'; }
+echo "== throwaway MariaDB: $(echo "$url" | mask)"
+
+# ---- the two environments -----------------------------------------------------------
+# The steps reach the environments as their own user, with no more rights than they
+# need: read env_a; read and write env_b, and create its dsync_step_undo table.
+ds_password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+mysql_in -e "CREATE DATABASE env_a CHARACTER SET utf8mb4; CREATE DATABASE env_b CHARACTER SET utf8mb4;
+  CREATE USER 'kb_sync'@'127.0.0.1' IDENTIFIED BY '$ds_password';
+  GRANT SELECT ON env_a.* TO 'kb_sync'@'127.0.0.1';
+  GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON env_b.* TO 'kb_sync'@'127.0.0.1'"
+ds_url="mysql://kb_sync:$ds_password@127.0.0.1:$(cat "$dir/port")"
+mysql_in env_a <scripts/demo/kb_schema.sql
+mysql_in env_b <scripts/demo/kb_schema.sql
+{ echo "SET @spaces = $spaces, @poisoned = $poisoned;"; cat scripts/demo/env_a_data.sql; } | mysql_in env_a
+{ echo "SET @poisoned = $poisoned, @stale = $stale;"; cat scripts/demo/env_b_setup.sql; } | mysql_in env_b
+count_rows() {
+  mysql_in "$1" -e "SELECT CONCAT((SELECT COUNT(*) FROM kb_space), ' spaces, ', (SELECT COUNT(*) FROM kb_doc),
+    ' documents (', ROUND((SELECT SUM(LENGTH(body)) FROM kb_doc) / 1048576, 1), ' MB), ',
+    (SELECT COUNT(*) FROM kb_tag), ' tags, ', (SELECT COUNT(*) FROM kb_permission), ' permissions')"
+}
+echo "   env_a: $(count_rows env_a)"
+echo "   env_b: $(count_rows env_b)  (stale copies of spaces $stale and $poisoned; principal VARCHAR(64), not 191)"
+checksums env_a >"$work/a.sums"
+checksums env_b >"$work/b_before.sums"
+
+# ---- dsync: config, schema, processes ------------------------------------------------
+cat >"$work/dsync.json" <<JSON
 {
   "database": "$url",
-  "service": "demo",
-  "registry":   { "heartbeat_interval_ms": 500, "offline_timeout_ms": 3000, "sweep_interval_ms": 500 },
+  "service": "kb-sync-demo",
+  "datasources": { "env_a": "$ds_url/env_a", "env_b": "$ds_url/env_b" },
+  "registry":   { "heartbeat_interval_ms": 500, "offline_timeout_ms": $offline_ms, "sweep_interval_ms": 500 },
   "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 250, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "capacity": 4 },
+  "consumer":   { "poll_interval_ms": 50, "capacity": 2 },
   "topics": {
-    "DEMO": { "max_retry": 3, "backoff_base_ms": 200, "backoff_max_ms": 1000, "ordered": false,
-              "steps": [ { "name": "extract", "type": "demo" }, { "name": "load", "type": "demo" },
-                         { "name": "verify", "type": "demo" } ] }
+    "SPACE_ADD": {
+      "max_retry": 3, "backoff_base_ms": 200, "backoff_max_ms": 2000, "max_processing_time_ms": 60000,
+      "ordered": true,
+      "steps": [
+        { "name": "space", "type": "table_sync", "source": "env_a", "target": "env_b",
+          "table": "kb_space", "where": "id = :space_id" },
+        { "name": "docs", "type": "table_sync", "source": "env_a", "target": "env_b",
+          "table": "kb_doc", "where": "space_id = :space_id", "chunk_size": 200 },
+        { "name": "tags", "type": "table_sync", "source": "env_a", "target": "env_b",
+          "table": "kb_tag", "where": "space_id = :space_id" },
+        { "name": "permissions", "type": "table_sync", "source": "env_a", "target": "env_b",
+          "table": "kb_permission", "where": "space_id = :space_id" }
+      ]
+    }
   }
 }
 JSON
 dsync() { "$bin" "$@" --config "$work/dsync.json"; }
-start() {  # start NAME args...
+start() {  # start NAME dsync-args...
   local name=$1; shift
   "$bin" "$@" --config "$work/dsync.json" >"$work/$name.log" 2>&1 &
-  pids+=($!)
-  disown $!  # our own bookkeeping; no job notices when one is killed
+  pid_of[$name]=$!
+  disown $!  # our own bookkeeping; no job notice when one is killed
 }
+node_addr() { echo "127.0.0.1:700${1#node}"; }
 
-echo "== throwaway MariaDB: $(echo "$url" | sed -E 's#://([^:]+):[^@]*@#://\1:***@#')"
-dsync migrate
+dsync migrate --log-level warn | sed "s/^/   /"
 start dispatcher dispatcher
-start node1 node --node-address 127.0.0.1:7001
-start node2 node --node-address 127.0.0.1:7002
-sleep 1
-echo "== two nodes registered themselves:"
+start node1 node --node-address "$(node_addr node1)"
+start node2 node --node-address "$(node_addr node2)"
+for _ in $(seq 1 50); do
+  (($(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 2)) && break
+  sleep 0.1
+done
+echo "== one dispatcher and two nodes started; the nodes registered themselves:"
 dsync nodes
 
-total=600
-echo "== producing $total three-step events with plain SQL (1 poisoned, 20 with transient failures)"
-sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
-     SELECT 'demo', CONCAT('ev-', seq), CONCAT('doc-', seq), 'DEMO',
-            CASE WHEN seq = 300 THEN '{\"demo\": {\"sleep_ms\": 40, \"fail\": {\"verify\": \"permanent\"}}}'
-                 WHEN seq % 30 = 0 THEN '{\"demo\": {\"sleep_ms\": 40, \"fail\": {\"load\": 1}}}'
-                 ELSE '{\"demo\": {\"sleep_ms\": 40}}' END
-     FROM seq_1_to_$total"
+# ---- produce: one SPACE_ADD event per space, written from env_a's rows ---------------
+mysql_in env_a -r -e "SELECT JSON_OBJECT('code', CONCAT('SPACE_ADD-', id), 'topic', 'SPACE_ADD',
+    'tenant_id', tenant_id, 'data_id', CONCAT('space-', id), 'payload', JSON_OBJECT('space_id', id))
+  FROM kb_space ORDER BY id" >"$work/events.jsonl"
+total=$(wc -l <"$work/events.jsonl")
+batch="demo-$(date -u +%Y%m%dT%H%M%S)"
+echo "== producing $total SPACE_ADD events (space $poisoned is poisoned): dsync produce --file events.jsonl --batch $batch"
+echo "   e.g. $(sed -n "${poisoned}p" "$work/events.jsonl")"
+dsync produce --file "$work/events.jsonl" --batch "$batch" | sed 's/^/   /'
 
-progress() {
-  sql "SELECT CONCAT(SUM(status IN ('SUCCESS','COMPENSATED','FAILED')), '/', COUNT(*), ' done  | ',
-         'pending ', SUM(status = 'PENDING'), '  assigned ', SUM(status = 'ASSIGNED'),
-         '  running ', SUM(status IN ('RUNNING','COMPENSATING')), '  success ', SUM(status = 'SUCCESS'),
-         '  compensated ', SUM(status = 'COMPENSATED'), '  failed ', SUM(status = 'FAILED'))
-       FROM distribute_event"
-}
-terminal() { sql "SELECT COUNT(*) FROM distribute_event WHERE status IN ('SUCCESS','COMPENSATED','FAILED')"; }
-
-joined=0 killed=0 start_s=$SECONDS
-while (( $(terminal) < total )); do
-  printf '\r  %s   ' "$(progress)"
-  elapsed=$((SECONDS - start_s))
-  if ((joined == 0 && elapsed >= 2)); then
-    start node3 node --node-address 127.0.0.1:7003
-    joined=1
-    printf '\n== node 127.0.0.1:7003 joins (no config change anywhere)\n'
+# ---- live progress -----------------------------------------------------------------------
+progress_sql="SELECT SUM(status IN ('SUCCESS','COMPENSATED','FAILED')), SUM(status = 'PENDING'),
+  SUM(status = 'ASSIGNED'), SUM(status IN ('RUNNING','COMPENSATING')), SUM(status = 'SUCCESS'),
+  SUM(status = 'COMPENSATED'), SUM(status = 'FAILED')
+FROM distribute_event WHERE batch_code = '$batch'"
+now() { echo "${EPOCHREALTIME/,/.}"; }
+t0=$(now) joined=0 killed=0 last_print=0 done=0 victim=node1 held=()
+victim_addr=$(node_addr $victim)
+tty=0 nl=''; [[ -t 1 ]] && tty=1 nl=$'\n'
+while :; do
+  read -r done pending assigned running success compensated failed < <(sql "$progress_sql")
+  elapsed=$(awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')
+  rate=$(awk -v d="$done" -v e="$elapsed" 'BEGIN { printf "%.1f", (e > 0 ? d / e : 0) }')
+  line=$(printf '%3d/%d done %5.1fs %5s ev/s | pending %d assigned %d running %d | success %d compensated %d failed %d' \
+    "$done" "$total" "$elapsed" "$rate" "$pending" "$assigned" "$running" "$success" "$compensated" "$failed")
+  if ((tty)); then
+    printf '\r  %s ' "$line"
+  elif awk -v e="$elapsed" -v l="$last_print" 'BEGIN { exit !(e - l >= 1) }'; then
+    echo "  $line"; last_print=$elapsed
   fi
-  if ((killed == 0 && elapsed >= 4)); then
-    kill -9 "${pids[1]}"
-    killed=1
-    printf '\n== kill -9 node 127.0.0.1:7001 (pid %s) with events in flight\n' "${pids[1]}"
+  ((done < total)) || { ((tty)) || echo "  $line"; break; }
+  # The story is driven by progress, not by the clock, so it plays out the same on a
+  # slow or a fast machine: node3 joins at 15 %, node1 dies at 35 % (once node3 has
+  # had a second to get work) while it runs events.
+  secs=${elapsed%.*}
+  if ((joined == 0 && (done * 100 >= total * 15 || secs >= 3))); then
+    start node3 node --node-address "$(node_addr node3)"
+    joined=1 joined_at=$secs
+    printf '%s== node3 (%s) joins after %s s: no config change anywhere, its first heartbeat registers it\n' \
+      "$nl" "$(node_addr node3)" "$elapsed"
   fi
-  if ((elapsed > 180)); then echo; echo "demo: events did not finish in 180 s" >&2; exit 1; fi
-  sleep 0.5
+  if ((joined == 1 && killed == 0 && secs > joined_at && done * 100 >= total * 35)); then
+    # Wait (briefly) for a moment when the victim is inside a saga, not between two.
+    for _ in $(seq 1 25); do
+      (($(sql "SELECT COUNT(*) FROM distribute_event WHERE node_address = '$victim_addr' AND status = 'RUNNING'") > 0)) &&
+        { kill -9 "${pid_of[$victim]}"; killed=1; break; }
+      sleep 0.02
+    done
+  fi
+  if ((killed == 1 && ${#held[@]} == 0)); then
+    unset "pid_of[$victim]"
+    sleep 0.3  # the server rolls back what the dead process had open
+    # What it held: code, status, the step it was executing, the steps it had finished.
+    mapfile -t held < <(sql "SELECT e.code, e.status,
+        COALESCE((SELECT step_name FROM distribute_event_step s WHERE s.job_code = e.code AND s.status = 'EXECUTING'), '-'),
+        COALESCE((SELECT GROUP_CONCAT(code ORDER BY sort) FROM distribute_event_step s
+                  WHERE s.job_code = e.code AND s.status = 'SUCCESS'), '')
+      FROM distribute_event e WHERE e.node_address = '$victim_addr'
+        AND e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') ORDER BY e.id")
+    printf '%s== kill -9 %s (%s) after %s s, while it holds %d events (%d running): they wait until it misses heartbeats for %d ms, then the sweeper hands them to the others\n' \
+      "$nl" "$victim" "$victim_addr" "$elapsed" "${#held[@]}" \
+      "$(printf '%s\n' "${held[@]}" | awk -F'\t' '$2 != "ASSIGNED"' | wc -l)" "$offline_ms"
+    ((${#held[@]} > 0)) || held=("-")  # held nothing after all; the verification says so
+  fi
+  if ((secs > 150)); then echo; echo "demo: events did not finish in 150 s" >&2; exit 1; fi
+  sleep 0.2
 done
-printf '\r  %s   \n' "$(progress)"
+((tty)) && echo
+run_s=$elapsed
 
+# ---- summary -------------------------------------------------------------------------
 echo "== events by status"
-sql "SELECT status, COUNT(*) FROM distribute_event GROUP BY status" | column -t
-echo "== work per node (who finished each event)"
-sql "SELECT node_address, COUNT(*) FROM distribute_event GROUP BY node_address" | column -t
-echo "== the poisoned event: its steps, compensated in reverse order"
-sql "SELECT step_name, status, executed_at, compensated_at FROM distribute_event_step
-     WHERE job_code = 'ev-300' ORDER BY sort" | column -t
+sql "SELECT status, COUNT(*) FROM distribute_event WHERE batch_code = '$batch' GROUP BY status" |
+  awk -F'\t' '{ printf "   %-12s %s\n", $1, $2 }'
+echo "== work per node (steps done and rows written: the steps' own rows)"
+{
+  printf 'node\taddress\tstate\tevents finished\tsteps done\trows written\n'
+  for name in node1 node2 node3; do
+    addr=$(node_addr $name)
+    state=$([[ $name == "$victim" && $killed == 1 ]] && echo "killed -9" || echo "running")
+    sql "SELECT '$name', '$addr', '$state',
+           (SELECT COUNT(*) FROM distribute_event WHERE node_address = '$addr'
+              AND status IN ('SUCCESS','COMPENSATED','FAILED')),
+           (SELECT COUNT(*) FROM distribute_event_step WHERE node_address = '$addr' AND status = 'SUCCESS'),
+           (SELECT COALESCE(SUM(JSON_EXTRACT(output, '$.inserted') + JSON_EXTRACT(output, '$.updated')), 0)
+              FROM distribute_event_step WHERE node_address = '$addr' AND status = 'SUCCESS')"
+  done
+} | column -t -s $'\t' | sed 's/^/   /'
+echo "== the poisoned event SPACE_ADD-$poisoned: forward steps, then compensation in reverse"
+sql "SELECT action, step_name, status, node_address, finished_at, SUBSTRING_INDEX(COALESCE(error_details, ''), ': ', -1)
+     FROM v_step_history WHERE event_code = 'SPACE_ADD-$poisoned' ORDER BY seq" |
+  awk -F'\t' '{ printf "   %-10s %-12s %-11s %-15s %-23s %s\n", $1, $2, $3, $4, $5, $6 }'
 
+# ---- verification ----------------------------------------------------------------------
 ok=1
 check() {  # check WHAT ACTUAL EXPECTED
-  if [[ $2 == "$3" ]]; then echo "  ok   $1"; else echo "  FAIL $1: expected $3, got $2"; ok=0; fi
+  if [[ $2 == "$3" ]]; then echo "   ok   $1"; else echo "   FAIL $1: expected $3, got $2"; ok=0; fi
 }
+checksums env_b >"$work/b_after.sums"
+# The spaces (1..N) whose four tables have equal checksums in both files (a table a
+# space has no rows in counts as equal only if it has none in the other file either).
+equal_spaces() {  # equal_spaces FILE1 FILE2
+  awk -F'\t' -v n="$spaces" '
+    FNR == NR { a[$1 SUBSEP $2] = $3 "/" $4; next }
+    { b[$1 SUBSEP $2] = $3 "/" $4 }
+    END {
+      split("kb_space kb_doc kb_tag kb_permission", t, " ")
+      for (s = 1; s <= n; s++) {
+        same = 1
+        for (i = 1; i <= 4; i++) if (a[t[i] SUBSEP s] != b[t[i] SUBSEP s]) same = 0
+        if (same) print s
+      }
+    }' "$1" "$2"
+}
+synced_equal=$(equal_spaces "$work/a.sums" "$work/b_after.sums" | grep -vx "$poisoned" | wc -l)
+sums_of() { awk -F'\t' -v s="$2" '$2 == s { printf "%s %s/%s  ", $1, $3, substr($4, 1, 8) }' "$1"; }
+
 echo "== verification"
-check "every event terminal" "$(terminal)" "$total"
-check "599 SUCCESS, the poisoned one COMPENSATED" \
-  "$(sql "SELECT CONCAT(SUM(status = 'SUCCESS'), '/', SUM(status = 'COMPENSATED' AND code = 'ev-300'))
-          FROM distribute_event")" "599/1"
-check "each SUCCESS step's effect applied exactly once (demo_ledger)" \
-  "$(sql "SELECT COUNT(*) FROM demo_ledger WHERE applications = 1")/$(sql "SELECT COUNT(*) FROM demo_ledger")" "1797/1797"
-check "the compensated event left no effect behind" \
-  "$(sql "SELECT COUNT(*) FROM demo_ledger WHERE event_code = 'ev-300'")" 0
-check "the killed node's events finished elsewhere" \
-  "$(sql "SELECT COUNT(*) FROM distribute_event WHERE node_address = '127.0.0.1:7001' AND status NOT IN ('SUCCESS','COMPENSATED','FAILED')")" 0
+check "every event terminal" "$done" "$total"
+check "$((total - 1)) SUCCESS, SPACE_ADD-$poisoned COMPENSATED, none FAILED" \
+  "$(sql "SELECT CONCAT(SUM(status = 'SUCCESS'), '/', SUM(status = 'COMPENSATED' AND code = 'SPACE_ADD-$poisoned'),
+          '/', SUM(status = 'FAILED')) FROM distribute_event WHERE batch_code = '$batch'")" "$((total - 1))/1/0"
+check "SPACE_ADD-$poisoned failed permanently at 'permissions' (data too long for env_b)" \
+  "$(sql "SELECT CONCAT(JSON_UNQUOTE(JSON_EXTRACT(result, '$.failed_step')), '/',
+          JSON_UNQUOTE(JSON_EXTRACT(result, '$.kind')), '/', last_error LIKE '%too long%')
+          FROM distribute_event WHERE code = 'SPACE_ADD-$poisoned'")" "permissions/permanent/1"
+check "every saga in order: all steps SUCCESS, or a prefix compensated in reverse" \
+  "$(sql "SELECT
+   (SELECT COUNT(*) FROM distribute_event e JOIN distribute_event_step s ON s.job_code = e.code
+     WHERE e.status = 'SUCCESS' AND s.status <> 'SUCCESS')
+  +(SELECT COUNT(*) FROM distribute_event e JOIN distribute_event_step s ON s.job_code = e.code
+     WHERE e.status = 'COMPENSATED' AND s.status IN ('SUCCESS', 'EXECUTING', 'COMPENSATING'))
+  +(SELECT COUNT(*) FROM distribute_event_step c JOIN distribute_event_step p
+       ON p.job_code = c.job_code AND p.sort < c.sort
+     WHERE c.status = 'COMPENSATED' AND p.status IN ('PENDING', 'FAILED', 'EXECUTING'))
+  +(SELECT COUNT(*) FROM distribute_event_step a JOIN distribute_event_step b
+       ON b.job_code = a.job_code AND a.sort < b.sort
+     WHERE a.status = 'COMPENSATED' AND b.status = 'COMPENSATED' AND a.compensated_at < b.compensated_at)")" 0
+check "env_b equals env_a for every synced space (4 tables each, checksums)" \
+  "$synced_equal/$((spaces - 1))" "$((spaces - 1))/$((spaces - 1))"
+check "space $stale: the stale copy in env_b was overwritten" \
+  "$(equal_spaces "$work/a.sums" "$work/b_before.sums" | grep -cx "$stale")/$(equal_spaces "$work/a.sums" "$work/b_after.sums" | grep -cx "$stale")" "0/1"
+check "space $poisoned: env_b exactly as before the run (compensated), and unlike env_a" \
+  "$(equal_spaces "$work/b_before.sums" "$work/b_after.sums" | grep -cx "$poisoned")/$(equal_spaces "$work/a.sums" "$work/b_after.sums" | grep -cx "$poisoned")" "1/0"
+echo "        before: $(sums_of "$work/b_before.sums" "$poisoned")"
+echo "        after:  $(sums_of "$work/b_after.sums" "$poisoned")"
+echo "        env_a:  $(sums_of "$work/a.sums" "$poisoned")"
+if ((killed == 1)); then
+  codes=$(printf '%s\n' "${held[@]}" | cut -f1 | sed "s/.*/'&'/" | paste -sd, -)
+  done_steps=$(printf '%s\n' "${held[@]}" | cut -f4 -s | tr , '\n' | sed "/^$/d; s/.*/'&'/" | paste -sd, -)
+  n_done_steps=$(printf '%s\n' "${held[@]}" | cut -f4 -s | tr , '\n' | sed '/^$/d' | wc -l)
+  check "the killed node held events (${#held[@]}), and every one finished on another node" \
+    "$(sql "SELECT COUNT(*) FROM distribute_event WHERE code IN ($codes)
+          AND status IN ('SUCCESS','COMPENSATED') AND node_address <> '$victim_addr'")" "$( [[ $codes == "'-'" ]] && echo "at least 1" || echo "${#held[@]}")"
+  check "the steps it had finished ($n_done_steps) were not run again (their rows still name it)" \
+    "$( ((n_done_steps == 0)) && echo 0 || sql "SELECT COUNT(*) FROM distribute_event_step WHERE code IN ($done_steps)
+          AND status = 'SUCCESS' AND node_address = '$victim_addr'")" "$n_done_steps"
+  for h in "${held[@]}"; do
+    IFS=$'\t' read -r code status step finished <<<"$h"
+    [[ $code == - ]] && continue
+    what=$([[ $status == ASSIGNED ]] && echo "assigned, not started" || echo "$status, inside step '$step'")
+    IFS=$'\t' read -r status node attempt < <(sql "SELECT status, node_address, attempt FROM distribute_event WHERE code = '$code'")
+    echo "        $code (was $what): now $status on $node at attempt $attempt"
+  done
+else
+  check "a node was killed while holding events" "$killed" 1
+fi
+check "node3, joined late, did work" \
+  "$(sql "SELECT COUNT(*) > 0 FROM distribute_event WHERE node_address = '$(node_addr node3)' AND status = 'SUCCESS'")" 1
+echo "== registry (the killed node is marked offline):"
 dsync nodes --all
 
-cat <<'SQL'
-== inspect the history yourself (mariadb client on the demo database):
-   SELECT * FROM v_event_progress ORDER BY id DESC LIMIT 10;
-   SELECT * FROM v_step_history WHERE event_code = 'ev-300' ORDER BY seq;
+cat <<SQL
+== inspect the history yourself: DSYNC_DEMO_KEEP=1 bash scripts/demo.sh keeps the server, then
+   bash scripts/mariadb.sh root <dir> dsync
+   SELECT * FROM v_event_progress WHERE code = 'SPACE_ADD-$poisoned';
+   SELECT * FROM v_step_history WHERE event_code = 'SPACE_ADD-$poisoned' ORDER BY seq;
    SELECT * FROM v_events_needing_attention;
    SELECT * FROM v_node_load;
+   SELECT status, COUNT(*) FROM distribute_event WHERE batch_code = '$batch' GROUP BY status;
+   SELECT * FROM env_b.dsync_step_undo WHERE step_code LIKE 'SPACE_ADD-$poisoned#%';
 SQL
+echo "== events ran in ${run_s} s; the whole demo took $SECONDS s (build $build_s s)"
 ((ok == 1)) || { echo "demo: verification FAILED" >&2; exit 1; }
 echo "demo: verification passed"

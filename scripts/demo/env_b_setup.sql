@@ -1,0 +1,32 @@
+-- env_b before the sync: the same tables, one column narrower, and stale copies of
+-- two spaces. Run in env_b after kb_schema.sql and after env_a is filled, with
+--   SET @poisoned = 13, @stale = 7;
+--
+-- Schema drift: env_b still runs an older release of the knowledge base in which
+-- kb_permission.principal was VARCHAR(64); env_a has since widened it to 191. Any
+-- principal longer than 64 characters cannot be written to env_b (strict mode: error
+-- 1406 "Data too long", which table_sync classifies as permanent).
+ALTER TABLE kb_permission MODIFY principal VARCHAR(64) NOT NULL;
+
+-- Stale copies of spaces @stale and @poisoned, as an earlier sync left them: the space
+-- under its old name, its first six documents as short drafts, their tags, and two
+-- permissions with an older role. The sync of @stale must overwrite them; the failed
+-- sync of @poisoned must leave them exactly as they are (compensation restores the
+-- before-image of every step that had already run).
+INSERT INTO kb_space
+SELECT id, tenant_id, space_key, CONCAT(name, ' (old)'), NULL, owner, visibility,
+       created_at, created_at, NULL
+FROM env_a.kb_space WHERE id IN (@stale, @poisoned);
+
+INSERT INTO kb_doc
+SELECT id, space_id, parent_id, CONCAT(title, ' (draft)'), slug, LEFT(body, 300), format, 1,
+       author, created_at, created_at, NULL
+FROM env_a.kb_doc WHERE space_id IN (@stale, @poisoned) AND id % 1000 <= 6;
+
+INSERT INTO kb_tag
+SELECT doc_id, name, space_id, NULL, created_at
+FROM env_a.kb_tag WHERE space_id IN (@stale, @poisoned) AND doc_id % 1000 <= 6;
+
+INSERT INTO kb_permission
+SELECT id, space_id, principal_type, principal, 'viewer', granted_by, granted_at, NULL
+FROM env_a.kb_permission WHERE space_id IN (@stale, @poisoned) AND id % 100 <= 2;
