@@ -1,6 +1,8 @@
 #include "app/commands.h"
 
 #include "app/command_support.h"
+#include "api/event_store.h"
+#include "api/http_server.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -52,51 +54,64 @@ int RunMigrate(const Invocation& inv) {
 
 // --- node ------------------------------------------------------------------
 
-int RunNode(const Invocation& inv) {
-  Settings s = ResolveSettings(inv);
-  std::string address = inv.Get("node-address").value_or(Hostname() + ":" + std::to_string(getpid()));
-  CheckHostPort("node-address", address);
-
-  std::vector<std::string> topics;
+// The node's identity and limits from the flags and settings. Throws UsageError.
+consumer::ConsumerOptions NodeOptions(const Invocation& inv, const Settings& s) {
+  consumer::ConsumerOptions options;
+  options.node_address = inv.Get("node-address").value_or(Hostname() + ":" + std::to_string(getpid()));
+  CheckHostPort("node-address", options.node_address);
   if (auto t = inv.Get("topics")) {
-    topics = SplitList(*t);
-    if (topics.empty()) throw UsageError("--topics needs at least one topic name");
-    for (const auto& topic : topics) {
+    options.topics = SplitList(*t);
+    if (options.topics.empty()) throw UsageError("--topics needs at least one topic name");
+    for (const auto& topic : options.topics) {
       if (topic != "*" && !s.topics.empty() && !s.topics.count(topic)) {
         throw UsageError("--topics: unknown topic '" + topic + "' (not in the config)");
       }
     }
   } else {
-    for (const auto& [name, _] : s.topics) topics.push_back(name);
+    for (const auto& [name, _] : s.topics) options.topics.push_back(name);
   }
-  if (topics.empty()) topics.push_back("*");
-
-  // Bad step plans fail here, before the node registers.
-  saga::Plans plans(s.topics, saga::StepRegistry::WithBuiltins());
-  SetupLogging(s.log_level, "node");
-  auto pool = OpenDatabase(s, s.consumer.capacity + 3);
-  sigset_t signals = BlockStopSignals();
-
-  SystemClock clock;
-  saga::Datasources datasources(s.datasources);
-  saga::SagaEngine engine(*pool, plans, datasources, clock, address);
-  consumer::ConsumerOptions options;
+  if (options.topics.empty()) options.topics.push_back("*");
   options.service = s.service;
-  options.node_address = address;
   options.capacity = s.consumer.capacity;
-  options.topics = topics;
   options.heartbeat_interval = s.registry.heartbeat_interval;
   options.poll_interval = s.consumer.poll_interval;
   options.idle_interval = std::max(s.consumer.poll_interval, s.dispatcher.idle_interval);
   options.drain_timeout = s.consumer.drain_timeout;
-  consumer::ConsumerNode node(*pool, engine, clock, options);
-  spdlog::info("NODE_STARTING node={} service={} capacity={} topics={} db={}", address, s.service,
-               options.capacity, nlohmann::json(topics).dump(), pool->url().Masked());
-  node.Start();
-  std::string cause = node.WaitForDrainRequest(signals);
-  spdlog::info("NODE_STOPPING node={} cause=\"{}\"", address, cause);
-  bool clean = node.Drain();
-  spdlog::info("NODE_STOPPED node={} drained={}", address, clean ? "all" : "partially (rest left for the sweeper)");
+  return options;
+}
+
+// A consumer node's parts, built in dependency order (bad step plans fail first,
+// before anything registers).
+struct NodeParts {
+  saga::Plans plans;
+  saga::Datasources datasources;
+  saga::SagaEngine engine;
+  consumer::ConsumerNode node;
+
+  NodeParts(storage::ConnectionPool& pool, const Settings& s, Clock& clock, const consumer::ConsumerOptions& o)
+      : plans(s.topics, saga::StepRegistry::WithBuiltins()),
+        datasources(s.datasources),
+        engine(pool, plans, datasources, clock, o.node_address),
+        node(pool, engine, clock, o) {}
+};
+
+int RunNode(const Invocation& inv) {
+  Settings s = ResolveSettings(inv);
+  consumer::ConsumerOptions options = NodeOptions(inv, s);
+  saga::Plans check(s.topics, saga::StepRegistry::WithBuiltins());  // bad plans: exit 2 before connecting
+  SetupLogging(s.log_level, "node");
+  auto pool = OpenDatabase(s, s.consumer.capacity + 3);
+  sigset_t signals = BlockStopSignals();
+  SystemClock clock;
+  NodeParts parts(*pool, s, clock, options);
+  spdlog::info("NODE_STARTING node={} service={} capacity={} topics={} db={}", options.node_address, s.service,
+               options.capacity, nlohmann::json(options.topics).dump(), pool->url().Masked());
+  parts.node.Start();
+  std::string cause = parts.node.WaitForDrainRequest(signals);
+  spdlog::info("NODE_STOPPING node={} cause=\"{}\"", options.node_address, cause);
+  bool clean = parts.node.Drain();
+  spdlog::info("NODE_STOPPED node={} drained={}", options.node_address,
+               clean ? "all" : "partially (rest left for the sweeper)");
   return 0;
 }
 
@@ -116,6 +131,65 @@ int RunDispatcher(const Invocation& inv) {
   sigwait(&signals, &sig);
   spdlog::info("DISPATCHER_STOPPING owner={} signal={}", service.owner(), sig == SIGTERM ? "SIGTERM" : "SIGINT");
   service.Stop();
+  return 0;
+}
+
+// --- serve / all -----------------------------------------------------------
+
+// HTTP threads: each may hold a database connection while it serves a request.
+constexpr int kApiThreads = 16;
+
+int RunServe(const Invocation& inv) {
+  Settings s = ResolveSettings(inv);
+  SetupLogging(s.log_level, "api");
+  auto pool = OpenDatabase(s, kApiThreads + 2);
+  sigset_t signals = BlockStopSignals();
+  api::EventStore store(*pool, s);
+  api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
+  http.threads = kApiThreads;
+  api::HttpServer server(store, http, {.pool = pool.get()});
+  server.Start();
+  spdlog::info("API_STARTED listen={} port={} auth={} db={}", s.api.listen, server.port(),
+               s.api.token.empty() ? "none" : "bearer", pool->url().Masked());
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("API_STOPPING signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  server.Stop();
+  return 0;
+}
+
+// Dispatcher, consumer node and API in one process: for small deployments and demos.
+// A stop signal (or an operator's drain of this node) drains the node, then stops the
+// dispatcher and the API.
+int RunAll(const Invocation& inv) {
+  Settings s = ResolveSettings(inv);
+  consumer::ConsumerOptions options = NodeOptions(inv, s);
+  saga::Plans check(s.topics, saga::StepRegistry::WithBuiltins());
+  SetupLogging(s.log_level, "all");
+  auto pool = OpenDatabase(s, s.consumer.capacity + 3 + 4 + kApiThreads);
+  sigset_t signals = BlockStopSignals();
+  SystemClock clock;
+  dispatcher::DispatcherService dispatcher(*pool, s, clock);
+  NodeParts parts(*pool, s, clock, options);
+  api::EventStore store(*pool, s);
+  api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
+  http.threads = kApiThreads;
+  api::HttpServer server(store, http,
+                         {.pool = pool.get(), .dispatcher = &dispatcher, .saga = &parts.engine.stats(),
+                          .consumer = &parts.node.stats()});
+  server.Start();
+  dispatcher.Start();
+  parts.node.Start();
+  spdlog::info("ALL_STARTED node={} listen={} port={} capacity={} topics={} db={}", options.node_address,
+               s.api.listen, server.port(), options.capacity, nlohmann::json(options.topics).dump(),
+               pool->url().Masked());
+  std::string cause = parts.node.WaitForDrainRequest(signals);
+  spdlog::info("ALL_STOPPING node={} cause=\"{}\"", options.node_address, cause);
+  bool clean = parts.node.Drain();
+  dispatcher.Stop();
+  server.Stop();
+  spdlog::info("ALL_STOPPED node={} drained={}", options.node_address,
+               clean ? "all" : "partially (rest left for the sweeper)");
   return 0;
 }
 
@@ -142,6 +216,24 @@ const std::vector<CommandSpec>& Commands() {
        0,
        0,
        {{"node-address", true, "HOST:PORT this node is known by (default hostname:pid); keep it stable"},
+        {"capacity", true, "events run in parallel (default consumer.capacity, 8)"},
+        {"topics", true, "comma-separated topics to serve (default: every topic of the config)"},
+        {"service", true, "service name (default from config, kbs-sync)"}}},
+      {"serve",
+       "run the HTTP API (events, batches, SSE progress streams, nodes, /healthz, /metrics)",
+       "",
+       0,
+       0,
+       {{"listen", true, "HOST:PORT to listen on (default api.listen, 127.0.0.1:8080)"},
+        {"service", true, "service name (default from config, kbs-sync)"}}},
+      {"all",
+       "dispatcher + consumer node + HTTP API in one process (small deployments, demos); "
+       "SIGTERM/SIGINT drains",
+       "",
+       0,
+       0,
+       {{"listen", true, "HOST:PORT of the API (default api.listen, 127.0.0.1:8080)"},
+        {"node-address", true, "HOST:PORT this node is known by (default hostname:pid); keep it stable"},
         {"capacity", true, "events run in parallel (default consumer.capacity, 8)"},
         {"topics", true, "comma-separated topics to serve (default: every topic of the config)"},
         {"service", true, "service name (default from config, kbs-sync)"}}},
@@ -227,6 +319,8 @@ int RunCommand(const Invocation& inv) {
   if (inv.command == "node") return RunNode(inv);
   if (inv.command == "nodes") return RunNodes(inv);
   if (inv.command == "dispatcher") return RunDispatcher(inv);
+  if (inv.command == "serve") return RunServe(inv);
+  if (inv.command == "all") return RunAll(inv);
   if (inv.command == "sweep") return RunSweep(inv);
   if (inv.command == "produce") return RunProduce(inv);
   if (inv.command == "events") return RunEvents(inv);

@@ -12,10 +12,11 @@ namespace dsync::consumer {
 namespace {
 
 // Params: node_address, limit. The events assigned here and not yet claimed; uses
-// idx_node_address (node_address, status).
+// idx_node_address (node_address, status). The last column, the assignment's age on
+// the database clock, feeds the claim-latency metric (NULL: assigned by hand).
 constexpr const char* kSelectAssigned = R"(
 SELECT id, code, tenant_id, data_id, topic, payload, phase, COALESCE(trace_id, ''),
-       version, attempt, retry_count
+       version, attempt, retry_count, TIMESTAMPDIFF(MICROSECOND, assigned_time, NOW(3))
 FROM distribute_event
 WHERE node_address = ? AND status = 'ASSIGNED'
 ORDER BY id
@@ -129,6 +130,7 @@ int ConsumerNode::PollOnce() {
   std::vector<saga::AssignedEvent> events = pool_.Run("poll assigned events", [&](storage::Connection& c) {
     std::vector<saga::AssignedEvent> out;
     auto rs = c.Query(kSelectAssigned, options_.node_address, limit);
+    const Clock::TimePoint polled_at = clock_.Now();
     while (rs->next()) {
       if (known.count(rs->getInt64(1))) continue;
       saga::AssignedEvent e;
@@ -143,6 +145,8 @@ int ConsumerNode::PollOnce() {
       e.version = rs->getInt(9);
       e.attempt = rs->getInt(10);
       e.retry_count = rs->getInt(11);
+      if (!rs->isNull(12)) e.assigned_age = std::chrono::microseconds(std::max<int64_t>(0, rs->getInt64(12)));
+      e.polled_at = polled_at;
       out.push_back(std::move(e));
     }
     return out;

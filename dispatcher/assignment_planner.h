@@ -35,6 +35,7 @@
 // Thread safety: not thread-safe; one cycle at a time.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -88,6 +89,9 @@ struct PendingEvent {
   std::string tenant_id;
   std::string data_id;
   int priority = 0;
+  // How long it had been due when read (NOW(3) - max(next_run_time, modifier_time)),
+  // for the dispatch-latency metric only; negative: unknown.
+  std::chrono::microseconds due_age{-1};
 };
 
 struct Assignment {

@@ -39,6 +39,7 @@
 
 #include "config/settings.h"
 #include "core/clock.h"
+#include "core/metrics.h"
 #include "dispatcher/assignment_planner.h"
 #include "dispatcher/lease_lock.h"
 #include "registry/node_directory.h"
@@ -80,6 +81,8 @@ struct CycleStats {
   uint64_t fenced_out = 0;
   Millis last_duration{0};
   Millis max_duration{0};
+  metrics::HistogramSnapshot dispatch_latency;  // event due -> assignment committed, seconds
+  metrics::HistogramSnapshot cycle_duration;    // successful cycles, seconds
 };
 
 // When to run the next cycle after `r`: at once when a cycle assigned events and
@@ -130,6 +133,8 @@ class DispatchCycle {
 
   std::mutex mu_;
   CycleStats stats_;
+  metrics::Histogram dispatch_latency_;
+  metrics::Histogram cycle_duration_;
 };
 
 }  // namespace dsync::dispatcher

@@ -112,6 +112,8 @@ DispatcherStats DispatcherService::stats() {
   s.fenced_out = c.fenced_out;
   s.last_cycle_duration = c.last_duration;
   s.max_cycle_duration = c.max_duration;
+  s.dispatch_latency = std::move(c.dispatch_latency);
+  s.cycle_duration = std::move(c.cycle_duration);
   SweeperStats w = sweeper_.stats();
   s.sweeps = w.sweeps;
   s.sweep_failures = w.failures;

@@ -53,6 +53,8 @@ struct DispatcherStats {
   uint64_t fenced_out = 0;              // cycles whose writes the lease fence refused
   Millis last_cycle_duration{0};
   Millis max_cycle_duration{0};
+  metrics::HistogramSnapshot dispatch_latency;  // event due -> assigned, seconds
+  metrics::HistogramSnapshot cycle_duration;    // seconds
   uint64_t sweeps = 0;
   uint64_t sweep_failures = 0;
   uint64_t nodes_marked_offline = 0;

@@ -335,6 +335,7 @@ class EventRun {
   nlohmann::json payload_;
   std::string phase_ = kForward;
   int retry_count_ = 0;  // the event's forward retries at the claim
+  bool compensation_started_at_claim_ = false;  // the poison guard turned it COMPENSATING
   std::vector<StepState> steps_;  // in forward (tree) order
 };
 
@@ -406,6 +407,12 @@ Outcome EventRun::Go() {
   Claim claim = d_.pool.Transact("claim event", [&](storage::Connection& c) {
     return ClaimTx(c, reject);
   });
+  if (claim != Claim::kNotClaimed) {
+    if (ev_.assigned_age.count() >= 0) {
+      d_.stats.claim_latency.Observe(ev_.assigned_age + (d_.clock.Now() - ev_.polled_at));
+    }
+    if (compensation_started_at_claim_) d_.stats.compensations_started++;
+  }
   switch (claim) {
     case Claim::kNotClaimed:
       d_.stats.not_claimed++;
@@ -441,6 +448,7 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
   // Transact may run this again from BEGIN (deadlock): start from the polled state.
   version_ = ev_.version;
   steps_.clear();
+  compensation_started_at_claim_ = false;
   // phase and retry_count cannot change without a version bump, so the polled values
   // hold at this version; a caller that did not poll them gets them read here.
   std::string phase = ev_.phase;
@@ -481,6 +489,7 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
     spdlog::warn("EVENT_COMPENSATING event={} node={} trace={} reason=\"{}\"", ev_.code, d_.node,
                  trace_, error);
     bool done = StartCompensationIn(c, steps_, result, error);
+    compensation_started_at_claim_ = true;
     return done ? Claim::kSettled : Claim::kRun;
   }
 
@@ -644,6 +653,7 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
   a.ctx = std::make_unique<EngineContext>(*this, step, compensate, deadline, source.get_token(),
                                           Progress(std::max(0, succeeded_after), steps_.size()));
   StepHandler& handler = *step.plan_step->handler;
+  const Clock::TimePoint invoked = d_.clock.Now();
   try {
     a.result = compensate ? handler.Compensate(*a.ctx) : handler.Execute(*a.ctx);
     if (a.result.kind != StepResult::Kind::kOk && a.result.error.empty()) {
@@ -662,6 +672,7 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
   } catch (...) {
     a.result = StepResult::Transient("step threw a non-standard exception");
   }
+  (compensate ? d_.stats.compensation_duration : d_.stats.step_duration).Observe(d_.clock.Now() - invoked);
   if (a.result.kind != StepResult::Kind::kOk && d_.clock.Now() >= deadline) {
     a.result = StepResult{StepResult::Kind::kTransient, nullptr, a.result.compensation_data,
                           "timed out after " + std::to_string(timeout.count()) + " ms: " +
@@ -825,6 +836,7 @@ Outcome EventRun::ForwardFailure(size_t i, const StepResult& result) {
     return completed;
   });
   steps_ = std::move(staged);
+  d_.stats.compensations_started++;
   std::vector<size_t> order = CompensationOrder(steps_);
   if (done) {
     d_.stats.compensated++;

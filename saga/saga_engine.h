@@ -61,6 +61,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -72,6 +73,7 @@
 
 #include "config/settings.h"
 #include "core/clock.h"
+#include "core/metrics.h"
 #include "saga/step_handler.h"
 #include "storage/connection_pool.h"
 
@@ -93,6 +95,11 @@ struct AssignedEvent {
   int version = 0;           // as assigned; the claim bumps it
   int attempt = 0;
   int retry_count = 0;       // as polled: the claim-time poison guard uses it
+  // For the claim-latency metric: NOW(3) - assigned_time when polled (database clock)
+  // and when it was polled (the engine's clock); the latency is their sum at the
+  // claim's commit. Negative: unknown (not observed).
+  std::chrono::microseconds assigned_age{-1};
+  Clock::TimePoint polled_at{};
 };
 
 enum class Outcome {
@@ -131,6 +138,10 @@ class Plans {
 struct SagaStats {
   std::atomic<uint64_t> claimed{0}, not_claimed{0}, succeeded{0}, retries{0}, compensated{0},
       failed{0}, lost_ownership{0}, steps_executed{0}, steps_compensated{0};
+  std::atomic<uint64_t> compensations_started{0};  // events this engine turned COMPENSATING
+  metrics::Histogram claim_latency;          // ASSIGNED -> claimed (see AssignedEvent::assigned_age)
+  metrics::Histogram step_duration;          // StepHandler::Execute, seconds
+  metrics::Histogram compensation_duration;  // StepHandler::Compensate, seconds
 };
 
 class DeadlineTimer;

@@ -40,6 +40,15 @@ expect_eq() {  # expect_eq ACTUAL EXPECTED WHAT
   pass "$3"
 }
 
+# free_port: a loopback port nothing listens on now (the caller binds it soon after).
+free_port() {
+  local port
+  while :; do
+    port=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
+  done
+}
+
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
 # wait_for "shell condition" TIMEOUT_S WHAT   (TIMEOUT_S may be fractional)
