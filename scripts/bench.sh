@@ -1,28 +1,64 @@
 #!/usr/bin/env bash
 # The benchmark command (benchmarks are not tests: nothing here is run by ctest).
-# Installs what is missing, builds the bench programs, starts a throwaway MariaDB, runs
-# the selected sections one after another and prints their figures with the setup they
-# were measured on. The server is stopped even on failure.
+# Installs what is missing, builds the bench programs and runs the selected sections one
+# after another, each on its own throwaway MariaDB (scripts/mariadb.sh: same settings for
+# all, innodb_flush_log_at_trx_commit=1), then prints their figures with the setup they
+# were measured on and the ratios of issue 6. Every process and server it started is
+# stopped, by PID, even on failure.
 #
-#   bash scripts/bench.sh              # every section
-#   bash scripts/bench.sh dispatch     # only the named sections
+#   bash scripts/bench.sh                      # every section (about 12 minutes + build)
+#   bash scripts/bench.sh e2e pgboss sysbench  # only the named sections, in that order
+#   DSYNC_BENCH_RUNS=1 DSYNC_BENCH_EVENTS=2000 bash scripts/bench.sh e2e   # a quick look
 #   DSYNC_BENCH_DISPATCH_ARGS="--runs 1 --terminal 200000" bash scripts/bench.sh dispatch
 #
-# Sections (each a function section_<name> below, listed in `sections`):
-#   dispatch   dispatcher assignments/s and cycle latency, 100k pending over 8 nodes,
-#              with 0 and 1M terminal rows, plus the EXPLAIN of every dispatch and
-#              sweeper query (bench/dispatch_bench.cc; figures in bench/RESULTS.md)
-# To add one (end-to-end throughput, latency, failover, RSS, sysbench, pg-boss: issue 6):
-# write section_<name> (it gets $build, $dir, $url; extra packages via
-# `bash scripts/setup.sh PKG...`), append <name> to `sections`, and have it print its
-# figures as `RESULT <name> key=value ...` lines: those are repeated in the summary.
+# Sections (each a function section_<name> below, listed in `sections`); each prints its
+# figures as `RESULT <section> key=value ...` lines, repeated in the summary. Figures are
+# medians of DSYNC_BENCH_RUNS runs (default 3); the runs are listed too.
+#   dispatch  dispatcher assignments/s and cycle latency, 100k pending over 8 nodes, with
+#             0 and 1M terminal rows, plus the EXPLAIN of every dispatch and sweeper query
+#             (bench/dispatch_bench.cc)
+#   produce   producer rows/s with plain SQL: single-row INSERTs on 1 and 4 connections,
+#             multi-row INSERTs of 100 and 1,000 rows; the API batch (`dsync serve`,
+#             POST /v1/batches of 100 and 1,000 events); and the server's round-trip and
+#             commit costs (dsync_load_bench probe)
+#   e2e       1 dispatcher + 4 nodes (separate `dsync` processes), 20,000 no-op `demo`
+#             events of 1 and of 3 steps produced by one multi-row INSERT: events/s from
+#             the first create_time to the last finished_time; row writes, commits and
+#             statements per event from the server's status counters
+#   profile   where a 1-step event's database time goes: one e2e run of
+#             DSYNC_BENCH_PROFILE_EVENTS (2000) events with the slow log at
+#             long_query_time=0 (every statement, with its server time); statements per
+#             event by kind, server µs per statement and per event (the logging itself
+#             slows the run: only the counts and the split matter here); before that,
+#             when `perf` works, CPU samples of the machine during a plain 1-step run
+#             of 5x as many events, by command, library and symbol
+#   latency   pending->running (started_time - create_time) p50/p99 with events produced
+#             at a steady half of the 1-step e2e rate for DSYNC_BENCH_LATENCY_S (20) s
+#   failover  a node holding 50 RUNNING events is kill -9ed; seconds until all 50 are
+#             RUNNING on the two other nodes (database clock), with a 3 s offline timeout
+#   rss       peak RSS (VmHWM) of a node with capacity 1,000 holding 1,000 events in flight
+#   sysbench  `sysbench oltp_update_non_index` at 1, 4 and 8 threads, DSYNC_BENCH_SYSBENCH_S
+#             (20) s each: the database's single-row write limit on this machine
+#   pgboss    the peer: pg-boss (bench/pgboss, pinned) on a throwaway PostgreSQL with
+#             fsync and synchronous_commit on, 20,000 no-op jobs, 4 workers, batch fetch +
+#             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
+#
+# Knobs (environment): DSYNC_BENCH_RUNS (3), DSYNC_BENCH_EVENTS (20000, e2e and pgboss),
+# DSYNC_BENCH_NODE_CAPACITY (16, e2e/profile/latency), DSYNC_BENCH_DISPATCHER_POLL_MS (50)
+# and DSYNC_BENCH_CONSUMER_POLL_MS (50) (the dsync config's poll intervals),
+# DSYNC_BENCH_PROFILE_EVENTS (2000), DSYNC_BENCH_LATENCY_RATE (events/s; default
+# half the e2e 1-step rate of this invocation, else measured), DSYNC_BENCH_LATENCY_S (20),
+# DSYNC_BENCH_SYSBENCH_S (20), DSYNC_BENCH_PGBOSS_BATCHES ("100 500"),
+# DSYNC_BENCH_BUILD_DIR (build-bench), DSYNC_BENCH_SETTLE_S (90).
 #
 # Output: everything on stdout, and a copy in $build/bench-logs/<section>-<time>.log.
+# Don't edit this file while it runs: bash reads it as it goes.
+# Process logs of a section stay in its work dir when the section fails (path printed).
 # The machine's load matters (2 cores here): a warning is printed when other work runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-sections=(dispatch)
+sections=(dispatch produce e2e profile latency failover rss sysbench pgboss)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -31,38 +67,218 @@ selected=("$@")
 for s in "${selected[@]}"; do
   [[ " ${sections[*]} " == *" $s "* ]] || die "unknown section '$s' (known: ${sections[*]})"
 done
+wants() { [[ " ${selected[*]} " == *" $1 "* ]]; }
 
 grep -Eq '^[[:space:]]*add_subdirectory\(bench[[:space:])]' CMakeLists.txt ||
   die "CMakeLists.txt does not add_subdirectory(bench) yet: add that line, then run again"
 
-bash scripts/setup.sh
+runs=${DSYNC_BENCH_RUNS:-3}
+events=${DSYNC_BENCH_EVENTS:-20000}
+capacity=${DSYNC_BENCH_NODE_CAPACITY:-16}
+dispatcher_poll_ms=${DSYNC_BENCH_DISPATCHER_POLL_MS:-50}
+consumer_poll_ms=${DSYNC_BENCH_CONSUMER_POLL_MS:-50}
+
+# ---- packages and build -----------------------------------------------------------
+extra=()
+wants sysbench && extra+=(sysbench)
+wants pgboss && extra+=(postgresql)
+# pg-boss 10 needs Node >= 20. Debian's `nodejs` (+ `npm`) is installed only when there
+# is no node at all: a NodeSource nodejs (which bundles npm) conflicts with Debian's npm.
+if wants pgboss && ! command -v node >/dev/null; then extra+=(nodejs npm); fi
+bash scripts/setup.sh "${extra[@]}"
+
 build=${DSYNC_BENCH_BUILD_DIR:-build-bench}
-echo "== building ($build)"
+targets=(dsync dsync_load_bench)
+wants dispatch && targets+=(dsync_dispatch_bench)
+echo "== building (${targets[*]} in $build)"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j"$(nproc)" --target dsync_dispatch_bench >/dev/null
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
+bin=$PWD/$build/dsync
+load=$PWD/$build/bench/dsync_load_bench
 logs=$build/bench-logs
 mkdir -p "$logs"
 
-dir=$(bash scripts/mariadb.sh start)
-trap 'bash scripts/mariadb.sh stop "$dir"' EXIT
-url=$(bash scripts/mariadb.sh url "$dir")
-sql() { bash scripts/mariadb.sh root "$dir" -N -B -e "$1"; }
+# ---- cleanup of everything started here ---------------------------------------------
+servers=()   # scripts/mariadb.sh dirs
+pids=()      # dsync processes
+work_dirs=()
+pg_dir=""
+cleanup() {
+  local pid d
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  [[ -n $pg_dir ]] && pg_stop
+  for d in "${servers[@]}"; do bash scripts/mariadb.sh stop "$d" 2>/dev/null || true; done
+  for d in "${work_dirs[@]}"; do rm -rf "$d"; done
+}
+trap cleanup EXIT
+
+# ---- helpers ----------------------------------------------------------------------------
+median() { tr ',' ' ' | xargs -n1 | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
+# field KEY LINE: the value of KEY=... in a `key=value ...` line
+field() { sed -nE "s/.*(^| )$1=([^ ]*).*/\2/p" <<<"$2"; }
+busy() { awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; }
+now_s() { date +%s.%N; }
+
+results=()
+result() {  # result SECTION key=value...: print and keep a RESULT line
+  local line="RESULT $*"
+  echo "$line"
+  results+=("$line")
+}
+
+# A fresh throwaway MariaDB for one section: sets $dir and $url.
+start_server() {
+  dir=$(bash scripts/mariadb.sh start)
+  servers+=("$dir")
+  url=$(bash scripts/mariadb.sh url "$dir")
+}
+stop_server() {
+  bash scripts/mariadb.sh stop "$dir"
+  local keep=() d
+  for d in "${servers[@]}"; do [[ $d == "$dir" ]] || keep+=("$d"); done
+  servers=("${keep[@]}")
+}
+root_sql() { bash scripts/mariadb.sh root "$dir" -N -B -e "$1"; }
+# Sessions in UTC like dsync's own, so create_time defaults and NOW(6) compare with its times.
+sql() { bash scripts/mariadb.sh root "$dir" -N -B "$schema" -e "SET time_zone = '+00:00'; $1"; }
+
+# new_schema NAME: creates it, migrates it, sets $schema and $schema_url.
+new_schema() {
+  schema=$1
+  root_sql "DROP DATABASE IF EXISTS \`$schema\`; CREATE DATABASE \`$schema\`"
+  schema_url=${url%/*}/$schema
+  "$bin" migrate --db "$schema_url" --log-level warn >/dev/null
+}
+drop_schema() { root_sql "DROP DATABASE IF EXISTS \`$schema\`"; }
+
+# write_config FILE: topics E2E_1 (one demo step) and E2E_3 (three), unordered (each
+# event has its own data_id anyway); short poll intervals as in scripts/demo.sh.
+write_config() {
+  cat > "$1" <<JSON
+{
+  "database": "$schema_url",
+  "service": "bench",
+  "log_level": "info",
+  "registry":   { "heartbeat_interval_ms": 1000, "offline_timeout_ms": 3000, "sweep_interval_ms": 500 },
+  "dispatcher": { "poll_interval_ms": $dispatcher_poll_ms, "idle_interval_ms": 250, "lease_ttl_ms": 3000, "batch_size": 500 },
+  "consumer":   { "poll_interval_ms": $consumer_poll_ms, "capacity": $capacity },
+  "topics": {
+    "E2E_1": { "ordered": false, "max_retry": 3, "backoff_base_ms": 200, "backoff_max_ms": 1000,
+               "steps": [ { "name": "s1", "type": "demo" } ] },
+    "E2E_3": { "ordered": false, "max_retry": 3, "backoff_base_ms": 200, "backoff_max_ms": 1000,
+               "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" },
+                          { "name": "s3", "type": "demo" } ] }
+  }
+}
+JSON
+}
+
+# start_proc NAME ARGS...: a dsync process in the background, its PID in $last_pid.
+start_proc() {
+  local name=$1
+  shift
+  "$bin" "$@" --config "$work/dsync.json" >"$work/$name.log" 2>&1 &
+  last_pid=$!
+  disown "$last_pid"
+  pids+=("$last_pid")
+}
+# stop_procs: SIGTERM every dsync process of the section, kill -9 what is left after 10 s.
+stop_procs() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 100); do
+    local alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    ((alive == 0)) && break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  pids=()
+}
+kill_procs() {
+  local pid
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  pids=()
+}
+
+# wait_sql QUERY EXPECTED TIMEOUT_S [POLL_S]: until QUERY returns EXPECTED.
+wait_sql() {
+  local deadline=$((SECONDS + $3)) got
+  while true; do
+    got=$(sql "$1" || true)
+    [[ $got == "$2" ]] && return 0
+    if ((SECONDS > deadline)); then
+      echo "bench.sh: timed out after $3 s waiting for [$1] = $2 (last: $got); logs in $work" >&2
+      work_dirs=("${work_dirs[@]/$work/}")  # keep the logs
+      return 1
+    fi
+    sleep "${4:-0.2}"
+  done
+}
+live_nodes() { echo "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1"; }
+
+# new_work: a temp dir for one run's config and process logs.
+new_work() {
+  work=$(mktemp -d "${TMPDIR:-/tmp}/dsync-bench.XXXXXX")
+  work_dirs+=("$work")
+}
+
+# start_cluster NODES: dispatcher + NODES nodes at 127.0.0.1:7001.., waits until live.
+start_cluster() {
+  local n
+  start_proc dispatcher dispatcher
+  dispatcher_pid=$last_pid
+  node_pids=()
+  for n in $(seq 1 "$1"); do
+    start_proc "node$n" node --node-address "127.0.0.1:$((7000 + n))"
+    node_pids+=("$last_pid")
+  done
+  wait_sql "$(live_nodes)" "$1" 30
+  wait_sql "SELECT COUNT(*) FROM distribute_lease_lock WHERE owner IS NOT NULL AND expires_at > NOW(3)" 1 30
+}
+
+# cpu_ms PID...: user + system CPU time of the processes so far, in ms.
+cpu_ms() {
+  local pid total=0 t
+  for pid in "$@"; do
+    t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)
+    total=$((total + t))
+  done
+  echo $((total * 1000 / $(getconf CLK_TCK)))
+}
+
+# Global status counters, for per-event statement and row-write counts.
+# Row writes are Handler_write/update/delete (MariaDB 10.11 has no Innodb_rows_*; temp
+# tables count apart, in Handler_tmp_*); Com_commit counts explicit COMMITs only (an
+# autocommitted statement commits too, uncounted); Innodb_data_fsyncs, the fsyncs
+# after group commit.
+status_names="'Handler_write','Handler_update','Handler_delete','Com_commit','Com_rollback','Com_begin','Com_select','Com_insert','Com_update','Com_delete','Com_insert_select','Questions','Innodb_data_fsyncs'"
+snapshot() {  # snapshot ARRAY_NAME
+  local -n into=$1
+  into=()
+  local k v
+  # shellcheck disable=SC2034,SC2004  # into is a nameref to an associative array
+  while read -r k v; do into[$k]=$v; done < <(root_sql "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN (${status_names^^})")
+}
 
 # ---- setup ------------------------------------------------------------------------
 # Let the load of the build settle first (on 2 cores a compile in the last minute
 # drags the first runs down): wait while the 1-minute load exceeds half the cpus, for
 # at most DSYNC_BENCH_SETTLE_S seconds (default 90).
-busy() { awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; }
 for _ in $(seq 1 "${DSYNC_BENCH_SETTLE_S:-90}"); do busy || break; sleep 1; done
+start_server
 read -r server_version flush_commit buffer_pool_mb < <(
-  sql "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@innodb_buffer_pool_size DIV 1048576")
+  root_sql "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@innodb_buffer_pool_size DIV 1048576")
+stop_server
 cpu_model=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -z $(git status --porcelain 2>/dev/null) ]] || commit="$commit (working tree has changes)"
 setup=(
   "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)   commit $commit"
   "cpus:     $(nproc) (${cpu_model:-unknown})"
   "memory:   $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
-  "mariadb:  $server_version   innodb_flush_log_at_trx_commit=$flush_commit   innodb_buffer_pool_size=${buffer_pool_mb}M"
+  "mariadb:  $server_version   innodb_flush_log_at_trx_commit=$flush_commit   innodb_buffer_pool_size=${buffer_pool_mb}M   (a fresh server per section)"
+  "runs:     $runs per figure (medians)   e2e events $events   node capacity $capacity"
   "load:     $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at start"
 )
 echo "== setup"
@@ -73,23 +289,462 @@ if busy; then
 fi
 
 # ---- sections -----------------------------------------------------------------------
-results=()
 
 section_dispatch() {
-  local log
-  log=$logs/dispatch-$(date +%Y%m%d-%H%M%S).log
+  local out line
+  out=$(mktemp "${TMPDIR:-/tmp}/dsync-bench-dispatch.XXXXXX")
+  work_dirs+=("$out")
   # shellcheck disable=SC2086  # word splitting of the extra arguments is intended
   "$build/bench/dsync_dispatch_bench" --db "$url" --source-dir "$PWD" ${DSYNC_BENCH_DISPATCH_ARGS:-} |
-    tee "$log"
-  mapfile -t -O "${#results[@]}" results < <(grep '^RESULT ' "$log")
+    tee "$out"
+  while read -r line; do results+=("$line"); done < <(grep '^RESULT ' "$out")
+}
+
+# -- produce: rows/s of the producer's plain SQL and of the API (nothing consumes) --
+free_port() {
+  local p
+  while true; do
+    p=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+section_produce() {
+  local label count rows conns r line rates api_port
+  # label count rows-per-statement connections (api*: POST /v1/batches of `rows` events)
+  local cases=("single_1conn 5000 1 1" "single_4conn 20000 1 4" "multi100 100000 100 1"
+    "multi1000 100000 1000 1" "api_batch100 20000 100 1" "api_batch1000 100000 1000 1")
+  for c in "${cases[@]}"; do
+    read -r label count rows conns <<<"$c"
+    rates=()
+    for r in $(seq 1 "$runs"); do
+      new_schema "produce_${label}_$r"
+      if [[ $label == api* ]]; then
+        new_work
+        write_config "$work/dsync.json"
+        api_port=$(free_port)
+        start_proc serve serve --listen "127.0.0.1:$api_port" --log-level warn
+        for _ in $(seq 1 100); do
+          (exec 3<>"/dev/tcp/127.0.0.1/$api_port") 2>/dev/null && break
+          sleep 0.1
+        done
+        line=$("$load" produce-api --api "http://127.0.0.1:$api_port" --count "$count" \
+          --rows-per-statement "$rows" --connections "$conns" --prefix "p$r" --topic E2E_1)
+        stop_procs
+      else
+        line=$("$load" produce --db "$schema_url" --count "$count" --rows-per-statement "$rows" \
+          --connections "$conns" --prefix "p$r")
+      fi
+      echo "  $label run $r: $line"
+      [[ $(sql "SELECT COUNT(*) FROM distribute_event") == "$count" ]] || die "produce $label: row count mismatch"
+      rates+=("$(field rate "$line")")
+      drop_schema
+    done
+    result produce "case=$label rows=$count rows_per_statement=$rows connections=$conns" \
+      "rows_per_s=$(echo "${rates[*]}" | median) runs=$(IFS=,; echo "${rates[*]}")"
+  done
+  new_schema produce_probe
+  while read -r _ line; do
+    result produce "probe $line"
+  done < <("$load" probe --db "$schema_url" --count 2000)
+  drop_schema
+}
+
+# e2e_run KIND RUN: one run of `events` no-op events of topic E2E_<KIND> through
+# 1 dispatcher + 4 nodes; sets e2e_line to "rate=... seconds=... <per event counts>".
+# (Not called in a $(...) subshell: the processes it starts must stay in `pids`.)
+e2e_line=""
+e2e_run() {
+  local kind=$1 r=$2 t0 t1 line
+  new_schema "e2e_${kind}_$r"
+  new_work
+  write_config "$work/dsync.json"
+  start_cluster 4
+  sleep 1  # first heartbeats and lease settle
+  declare -A before after
+  snapshot before
+  local db_pid cpu_db cpu_disp cpu_nodes
+  db_pid=$(cat "$dir/pid")
+  cpu_db=$(cpu_ms "$db_pid")
+  cpu_disp=$(cpu_ms "$dispatcher_pid")
+  cpu_nodes=$(cpu_ms "${node_pids[@]}")
+  IFS=$'\t' read -r t0 t1 < <(sql "SELECT NOW(6) INTO @t0;
+    INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
+      SELECT 'bench', CONCAT('e', $r, '-', seq), CONCAT('d-', seq), 'E2E_$kind', '{}' FROM seq_1_to_$events;
+    SELECT @t0, NOW(6);")
+  wait_sql "SELECT COUNT(*) FROM distribute_event WHERE status IN ('SUCCESS','FAILED','COMPENSATED')" "$events" 900 0.5
+  cpu_db=$(($(cpu_ms "$db_pid") - cpu_db))
+  cpu_disp=$(($(cpu_ms "$dispatcher_pid") - cpu_disp))
+  cpu_nodes=$(($(cpu_ms "${node_pids[@]}") - cpu_nodes))
+  snapshot after
+  local ok
+  ok=$(sql "SELECT COUNT(*) FROM distribute_event WHERE status = 'SUCCESS'")
+  [[ $ok == "$events" ]] || die "e2e: only $ok of $events events SUCCESS (logs: $work)"
+  line=$(sql "SELECT
+      TIMESTAMPDIFF(MICROSECOND, MIN(create_time), MAX(finished_time)) / 1e6,
+      TIMESTAMPDIFF(MICROSECOND, '$t1', MAX(finished_time)) / 1e6,
+      TIMESTAMPDIFF(MICROSECOND, '$t0', '$t1') / 1e6
+    FROM distribute_event")
+  local secs proc ins
+  read -r secs proc ins <<<"$line"
+  local k d writes
+  declare -A delta
+  for k in "${!after[@]}"; do delta[$k]=$((after[$k] - ${before[$k]:-0})); done
+  writes=$((delta[HANDLER_WRITE] + delta[HANDLER_UPDATE] + delta[HANDLER_DELETE]))
+  per() { awk -v a="$1" -v n="$events" 'BEGIN { printf "%.2f", a / n }'; }
+  e2e_line="rate=$(awk -v n="$events" -v s="$secs" 'BEGIN { printf "%.0f", n / s }') seconds=$secs \
+process_seconds=$proc insert_seconds=$ins \
+row_writes_per_s=$(awk -v w="$writes" -v s="$secs" 'BEGIN { printf "%.0f", w / s }') \
+commits_per_s=$(awk -v w="${delta[COM_COMMIT]}" -v s="$secs" 'BEGIN { printf "%.0f", w / s }') \
+row_writes_per_event=$(per "$writes") commits_per_event=$(per "${delta[COM_COMMIT]}") \
+statements_per_event=$(per "${delta[QUESTIONS]}") selects_per_event=$(per "${delta[COM_SELECT]}") \
+updates_per_event=$(per "${delta[COM_UPDATE]}") inserts_per_event=$(per "$((delta[COM_INSERT] + delta[COM_INSERT_SELECT]))") \
+deletes_per_event=$(per "${delta[COM_DELETE]}") begins_per_event=$(per "${delta[COM_BEGIN]}") \
+rollbacks_per_event=$(per "${delta[COM_ROLLBACK]}") fsyncs_per_event=$(per "${delta[INNODB_DATA_FSYNCS]}") \
+cpu_us_per_event_mariadb=$(per "$((cpu_db * 1000))") cpu_us_per_event_dispatcher=$(per "$((cpu_disp * 1000))") \
+cpu_us_per_event_nodes=$(per "$((cpu_nodes * 1000))") \
+cpu_cores_busy=$(awk -v c="$((cpu_db + cpu_disp + cpu_nodes))" -v s="$secs" 'BEGIN { printf "%.2f", c / 1000 / s }')"
+  # Where an event's time went (backlog: mostly queueing), in ms, mean over events.
+  sql "SELECT CONCAT('    stages (mean ms): create_to_assigned=', ROUND(AVG(TIMESTAMPDIFF(MICROSECOND, create_time, assigned_time)) / 1000, 1),
+                     ' assigned_to_started=', ROUND(AVG(TIMESTAMPDIFF(MICROSECOND, assigned_time, started_time)) / 1000, 1),
+                     ' started_to_finished=', ROUND(AVG(TIMESTAMPDIFF(MICROSECOND, started_time, finished_time)) / 1000, 1))
+       FROM distribute_event"
+  stop_procs
+  drop_schema
+}
+
+e2e_rate_1=""
+section_e2e() {
+  local kind r line all=()
+  for kind in 1 3; do
+    local rates=() lines=()
+    for r in $(seq 1 "$runs"); do
+      e2e_run "$kind" "$r"
+      line=$e2e_line
+      echo "  $kind-step run $r: $line"
+      lines+=("$line")
+      rates+=("$(field rate "$line")")
+    done
+    local med
+    med=$(echo "${rates[*]}" | median)
+    # The run whose rate is the median supplies the other figures.
+    for line in "${lines[@]}"; do [[ $(field rate "$line") == "$med" ]] && break; done
+    ((kind == 1)) && e2e_rate_1=$med
+    result e2e "steps=$kind events=$events nodes=4 capacity=$capacity events_per_s=$med" \
+      "runs=$(IFS=,; echo "${rates[*]}") $(cut -d' ' -f2- <<<"$line")"
+  done
+}
+
+# -- profile: every statement of a 1-step run, from the slow log --
+section_profile() {
+  local n=${DSYNC_BENCH_PROFILE_EVENTS:-2000}
+  if command -v perf >/dev/null && perf record -q -a -F 99 -o /dev/null -- true >/dev/null 2>&1; then
+    # CPU samples of the whole machine during one plain 1-step run (no slow log).
+    local pn=$((n * 5))
+    new_schema profile_perf
+    new_work
+    write_config "$work/dsync.json"
+    start_cluster 4
+    sleep 1
+    perf record -q -a -F 999 -o "$work/perf.data" >/dev/null 2>&1 &
+    local perf_pid=$!
+    sleep 0.5
+    sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
+         SELECT 'bench', CONCAT('pp-', seq), CONCAT('d-', seq), 'E2E_1', '{}' FROM seq_1_to_$pn"
+    wait_sql "SELECT COUNT(*) FROM distribute_event WHERE status = 'SUCCESS'" "$pn" 600 0.2
+    kill -INT "$perf_pid"
+    wait "$perf_pid" || true
+    stop_procs
+    drop_schema
+    # top N ARGS...: the first N sample lines of a perf report (no SIGPIPE under pipefail)
+    top() {
+      local n=$1
+      shift
+      perf report -i "$work/perf.data" --stdio "$@" 2>/dev/null | awk -v n="$n" '/^ +[0-9]/ && c++ < n { print "  " $0 }'
+    }
+    echo "  perf: CPU samples of the machine during a 1-step run of $pn events, by command"
+    echo "  (the bench's own polling is the mariadb/bash share):"
+    top 8 --sort comm
+    echo "  perf: mariadbd by library (% of all samples; the Debian binary has no symbols):"
+    top 8 --comms mariadbd --sort dso
+    echo "  perf: dsync processes by library, then their top symbols (% of all samples):"
+    top 8 --comms dsync --sort dso
+    top 25 --comms dsync --sort sym
+  else
+    echo "  perf: not available here (install linux-perf to see CPU samples); statement profile only"
+  fi
+  new_schema profile
+  new_work
+  write_config "$work/dsync.json"
+  # long_query_time applies to sessions opened after it is set: before the processes start.
+  root_sql "SET GLOBAL log_output = 'TABLE', long_query_time = 0, log_slow_verbosity = '', slow_query_log = 1"
+  start_cluster 4
+  sleep 1
+  root_sql "TRUNCATE mysql.slow_log"
+  sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
+       SELECT 'bench', CONCAT('pr-', seq), CONCAT('d-', seq), 'E2E_1', '{}' FROM seq_1_to_$n"
+  wait_sql "SELECT COUNT(*) FROM distribute_event WHERE status = 'SUCCESS'" "$n" 600 0.2
+  root_sql "SET GLOBAL slow_query_log = 0"
+  stop_procs
+  echo "  statements of one 1-step event's life (all processes; $n events; slow log, long_query_time=0):"
+  echo "  per_event  server_us_each  rows_examined_each  statement (numbers and strings masked)"
+  # The bench's own polling (SELECT COUNT(*) ... status) is left out by its text.
+  root_sql "SELECT ROUND(COUNT(*) / $n, 2), ROUND(AVG(TIME_TO_SEC(query_time)) * 1e6), ROUND(AVG(rows_examined), 1),
+                   LEFT(REGEXP_REPLACE(REGEXP_REPLACE(REGEXP_REPLACE(CONVERT(sql_text USING utf8mb4),
+                        '[[:space:]]+', ' '), '\'[^\']*\'', '?'), '[0-9]+', 'N'), 150) AS stmt
+            FROM mysql.slow_log
+            WHERE db = '$schema' AND sql_text NOT LIKE '%SET time_zone%' AND sql_text NOT LIKE 'SET GLOBAL%'
+            GROUP BY stmt ORDER BY COUNT(*) DESC, stmt" |
+    awk -F'\t' '{ printf "  %8s  %14s  %18s  %s\n", $1, $2, $3, $4 }'
+  local line
+  line=$(root_sql "SELECT ROUND(COUNT(*) / $n, 2), ROUND(SUM(TIME_TO_SEC(query_time)) * 1e6 / $n)
+                   FROM mysql.slow_log WHERE db = '$schema' AND sql_text NOT LIKE '%SET time_zone%'
+                     AND sql_text NOT LIKE 'SET GLOBAL%'")
+  local per us
+  read -r per us <<<"$line"
+  result profile "events=$n statements_per_event=$per server_us_per_event=$us"
+  root_sql "TRUNCATE mysql.slow_log"
+  drop_schema
+}
+
+# -- latency: pending -> running at half the 1-step rate --
+section_latency() {
+  local rate=${DSYNC_BENCH_LATENCY_RATE:-}
+  if [[ -z $rate ]]; then
+    if [[ -z $e2e_rate_1 ]]; then
+      echo "  measuring the 1-step e2e rate first (one run; set DSYNC_BENCH_LATENCY_RATE to skip)"
+      e2e_run 1 0
+      e2e_rate_1=$(field rate "$e2e_line")
+    fi
+    rate=$((e2e_rate_1 / 2))
+  fi
+  local secs=${DSYNC_BENCH_LATENCY_S:-20} count r line p50s=() p99s=() stage_lines=()
+  count=$((rate * secs))
+  for r in $(seq 1 "$runs"); do
+    new_schema "latency_$r"
+    new_work
+    write_config "$work/dsync.json"
+    start_cluster 4
+    sleep 1
+    line=$("$load" produce --db "$schema_url" --count "$count" --rate "$rate" --tick-ms 10 \
+      --rows-per-statement 1000 --topic E2E_1 --prefix "l$r")
+    wait_sql "SELECT COUNT(*) FROM distribute_event WHERE status = 'SUCCESS'" "$count" 300 0.2
+    # Percentiles over the events created after the first 2 s (warm-up).
+    sql "SELECT TIMESTAMPDIFF(MICROSECOND, create_time, started_time) / 1000,
+                TIMESTAMPDIFF(MICROSECOND, create_time, assigned_time) / 1000,
+                TIMESTAMPDIFF(MICROSECOND, assigned_time, started_time) / 1000
+         FROM distribute_event
+         WHERE create_time >= (SELECT MIN(create_time) FROM distribute_event) + INTERVAL 2 SECOND" > "$work/lat"
+    # pcts COLUMN: "p50 p99 max n" of one column
+    pcts() { cut -f"$1" "$work/lat" | sort -g | awk '{ v[NR] = $1 } END {
+      i50 = int(0.50 * NR); i99 = int(0.99 * NR); if (i50 < 1) i50 = 1; if (i99 < 1) i99 = 1
+      printf "%.1f %.1f %.1f %d", v[i50], v[i99], v[NR], NR }'; }
+    local a b c stats
+    read -r -a a <<<"$(pcts 1)"
+    read -r -a b <<<"$(pcts 2)"
+    read -r -a c <<<"$(pcts 3)"
+    stats="p50_ms=${a[0]} p99_ms=${a[1]} max_ms=${a[2]} to_assigned_p50_ms=${b[0]} to_assigned_p99_ms=${b[1]}"
+    stats+=" assigned_to_running_p50_ms=${c[0]} assigned_to_running_p99_ms=${c[1]} samples=${a[3]}"
+    echo "  run $r: produced $(field rate "$line")/s (max lag $(field max_lag_rows "$line") rows): $stats"
+    p50s+=("$(field p50_ms "$stats")")
+    p99s+=("$(field p99_ms "$stats")")
+    stage_lines+=("$stats")
+    stop_procs
+    drop_schema
+  done
+  local med50 med99 line
+  med50=$(echo "${p50s[*]}" | median)
+  med99=$(echo "${p99s[*]}" | median)
+  for line in "${stage_lines[@]}"; do [[ $(field p50_ms "$line") == "$med50" ]] && break; done
+  result latency "rate=$rate/s seconds=$secs p50_ms=$med50 p99_ms=$med99" \
+    "runs_p50_ms=$(IFS=,; echo "${p50s[*]}") runs_p99_ms=$(IFS=,; echo "${p99s[*]}")" \
+    "median_run: $(cut -d' ' -f3- <<<"$line")"
+}
+
+# -- failover: kill -9 of a node holding 50 RUNNING events --
+section_failover() {
+  local held=50 r secs=() detects=()
+  local save_capacity=$capacity
+  capacity=$held
+  for r in $(seq 1 "$runs"); do
+    new_schema "failover_$r"
+    new_work
+    write_config "$work/dsync.json"
+    start_cluster 1
+    local victim=${node_pids[0]}
+    sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
+         SELECT 'bench', CONCAT('f-', seq), CONCAT('d-', seq), 'E2E_1', '{\"demo\": {\"sleep_ms\": 600000}}'
+         FROM seq_1_to_$held"
+    wait_sql "SELECT COUNT(*) FROM distribute_event WHERE status = 'RUNNING' AND node_address = '127.0.0.1:7001'" "$held" 60
+    start_proc node2 node --node-address 127.0.0.1:7002
+    start_proc node3 node --node-address 127.0.0.1:7003
+    wait_sql "$(live_nodes)" 3 30
+    sleep 1
+    local t_kill
+    t_kill=$(sql "SELECT NOW(6)")
+    kill -9 "$victim"
+    wait_sql "SELECT COUNT(*) FROM distribute_event WHERE status = 'RUNNING' AND node_address <> '127.0.0.1:7001'" "$held" 60 0.01
+    local line
+    line=$(sql "SELECT TIMESTAMPDIFF(MICROSECOND, '$t_kill', MAX(e.started_time)) / 1e6,
+                       TIMESTAMPDIFF(MICROSECOND, '$t_kill', MAX(n.modifier_time)) / 1e6
+                FROM distribute_event e, distribute_node_registry n
+                WHERE n.node_address = '127.0.0.1:7001'")
+    local s d
+    read -r s d <<<"$line"
+    echo "  run $r: all $held RUNNING elsewhere ${s} s after kill -9 (node marked offline after ${d} s)"
+    secs+=("$s")
+    detects+=("$d")
+    kill_procs
+    drop_schema
+  done
+  capacity=$save_capacity
+  result failover "held=$held offline_timeout_ms=3000 heartbeat_ms=1000 sweep_ms=500" \
+    "seconds=$(echo "${secs[*]}" | median) marked_offline_s=$(echo "${detects[*]}" | median)" \
+    "runs_s=$(IFS=,; echo "${secs[*]}") target_s=5.0"
+}
+
+# -- rss: a node with capacity 1,000 holding 1,000 sleeping events --
+section_rss() {
+  local inflight=1000 r hwm=() idle=() conns_runs=() line
+  local save_capacity=$capacity
+  capacity=$inflight
+  # Each in-flight event may hold a pooled connection: room for 1,000 + the others.
+  root_sql "SET GLOBAL max_connections = 2000"
+  for r in $(seq 1 "$runs"); do
+    new_schema "rss_$r"
+    new_work
+    write_config "$work/dsync.json"
+    start_cluster 1
+    local pid=${node_pids[0]}
+    sleep 1
+    local idle_kb
+    idle_kb=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
+    sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
+         SELECT 'bench', CONCAT('r-', seq), CONCAT('d-', seq), 'E2E_1', '{\"demo\": {\"sleep_ms\": 600000}}'
+         FROM seq_1_to_$inflight"
+    wait_sql "SELECT COUNT(*) FROM distribute_event WHERE status = 'RUNNING'" "$inflight" 120
+    sleep 2
+    line=$(awk '/^(VmHWM|VmRSS|Threads)/ { printf "%s=%s ", $1, $2 }' "/proc/$pid/status" | tr -d ':')
+    local conns
+    conns=$(root_sql "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '$schema'")
+    echo "  run $r: idle VmRSS=${idle_kb} kB; with $inflight in flight: $line(kB) db_connections=$conns"
+    conns_runs+=("$conns")
+    hwm+=("$(awk -v k="$(field VmHWM "$line")" 'BEGIN { printf "%.1f", k / 1024 }')")
+    idle+=("$(awk -v k="$idle_kb" 'BEGIN { printf "%.1f", k / 1024 }')")
+    kill_procs
+    drop_schema
+  done
+  capacity=$save_capacity
+  result rss "in_flight=$inflight capacity=$inflight vmhwm_mib=$(echo "${hwm[*]}" | median)" \
+    "idle_vmrss_mib=$(echo "${idle[*]}" | median) runs_vmhwm_mib=$(IFS=,; echo "${hwm[*]}")" \
+    "threads=$(field Threads "$line") runs_db_connections=$(IFS=,; echo "${conns_runs[*]}") target_mib=64"
+}
+
+# -- sysbench: the server's single-row write limit --
+section_sysbench() {
+  local sb_secs=${DSYNC_BENCH_SYSBENCH_S:-20} t r line tps
+  local user pass port
+  user=$(sed -E 's#mysql://([^:]+):.*#\1#' <<<"$url")
+  pass=$(sed -E 's#mysql://[^:]+:([^@]*)@.*#\1#' <<<"$url")
+  port=$(sed -E 's#.*@[^:]+:([0-9]+)/.*#\1#' <<<"$url")
+  root_sql "CREATE DATABASE IF NOT EXISTS sbtest"
+  local sb=(sysbench oltp_update_non_index --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port"
+    --mysql-user="$user" --mysql-password="$pass" --mysql-db=sbtest --tables=1 --table-size=100000)
+  "${sb[@]}" prepare >/dev/null
+  for t in 1 4 8; do
+    local all=()
+    for r in $(seq 1 "$runs"); do
+      line=$("${sb[@]}" --threads="$t" --time="$sb_secs" --report-interval=0 run)
+      tps=$(sed -nE 's/.*transactions: *[0-9]+ *\(([0-9.]+) per sec.*/\1/p' <<<"$line" | cut -d. -f1)
+      local lat
+      lat=$(sed -nE 's/^ *95th percentile: *([0-9.]+).*/\1/p' <<<"$line")
+      echo "  threads=$t run $r: $tps TPS (p95 ${lat} ms)"
+      all+=("$tps")
+    done
+    result sysbench "test=oltp_update_non_index threads=$t seconds=$sb_secs table_size=100000" \
+      "tps=$(echo "${all[*]}" | median) runs=$(IFS=,; echo "${all[*]}")"
+  done
+  "${sb[@]}" cleanup >/dev/null
+}
+
+# -- pgboss: the peer, on a throwaway PostgreSQL --
+pg_bin=""
+pg_start() {
+  pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [[ -x $pg_bin/postgres ]] || die "PostgreSQL binaries not found under /usr/lib/postgresql"
+  pg_dir=$(mktemp -d "${TMPDIR:-/tmp}/dsync-pg.XXXXXX")
+  local as=()
+  if ((EUID == 0)); then  # postgres refuses to run as root
+    chown postgres "$pg_dir"
+    as=(runuser -u postgres --)
+  fi
+  "${as[@]}" "$pg_bin/initdb" -D "$pg_dir/data" -A trust -U bench --no-instructions >"$pg_dir/initdb.log" 2>&1 ||
+    { cat "$pg_dir/initdb.log" >&2; die "initdb failed"; }
+  for _ in $(seq 1 10); do
+    pg_port=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$pg_port") 2>/dev/null && continue
+    # Same durability class as innodb_flush_log_at_trx_commit=1: fsync on, synchronous
+    # commit on; shared_buffers as MariaDB's buffer pool.
+    "${as[@]}" "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 30 -o \
+      "-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c full_page_writes=on -c shared_buffers=256MB -c max_connections=100" \
+      start >/dev/null && return 0
+  done
+  tail -20 "$pg_dir/server.log" >&2
+  die "PostgreSQL did not start"
+}
+pg_stop() {
+  local pid
+  pid=$(head -1 "$pg_dir/data/postmaster.pid" 2>/dev/null || true)
+  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+    kill -INT "$pid" 2>/dev/null || true  # fast shutdown
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -rf "$pg_dir"
+  pg_dir=""
+}
+
+section_pgboss() {
+  local cache=$PWD/$build/pgboss
+  mkdir -p "$cache"
+  if ! cmp -s bench/pgboss/package.json "$cache/package.json" || ! cmp -s bench/pgboss/package-lock.json "$cache/package-lock.json" ||
+     [[ ! -d $cache/node_modules/pg-boss ]]; then
+    echo "  npm ci (pg-boss as pinned in bench/pgboss/package-lock.json) into $cache"
+    cp bench/pgboss/package.json bench/pgboss/package-lock.json "$cache/"
+    (cd "$cache" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  fi
+  local version
+  version=$(node -p "require('$cache/node_modules/pg-boss/package.json').version")
+  pg_start
+  local pg_version
+  pg_version=$("$pg_bin/postgres" --version | awk '{ print $3 }')
+  echo "  pg-boss $version on PostgreSQL $pg_version (port $pg_port, fsync=on, synchronous_commit=on), node $(node --version)"
+  local b r line
+  for b in ${DSYNC_BENCH_PGBOSS_BATCHES:-100 500}; do
+    local rates=() procs=()
+    for r in $(seq 1 "$runs"); do
+      line=$(NODE_PATH=$cache/node_modules node bench/pgboss/bench.js --host 127.0.0.1 --port "$pg_port" \
+        --user bench --database postgres --jobs "$events" --workers 4 --batch-size "$b" --mode loop)
+      echo "  batch $b run $r: $line"
+      rates+=("$(field jobs_per_s "$line")")
+      procs+=("$(field process_jobs_per_s "$line")")
+    done
+    result pgboss "version=$version postgresql=$pg_version jobs=$events workers=4 batch_size=$b mode=fetch+complete" \
+      "jobs_per_s=$(echo "${rates[*]}" | median) process_jobs_per_s=$(echo "${procs[*]}" | median)" \
+      "runs=$(IFS=,; echo "${rates[*]}")"
+  done
+  pg_stop
 }
 
 for s in "${selected[@]}"; do
   echo
   echo "==== section $s ===="
   start=$SECONDS
-  "section_$s"
-  echo "==== section $s done in $((SECONDS - start)) s ===="
+  log=$logs/$s-$(date +%Y%m%d-%H%M%S).log
+  start_server
+  # Not a pipeline: the section must run in this shell (its processes, its results).
+  "section_$s" > >(tee "$log") 2>&1
+  stop_server
+  echo "==== section $s done in $((SECONDS - start)) s (load $(cut -d' ' -f1-3 /proc/loadavg)) ===="
 done
 
 # ---- summary ------------------------------------------------------------------------
@@ -97,5 +752,35 @@ echo
 echo "==== summary"
 printf '%s\n' "${setup[@]}"
 echo "load:     $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min) at end"
-printf '%s\n' "${results[@]}"
+printf '%s\n' "${results[@]}" | awk '!seen[$0]++'
+
+# The ratios of issue 6, from what this invocation measured.
+pick() {  # pick SECTION-FILTER KEY: KEY of the first RESULT line matching the filter
+  printf '%s\n' "${results[@]}" | grep -E "$1" | head -1 | sed -nE "s/.*(^| )$2=([^ ]*).*/\2/p" || true
+}
+e1=$(pick '^RESULT e2e steps=1 ' events_per_s)
+e3=$(pick '^RESULT e2e steps=3 ' events_per_s)
+w1=$(pick '^RESULT e2e steps=1 ' row_writes_per_s)
+c1=$(pick '^RESULT e2e steps=1 ' commits_per_s)
+pg=$(printf '%s\n' "${results[@]}" | grep '^RESULT pgboss ' | sed -nE 's/.* jobs_per_s=([0-9]+).*/\1/p' | sort -g | tail -1 || true)
+sb_tps=$(printf '%s\n' "${results[@]}" | grep '^RESULT sysbench ' | sed -nE 's/.* tps=([0-9]+).*/\1/p' | sort -g | tail -1 || true)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+if [[ -n $e1 && -n $pg ]]; then
+  echo "RATIO dsync 1-step events/s / pg-boss jobs/s (best batch) = $e1 / $pg = $(ratio "$e1" "$pg") (target >= 1.0)"
+fi
+if [[ -n $e3 ]]; then
+  echo "TARGET dsync 3-step events/s = $e3 (target >= 3000: $(awk -v v="$e3" 'BEGIN { print (v >= 3000 ? "met" : "missed") }'))"
+fi
+if [[ -n $w1 && -n $sb_tps ]]; then
+  echo "RATIO dsync 1-step row writes/s / sysbench TPS (best of 1/4/8 threads) = $w1 / $sb_tps = $(ratio "$w1" "$sb_tps")"
+  echo "RATIO dsync 1-step commits/s / sysbench TPS (best of 1/4/8 threads) = $c1 / $sb_tps = $(ratio "$c1" "$sb_tps")"
+fi
+lat50=$(pick '^RESULT latency ' p50_ms)
+lat99=$(pick '^RESULT latency ' p99_ms)
+fo=$(pick '^RESULT failover ' seconds)
+rss=$(pick '^RESULT rss ' vmhwm_mib)
+meets() { awk -v v="$1" -v t="$2" 'BEGIN { print (v <= t ? "met" : "missed") }'; }
+[[ -n $lat50 ]] && echo "TARGET pending->running at half load: p50 $lat50 ms (<= 50: $(meets "$lat50" 50)), p99 $lat99 ms (<= 250: $(meets "$lat99" 250))"
+[[ -n $fo ]] && echo "TARGET failover $fo s (<= offline timeout 3 s + 2 s: $(meets "$fo" 5))"
+[[ -n $rss ]] && echo "TARGET node peak RSS with 1,000 in flight $rss MiB (<= 64: $(meets "$rss" 64))"
 echo "logs:     $logs"
