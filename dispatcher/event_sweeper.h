@@ -75,7 +75,8 @@ struct SweepReport {
   uint64_t purged = 0;
   uint64_t reset_node_offline = 0;
   uint64_t reset_timed_out = 0;
-  uint64_t reset_races = 0;  // candidates that changed before their reset: left alone
+  uint64_t reset_races = 0;  // candidates that changed before their reset, or whose row a
+                             // session of their owner holds locked: left alone
 };
 
 struct SweeperStats {

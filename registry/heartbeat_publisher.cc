@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/error.h"
+
 namespace dsync::registry {
 namespace {
 
@@ -60,13 +62,26 @@ NodeStatus HeartbeatPublisher::Beat() {
     }
     const std::string json = md.ToJson();
     const int wanted = draining ? 2 : 1;
-    // A transaction so that a deadlock between concurrent first inserts is retried;
-    // the read-back sees the row as this upsert left it.
-    int64_t row_status = pool_.Transact("heartbeat", [&](storage::Connection& c) {
-      c.Execute(kUpsertHeartbeat, service_name_, node_address_, wanted, json,
-                kMetadataVersion, md.incarnation);
-      return c.QueryInt(kSelectStatus, service_name_, node_address_).value_or(wanted);
-    });
+    // Autocommit statements, never a transaction: a node paused between its upsert and
+    // the COMMIT (SIGSTOP, a frozen VM, a partition) would keep its registry row
+    // locked, and the offline sweeper's UPDATE over idx_heartbeat_time would wait for
+    // that lock (Transact retrying each lock-wait timeout): no node marked offline and
+    // no orphan reset for as long as the node stays paused (found by tests/chaos). An
+    // autocommit statement leaves no lock behind a stalled client. A deadlock between
+    // concurrent first inserts (1213) is retried here.
+    int64_t row_status = 0;
+    for (int attempt = 1;; ++attempt) {
+      try {
+        row_status = pool_.Run("heartbeat", [&](storage::Connection& c) {
+          c.Execute(kUpsertHeartbeat, service_name_, node_address_, wanted, json,
+                    kMetadataVersion, md.incarnation);
+          return c.QueryInt(kSelectStatus, service_name_, node_address_).value_or(wanted);
+        });
+        break;
+      } catch (const DbError& e) {
+        if (e.kind() != DbError::Kind::kDeadlock || attempt >= 3) throw;
+      }
+    }
     status = NodeStatusFromInt(row_status);
   } catch (...) {
     std::lock_guard lock(mu_);

@@ -47,6 +47,7 @@ socket=$1/sock
 port=$2
 bind-address=127.0.0.1
 pid-file=$1/mariadbd.pid
+tmpdir=$1/tmp
 log-error=$1/err.log
 skip-name-resolve
 skip-log-bin
@@ -63,10 +64,12 @@ cmd_start() {
   command -v mariadbd >/dev/null || die "mariadbd not found: run scripts/setup.sh"
   local dir
   dir=$(mktemp -d "${TMPDIR:-/tmp}/dsync-mariadb.XXXXXX")
-  mkdir "$dir/data"
+  # A tmpdir of its own: at start mariadbd deletes every "#sql*" file in its tmpdir,
+  # which in a shared /tmp are the temporary tables of the other servers running.
+  mkdir "$dir/data" "$dir/tmp"
   local user=()
   ((EUID == 0)) && user=(--user=root)
-  if ! mariadb-install-db "${user[@]}" --datadir="$dir/data" --auth-root-authentication-method=normal \
+  if ! TMPDIR=$dir/tmp mariadb-install-db "${user[@]}" --datadir="$dir/data" --auth-root-authentication-method=normal \
       --skip-test-db >"$dir/install.log" 2>&1; then
     cat "$dir/install.log" >&2
     rm -rf "$dir"

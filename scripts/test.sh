@@ -18,6 +18,6 @@ trap 'bash scripts/mariadb.sh stop "$dir"' EXIT
 export DSYNC_TEST_DB_URL
 DSYNC_TEST_DB_URL=$(bash scripts/mariadb.sh url "$dir")
 export DSYNC_TEST_MARIADB_DIR=$dir
-export DSYNC_BIN=$PWD/$build/dsync
+export DSYNC_BIN=$(cd "$build" && pwd)/dsync
 
 ctest --test-dir "$build" --output-on-failure --timeout 600 -j2 "$@"

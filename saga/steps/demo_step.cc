@@ -1,5 +1,7 @@
 #include "saga/steps/demo_step.h"
 
+#include <unistd.h>
+
 #include "core/error.h"
 
 namespace dsync::saga {
@@ -12,6 +14,22 @@ ON DUPLICATE KEY UPDATE applications = applications + 1)";
 
 // Params: idempotency key.
 constexpr const char* kDeleteLedger = "DELETE FROM demo_ledger WHERE idempotency_key = ?";
+
+// Params: event code, step name, idempotency key, op, writer attempt, writer pid,
+// event code. The owner columns are read in the same statement, inside the step's
+// fenced transaction (which holds the event's row lock): the owner as the database
+// sees it at the moment of the write. The derived one-row table keeps the audit row
+// even if the event row were missing (owner columns NULL then).
+constexpr const char* kAudit = R"(
+INSERT INTO demo_ledger_audit (event_code, step_name, idempotency_key, op, writer_attempt,
+                               writer_pid, owner_attempt, owner_status, owner_node)
+SELECT ?, ?, ?, ?, ?, ?, e.attempt, e.status, e.node_address
+FROM (SELECT 1 AS one) AS d LEFT JOIN distribute_event e ON e.code = ?)";
+
+void Audit(StepContext& ctx, const char* op) {
+  ctx.tx().Execute(kAudit, ctx.event_code(), ctx.step_name(), ctx.idempotency_key(), op,
+                   ctx.attempt(), static_cast<int>(::getpid()), ctx.event_code());
+}
 
 [[noreturn]] void Bad(const std::string& path, const std::string& why) {
   throw PermanentStepError("demo: payload demo" + (path.empty() ? "" : "." + path) + " " + why);
@@ -40,6 +58,7 @@ class DemoStep final : public StepHandler {
                                    std::to_string(b.fail_transient_times));
     }
     ctx.tx().Execute(kApplyLedger, ctx.idempotency_key(), ctx.event_code(), ctx.step_name());
+    if (b.audit) Audit(ctx, "apply");
     return StepResult::Ok({{"ledger", ctx.idempotency_key()}},
                           nlohmann::json{{"ledger", ctx.idempotency_key()}});
   }
@@ -55,6 +74,7 @@ class DemoStep final : public StepHandler {
                                    std::to_string(b.fail_compensation_times));
     }
     ctx.tx().Execute(kDeleteLedger, ctx.idempotency_key());
+    if (b.audit) Audit(ctx, "undo");
     return StepResult::Ok();
   }
 };
@@ -85,8 +105,11 @@ DemoBehaviour ParseDemoBehaviour(const nlohmann::json& payload, const std::strin
         int n = CountOrWord(*rule, key + "." + step_name, "always");
         if (n < 0) b.fail_compensation_always = true; else b.fail_compensation_times = n;
       }
+    } else if (key == "audit") {
+      if (!value.is_boolean()) Bad(key, "must be true or false, got " + value.dump());
+      b.audit = value.get<bool>();
     } else {
-      Bad(key, "is not a demo option (sleep_ms, fail, fail_compensation)");
+      Bad(key, "is not a demo option (sleep_ms, fail, fail_compensation, audit)");
     }
   }
   return b;

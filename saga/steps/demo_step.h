@@ -3,7 +3,8 @@
 //
 //   {"demo": {"sleep_ms": 300,
 //             "fail": {"s2": 2, "s3": "permanent"},
-//             "fail_compensation": {"s1": 1, "s2": "always"}}}
+//             "fail_compensation": {"s1": 1, "s2": "always"},
+//             "audit": true}}
 //
 //   sleep_ms           every demo step sleeps this long before its effect, waking
 //                      early (transient failure) when its stop token fires
@@ -11,6 +12,12 @@
 //                      executions (counted by the step's retry_count)
 //   fail_compensation  step name -> N (the first N compensations fail transiently,
 //                      counted by compensation_retry_count) or "always"
+//   audit              true: every application and undo also appends a row to
+//                      demo_ledger_audit (V005) in the same fenced transaction,
+//                      recording the writer's claim attempt and pid next to the
+//                      event's attempt, status and node as the database has them at
+//                      that instant (the chaos suite's "never two owners" check).
+//                      Off by default: demos and benchmarks pay nothing.
 //
 // Effect: a demo_ledger row keyed by the step code (the idempotency key), written
 // through ctx.tx() so it commits with the step's SUCCESS:
@@ -41,6 +48,7 @@ struct DemoBehaviour {
   int fail_transient_times = 0;         // fail while retry_count < this
   bool fail_compensation_always = false;
   int fail_compensation_times = 0;      // fail while compensation_retry_count < this
+  bool audit = false;                   // append demo_ledger_audit rows
 };
 
 // Reads payload["demo"] for `step_name`. A payload without "demo" (or not an object)

@@ -1,0 +1,490 @@
+#!/usr/bin/env bash
+# The chaos suite (issue 6): real processes, real kill -9, a real SIGSTOP and a real
+# database crash, then every promise checked with SQL.
+#
+# Setup: a MariaDB of its own (it is killed and restarted), 2 dispatchers and 4
+# consumer nodes as separate `dsync` processes, heartbeat 1 s / offline timeout 4 s.
+# A producer inserts CHAOS_EVENTS three-step `demo` events with plain SQL at
+# CHAOS_RATE events/s, each with a scripted fate (slot = sequence number % 20):
+#   slots 0-10  plain                                        -> SUCCESS
+#   11, 12, 13  s1 / s2 / s3 fail transiently 1 / 2 / 1 times -> SUCCESS
+#   14, 15, 16  s1 / s2 / s3 fail permanently                  -> COMPENSATED
+#   17          s3 permanent, compensations of s2 and s1 fail once -> COMPENSATED
+#   18          s2 permanent, compensation of s1 always fails  -> FAILED (s1 left applied)
+#   19          s3 permanent, compensation of s2 always fails  -> FAILED (s1, s2 left applied)
+# While it runs: every 2-3 s a random consumer is kill -9'd and restarted under its
+# address 0.3-1.2 s later; the leading dispatcher is kill -9'd once (and restarted);
+# one node with events in flight is SIGSTOPped until the registry shows it offline and
+# the sweeper has taken its events (at least offline timeout + 1 s; an event whose row
+# the paused node holds locked mid-transaction is left to it, so then until the others
+# are taken), then SIGCONTed; MariaDB is kill -9'd once and started again. Then
+# quiescence, a graceful stop of every process, and the checks:
+#   lost             events missing or not terminal (SUCCESS, COMPENSATED, FAILED)
+#   fate mismatches  final status differs from the scripted fate
+#   saga_violations  the saga-order invariant (tests/cli/lib.sh saga_violations)
+#   ledger_mismatches demo_ledger against the final state: a SUCCESS event has its 3
+#                    rows with applications = 1, a COMPENSATED one none, a FAILED one
+#                    exactly the steps left SUCCESS/COMPENSATING; and per step, the
+#                    audit's applications minus undos equals the ledger row's presence
+#   double_owner     see below
+# and one summary line:
+#   events=… kills=… db_restarts=… freezes=… lost=0 double_owner=0 saga_violations=0 ledger_mismatches=0 …
+#
+# "No event ever had two owners at once", and why this check can fail: every demo
+# step of these events runs with {"audit": true}, so each application and each undo
+# appends a demo_ledger_audit row (V005) inside the step's fenced transaction. The row
+# records the writer's view (the claim attempt its run holds, its pid) and, read by
+# the same statement, the database's view of the owner at that instant (the event
+# row's attempt, status and node_address). Every claim bumps `attempt`, so an attempt
+# names exactly one owner. If fencing were broken (a write fenced by node_address
+# only, or not at all, or a frozen node's write slipping past a reset), the stale
+# writer's row would commit with writer_attempt <> owner_attempt (a newer claim
+# exists), or with owner_status PENDING/ASSIGNED (it was reset and not yet
+# reclaimed), or from a pid that never ran under owner_node; and if two owners both
+# ran a step, the step would have two 'apply' rows (and demo_ledger applications 2).
+# double_owner counts all of these. The frozen node is checked on its own as well:
+# it must have lost events while frozen, and it must have written nothing for them.
+# (Tried: a build whose step fence matched any version fails here with double_owner,
+# ledger_mismatches and frozen_late_writes all non-zero.)
+#
+# Short form (ctest, label chaos): 600 events. Long form: scripts/chaos.sh (5,000).
+# Knobs (environment): CHAOS_EVENTS, CHAOS_RATE, CHAOS_CAPACITY, CHAOS_SLEEP_MS,
+# CHAOS_QUIESCE_S, CHAOS_KEEP_DIR (copy the process logs there at the end).
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+: "${DSYNC_BIN:?DSYNC_BIN is not set: run via scripts/test.sh (ctest) or scripts/chaos.sh}"
+
+EVENTS=${CHAOS_EVENTS:-600}
+RATE=${CHAOS_RATE:-30}             # events produced per second
+CAPACITY=${CHAOS_CAPACITY:-6}      # per node
+SLEEP_MS=${CHAOS_SLEEP_MS:-50}     # per demo step
+QUIESCE_S=${CHAOS_QUIESCE_S:-90}   # after the chaos, for everything to become terminal
+NODES=(n1 n2 n3 n4)
+HEARTBEAT_MS=1000
+OFFLINE_MS=4000
+
+# A server of our own: this test crashes it, and other tests run in parallel.
+OWN_DB=$(bash "$SRC/scripts/mariadb.sh" start)
+DSYNC_TEST_DB_URL=$(bash "$SRC/scripts/mariadb.sh" url "$OWN_DB")
+export DSYNC_TEST_DB_URL
+source "$SRC/tests/cli/lib.sh"
+keep_logs() {
+  if [[ -n ${CHAOS_KEEP_DIR:-} ]]; then
+    mkdir -p "$CHAOS_KEEP_DIR" && cp "$WORK"/*.log "$CHAOS_KEEP_DIR"/ 2>/dev/null || true
+  fi
+}
+trap 'keep_logs; cleanup; bash "$SRC/scripts/mariadb.sh" stop "$OWN_DB"' EXIT
+
+cat > "$WORK/dsync.json" <<JSON
+{
+  "database": "$DB_URL",
+  "service": "chaos",
+  "registry":   { "heartbeat_interval_ms": $HEARTBEAT_MS, "offline_timeout_ms": $OFFLINE_MS, "sweep_interval_ms": 500 },
+  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
+  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 10000, "capacity": $CAPACITY },
+  "topics": {
+    "CHAOS": {
+      "max_retry": 6, "backoff_base_ms": 100, "backoff_max_ms": 500, "max_processing_time_ms": 30000,
+      "ordered": false,
+      "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" }, { "name": "s3", "type": "demo" } ]
+    }
+  }
+}
+JSON
+export DSYNC_LOG_LEVEL=info
+
+q() { sql "$1" 2>/dev/null || true; }  # a poll that tolerates the database being down
+log() { printf '[%5.1fs] %s\n' "$(awk "BEGIN { print ($(now_ms) - ${T_START:-$(now_ms)}) / 1000 }")" "$*"; }
+
+# --- processes: every incarnation has its own log; pids leave the list once reaped --
+declare -A PID=() INC=() STATE=() RESTART_AT=()
+spawn() {  # spawn NAME cmd...: (re)starts a process under NAME
+  local name=$1; shift
+  INC[$name]=$(( ${INC[$name]:-0} + 1 ))
+  "$@" >"$WORK/$name.${INC[$name]}.log" 2>&1 &
+  PID[$name]=$!
+  STARTED_PIDS+=("$!")
+  echo "$! $name ${ADDR[$name]:-}" >> "$WORK/procs"
+  LAST_SPAWN=$(now_ms)
+}
+forget_pid() {
+  local keep=() p
+  for p in "${STARTED_PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+  STARTED_PIDS=("${keep[@]}")
+}
+reap9() { kill9 "$1"; forget_pid "$1"; }
+declare -A ADDR=()
+for i in "${!NODES[@]}"; do ADDR[${NODES[$i]}]="127.0.0.1:$((7401 + i))"; done
+start_node() { spawn "$1" "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address "${ADDR[$1]}"; STATE[$1]=up; }
+start_dispatcher() { spawn "$1" "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"; }
+
+"$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
+start_dispatcher d1
+start_dispatcher d2
+for n in "${NODES[@]}"; do start_node "$n"; done
+wait_for '[[ $(q "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 4 ]]' 20 "four nodes online"
+wait_for '[[ -n $(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL") ]]' 20 "a dispatcher leads"
+
+# --- scripted fates -------------------------------------------------------------
+sql "CREATE TABLE chaos_fate (slot INT PRIMARY KEY, fate VARCHAR(40) NOT NULL, payload TEXT NOT NULL,
+       expect_status VARCHAR(30) NOT NULL)"
+fate() {  # fate SLOT NAME STATUS EXTRA_DEMO_JSON
+  local payload
+  payload=$(printf '{"demo": {"sleep_ms": %d, "audit": true%s}}' "$SLEEP_MS" "$4")
+  sql "INSERT INTO chaos_fate VALUES ($1, '$2', '$payload', '$3')"
+}
+for s in $(seq 0 10); do fate "$s" ok SUCCESS ""; done
+fate 11 transient_s1 SUCCESS ', "fail": {"s1": 1}'
+fate 12 transient_s2 SUCCESS ', "fail": {"s2": 2}'
+fate 13 transient_s3 SUCCESS ', "fail": {"s3": 1}'
+fate 14 permanent_s1 COMPENSATED ', "fail": {"s1": "permanent"}'
+fate 15 permanent_s2 COMPENSATED ', "fail": {"s2": "permanent"}'
+fate 16 permanent_s3 COMPENSATED ', "fail": {"s3": "permanent"}'
+fate 17 comp_retry COMPENSATED ', "fail": {"s3": "permanent"}, "fail_compensation": {"s2": 1, "s1": 1}'
+fate 18 comp_never_s1 FAILED ', "fail": {"s2": "permanent"}, "fail_compensation": {"s1": "always"}'
+fate 19 comp_never_s2 FAILED ', "fail": {"s3": "permanent"}, "fail_compensation": {"s2": "always"}'
+SLOT_OF_CODE="CAST(SUBSTRING(e.code, 3) AS UNSIGNED) % 20"
+
+# --- the producer: plain SQL, paced, idempotent (INSERT IGNORE by uk_code) so a
+# batch retried across the database crash cannot duplicate anything --------------
+producer() {
+  local t0 made=0 target upto
+  t0=$(now_ms)
+  while (( made < EVENTS )); do
+    target=$(( ($(now_ms) - t0) * RATE / 1000 + 1 ))
+    upto=$(( target < EVENTS ? target : EVENTS ))
+    if (( upto > made )); then
+      if sql "INSERT IGNORE INTO distribute_event (tenant_id, code, data_id, topic, payload)
+              SELECT 't1', CONCAT('c-', s.seq), CONCAT('c-', s.seq), 'CHAOS', f.payload
+              FROM seq_$((made + 1))_to_${upto} s JOIN chaos_fate f ON f.slot = s.seq % 20" 2>/dev/null; then
+        made=$upto
+        echo "$made" > "$WORK/produced.tmp" && mv "$WORK/produced.tmp" "$WORK/produced"
+      fi
+    fi
+    sleep 0.2
+  done
+  touch "$WORK/producer.done"
+}
+T_START=$(now_ms)
+producer >"$WORK/producer.log" 2>&1 &
+PRODUCER=$!
+STARTED_PIDS+=("$PRODUCER")
+
+# --- the chaos -----------------------------------------------------------------
+P_MS=$(( EVENTS * 1000 / RATE ))            # production period
+FREEZE_AT=$(( T_START + (P_MS * 15 / 100 > 2000 ? P_MS * 15 / 100 : 2000) ))
+LEADER_AT=$(( T_START + P_MS * 45 / 100 ))
+DB_AT=$(( T_START + P_MS * 70 / 100 ))
+next_kill=$(( T_START + 2000 + RANDOM % 1001 ))
+kills=0; dispatcher_kills=0; db_restarts=0; freezes=0
+freeze_state=pending; leader_state=pending; db_state=pending
+LAST_SPAWN=$(now_ms); last_progress=0
+frozen=""; frozen_pid=""; frozen_since=0; frozen_held=""
+
+up_nodes() { local n; for n in "${NODES[@]}"; do [[ ${STATE[$n]} == up ]] && echo "$n"; done; true; }
+
+try_freeze() {
+  # The up node with the most events RUNNING (mid-saga) right now.
+  local addr n
+  addr=$(q "SELECT node_address FROM distribute_event WHERE status IN ('RUNNING', 'COMPENSATING')
+            AND node_address IS NOT NULL GROUP BY node_address ORDER BY COUNT(*) DESC")
+  for a in $addr; do
+    for n in $(up_nodes); do
+      [[ ${ADDR[$n]} == "$a" ]] || continue
+      # Not while it starts: the RUNNING rows under its address may still be the
+      # orphans of its previous process, which it is handing back.
+      grep -q NODE_STARTED "$WORK/$n.${INC[$n]}.log" || continue
+      kill -STOP "${PID[$n]}"
+      # What it held at the moment it stopped: "code:attempt" of its in-flight runs.
+      frozen_held=$(q "SELECT CONCAT(code, ':', attempt) FROM distribute_event
+                       WHERE node_address = '$a' AND status IN ('RUNNING', 'COMPENSATING')")
+      if [[ -z $frozen_held ]]; then  # its runs ended before the signal: try again soon
+        kill -CONT "${PID[$n]}"
+        return 1
+      fi
+      frozen=$n; frozen_pid=${PID[$n]}; frozen_since=$(now_ms); STATE[$n]=frozen
+      frozen_log="$WORK/$n.${INC[$n]}.log"
+      freezes=$((freezes + 1))
+      log "SIGSTOP $n (pid $frozen_pid) holding $(wc -w <<< "$frozen_held") running event(s)"
+      freeze_state=frozen
+      return 0
+    done
+  done
+  return 1
+}
+
+frozen_events_taken() {  # how many held events have a newer claim or another status/owner
+  local held code attempt still taken=0
+  for held in $frozen_held; do
+    code=${held%%:*}; attempt=${held##*:}
+    still=$(q "SELECT COUNT(*) FROM distribute_event WHERE code = '$code' AND attempt = $attempt
+               AND node_address = '${ADDR[$frozen]}' AND status IN ('RUNNING', 'COMPENSATING')")
+    [[ $still == 0 ]] && taken=$((taken + 1))
+  done
+  echo "$taken"
+}
+
+maybe_thaw() {
+  local now=$1 offline taken held elapsed
+  elapsed=$(( now - frozen_since ))
+  (( elapsed >= OFFLINE_MS + 1000 )) || return 0
+  offline=$(q "SELECT status FROM distribute_node_registry WHERE node_address = '${ADDR[$frozen]}'")
+  taken=$(frozen_events_taken)
+  held=$(wc -w <<< "$frozen_held")
+  # Thaw once the registry calls it offline and the sweeper took its events. A node
+  # paused mid-transaction keeps that event's row locked, and the sweeper skips a
+  # locked event (its owner's session is open): then thaw once the others were taken.
+  # If it lost nothing within 15 s, the freeze proved nothing: thaw and try again.
+  if [[ $offline == 0 ]] && (( taken == held )); then
+    :
+  elif [[ $offline == 0 ]] && (( taken >= 1 && elapsed >= OFFLINE_MS + 4000 )); then
+    :
+  elif (( elapsed < 15000 )); then
+    return 0
+  fi
+  THAW_DB_TIME=$(q "SELECT UTC_TIMESTAMP(6)")
+  # Transactions open for 2 s+ now can only be the frozen node's.
+  frozen_open_trx=$(q "SELECT COUNT(*) FROM information_schema.INNODB_TRX
+                       WHERE trx_started < NOW() - INTERVAL 2 SECOND")
+  kill -CONT "$frozen_pid"
+  STATE[$frozen]=up
+  log "SIGCONT $frozen after $elapsed ms (registry offline: $([[ $offline == 0 ]] && echo yes || echo no)," \
+      "events taken by others: $taken of $held, its open transactions: ${frozen_open_trx:-?})"
+  if (( taken == 0 )); then
+    log "the frozen node lost nothing: freezing again"
+    freezes=$((freezes - 1)); freeze_state=pending; FREEZE_AT=$(( now + 1000 ))
+    return 0
+  fi
+  freeze_state=done
+}
+
+kill_leader() {
+  local owner pid d
+  owner=$(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL AND expires_at > NOW(3)")
+  pid=$(cut -d: -f2 <<< "$owner")
+  for d in d1 d2; do
+    [[ ${PID[$d]} == "$pid" ]] || continue
+    TOKEN_BEFORE=$(q "SELECT MAX(token) FROM distribute_lease_lock")
+    KILLED_LEADER=$pid
+    reap9 "$pid"
+    kills=$((kills + 1)); dispatcher_kills=$((dispatcher_kills + 1))
+    log "kill -9 leading dispatcher $d (pid $pid, token $TOKEN_BEFORE)"
+    start_dispatcher "$d"
+    leader_state=done
+    return 0
+  done
+  return 1  # no live leader right now (e.g. between leases): try again next tick
+}
+
+crash_db() {
+  log "kill -9 MariaDB"
+  bash "$SRC/scripts/mariadb.sh" kill "$OWN_DB"
+  sleep 0.5
+  bash "$SRC/scripts/mariadb.sh" restart "$OWN_DB"
+  db_restarts=$((db_restarts + 1))
+  db_state=done
+  log "MariaDB back"
+}
+
+kill_random_node() {
+  local candidates=() n
+  mapfile -t candidates < <(up_nodes)
+  (( ${#candidates[@]} > 1 )) || return 0   # always leave one node running
+  n=${candidates[RANDOM % ${#candidates[@]}]}
+  reap9 "${PID[$n]}"
+  STATE[$n]=down
+  RESTART_AT[$n]=$(( $(now_ms) + 300 + RANDOM % 901 ))
+  kills=$((kills + 1))
+}
+
+restart_due() {
+  local n now=$1
+  for n in "${NODES[@]}"; do
+    if [[ ${STATE[$n]} == down ]] && (( now >= RESTART_AT[$n] )); then start_node "$n"; fi
+  done
+}
+pending_restarts() { local n; for n in "${NODES[@]}"; do [[ ${STATE[$n]} == down ]] && return 0; done; return 1; }
+
+while :; do
+  now=$(now_ms)
+  restart_due "$now"
+  if [[ $freeze_state == pending ]] && (( now >= FREEZE_AT )); then try_freeze || true; fi
+  [[ $freeze_state == frozen ]] && maybe_thaw "$now"
+  if [[ $leader_state == pending ]] && (( now >= LEADER_AT )); then kill_leader || true; fi
+  if [[ $db_state == pending && $freeze_state == done ]] && (( now >= DB_AT )) && ! pending_restarts \
+     && (( now - LAST_SPAWN >= 1500 )); then
+    crash_db
+    now=$(now_ms)
+  fi
+  production_done=0; [[ -f $WORK/producer.done ]] && production_done=1
+  if (( production_done )) && [[ $freeze_state == done && $leader_state == done && $db_state == done ]]; then
+    pending_restarts || break
+  elif (( now >= next_kill )); then
+    kill_random_node
+    next_kill=$(( now + 2000 + RANDOM % 1001 ))
+  fi
+  if (( now - last_progress >= 5000 )); then
+    last_progress=$now
+    log "produced=$(cat "$WORK/produced" 2>/dev/null || echo 0) terminal=$(q "SELECT COUNT(*) FROM distribute_event
+         WHERE status IN ('SUCCESS', 'COMPENSATED', 'FAILED')") kills=$kills freezes=$freezes db_restarts=$db_restarts"
+  fi
+  # A process we did not kill must not have died.
+  for n in "${NODES[@]}" d1 d2; do
+    if [[ ${STATE[$n]:-up} != down ]] && ! kill -0 "${PID[$n]}" 2>/dev/null; then
+      tail -n 20 "$WORK/$n.${INC[$n]}.log" >&2
+      fail "$n (pid ${PID[$n]}) died on its own"
+    fi
+  done
+  (( now < T_START + P_MS + 60000 )) \
+    || fail "the chaos could not finish its plan (freeze $freeze_state, leader kill $leader_state, db restart $db_state)"
+  sleep 0.1
+done
+T_CHAOS_END=$(now_ms)
+log "chaos over: kills=$kills (dispatcher $dispatcher_kills) freezes=$freezes db_restarts=$db_restarts; waiting for quiescence"
+
+# --- quiescence -------------------------------------------------------------------
+deadline=$(( $(now_ms) + QUIESCE_S * 1000 ))
+while :; do
+  left=$(q "SELECT COUNT(*) FROM distribute_event WHERE status NOT IN ('SUCCESS', 'COMPENSATED', 'FAILED')")
+  total=$(q "SELECT COUNT(*) FROM distribute_event")
+  [[ $left == 0 && $total == "$EVENTS" ]] && break
+  if (( $(now_ms) >= deadline )); then
+    log "not quiescent after ${QUIESCE_S}s: $left of $total events not terminal"
+    break
+  fi
+  sleep 0.5
+done
+T_QUIET=$(now_ms)
+log "quiescent (or gave up) $(( (T_QUIET - T_CHAOS_END) / 1000 )) s after the chaos"
+
+# The leadership moved when the leader was killed.
+token_after=$(q "SELECT MAX(token) FROM distribute_lease_lock")
+owner_after=$(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL")
+(( token_after > TOKEN_BEFORE )) || fail "no new lease after the leader was killed (token $token_after)"
+[[ $(cut -d: -f2 <<< "$owner_after") != "$KILLED_LEADER" ]] || fail "the killed dispatcher still holds the lease"
+pass "a new dispatcher took the lease after the leader's kill -9 (token $TOKEN_BEFORE -> $token_after)"
+
+# Every process stops cleanly: nothing writes after this point.
+for n in "${NODES[@]}" d1 d2; do kill -TERM "${PID[$n]}"; done
+for n in "${NODES[@]}" d1 d2; do
+  rc=0; wait "${PID[$n]}" || rc=$?
+  forget_pid "${PID[$n]}"
+  [[ $rc == 0 ]] || { tail -n 20 "$WORK/$n.${INC[$n]}.log" >&2; fail "$n exited $rc after SIGTERM"; }
+done
+kill9 "$PRODUCER"; forget_pid "$PRODUCER"
+pass "every surviving process exited 0 on SIGTERM"
+log "all processes stopped; checking"
+
+# --- checks -----------------------------------------------------------------------
+sql "CREATE TABLE chaos_process (pid INT NOT NULL, name VARCHAR(16) NOT NULL, node_address VARCHAR(128) NULL)"
+while read -r pid name addr; do
+  sql "INSERT INTO chaos_process VALUES ($pid, '$name', NULLIF('$addr', ''))"
+done < "$WORK/procs"
+
+TERMINAL="('SUCCESS', 'COMPENSATED', 'FAILED')"
+lost=$(sql "SELECT $EVENTS - COUNT(*) + COALESCE(SUM(status NOT IN $TERMINAL), 0) FROM distribute_event")
+fate_mismatches=$(sql "SELECT COUNT(*) FROM distribute_event e JOIN chaos_fate f ON f.slot = $SLOT_OF_CODE
+                       WHERE e.status <> f.expect_status")
+violations=$(saga_violations)
+
+# Ledger against the final state, per event; then audit net effect against the ledger, per step.
+LEDGER_BAD_EVENTS="
+SELECT e.code, e.status, COALESCE(l.steps, '') AS ledger, COALESCE(l.bad, 0) AS not_once,
+       COALESCE(k.steps, '') AS left_applied
+FROM distribute_event e
+LEFT JOIN (SELECT event_code, GROUP_CONCAT(step_name ORDER BY step_name) AS steps,
+                  SUM(applications <> 1) AS bad
+           FROM demo_ledger GROUP BY event_code) l ON l.event_code = e.code
+LEFT JOIN (SELECT job_code, GROUP_CONCAT(step_name ORDER BY step_name) AS steps
+           FROM distribute_event_step WHERE status IN ('SUCCESS', 'COMPENSATING')
+           GROUP BY job_code) k ON k.job_code = e.code
+WHERE COALESCE(l.bad, 0) > 0
+   OR (e.status = 'SUCCESS' AND COALESCE(l.steps, '') <> 's1,s2,s3')
+   OR (e.status = 'COMPENSATED' AND l.steps IS NOT NULL)
+   OR (e.status = 'FAILED' AND COALESCE(l.steps, '') <> COALESCE(k.steps, ''))"
+AUDIT_BY_STEP="
+SELECT s.code, s.status,
+       COALESCE(SUM(a.op = 'apply'), 0) AS applies, COALESCE(SUM(a.op = 'undo'), 0) AS undos,
+       (SELECT COUNT(*) FROM demo_ledger l WHERE l.idempotency_key = s.code) AS ledger_rows
+FROM distribute_event_step s LEFT JOIN demo_ledger_audit a ON a.idempotency_key = s.code
+GROUP BY s.code, s.status"
+AUDIT_NET_BAD="SELECT * FROM ($AUDIT_BY_STEP) t WHERE applies - undos <> ledger_rows"
+ledger_mismatches=$(sql "SELECT (SELECT COUNT(*) FROM ($LEDGER_BAD_EVENTS) x) + (SELECT COUNT(*) FROM ($AUDIT_NET_BAD) y)")
+
+# Writes by a non-owner, and effects committed twice.
+STALE_WRITES="
+SELECT a.id, a.event_code, a.step_name, a.op, a.writer_attempt, a.writer_pid,
+       a.owner_attempt, a.owner_status, a.owner_node, a.written_at
+FROM demo_ledger_audit a
+WHERE NOT (a.writer_attempt <=> a.owner_attempt)
+   OR NOT (a.owner_status <=> IF(a.op = 'apply', 'RUNNING', 'COMPENSATING'))
+   OR NOT EXISTS (SELECT 1 FROM chaos_process p WHERE p.pid = a.writer_pid AND p.node_address <=> a.owner_node)"
+TWICE="SELECT * FROM ($AUDIT_BY_STEP) t WHERE applies > 1 OR undos > 1"
+double_owner=$(sql "SELECT (SELECT COUNT(*) FROM ($STALE_WRITES) x) + (SELECT COUNT(*) FROM ($TWICE) y)")
+
+# The audit has something to look at (the net check above ties it to every ledger row).
+audited=$(sql "SELECT COUNT(*) FROM demo_ledger_audit WHERE op = 'apply'")
+(( audited > 0 )) || fail "no audit rows: the demo step did not audit"
+
+# The frozen node: it lost events while frozen, learnt so when it woke, and wrote
+# nothing for them afterwards.
+frozen_lost=0; frozen_late_writes=0; frozen_reported=0
+for held in $frozen_held; do
+  code=${held%%:*}; attempt=${held##*:}
+  taken=$(sql "SELECT attempt > $attempt OR node_address IS NULL OR node_address <> '${ADDR[$frozen]}'
+               FROM distribute_event WHERE code = '$code'")
+  [[ $taken == 1 ]] || continue
+  frozen_lost=$((frozen_lost + 1))
+  late=$(sql "SELECT COUNT(*) FROM demo_ledger_audit WHERE event_code = '$code' AND writer_pid = $frozen_pid
+              AND writer_attempt = $attempt AND written_at >= '$THAW_DB_TIME'")
+  frozen_late_writes=$((frozen_late_writes + late))
+  if grep -q "EVENT_LOST_OWNERSHIP event=$code " "$frozen_log"; then
+    frozen_reported=$((frozen_reported + 1))
+  fi
+done
+log "frozen node $frozen: held $(wc -w <<< "$frozen_held"), lost $frozen_lost, reported $frozen_reported, late writes $frozen_late_writes"
+
+# How hard the chaos bit (informational).
+logs=("$WORK"/n*.log)
+log "figures: claims=$(sql "SELECT SUM(attempt) FROM distribute_event")" \
+    "events_last_reset=$(sql "SELECT COUNT(*) FROM distribute_event WHERE last_error LIKE 'reset:%'")" \
+    "lost_ownership_logged=$(cat "${logs[@]}" | grep -c EVENT_LOST_OWNERSHIP || true)" \
+    "abandoned_logged=$(cat "${logs[@]}" | grep -c EVENT_ABANDONED || true)" \
+    "handed_back_at_restart=$(cat "${logs[@]}" | sed -n 's/.*NODE_STARTED.*orphans_handed_back=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')" \
+    "audit_rows=$(sql "SELECT COUNT(*) FROM demo_ledger_audit")"
+
+elapsed=$(( (T_QUIET - T_START) / 1000 ))
+echo "events=$EVENTS kills=$kills db_restarts=$db_restarts freezes=$freezes lost=$lost double_owner=$double_owner" \
+     "saga_violations=$violations ledger_mismatches=$ledger_mismatches fate_mismatches=$fate_mismatches" \
+     "dispatcher_kills=$dispatcher_kills frozen_lost=$frozen_lost frozen_late_writes=$frozen_late_writes seconds=$elapsed"
+
+# Evidence for whatever failed.
+show() { echo "--- $1" >&2; sql "$2 LIMIT 10" >&2 || true; }
+rc=0
+if (( lost > 0 )); then
+  rc=1; show "not terminal" "SELECT code, status, phase, node_address, attempt, version, retry_count, next_run_time, process_log
+                             FROM distribute_event WHERE status NOT IN $TERMINAL"
+fi
+if (( fate_mismatches > 0 )); then
+  rc=1; show "fate mismatches" "SELECT e.code, f.fate, f.expect_status, e.status, e.retry_count, e.result, e.process_log
+                                FROM distribute_event e JOIN chaos_fate f ON f.slot = $SLOT_OF_CODE
+                                WHERE e.status <> f.expect_status"
+fi
+if (( violations > 0 )); then
+  rc=1; show "saga order" "SELECT job_code, GROUP_CONCAT(step_name, ':', status, '@', COALESCE(compensated_at, '-') ORDER BY sort)
+                           FROM distribute_event_step GROUP BY job_code
+                           HAVING SUM(status IN ('EXECUTING', 'COMPENSATING')) > 0"
+fi
+if (( ledger_mismatches > 0 )); then
+  rc=1; show "ledger vs final state" "$LEDGER_BAD_EVENTS"; show "audit net vs ledger" "$AUDIT_NET_BAD"
+fi
+if (( double_owner > 0 )); then
+  rc=1; show "writes by a non-owner" "$STALE_WRITES"; show "effects committed twice" "$TWICE"
+fi
+(( kills >= 3 && dispatcher_kills == 1 && db_restarts == 1 && freezes == 1 )) \
+  || { rc=1; echo "FAIL: the chaos did not happen as planned" >&2; }
+(( frozen_lost >= 1 )) || { rc=1; echo "FAIL: the frozen node lost no event while frozen (held: $frozen_held)" >&2; }
+(( frozen_late_writes == 0 )) || { rc=1; echo "FAIL: the frozen node wrote for events it had lost" >&2; }
+(( frozen_reported == frozen_lost )) \
+  || { rc=1; echo "FAIL: the frozen node reported $frozen_reported of $frozen_lost lost events" >&2; }
+(( rc == 0 )) || fail "chaos found violations (see above)"
+pass "chaos: every event terminal and as scripted, saga order, ledger exact, never two owners"
