@@ -673,7 +673,9 @@ Health EventStore::CheckHealth() {
         if (!h.lease.held) h.lease.owner.clear();
       }
     });
-    h.live_nodes = static_cast<int64_t>(Nodes(false).size());
+    // Only the count: no in-flight counting for a health probe.
+    h.live_nodes = static_cast<int64_t>(
+        registry::NodeDirectory(pool_, settings_.service, settings_.registry.offline_timeout).LiveNodes().size());
     h.database_ok = true;
   } catch (const Error& e) {
     h.database_ok = false;
