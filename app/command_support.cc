@@ -19,6 +19,7 @@ Settings ResolveSettings(const Invocation& inv) {
     s.service = *service;
   }
   if (auto capacity = inv.Get("capacity")) s.consumer.capacity = ParseIntOption("capacity", *capacity, 1, 10000);
+  if (auto prefetch = inv.Get("prefetch")) s.consumer.prefetch = ParseIntOption("prefetch", *prefetch, -1, 10000);
   if (auto listen = inv.Get("listen")) {
     CheckHostPort("listen", *listen);
     s.api.listen = *listen;

@@ -21,7 +21,7 @@ namespace dsync::app {
 extern const OptionSpec kJsonOption;  // --json: machine-readable output
 
 // Settings from the config file, then DSYNC_* variables, then the flags (--db,
-// --log-level, --service, --capacity, --listen when the command has them).
+// --log-level, --service, --capacity, --prefetch, --listen when the command has them).
 // Throws UsageError/ConfigError.
 Settings ResolveSettings(const Invocation& inv);
 

@@ -131,6 +131,11 @@ constexpr KeyDescriptor kKeys[] = {
      .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.idle_interval; },
      .default_text = "1000", .env = "DSYNC_DISPATCHER_IDLE_INTERVAL_MS",
      .doc = "Dispatcher polling interval when nothing is waiting."},
+    {.path = "dispatcher.busy_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.busy_interval; },
+     .default_text = "10", .env = "DSYNC_DISPATCHER_BUSY_INTERVAL_MS",
+     .doc = "Dispatcher pause after a round that assigned events or found every node full "
+            "with events due (work exists); at most poll_interval_ms."},
     {.path = "dispatcher.lease_ttl_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
      .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.lease_ttl; },
      .default_text = "10000", .env = "DSYNC_DISPATCHER_LEASE_TTL_MS",
@@ -153,6 +158,11 @@ constexpr KeyDescriptor kKeys[] = {
      .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.capacity; },
      .min = 1, .default_text = "8", .env = "DSYNC_CONSUMER_CAPACITY",
      .doc = "Events a node runs in parallel (--capacity). At least 1."},
+    {.path = "consumer.prefetch", .scope = Scope::kSettings, .kind = Kind::kInteger,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.prefetch; },
+     .min = -1, .max = 10000, .default_text = "-1", .env = "DSYNC_CONSUMER_PREFETCH",
+     .doc = "Events a node may hold assigned beyond capacity, waiting for a free worker "
+            "(--prefetch); -1: as many as capacity, 0: none. From -1 to 10000."},
 
     // api
     {.path = "api.listen", .scope = Scope::kSettings, .kind = Kind::kString,
@@ -590,6 +600,11 @@ void Settings::Validate() const {
     throw ConfigError("config: dispatcher.poll_interval_ms (" + ms(dispatcher.poll_interval) +
                       ") must be at most dispatcher.idle_interval_ms (" +
                       ms(dispatcher.idle_interval) + ")");
+  }
+  if (dispatcher.busy_interval > dispatcher.poll_interval) {
+    throw ConfigError("config: dispatcher.busy_interval_ms (" + ms(dispatcher.busy_interval) +
+                      ") must be at most dispatcher.poll_interval_ms (" +
+                      ms(dispatcher.poll_interval) + ")");
   }
   for (const auto& [name, topic] : topics) {
     if (topic.backoff_base > topic.backoff_max) {

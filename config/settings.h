@@ -40,6 +40,7 @@ struct RegistrySettings {
 struct DispatcherSettings {
   Millis poll_interval{200};          // dispatcher.poll_interval_ms
   Millis idle_interval{1000};         // dispatcher.idle_interval_ms
+  Millis busy_interval{10};           // dispatcher.busy_interval_ms: <= poll_interval
   Millis lease_ttl{10000};            // dispatcher.lease_ttl_ms
   int batch_size = 500;               // dispatcher.batch_size
 };
@@ -48,7 +49,14 @@ struct ConsumerSettings {
   Millis poll_interval{200};          // consumer.poll_interval_ms
   Millis drain_timeout{30000};        // consumer.drain_timeout_ms
   int capacity = 8;                   // consumer.capacity: parallel events (--capacity)
+  int prefetch = -1;                  // consumer.prefetch (--prefetch): -1 = capacity, 0 = none
 };
+
+// Events a node may hold assigned beyond `capacity`, waiting for a free worker:
+// consumer.prefetch, with -1 meaning "as many as capacity".
+inline int EffectivePrefetch(const ConsumerSettings& s) {
+  return s.prefetch < 0 ? s.capacity : s.prefetch;
+}
 
 struct ApiSettings {
   std::string listen = "127.0.0.1:8080";  // api.listen

@@ -80,6 +80,7 @@ void AssignmentPlanner::BeginCycle(std::vector<NodeLoad> nodes) {
     Node node;
     node.load = std::move(n);
     node.load.capacity = std::max(1, node.load.capacity);
+    node.load.prefetch = std::max(0, node.load.prefetch);
     node.all_topics = node.load.topics.empty();
     for (const auto& t : node.load.topics) {
       if (t == "*") node.all_topics = true;
@@ -169,7 +170,15 @@ PlanResult AssignmentPlanner::Plan(const std::vector<PendingEvent>& events) {
 }
 
 int AssignmentPlanner::Choose(const PendingEvent& e, const TopicPolicy& policy) {
-  auto usable = [&](const Node& n) { return n.free() > 0 && n.Serves(e.topic); };
+  int best = ChooseAmong(e, policy, /*use_prefetch=*/false);
+  return best >= 0 ? best : ChooseAmong(e, policy, /*use_prefetch=*/true);
+}
+
+int AssignmentPlanner::ChooseAmong(const PendingEvent& e, const TopicPolicy& policy,
+                                   bool use_prefetch) {
+  auto usable = [&](const Node& n) {
+    return (use_prefetch ? n.free() : n.free_within_capacity()) > 0 && n.Serves(e.topic);
+  };
   int best = -1;
   switch (policy.strategy) {
     case Strategy::kLeastLoad: {

@@ -8,8 +8,12 @@
 //   PageFilter f = planner.NextPageFilter();          // what the next page should read
 //
 // Rules, per cycle:
-//   - draining nodes get nothing; free slots = capacity - in_flight (from the event
-//     table) - assigned this cycle, and no node ever gets more than its free slots;
+//   - draining nodes get nothing; free slots = capacity + prefetch - in_flight (from
+//     the event table) - assigned this cycle, and no node ever gets more than its
+//     free slots. Prefetch room (a node holding events beyond its capacity, queued
+//     for its next free worker) is used only when no eligible node has room within
+//     its capacity; strategies rank nodes as if prefetch did not exist (least_load
+//     stays (in_flight + assigned) / capacity);
 //   - a node is eligible for an event when its topics contain the topic or "*" (no
 //     topics at all also means every topic);
 //   - at most `batch_size` assignments per cycle, and at most the topic's batch_limit
@@ -75,6 +79,7 @@ struct NodeLoad {
   std::string address;
   bool draining = false;
   int capacity = 1;             // metadata.capacity (>= 1)
+  int prefetch = 0;             // metadata.prefetch (>= 0): may hold this many beyond capacity
   int in_flight = 0;            // ASSIGNED + RUNNING + COMPENSATING rows: the truth
   int processing_count = 0;     // metadata, node-reported
   double load = 0.0;            // metadata, node-reported
@@ -144,12 +149,21 @@ class AssignmentPlanner {
     bool all_topics = false;
     std::set<std::string> topics;
     int assigned = 0;
-    int64_t free() const { return int64_t{load.capacity} - load.in_flight - assigned; }
+    // Room left, prefetch included.
+    int64_t free() const {
+      return int64_t{load.capacity} + load.prefetch - load.in_flight - assigned;
+    }
+    // Room left within capacity alone.
+    int64_t free_within_capacity() const {
+      return int64_t{load.capacity} - load.in_flight - assigned;
+    }
     bool Serves(const std::string& topic) const { return all_topics || topics.count(topic) > 0; }
   };
 
-  // Index into nodes_ of the node for `e`, or -1.
+  // Index into nodes_ of the node for `e`, or -1: among nodes with room within their
+  // capacity, else (prefetch) among nodes with any room.
   int Choose(const PendingEvent& e, const TopicPolicy& policy);
+  int ChooseAmong(const PendingEvent& e, const TopicPolicy& policy, bool use_prefetch);
 
   const PlannerConfig config_;
   std::vector<Node> nodes_;  // non-draining only, by address

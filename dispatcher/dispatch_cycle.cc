@@ -29,11 +29,12 @@ std::string CountInFlightSql(size_t nodes) {
 // any_topic (bool), served topics (comma list), exhausted topics (comma list),
 // unordered topics (comma list), limit.
 // idx_due (status, priority, id, next_run_time) gives the order and stops at LIMIT;
-// next_run_time is checked in the index. It is forced: the optimizer rates idx_dispatch
-// (status, priority, id) as equal and may take it, and then every event waiting for
-// its backoff costs a row lookup (measured with 50k such events ahead of the due ones
-// and 150k terminal rows: 90 ms through idx_dispatch, 14 ms through idx_due). FORCE
-// INDEX reads the same on MySQL 8 and MariaDB; V003 creates the index. The ordering check
+// next_run_time is checked in the index. It is forced: the optimizer rated the old
+// idx_dispatch (status, priority, id) as equal and took it, and then every event
+// waiting for its backoff cost a row lookup (measured with 50k such events ahead of the
+// due ones and 150k terminal rows: 90 ms through idx_dispatch, 14 ms through idx_due).
+// V006 dropped idx_dispatch; the hint stays so no other (status, ...) index is picked.
+// FORCE INDEX reads the same on MySQL 8 and MariaDB; V003 creates the index. The ordering check
 // is one probe per non-terminal status, each a ref on idx_entity_status (tenant_id,
 // data_id, status): one `status IN (...)` probe is planned as a ref on (tenant_id,
 // data_id) alone and reads the entity's whole terminal history (measured: 50k
@@ -126,8 +127,11 @@ Millis Elapsed(Clock::TimePoint from, Clock::TimePoint to) {
 }  // namespace
 
 Millis NextDispatchDelay(const CycleResult& r, Millis previous, const DispatcherSettings& s) {
-  if (!r.fenced_out && r.assigned > 0 && r.more_due) return Millis(0);
-  if (r.free_slots > 0 && r.due_read == 0 && !r.fenced_out) {
+  if (r.fenced_out) return s.poll_interval;
+  if (r.assigned > 0 && r.more_due) return Millis(0);
+  // Validate() keeps busy_interval <= poll_interval; min() for settings built in code.
+  if (r.assigned > 0 || r.backlog) return std::min(s.busy_interval, s.poll_interval);
+  if (r.free_slots > 0 && r.due_read == 0) {
     // Nothing due at all: back off, doubling, to the idle interval.
     Millis next = std::max(s.poll_interval, previous * 2);
     return std::min(next, s.idle_interval);
@@ -165,6 +169,7 @@ std::vector<NodeLoad> DispatchCycle::ReadNodes() {
     l.address = n.node_address;
     l.draining = n.status == registry::NodeStatus::kDraining;
     l.capacity = std::max(1, n.metadata.capacity);
+    l.prefetch = std::max(0, n.metadata.prefetch);
     auto it = in_flight.find(n.node_address);
     l.in_flight = it == in_flight.end() ? 0 : static_cast<int>(it->second);
     l.processing_count = n.metadata.processing_count;
@@ -273,8 +278,10 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
   CycleResult r;
   std::vector<NodeLoad> nodes = ReadNodes();
   r.live_nodes = static_cast<int>(nodes.size());
+  const bool any_taker = std::any_of(nodes.begin(), nodes.end(), [](const NodeLoad& n) { return !n.draining; });
   planner_.BeginCycle(std::move(nodes));
   r.free_slots = planner_.free_slots();
+  bool no_room = false;  // an event read found no eligible node with room left
 
   Cursor cursor{std::numeric_limits<int32_t>::min(), 0};
   for (int page = 0; page < options_.max_pages; ++page) {
@@ -292,6 +299,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
 
     PlanResult plan = planner_.Plan(events);
     r.skipped += static_cast<int>(events.size() - plan.assignments.size());
+    if (plan.skipped_no_node > 0) no_room = true;
     if (!plan.assignments.empty()) {
       if (leading && !leading()) break;
       WriteResult w = Write(plan.assignments, fence);
@@ -319,6 +327,15 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
     r.more_due = page_full;
     if (!page_full) break;  // every due event the filter allows was read
   }
+  // Whether due events wait for a slot. A cycle that read knows; one that could not
+  // read because every node was full keeps what the last reading cycle saw (the
+  // events it left are still due unless something else took them).
+  if (r.pages > 0) {
+    backlog_ = r.more_due || no_room;
+  } else if (r.free_slots > 0 || !any_taker) {
+    backlog_ = false;  // no node to wait for (none live and not draining), or none read
+  }
+  r.backlog = backlog_;
   return r;
 }
 

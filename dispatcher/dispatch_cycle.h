@@ -69,6 +69,10 @@ struct CycleResult {
   int skipped = 0;           // read but not planned (ordering, limits, no node)
   bool fenced_out = false;   // the lease was not ours at write time: nothing written
   bool more_due = false;     // stopped while more events may be due (page or budget full)
+  // Due events were left waiting for a free slot: a page came back full, an event
+  // found no node with room, or (nothing read because every node was full) the last
+  // cycle that did read left some waiting. Work exists; slots free within moments.
+  bool backlog = false;
   Millis duration{0};
 };
 
@@ -85,9 +89,14 @@ struct CycleStats {
   metrics::HistogramSnapshot cycle_duration;    // successful cycles, seconds
 };
 
-// When to run the next cycle after `r`: at once when a cycle assigned events and
-// stopped with more possibly due; poll_interval while events wait or nodes are full;
-// doubling from poll_interval up to idle_interval while nothing at all is due.
+// When to run the next cycle after `r`:
+//   - at once when it assigned events and stopped with more possibly due;
+//   - busy_interval when work exists: it assigned something, or due events were left
+//     waiting because the nodes were full (r.backlog). Under load nodes free slots
+//     within milliseconds; a whole poll_interval would leave them idle;
+//   - doubling from poll_interval up to idle_interval while nothing at all is due;
+//   - poll_interval otherwise (fenced out, no live node, events held back by ordering
+//     or batch limits).
 // `previous` is the delay chosen after the previous cycle.
 Millis NextDispatchDelay(const CycleResult& r, Millis previous, const DispatcherSettings& s);
 
@@ -130,6 +139,7 @@ class DispatchCycle {
   const CycleOptions options_;
   registry::NodeDirectory directory_;
   AssignmentPlanner planner_;
+  bool backlog_ = false;  // CycleResult::backlog of the last cycle; RunOnce's thread only
 
   std::mutex mu_;
   CycleStats stats_;

@@ -13,9 +13,11 @@
 //   - lease: dispatcher::Locker on lock "dispatcher:<service>", ttl
 //     dispatcher.lease_ttl_ms (renew at ttl/3, watchdog at ttl - ttl/5);
 //   - dispatch: DispatchCycle::RunOnce while leader, fenced by the lease token; then
-//     at once again when the batch was full, else dispatcher.poll_interval_ms,
-//     doubling to dispatcher.idle_interval_ms while nothing is due (and after
-//     consecutive failures); polls leadership every poll_interval while a follower;
+//     at once again when the batch was full, dispatcher.busy_interval_ms while work
+//     exists (something was assigned, or due events wait for full nodes), doubling
+//     from dispatcher.poll_interval_ms to dispatcher.idle_interval_ms while nothing
+//     is due (and after consecutive failures), else poll_interval (NextDispatchDelay);
+//     polls leadership every poll_interval while a follower;
 //   - sweep: EventSweeper::SweepOnce every registry.sweep_interval_ms while leader.
 // Database failures are logged (DISPATCH_FAILED, SWEEP_FAILED) and retried at the
 // next turn; they never stop the service. A database restart is survived by the

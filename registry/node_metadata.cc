@@ -95,10 +95,11 @@ void ReadTopics(const json& obj, std::vector<std::string>& out, Problems& proble
 
 void ReadAll(const json& obj, NodeMetadata& md, Problems& problems) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  int64_t capacity = md.capacity, processing = md.processing_count;
+  int64_t capacity = md.capacity, prefetch = md.prefetch, processing = md.processing_count;
   ReadString(obj, "version", md.version, problems);
   ReadNumber(obj, "weight", /*positive=*/true, "must be a number > 0", md.weight, problems);
   ReadInt(obj, "capacity", 1, kIntMax, "must be an integer >= 1", capacity, problems);
+  ReadInt(obj, "prefetch", 0, kIntMax, "must be an integer >= 0", prefetch, problems);
   ReadInt(obj, "processing_count", 0, kIntMax, "must be an integer >= 0", processing, problems);
   ReadNumber(obj, "load", /*positive=*/false, "must be a number >= 0", md.load, problems);
   ReadTopics(obj, md.topics, problems);
@@ -108,6 +109,7 @@ void ReadAll(const json& obj, NodeMetadata& md, Problems& problems) {
   ReadString(obj, "started_at", md.started_at, problems);
   ReadString(obj, "incarnation", md.incarnation, problems);
   md.capacity = static_cast<int>(capacity);
+  md.prefetch = static_cast<int>(prefetch);
   md.processing_count = static_cast<int>(processing);
 }
 
@@ -123,6 +125,7 @@ std::string NodeMetadata::ToJson() const {
   json j = {{"version", version},
             {"weight", weight},
             {"capacity", capacity},
+            {"prefetch", prefetch},
             {"processing_count", processing_count},
             {"load", load},
             {"topics", topics},

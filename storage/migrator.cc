@@ -39,8 +39,11 @@ constexpr const char* kGetLock = "SELECT GET_LOCK(?, ?)";
 // Params: lock name.
 constexpr const char* kReleaseLock = "SELECT RELEASE_LOCK(?)";
 
-// 1050 table exists, 1060 duplicate column, 1061 duplicate key name.
-bool IsAlreadyApplied(int code) { return code == 1050 || code == 1060 || code == 1061; }
+// 1050 table exists, 1060 duplicate column, 1061 duplicate key name, 1091 can't drop
+// (the index or column is already gone).
+bool IsAlreadyApplied(int code) {
+  return code == 1050 || code == 1060 || code == 1061 || code == 1091;
+}
 
 std::string Checksum(const std::string& text) {
   uint64_t h = 1469598103934665603ULL;
@@ -156,8 +159,8 @@ MigrateResult Migrator::Migrate(Millis lock_timeout) {
           conn->ExecuteDdl(statement);
         } catch (const sql::SQLException& e) {
           // A run interrupted between a statement and the version row left this
-          // statement applied; MySQL has no ADD COLUMN IF NOT EXISTS, so accept
-          // "already exists" as done.
+          // statement applied; MySQL has no ADD COLUMN IF NOT EXISTS (nor DROP INDEX
+          // IF EXISTS), so accept "already exists" and "already gone" as done.
           if (!IsAlreadyApplied(e.getErrorCode())) throw;
           spdlog::info("MIGRATION_STATEMENT_ALREADY_APPLIED version={} code={}", m.version,
                        e.getErrorCode());

@@ -6,8 +6,9 @@
 //     runs serialise: the second finds nothing left to do;
 //   - refuses a database whose version is newer than this binary knows;
 //   - applies each missing version in order and records it. A run interrupted
-//     midway can simply run again: CREATE statements say IF NOT EXISTS, and an
-//     ALTER that finds its column or index already there (1060/1061) counts as done.
+//     midway can simply run again: CREATE statements say IF NOT EXISTS, an ALTER
+//     that finds its column or index already there (1060/1061), and a DROP that finds
+//     it already gone (1091), count as done.
 // RequireCurrent() is what every other command calls at start: it fails with a
 // SchemaError telling the user to run `dsync migrate` (or to upgrade dsync).
 //

@@ -40,6 +40,11 @@ expect_error "DSYNC_REGISTRY_OFFLINE_TIMEOUT_MS" env DSYNC_REGISTRY_OFFLINE_TIME
 expect_error "unknown command 'launch'" "$DSYNC_BIN" launch
 expect_error "unknown option --capacty" "$DSYNC_BIN" node --capacty 3
 expect_error "--capacity must be an integer from 1 to 10000" "$DSYNC_BIN" node --db "$DB_URL" --capacity lots
+expect_error "--prefetch must be an integer from -1 to 10000" "$DSYNC_BIN" node --db "$DB_URL" --prefetch -2
+expect_error "--prefetch must be an integer from -1 to 10000" "$DSYNC_BIN" all --db "$DB_URL" --prefetch many
+expect_error "DSYNC_CONSUMER_PREFETCH" env DSYNC_CONSUMER_PREFETCH=-5 "$DSYNC_BIN" node --db "$DB_URL"
+echo '{"topics": {"T": {"steps": [{"name": "s", "type": "demo"}]}}, "dispatcher": {"poll_interval_ms": 50, "busy_interval_ms": 60}}' > "$WORK/busy.json"
+expect_error "dispatcher.busy_interval_ms (60) must be at most dispatcher.poll_interval_ms (50)" "$DSYNC_BIN" dispatcher --db "$DB_URL" --config "$WORK/busy.json"
 expect_error "--node-address must be HOST:PORT" "$DSYNC_BIN" node --db "$DB_URL" --node-address nohost
 expect_error "log_level: expected one of trace|debug|info|warn|error|off, got 'loud'" "$DSYNC_BIN" nodes --db "$DB_URL" --log-level loud
 expect_error "--topics: unknown topic 'NOPE'" "$DSYNC_BIN" node --db "$DB_URL" --node-address h:1 \

@@ -81,6 +81,69 @@ TEST(DispatcherCycleTest, LeastLoadedLiveNodesGetTheWorkWithinCapacity) {
   EXPECT_EQ(cycle.stats().cycles, 3u);
 }
 
+TEST(DispatcherCycleTest, BacklogIsReportedWhileNodesAreFullAndClearedWhenDrained) {
+  TestSchema db;
+  SystemClock clock;
+  AddNode(db, {.address = "a:1", .capacity = 2});
+  AddPendingEvents(db, 5, "T", "e");
+  DispatchCycle cycle = MakeCycle(db, clock);
+  DispatcherSettings pace;  // poll 200, idle 1000, busy 10
+
+  CycleResult r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 2);
+  EXPECT_TRUE(r.more_due);
+  EXPECT_TRUE(r.backlog);
+  EXPECT_EQ(NextDispatchDelay(r, 0ms, pace), 0ms);
+
+  // Full: nothing read, but the events left last time still wait: busy pacing.
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.pages, 0);
+  EXPECT_EQ(r.assigned, 0);
+  EXPECT_TRUE(r.backlog);
+  EXPECT_EQ(NextDispatchDelay(r, 0ms, pace), 10ms);
+
+  // The node finishes both; the rest (3) fit after one more round (2 + 1).
+  db.Exec("UPDATE distribute_event SET status = 'SUCCESS', version = version + 1 WHERE status = 'ASSIGNED'");
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 2);
+  db.Exec("UPDATE distribute_event SET status = 'SUCCESS', version = version + 1 WHERE status = 'ASSIGNED'");
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 1);
+  EXPECT_FALSE(r.more_due);
+  EXPECT_FALSE(r.backlog);
+  EXPECT_EQ(NextDispatchDelay(r, 0ms, pace), 10ms);  // assigned something
+
+  // Nothing due at all: idle backoff, even once the node is full again.
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 0);
+  EXPECT_FALSE(r.backlog);
+  EXPECT_EQ(NextDispatchDelay(r, 200ms, pace), 400ms);
+  AddEvent(db, {.code = "fill", .status = "ASSIGNED", .node = "a:1", .version = 2});
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.free_slots, 0);
+  EXPECT_FALSE(r.backlog);
+  EXPECT_EQ(NextDispatchDelay(r, 400ms, pace), 200ms);
+}
+
+TEST(DispatcherCycleTest, PrefetchFromMetadataLetsNodesHoldMoreThanCapacity) {
+  TestSchema db;
+  SystemClock clock;
+  AddNode(db, {.address = "a:1", .capacity = 2, .prefetch = 3});
+  AddNode(db, {.address = "b:1", .capacity = 4});  // no prefetch published: none
+  AddPendingEvents(db, 20, "T", "e");
+  DispatchCycle cycle = MakeCycle(db, clock);
+  CycleResult r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.free_slots, 9);
+  EXPECT_EQ(r.assigned, 9);
+  auto per = AssignedPerNode(db);
+  EXPECT_EQ(per["a:1"], 5);
+  EXPECT_EQ(per["b:1"], 4);
+  // Held events count as in flight: nothing more until one finishes.
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.free_slots, 0);
+  EXPECT_EQ(r.assigned, 0);
+}
+
 TEST(DispatcherCycleTest, CapacitySharesFollowCapacityOneTwoFour) {
   TestSchema db;
   SystemClock clock;

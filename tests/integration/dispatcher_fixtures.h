@@ -20,6 +20,7 @@ constexpr const char* kService = "kbs-sync";
 struct NodeRow {
   std::string address{};
   int capacity = 8;
+  int prefetch = 0;
   std::vector<std::string> topics = {"*"};
   int status = 1;            // 0 offline, 1 online, 2 draining
   int64_t age_ms = 0;        // heartbeat this long ago
@@ -33,6 +34,7 @@ inline void AddNode(TestSchema& db, const NodeRow& n) {
   registry::NodeMetadata md;
   md.version = "test";
   md.capacity = n.capacity;
+  md.prefetch = n.prefetch;
   md.processing_count = n.processing_count;
   md.load = n.load;
   md.weight = n.weight;

@@ -11,6 +11,7 @@ NodeMetadata Sample() {
   md.version = "0.1.0";
   md.weight = 2.5;
   md.capacity = 8;
+  md.prefetch = 4;
   md.processing_count = 3;
   md.load = 0.375;
   md.topics = {"SPACE_ADD", "DOC_SYNC"};
@@ -24,6 +25,7 @@ NodeMetadata Sample() {
 void ExpectDefaults(const NodeMetadata& md) {
   NodeMetadata defaults;
   EXPECT_EQ(md.capacity, 1);
+  EXPECT_EQ(md.prefetch, 0);
   EXPECT_TRUE(md.topics.empty());
   EXPECT_EQ(md.processing_count, 0);
   EXPECT_DOUBLE_EQ(md.load, 0.0);
@@ -33,11 +35,12 @@ void ExpectDefaults(const NodeMetadata& md) {
 
 TEST(NodeMetadataTest, ToJsonWritesEveryField) {
   auto j = nlohmann::json::parse(Sample().ToJson());
-  for (const char* key : {"version", "weight", "capacity", "processing_count", "load", "topics",
-                          "host", "pid", "started_at", "incarnation"}) {
+  for (const char* key : {"version", "weight", "capacity", "prefetch", "processing_count", "load",
+                          "topics", "host", "pid", "started_at", "incarnation"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["capacity"], 8);
+  EXPECT_EQ(j["prefetch"], 4);
   EXPECT_EQ(j["topics"], nlohmann::json({"SPACE_ADD", "DOC_SYNC"}));
 }
 
@@ -49,6 +52,7 @@ TEST(NodeMetadataTest, RoundTrip) {
   EXPECT_EQ(got.version, md.version);
   EXPECT_DOUBLE_EQ(got.weight, md.weight);
   EXPECT_EQ(got.capacity, md.capacity);
+  EXPECT_EQ(got.prefetch, md.prefetch);
   EXPECT_EQ(got.processing_count, md.processing_count);
   EXPECT_DOUBLE_EQ(got.load, md.load);
   EXPECT_EQ(got.topics, md.topics);
@@ -110,6 +114,7 @@ TEST_P(NodeMetadataBadFieldTest, FieldDefaultedOthersRead) {
   const NodeMetadata& got = parsed.metadata;
   const std::string f = bad.field;
   EXPECT_EQ(got.capacity, f == "capacity" ? defaults.capacity : expected.capacity);
+  EXPECT_EQ(got.prefetch, f == "prefetch" ? defaults.prefetch : expected.prefetch);
   EXPECT_EQ(got.processing_count,
             f == "processing_count" ? defaults.processing_count : expected.processing_count);
   EXPECT_DOUBLE_EQ(got.load, f == "load" ? defaults.load : expected.load);
@@ -126,7 +131,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(BadField{"capacity", "\"x\""}, BadField{"capacity", "0"},
                       BadField{"capacity", "-3"}, BadField{"capacity", "2.5"},
                       BadField{"capacity", "8.0"}, BadField{"capacity", "3000000000"},
-                      BadField{"capacity", "true"}, BadField{"load", "-0.5"},
+                      BadField{"capacity", "true"}, BadField{"prefetch", "-1"},
+                      BadField{"prefetch", "\"8\""}, BadField{"prefetch", "1.5"},
+                      BadField{"prefetch", "3000000000"}, BadField{"load", "-0.5"},
                       BadField{"load", "\"high\""}, BadField{"weight", "0"},
                       BadField{"weight", "-1"}, BadField{"weight", "\"heavy\""},
                       BadField{"processing_count", "-1"}, BadField{"processing_count", "1.5"},
@@ -155,6 +162,11 @@ TEST(NodeMetadataTest, UnknownFieldsIgnoredMissingAndNullFieldsDefaulted) {
   EXPECT_EQ(parsed.metadata.capacity, 4);
   EXPECT_DOUBLE_EQ(parsed.metadata.load, 0.0);
   EXPECT_TRUE(parsed.metadata.topics.empty());
+
+  // A node that publishes no prefetch (older versions) gets none.
+  EXPECT_EQ(parsed.metadata.prefetch, 0);
+  EXPECT_EQ(ParseNodeMetadata(R"({"prefetch":0})").metadata.prefetch, 0);
+  EXPECT_EQ(ParseNodeMetadata(R"({"prefetch":16})").metadata.prefetch, 16);
 
   ParsedMetadata empty = ParseNodeMetadata("{}");
   EXPECT_FALSE(empty.problem.has_value());

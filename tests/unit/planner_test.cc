@@ -351,7 +351,7 @@ TEST(PlannerTest, ConfigFromSettings) {
 }
 
 TEST(PlannerTest, CadenceAfterACycle) {
-  DispatcherSettings s;  // poll 200, idle 1000
+  DispatcherSettings s;  // poll 200, idle 1000, busy 10
   CycleResult full;
   full.free_slots = 10;
   full.due_read = 10;
@@ -359,9 +359,9 @@ TEST(PlannerTest, CadenceAfterACycle) {
   full.more_due = true;
   EXPECT_EQ(NextDispatchDelay(full, 200ms, s), 0ms);
 
-  CycleResult some = full;
+  CycleResult some = full;  // assigned, read all that was due: work exists
   some.more_due = false;
-  EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 200ms);
+  EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 10ms);
 
   CycleResult nothing_due;
   nothing_due.free_slots = 10;
@@ -375,11 +375,142 @@ TEST(PlannerTest, CadenceAfterACycle) {
   EXPECT_EQ(d, 1000ms);
   EXPECT_EQ(NextDispatchDelay(nothing_due, d, s), 1000ms);
 
-  CycleResult nodes_full;  // no free slot: events may wait; keep polling
+  CycleResult nodes_full;  // no free slot, nothing known to wait: keep polling
   EXPECT_EQ(NextDispatchDelay(nodes_full, 1000ms, s), 200ms);
   CycleResult fenced = full;
   fenced.fenced_out = true;
   EXPECT_EQ(NextDispatchDelay(fenced, 0ms, s), 200ms);
+}
+
+TEST(PlannerTest, CadenceIsBusyIntervalWhileWorkExists) {
+  DispatcherSettings s;  // poll 200, idle 1000, busy 10
+  ASSERT_EQ(s.busy_interval, 10ms);
+
+  // Assigned some, read everything due: nodes may free slots any moment.
+  CycleResult some;
+  some.free_slots = 10;
+  some.due_read = 3;
+  some.assigned = 3;
+  EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 10ms);
+  EXPECT_EQ(NextDispatchDelay(some, 1000ms, s), 10ms);
+
+  // Every node full, events left waiting (nothing read, nothing assigned).
+  CycleResult full_with_backlog;
+  full_with_backlog.backlog = true;
+  EXPECT_EQ(NextDispatchDelay(full_with_backlog, 1000ms, s), 10ms);
+  // Events read that no node had room for.
+  CycleResult no_room;
+  no_room.free_slots = 2;
+  no_room.due_read = 5;
+  no_room.skipped = 5;
+  no_room.backlog = true;
+  EXPECT_EQ(NextDispatchDelay(no_room, 200ms, s), 10ms);
+
+  // Still at once after a full page with assignments.
+  CycleResult page_full = some;
+  page_full.more_due = true;
+  page_full.backlog = true;
+  EXPECT_EQ(NextDispatchDelay(page_full, 10ms, s), 0ms);
+
+  // Events due but held back (ordering, batch limits), no backlog: poll_interval.
+  CycleResult held;
+  held.free_slots = 10;
+  held.due_read = 4;
+  held.skipped = 4;
+  EXPECT_EQ(NextDispatchDelay(held, 10ms, s), 200ms);
+
+  // Nothing due after busy cycles: the idle backoff starts again at poll_interval.
+  CycleResult nothing_due;
+  nothing_due.free_slots = 10;
+  Millis d = NextDispatchDelay(nothing_due, 10ms, s);
+  EXPECT_EQ(d, 200ms);
+  EXPECT_EQ(NextDispatchDelay(nothing_due, d, s), 400ms);
+
+  // A fenced-out cycle never runs busy, whatever it saw.
+  CycleResult fenced = full_with_backlog;
+  fenced.fenced_out = true;
+  fenced.assigned = 0;
+  EXPECT_EQ(NextDispatchDelay(fenced, 0ms, s), 200ms);
+
+  // Configured values are used; busy never exceeds poll (settings built in code).
+  s.busy_interval = 25ms;
+  EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 25ms);
+  s.poll_interval = 20ms;
+  EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 20ms);
+}
+
+NodeLoad WithPrefetch(NodeLoad n, int prefetch) {
+  n.prefetch = prefetch;
+  return n;
+}
+
+TEST(PlannerTest, PrefetchLetsANodeHoldCapacityPlusPrefetch) {
+  for (Strategy s : kAllStrategies) {
+    AssignmentPlanner p(Config(s));
+    // a: 4 + 4, 2 in flight -> 6 more; b: 2 + 0, full; c: 3 + 1, 4 in flight -> none.
+    p.BeginCycle({WithPrefetch(Node("a:1", 4, 2), 4), Node("b:1", 2, 2),
+                  WithPrefetch(Node("c:1", 3, 4), 1)});
+    EXPECT_EQ(p.free_slots(), 6) << StrategyName(s);
+    EXPECT_EQ(p.remaining(), 6) << StrategyName(s);
+    PlanResult r = p.Plan(Events(10));
+    auto per = PerNode(r);
+    EXPECT_EQ(per["a:1"], 6) << StrategyName(s);
+    EXPECT_EQ(per.count("b:1"), 0u) << StrategyName(s);
+    EXPECT_EQ(per.count("c:1"), 0u) << StrategyName(s);
+    EXPECT_EQ(r.skipped_no_node, 4) << StrategyName(s);
+    EXPECT_EQ(p.remaining(), 0) << StrategyName(s);
+  }
+}
+
+TEST(PlannerTest, PrefetchRoomOnlyWhenEveryEligibleNodeIsAtCapacity) {
+  for (Strategy s : kAllStrategies) {
+    AssignmentPlanner p(Config(s));
+    // Both idle, capacity 4, prefetch 4: the first 8 fill capacities (4 each), only
+    // then prefetch room is used, 4 more each.
+    p.BeginCycle({WithPrefetch(Node("a:1", 4), 4), WithPrefetch(Node("b:1", 4), 4)});
+    PlanResult first = p.Plan(Events(8));
+    auto per = PerNode(first);
+    EXPECT_EQ(per["a:1"], 4) << StrategyName(s);
+    EXPECT_EQ(per["b:1"], 4) << StrategyName(s);
+    PlanResult second = p.Plan(Events(20, "T", 100));
+    per = PerNode(second);
+    EXPECT_EQ(per["a:1"], 4) << StrategyName(s);
+    EXPECT_EQ(per["b:1"], 4) << StrategyName(s);
+    EXPECT_EQ(second.skipped_no_node, 12) << StrategyName(s);
+  }
+}
+
+TEST(PlannerTest, PrefetchKeepsLeastLoadOrderByCapacity) {
+  AssignmentPlanner p(Config(Strategy::kLeastLoad));
+  // a: capacity 2 with a large prefetch, b: capacity 8 without. Below capacity the
+  // order is by (in_flight + assigned) / capacity, so b takes its share first.
+  p.BeginCycle({WithPrefetch(Node("a:1", 2), 100), Node("b:1", 8)});
+  auto per = PerNode(p.Plan(Events(10)));
+  EXPECT_EQ(per["a:1"], 2);
+  EXPECT_EQ(per["b:1"], 8);
+  // Both at capacity now: only a has room (prefetch), and it takes the rest.
+  per = PerNode(p.Plan(Events(5, "T", 100)));
+  EXPECT_EQ(per["a:1"], 5);
+  EXPECT_EQ(per.count("b:1"), 0u);
+
+  // Above capacity, least-load order still decides among nodes with prefetch room:
+  // a at 3/2 = 12/8, b at 9/8, 10/8, 11/8 takes three; then b is out of room (8 + 4).
+  p.BeginCycle({WithPrefetch(Node("a:1", 2, 3), 4), WithPrefetch(Node("b:1", 8, 9), 4)});
+  PlanResult r = p.Plan(Events(5));
+  ASSERT_EQ(r.assignments.size(), 5u);
+  std::vector<std::string> order;
+  for (const auto& a : r.assignments) order.push_back(a.node_address);
+  EXPECT_EQ(order, (std::vector<std::string>{"b:1", "b:1", "b:1", "a:1", "a:1"}));
+}
+
+TEST(PlannerTest, PrefetchRoomCountsForPageFilters) {
+  AssignmentPlanner p(Config(Strategy::kLeastLoad));
+  // x serves X only and is at capacity, but has prefetch room: X is still served.
+  p.BeginCycle({WithPrefetch(Node("x:1", 2, 2, {"X"}), 2), Node("y:1", 2, 2, {"Y"})});
+  PageFilter f = p.NextPageFilter();
+  EXPECT_EQ(f.limit, 2);
+  EXPECT_FALSE(f.any_topic);
+  EXPECT_EQ(f.served_topics, std::vector<std::string>{"X"});
 }
 
 }  // namespace

@@ -67,11 +67,14 @@ TEST(SettingsTest, DefaultsWhenOnlyTopicsGiven) {
   EXPECT_EQ(s.registry.purge_after, Millis(604800000));
   EXPECT_EQ(s.dispatcher.poll_interval, Millis(200));
   EXPECT_EQ(s.dispatcher.idle_interval, Millis(1000));
+  EXPECT_EQ(s.dispatcher.busy_interval, Millis(10));
   EXPECT_EQ(s.dispatcher.lease_ttl, Millis(10000));
   EXPECT_EQ(s.dispatcher.batch_size, 500);
   EXPECT_EQ(s.consumer.poll_interval, Millis(200));
   EXPECT_EQ(s.consumer.drain_timeout, Millis(30000));
   EXPECT_EQ(s.consumer.capacity, 8);
+  EXPECT_EQ(s.consumer.prefetch, -1);
+  EXPECT_EQ(EffectivePrefetch(s.consumer), 8);
   EXPECT_EQ(s.api.listen, "127.0.0.1:8080");
   EXPECT_EQ(s.api.token, "");
   EXPECT_EQ(s.api.max_body_bytes, 1048576);
@@ -362,6 +365,13 @@ TEST(SettingsTest, ValidateOtherCrossFieldRules) {
             "config: dispatcher.poll_interval_ms (2000) must be at most "
             "dispatcher.idle_interval_ms (1000)");
   s = Settings();
+  s.dispatcher.busy_interval = Millis(201);
+  EXPECT_EQ(ValidateError(s),
+            "config: dispatcher.busy_interval_ms (201) must be at most "
+            "dispatcher.poll_interval_ms (200)");
+  s.dispatcher.busy_interval = Millis(200);
+  EXPECT_NO_THROW(s.Validate());
+  s = Settings();
   s.registry.purge_after = Millis(30000);
   EXPECT_EQ(ValidateError(s),
             "config: registry.offline_timeout_ms (30000) must be less than "
@@ -376,8 +386,26 @@ TEST(SettingsTest, ValidateOtherCrossFieldRules) {
   s.consumer.capacity = 0;
   EXPECT_EQ(ValidateError(s), "config: consumer.capacity: must be at least 1, got 0");
   s = Settings();
+  s.consumer.prefetch = -2;
+  EXPECT_EQ(ValidateError(s), "config: consumer.prefetch: must be at least -1, got -2");
+  s = Settings();
   s.log_level = "chatty";
   EXPECT_TRUE(Contains(ValidateError(s), "config: log_level: expected one of"));
+}
+
+TEST(SettingsTest, EffectivePrefetchResolvesMinusOneToCapacity) {
+  ConsumerSettings c;
+  c.capacity = 12;
+  c.prefetch = -1;
+  EXPECT_EQ(EffectivePrefetch(c), 12);
+  c.prefetch = 0;
+  EXPECT_EQ(EffectivePrefetch(c), 0);
+  c.prefetch = 3;
+  EXPECT_EQ(EffectivePrefetch(c), 3);
+  Settings s = ParseSettings(WithTopics(R"("consumer": {"capacity": 4, "prefetch": 2})"), {});
+  EXPECT_EQ(EffectivePrefetch(s.consumer), 2);
+  EXPECT_TRUE(Contains(ParseError(WithTopics(R"("consumer": {"prefetch": -2})"), {}),
+                       "config: consumer.prefetch: must be at least -1, got -2"));
 }
 
 TEST(SettingsTest, ValidateApiListen) {
@@ -413,11 +441,13 @@ std::map<std::string, EnvProbe> EnvProbes() {
       {"registry.purge_after_ms", {"86400000", [=](const Settings& s) { return ms(s.registry.purge_after); }}},
       {"dispatcher.poll_interval_ms", {"50", [=](const Settings& s) { return ms(s.dispatcher.poll_interval); }}},
       {"dispatcher.idle_interval_ms", {"5000", [=](const Settings& s) { return ms(s.dispatcher.idle_interval); }}},
+      {"dispatcher.busy_interval_ms", {"5", [=](const Settings& s) { return ms(s.dispatcher.busy_interval); }}},
       {"dispatcher.lease_ttl_ms", {"3000", [=](const Settings& s) { return ms(s.dispatcher.lease_ttl); }}},
       {"dispatcher.batch_size", {"42", [](const Settings& s) { return std::to_string(s.dispatcher.batch_size); }}},
       {"consumer.poll_interval_ms", {"99", [=](const Settings& s) { return ms(s.consumer.poll_interval); }}},
       {"consumer.drain_timeout_ms", {"1500", [=](const Settings& s) { return ms(s.consumer.drain_timeout); }}},
       {"consumer.capacity", {"16", [](const Settings& s) { return std::to_string(s.consumer.capacity); }}},
+      {"consumer.prefetch", {"0", [](const Settings& s) { return std::to_string(s.consumer.prefetch); }}},
       {"api.listen", {"0.0.0.0:9090", [](const Settings& s) { return s.api.listen; }}},
       {"api.token", {"s3cret", [](const Settings& s) { return s.api.token; }}},
       {"api.max_body_bytes", {"4096", [](const Settings& s) { return std::to_string(s.api.max_body_bytes); }}},
