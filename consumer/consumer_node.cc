@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "dispatcher/event_reset.h"
+#include "core/error.h"
 #include "core/process.h"
 
 namespace dsync::consumer {
@@ -37,6 +38,9 @@ constexpr const char* kSelectUnclaimed = R"(
 SELECT id, version, status, code FROM distribute_event
 WHERE node_address = ? AND status = 'ASSIGNED')";
 
+// The pause between polls while events keep arriving.
+constexpr Millis kBusyPollGap{1};
+
 }  // namespace
 
 ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engine, Clock& clock,
@@ -59,6 +63,7 @@ ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engi
                 static_cast<int>(now_ms % 1000));
   metadata_.version = DSYNC_VERSION;
   metadata_.capacity = options_.capacity;
+  metadata_.prefetch = std::max(0, options_.prefetch);
   metadata_.topics = options_.topics;
   metadata_.host = Hostname();
   metadata_.pid = getpid();
@@ -116,11 +121,12 @@ int ConsumerNode::HandBack(const char* select_sql, const char* reason) {
 
 int ConsumerNode::PollOnce() {
   int limit;
+  int free;
   std::set<int64_t> known;
   {
     std::lock_guard lock(mu_);
     if (!accepting_) return 0;
-    int free = options_.capacity - static_cast<int>(known_.size());
+    free = options_.capacity - static_cast<int>(known_.size());
     if (free <= 0) return 0;
     // Ask for as many more as are queued locally (still ASSIGNED), so they don't
     // crowd new ones out of the LIMIT.
@@ -152,10 +158,35 @@ int ConsumerNode::PollOnce() {
     return out;
   });
   stats_.polls++;
+  if (static_cast<int>(events.size()) > free) events.resize(static_cast<size_t>(free));
+  // First attempts are claimed here, all in one transaction; the rest are claimed
+  // one by one by their worker (SagaEngine::Run).
+  std::vector<int64_t> candidates;
+  for (const auto& e : events) candidates.push_back(e.id);
+  std::vector<saga::AssignedEvent> rest;
+  std::vector<saga::AssignedEvent> claimed;
+  try {
+    claimed = engine_.ClaimBatch(std::move(events), rest);
+  } catch (const DbError& e) {
+    if (e.kind() == DbError::Kind::kCommitUnknown) {
+      // The claim may have applied: whatever is RUNNING here is handed back.
+      std::lock_guard lock(mu_);
+      abandoned_.insert(abandoned_.end(), candidates.begin(), candidates.end());
+    }
+    throw;
+  }
   int added = 0;
   {
     std::lock_guard lock(mu_);
-    for (auto& e : events) {
+    for (auto& e : claimed) {
+      if (!accepting_ || !known_.insert(e.id).second) {
+        abandoned_.push_back(e.id);  // draining began meanwhile: hand it back
+        continue;
+      }
+      queue_.push_back(std::move(e));
+      ++added;
+    }
+    for (auto& e : rest) {
       if (!accepting_ || static_cast<int>(known_.size()) >= options_.capacity) break;
       if (!known_.insert(e.id).second) continue;
       queue_.push_back(std::move(e));
@@ -164,7 +195,7 @@ int ConsumerNode::PollOnce() {
     stats_.in_flight = static_cast<int>(known_.size());
   }
   stats_.polled_events += static_cast<uint64_t>(added);
-  if (added > 0) work_cv_.notify_all();
+  for (int i = 0; i < added; ++i) work_cv_.notify_one();  // one worker per event, not a stampede
   return added;
 }
 
@@ -214,7 +245,11 @@ void ConsumerNode::PollLoop(std::stop_token stop) {
     }
     if (added > 0) {
       pause = options_.poll_interval;
-      continue;  // work is arriving: look again at once
+      // Work is arriving: look again almost at once, after a moment in which more
+      // slots free up (a group commit ends many runs together), so that one claim
+      // transaction takes several events.
+      if (!clock_.SleepFor(kBusyPollGap, stop)) break;
+      continue;
     }
     std::unique_lock lock(mu_);
     poll_cv_.wait_for(lock, stop, pause, [&] { return poll_now_; });
@@ -268,7 +303,10 @@ bool ConsumerNode::Drain() {
   {
     std::lock_guard lock(mu_);
     accepting_ = false;
-    for (const auto& e : queue_) known_.erase(e.id);
+    for (const auto& e : queue_) {
+      known_.erase(e.id);
+      if (e.claimed) abandoned_.push_back(e.id);  // RUNNING here, never started: hand back
+    }
     queue_.clear();
     stats_.in_flight = static_cast<int>(known_.size());
   }

@@ -37,6 +37,7 @@ struct ConsumerOptions {
   std::string service = "kbs-sync";
   std::string node_address;
   int capacity = 8;
+  int prefetch = 0;                         // events held assigned beyond capacity (metadata "prefetch")
   std::vector<std::string> topics;          // served topics; {"*"} for all
   Millis heartbeat_interval{10000};
   Millis poll_interval{200};                // pause after an empty poll, doubled up to idle_interval

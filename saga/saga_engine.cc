@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "saga/backoff.h"
+#include "saga/commit_group.h"
 #include "saga/deadline_timer.h"
 #include "saga/step_store.h"
 
@@ -70,6 +71,9 @@ const Plans::Plan* Plans::Find(const std::string& topic) const {
 namespace {
 
 constexpr const char* kForward = "FORWARD";
+// A step whose commit group rolled back (another member failed) runs again up to
+// this many times in a row before it counts as a transient failure.
+constexpr int kMaxGroupReruns = 5;
 constexpr const char* kCompensate = "COMPENSATE";
 
 // Position of a step in the plan tree, from its code: "<event>#2" -> {2},
@@ -209,7 +213,37 @@ struct Deps {
   SagaStats& stats;
   DeadlineTimer& timer;
   std::function<Millis(Millis, Millis, int)> backoff;
+  CommitGroups* groups;  // null: every step commits on its own
 };
+
+// The plan's step rows for an event's first claim (codes "<event code>#<n>").
+store::NewStep PlanRow(const Plans::Plan& plan, const AssignedEvent& ev, size_t i, bool executing) {
+  const StepSpec& spec = plan.steps[i].spec;
+  return store::NewStep{
+      .code = ev.code + "#" + std::to_string(i + 1),
+      .job_code = ev.code,
+      .tenant_id = ev.tenant_id,
+      .sort = static_cast<int>(i + 1),
+      .type = spec.type,
+      .name = spec.name,
+      .max_retry = spec.max_retry >= 0 ? spec.max_retry : plan.topic->max_retry,
+      .payload = spec.params.dump(),
+      .executing = executing,
+  };
+}
+
+StepState PlanState(const Plans::Plan& plan, const store::NewStep& row, size_t i) {
+  StepState s;
+  s.code = row.code;
+  s.key = {static_cast<int>(i + 1)};
+  s.name = row.name;
+  s.type = row.type;
+  s.status = row.executing ? "EXECUTING" : "PENDING";
+  s.sort = row.sort;
+  s.max_retry = row.max_retry;
+  s.plan_step = &plan.steps[i];
+  return s;
+}
 
 class EventRun;
 
@@ -240,16 +274,30 @@ class EngineContext final : public StepContext {
     children_.push_back(std::move(params));
   }
 
+  ~EngineContext() override { LeaveGroup(); }
+
   // Engine side.
   bool lost() const { return lost_; }
-  bool has_tx() const { return tx_.has_value(); }
+  bool has_tx() const { return tx_.has_value() || member_ != nullptr; }
+  // Forward steps commit through the node's commit groups (commit_group.h).
+  bool grouped() const;
+  // The group member the fence made (tx() or JoinGroup); null until then.
+  std::unique_ptr<CommitGroups::Member> TakeMember() { return std::move(member_); }
+  // Takes a turn on the open group's connection (tx(), or the engine's own writes).
+  void JoinGroup();
+  void LeaveGroup() noexcept;
   StepTx& OpenTx();  // BEGIN without the fence: the caller's first statement fences
   StepTx& open_tx() { return *tx_; }
   void ReleaseTx() { tx_.reset(); }
   const std::vector<nlohmann::json>& children() const { return children_; }
   void OnSqlError(const sql::SQLException& e, std::string& message) {
-    message = tx_ ? tx_->Translate(e, "step statement").what()
-                  : storage::TranslateSqlException(e, "step statement").what();
+    if (tx_) {
+      message = tx_->Translate(e, "step statement").what();
+      return;
+    }
+    DbError err = storage::TranslateSqlException(e, "step statement");
+    if (member_ && err.kind() == DbError::Kind::kConnectionLost) member_->conn().mark_broken();
+    message = err.what();
   }
 
  private:
@@ -260,6 +308,7 @@ class EngineContext final : public StepContext {
   const std::stop_token stop_;
   const int progress_;  // written by the fence: the event's progress if this step commits
   std::optional<StepTx> tx_;
+  std::unique_ptr<CommitGroups::Member> member_;
   bool lost_ = false;
   std::vector<nlohmann::json> children_;
 };
@@ -355,8 +404,20 @@ StepTx& EngineContext::OpenTx() {
   return *tx_;
 }
 
+bool EngineContext::grouped() const { return !compensating_ && run_.deps().groups != nullptr; }
+
+void EngineContext::JoinGroup() { member_ = run_.deps().groups->Join(); }
+
+void EngineContext::LeaveGroup() noexcept {
+  if (member_) run_.deps().groups->Abandon(std::move(member_));
+}
+
 storage::Connection& EngineContext::tx() {
   if (lost_) throw OwnershipLostError("event " + run_.event().code + " was taken away from this node");
+  if (grouped()) {
+    if (!member_) JoinGroup();
+    return member_->conn();
+  }
   if (!tx_) {
     OpenTx();
     bool owner = tx_->Do("step fence", [&](storage::Connection& c) {
@@ -375,6 +436,14 @@ bool EngineContext::StillOwner() {
   if (lost_) return false;
   const int64_t id = run_.event().id;
   const int version = run_.version();
+  if (member_) {
+    try {
+      if (!store::OwnsEvent(member_->conn(), id, version)) lost_ = true;
+    } catch (const sql::SQLException& e) {
+      throw storage::TranslateSqlException(e, "ownership check");
+    }
+    return !lost_;
+  }
   bool owner = tx_ ? tx_->Do("ownership check",
                              [&](storage::Connection& c) { return store::OwnsEvent(c, id, version); })
                    : run_.deps().pool.Run("ownership check", [&](storage::Connection& c) {
@@ -403,6 +472,18 @@ Outcome EventRun::Go() {
       reject = "payload is not valid JSON: " +
                OneLine(bracket == std::string::npos ? what : what.substr(bracket + 2));
     }
+  }
+  if (ev_.claimed) {
+    // Claimed already by SagaEngine::ClaimBatch: RUNNING at attempt 1, version + 1,
+    // the plan's rows written with the first step EXECUTING.
+    if (plan_ == nullptr || !reject.empty()) return Abandon("batch-claimed event cannot run: " + reject);
+    version_ = ev_.version + 1;
+    retry_count_ = ev_.retry_count;
+    for (size_t i = 0; i < plan_->steps.size(); ++i) {
+      steps_.push_back(PlanState(*plan_, PlanRow(*plan_, ev_, i, i == 0), i));
+    }
+    d_.stats.claimed++;
+    return RunForward();
   }
   Claim claim = d_.pool.Transact("claim event", [&](storage::Connection& c) {
     return ClaimTx(c, reject);
@@ -522,32 +603,8 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
 void EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing,
                                  bool& first_marked) {
   const auto& plan_steps = plan_->steps;
-  auto new_row = [&](size_t i, bool executing) {
-    const StepSpec& spec = plan_steps[i].spec;
-    return store::NewStep{
-        .code = ev_.code + "#" + std::to_string(i + 1),
-        .job_code = ev_.code,
-        .tenant_id = ev_.tenant_id,
-        .sort = static_cast<int>(i + 1),
-        .type = spec.type,
-        .name = spec.name,
-        .max_retry = spec.max_retry >= 0 ? spec.max_retry : topic().max_retry,
-        .payload = spec.params.dump(),
-        .executing = executing,
-    };
-  };
-  auto state_of = [&](const store::NewStep& row, size_t i) {
-    StepState s;
-    s.code = row.code;
-    s.key = {static_cast<int>(i + 1)};
-    s.name = row.name;
-    s.type = row.type;
-    s.status = row.executing ? "EXECUTING" : "PENDING";
-    s.sort = row.sort;
-    s.max_retry = row.max_retry;
-    s.plan_step = &plan_steps[i];
-    return s;
-  };
+  auto new_row = [&](size_t i, bool executing) { return PlanRow(*plan_, ev_, i, executing); };
+  auto state_of = [&](const store::NewStep& row, size_t i) { return PlanState(*plan_, row, i); };
 
   if (ev_.attempt == 0) {
     // First claim: the whole plan, the first step already EXECUTING.
@@ -684,6 +741,7 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
 
 Outcome EventRun::RunForward() {
   size_t i = NextNotSucceeded(0);
+  int reruns = 0;  // of this step after its commit group rolled back
   while (i < steps_.size()) {
     if (stop_.stop_requested()) return Abandon("stopped before step " + steps_[i].code);
     Attempt a = Invoke(steps_[i], /*compensate=*/false);
@@ -695,6 +753,17 @@ Outcome EventRun::RunForward() {
     }
     try {
       i = CommitStepSuccess(i, *a.ctx, a.result);
+      reruns = 0;
+    } catch (const GroupRolledBack& e) {
+      // Another member's failure (or a statement error) rolled the whole group back:
+      // nothing of this step was written, so it runs again.
+      a.ctx.reset();
+      if (++reruns <= kMaxGroupReruns) {
+        spdlog::debug("STEP_RERUN event={} node={} trace={} step={} why=\"{}\"", ev_.code, d_.node,
+                      trace_, steps_[i].code, e.what());
+        continue;
+      }
+      return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
     } catch (const DbError& e) {
       if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
       a.ctx.reset();
@@ -743,6 +812,33 @@ size_t EventRun::CommitStepSuccess(size_t i, EngineContext& ctx, const StepResul
       result.compensation_data ? std::optional<std::string>(result.compensation_data->dump())
                                : std::nullopt;
 
+  if (ctx.grouped()) {
+    // The group fences every member at its COMMIT (commit_group.h).
+    if (has_children && !ctx.has_tx()) ctx.JoinGroup();
+    std::unique_ptr<CommitGroups::Member> member = ctx.TakeMember();  // null: wrote nothing
+    if (has_children) {
+      try {
+        store::InsertChildSteps(member->conn(), step.code, child_rows);
+      } catch (const sql::SQLException& e) {
+        DbError err = storage::TranslateSqlException(e, "record child steps");
+        if (err.kind() == DbError::Kind::kConnectionLost) member->conn().mark_broken();
+        d_.groups->Abandon(std::move(member));
+        throw err;
+      }
+    }
+    store::StepSuccess success;
+    success.event_id = ev_.id;
+    success.version = version_;
+    success.step_code = step.code;
+    success.output = output;
+    success.compensation = compensation;
+    success.next_code = last ? "" : next_code;
+    success.attempt = attempt_;
+    success.finish = last;
+    success.result_json = last ? nlohmann::json{{"steps", steps_.size()}}.dump() : "";
+    success.progress = Progress(Succeeded() + 1, total);
+    d_.groups->Commit(std::move(member), std::move(success));  // GroupRolledBack, DbError
+  } else {
   // The transaction's first statement is the fence: the handler's (tx() touched the
   // event), else the event's status change (last step) or a touch.
   const bool handler_fenced = ctx.has_tx();
@@ -761,6 +857,7 @@ size_t EventRun::CommitStepSuccess(size_t i, EngineContext& ctx, const StepResul
   });
   tx.Commit("commit step success");
   ctx.ReleaseTx();
+  }
 
   step.status = "SUCCESS";
   step.compensation_data = result.compensation_data.value_or(nullptr);
@@ -962,7 +1059,7 @@ SagaEngine::SagaEngine(storage::ConnectionPool& pool, const Plans& plans, Dataso
                        Clock& clock, std::string node_address)
     : pool_(pool), plans_(plans), datasources_(datasources), clock_(clock),
       node_address_(std::move(node_address)), timer_(std::make_unique<DeadlineTimer>(clock)),
-      rng_(std::random_device{}()) {}
+      groups_(std::make_unique<CommitGroups>(pool, node_address_)), rng_(std::random_device{}()) {}
 
 SagaEngine::~SagaEngine() = default;
 
@@ -975,7 +1072,8 @@ Millis SagaEngine::Backoff(Millis base, Millis max, int retries) {
 
 Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop) {
   Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
-            [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); }};
+            [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
+            groups_.get()};
   EventRun run(std::move(deps), plans_, event, std::move(stop));
   const std::string& trace = event.trace_id.empty() ? event.code : event.trace_id;
   try {
@@ -992,6 +1090,60 @@ Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop) {
                  node_address_, trace, OneLine(e.what()));
     return Outcome::kAbandoned;
   }
+}
+
+namespace {
+// Thrown inside the claim transaction to roll it back: some events already had step
+// rows (an event re-produced under an old code); they are claimed one by one.
+struct StepRowsExist {};
+}  // namespace
+
+CommitGroupStats& SagaEngine::group_stats() { return groups_->stats(); }
+
+std::vector<AssignedEvent> SagaEngine::ClaimBatch(std::vector<AssignedEvent> events,
+                                                  std::vector<AssignedEvent>& rest) {
+  std::vector<AssignedEvent> batch;
+  for (AssignedEvent& e : events) {
+    const Plans::Plan* plan = plans_.Find(e.topic);
+    const bool blank = e.payload.find_first_not_of(" \t\r\n") == std::string::npos;
+    if (plan != nullptr && !plan->steps.empty() && e.attempt == 0 && e.phase == kForward &&
+        e.retry_count < plan->topic->max_retry && (blank || nlohmann::json::accept(e.payload))) {
+      batch.push_back(std::move(e));
+    } else {
+      rest.push_back(std::move(e));
+    }
+  }
+  if (batch.empty()) return {};
+  std::vector<store::ClaimRow> rows;
+  for (const AssignedEvent& e : batch) rows.push_back({e.id, e.version});
+  std::vector<int64_t> claimed;
+  try {
+    pool_.Transact("claim events", [&](storage::Connection& c) {
+      claimed = store::ClaimFirstAttempts(c, rows, node_address_);
+      std::vector<store::NewStep> step_rows;
+      for (const AssignedEvent& e : batch) {
+        if (std::find(claimed.begin(), claimed.end(), e.id) == claimed.end()) continue;
+        const Plans::Plan& plan = *plans_.Find(e.topic);
+        for (size_t i = 0; i < plan.steps.size(); ++i) step_rows.push_back(PlanRow(plan, e, i, i == 0));
+      }
+      if (store::InsertSteps(c, step_rows, node_address_, 1) != step_rows.size()) throw StepRowsExist{};
+    });
+  } catch (const StepRowsExist&) {
+    for (AssignedEvent& e : batch) rest.push_back(std::move(e));
+    return {};
+  }
+  std::vector<AssignedEvent> out;
+  const Clock::TimePoint now = clock_.Now();
+  for (AssignedEvent& e : batch) {
+    if (std::find(claimed.begin(), claimed.end(), e.id) == claimed.end()) {
+      stats_.not_claimed++;
+      continue;
+    }
+    if (e.assigned_age.count() >= 0) stats_.claim_latency.Observe(e.assigned_age + (now - e.polled_at));
+    e.claimed = true;
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 }  // namespace dsync::saga

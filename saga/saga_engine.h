@@ -100,6 +100,9 @@ struct AssignedEvent {
   // claim's commit. Negative: unknown (not observed).
   std::chrono::microseconds assigned_age{-1};
   Clock::TimePoint polled_at{};
+  // Set by SagaEngine::ClaimBatch: this node claimed it (the fields above are still
+  // as polled: version and attempt before the claim); Run() starts at the first step.
+  bool claimed = false;
 };
 
 enum class Outcome {
@@ -145,6 +148,8 @@ struct SagaStats {
 };
 
 class DeadlineTimer;
+class CommitGroups;
+struct CommitGroupStats;
 
 class SagaEngine {
  public:
@@ -158,6 +163,18 @@ class SagaEngine {
   // failures end the run with kAbandoned (the sweeper or a restart resets it).
   Outcome Run(const AssignedEvent& event, std::stop_token stop);
 
+  // The consumer's batched claim: claims every first attempt among `events` (attempt
+  // 0, phase FORWARD, a known topic with steps, a JSON payload, retries left) in one
+  // transaction of two statements (one multi-row UPDATE fenced per event by
+  // (id, version), one multi-row INSERT of all their plan rows, first steps
+  // EXECUTING) and returns those claimed, marked `claimed`. The others, whose claim
+  // needs the full rules (retries, compensation, rejection, existing rows), go to
+  // `rest` for Run() to claim one by one. Events lost since the poll are dropped.
+  // Throws DbError (kCommitUnknown: the claim may have applied).
+  std::vector<AssignedEvent> ClaimBatch(std::vector<AssignedEvent> events,
+                                        std::vector<AssignedEvent>& rest);
+  CommitGroupStats& group_stats();
+
   SagaStats& stats() { return stats_; }
 
  private:
@@ -170,6 +187,7 @@ class SagaEngine {
   const std::string node_address_;
   SagaStats stats_;
   std::unique_ptr<DeadlineTimer> timer_;  // step deadlines -> stop requests
+  std::unique_ptr<CommitGroups> groups_;  // forward steps' group commit
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
 };

@@ -1,5 +1,7 @@
 #include "saga/step_store.h"
 
+#include <type_traits>
+
 #include <nlohmann/json.hpp>
 
 #include "saga/process_log_sql.h"
@@ -202,6 +204,198 @@ bool CompleteCompensation(storage::Connection& c, int64_t id, int version,
                           const std::string& node, int progress) {
   return c.Execute(kCompleteCompensation, node, "COMPENSATED", "every completed step compensated",
                    progress, id, version) == 1;
+}
+
+bool LockEvent(storage::Connection& c, int64_t id, int version) {
+  std::optional<int64_t> v = c.QueryInt("SELECT version FROM distribute_event WHERE id = ? FOR UPDATE", id);
+  return v && *v == version;
+}
+
+namespace {
+
+// Batched statements (step_store.h): lists padded to a power of two by repeating
+// the last entry, so a connection caches one statement text per size class.
+size_t SizeClass(size_t n) {
+  size_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+std::string Marks(size_t n) {
+  std::string m;
+  for (size_t i = 0; i < n; ++i) m += i == 0 ? "?" : ", ?";
+  return m;
+}
+
+// ELT(FIELD(<key>, <n marks>), <n marks>): the row's own value from a list.
+std::string Pick(const char* key, size_t n, const char* cast = nullptr) {
+  std::string e = "ELT(FIELD(" + std::string(key) + ", " + Marks(n) + "), " + Marks(n) + ")";
+  return cast ? "CAST(" + e + " AS " + cast + ")" : e;
+}
+
+template <class T>
+void Append(std::vector<storage::Value>& out, const std::vector<T>& list) {
+  for (const T& v : list) {
+    if constexpr (std::is_same_v<T, std::optional<std::string>>) {
+      if (v) out.emplace_back(*v); else out.emplace_back(std::monostate{});
+    } else {
+      out.emplace_back(v);
+    }
+  }
+}
+
+template <class T>
+std::vector<T> Padded(std::vector<T> v, size_t n) {
+  while (v.size() < n) v.push_back(v.back());
+  return v;
+}
+
+}  // namespace
+
+std::map<int64_t, int> LockEvents(storage::Connection& c, const std::vector<int64_t>& ids) {
+  std::map<int64_t, int> out;
+  if (ids.empty()) return out;
+  const size_t n = SizeClass(ids.size());
+  std::vector<storage::Value> v;
+  Append(v, Padded(ids, n));
+  auto rs = c.Query("SELECT id, version FROM distribute_event FORCE INDEX (PRIMARY) WHERE id IN (" + Marks(n) +
+                        ") FOR UPDATE",
+                    storage::Values(v));
+  while (rs->next()) out[rs->getInt64(1)] = rs->getInt(2);
+  return out;
+}
+
+std::vector<int64_t> ClaimFirstAttempts(storage::Connection& c, const std::vector<ClaimRow>& rows,
+                                        const std::string& node) {
+  if (rows.empty()) return {};
+  const size_t n = SizeClass(rows.size());
+  std::vector<int64_t> ids, versions, next_versions;
+  for (const ClaimRow& r : rows) {
+    ids.push_back(r.id);
+    versions.push_back(r.version);
+    next_versions.push_back(r.version + 1);
+  }
+  ids = Padded(std::move(ids), n);
+  versions = Padded(std::move(versions), n);
+  next_versions = Padded(std::move(next_versions), n);
+  // Per row exactly kClaimEvent at attempt 0, phase FORWARD.
+  const std::string sql = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
+                          ",\n  status = 'RUNNING', version = version + 1, attempt = attempt + 1,"
+                          " started_time = NOW(3), modifier_time = NOW(3)\nWHERE id IN (" +
+                          Marks(n) +
+                          ") AND status = 'ASSIGNED' AND node_address = ? AND phase = 'FORWARD'"
+                          " AND attempt = 0\n  AND version = " + Pick("id", n, "SIGNED");
+  std::vector<storage::Value> v{node, std::string("RUNNING"), std::string("claimed, attempt 1")};
+  Append(v, ids);
+  v.emplace_back(node);
+  Append(v, ids);
+  Append(v, versions);
+  const uint64_t matched = c.Execute(sql, storage::Values(v));
+  std::vector<int64_t> claimed;
+  if (matched == rows.size()) {
+    for (const ClaimRow& r : rows) claimed.push_back(r.id);
+    return claimed;
+  }
+  // Some were reset or reassigned since the poll: read back which rows this
+  // transaction claimed (RUNNING here at attempt 1, one version up).
+  const std::string back = "SELECT id FROM distribute_event FORCE INDEX (PRIMARY) WHERE id IN (" + Marks(n) +
+                           ") AND status = 'RUNNING' AND node_address = ? AND attempt = 1 AND version = " +
+                           Pick("id", n, "SIGNED");
+  std::vector<storage::Value> bv;
+  Append(bv, ids);
+  bv.emplace_back(node);
+  Append(bv, ids);
+  Append(bv, next_versions);
+  auto rs = c.Query(back, storage::Values(bv));
+  while (rs->next()) claimed.push_back(rs->getInt64(1));
+  return claimed;
+}
+
+bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& successes,
+                        const std::string& node) {
+  if (successes.empty()) return true;
+  std::vector<std::string> codes;
+  std::vector<std::optional<std::string>> outputs, compensations;
+  std::vector<std::string> next_codes;
+  std::vector<int64_t> next_attempts;
+  std::vector<int64_t> touch_ids, touch_versions, touch_progress;
+  std::vector<int64_t> done_ids, done_versions;
+  std::vector<std::string> done_results;
+  for (const StepSuccess& s : successes) {
+    codes.push_back(s.step_code);
+    outputs.push_back(s.output);
+    compensations.push_back(s.compensation);
+    if (!s.next_code.empty()) {
+      next_codes.push_back(s.next_code);
+      next_attempts.push_back(s.attempt);
+    }
+    if (s.finish) {
+      done_ids.push_back(s.event_id);
+      done_versions.push_back(s.version);
+      done_results.push_back(s.result_json);
+    } else {
+      touch_ids.push_back(s.event_id);
+      touch_versions.push_back(s.version);
+      touch_progress.push_back(s.progress);
+    }
+  }
+  {  // kMarkStepSucceeded per row
+    const size_t n = SizeClass(codes.size());
+    const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'SUCCESS', executed_at = NOW(3), output = " +
+                            Pick("code", n) + ", compensation_data = " + Pick("code", n) +
+                            " WHERE code IN (" + Marks(n) + ")";
+    auto pc = Padded(codes, n);
+    std::vector<storage::Value> v;
+    Append(v, pc);
+    Append(v, Padded(outputs, n));
+    Append(v, pc);
+    Append(v, Padded(compensations, n));
+    Append(v, pc);
+    c.Execute(sql, storage::Values(v));
+  }
+  if (!next_codes.empty()) {  // kMarkStepExecuting per row
+    const size_t n = SizeClass(next_codes.size());
+    const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'EXECUTING', node_address = ?, attempt = " +
+                            Pick("code", n, "SIGNED") + ", started_at = NOW(3) WHERE code IN (" + Marks(n) +
+                            ") AND status <> 'SUCCESS'";
+    auto pc = Padded(next_codes, n);
+    std::vector<storage::Value> v{node};
+    Append(v, pc);
+    Append(v, Padded(next_attempts, n));
+    Append(v, pc);
+    c.Execute(sql, storage::Values(v));
+  }
+  if (!touch_ids.empty()) {  // kTouchEvent per row
+    const size_t n = SizeClass(touch_ids.size());
+    const std::string sql = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET modifier_time = NOW(3), progress = " +
+                            Pick("id", n, "SIGNED") + " WHERE id IN (" + Marks(n) + ") AND version = " +
+                            Pick("id", n, "SIGNED");
+    auto pi = Padded(touch_ids, n);
+    std::vector<storage::Value> v;
+    Append(v, pi);
+    Append(v, Padded(touch_progress, n));
+    Append(v, pi);
+    Append(v, pi);
+    Append(v, Padded(touch_versions, n));
+    if (c.Execute(sql, storage::Values(v)) != touch_ids.size()) return false;
+  }
+  if (!done_ids.empty()) {  // kSucceedEvent per row
+    const size_t n = SizeClass(done_ids.size());
+    const std::string sql = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
+                            ",\n  status = 'SUCCESS', version = version + 1, finished_time = NOW(3),"
+                            " modifier_time = NOW(3), progress = 100, result = " +
+                            Pick("id", n) + "\nWHERE id IN (" + Marks(n) + ") AND version = " +
+                            Pick("id", n, "SIGNED");
+    auto pi = Padded(done_ids, n);
+    std::vector<storage::Value> v{node, std::string("SUCCESS"), std::string("all steps succeeded")};
+    Append(v, pi);
+    Append(v, Padded(done_results, n));
+    Append(v, pi);
+    Append(v, pi);
+    Append(v, Padded(done_versions, n));
+    if (c.Execute(sql, storage::Values(v)) != done_ids.size()) return false;
+  }
+  return true;
 }
 
 bool FailEvent(storage::Connection& c, int64_t id, int version, const std::string& node,

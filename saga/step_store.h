@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,6 +82,51 @@ bool FailEvent(storage::Connection& c, int64_t id, int version, const std::strin
 // compensation_error to the result that holds the original failure.
 bool FailCompensation(storage::Connection& c, int64_t id, int version, const std::string& node,
                       const std::string& step_name, const std::string& error);
+
+// The fence as a locking read: true while the event is at `version`; its row then
+// stays locked (no one can change it) until the caller's transaction ends. Cheaper
+// than TouchEvent (no row write); the group commit's fence.
+bool LockEvent(storage::Connection& c, int64_t id, int version);
+
+// ---- batched: many events per statement ------------------------------------------
+//
+// Each is one multi-row statement whose per-row values are picked by
+// ELT(FIELD(id, <ids>), <values>), so per row it is exactly the single-event
+// statement above. Lists are padded to a power of two by repeating their last entry
+// (a row matches once), so a connection caches one statement per size class.
+
+// The group commit's fence for many events: locks their rows (until the caller's
+// transaction ends) and returns id -> current version of those that exist.
+std::map<int64_t, int> LockEvents(storage::Connection& c, const std::vector<int64_t>& ids);
+
+struct ClaimRow {
+  int64_t id = 0;
+  int version = 0;  // as assigned
+};
+// First claims (attempt 0 -> 1) of FORWARD events ASSIGNED to `node`: ClaimEvent for
+// many at once. Returns the ids claimed (all of them unless some were reset or
+// reassigned meanwhile).
+std::vector<int64_t> ClaimFirstAttempts(storage::Connection& c, const std::vector<ClaimRow>& rows,
+                                        const std::string& node);
+
+// One event's step success as the group commit applies it.
+struct StepSuccess {
+  int64_t event_id = 0;
+  int version = 0;       // the owner's; the row is locked by LockEvent in this transaction
+  std::string step_code;
+  std::optional<std::string> output;
+  std::optional<std::string> compensation;
+  std::string next_code;  // the step to mark EXECUTING; empty when the event finishes
+  int attempt = 0;        // the claim's attempt, for the next step
+  bool finish = false;    // the last step: the event turns SUCCESS with `result`
+  std::string result_json;
+  int progress = 0;       // not finishing: the event's progress
+};
+// MarkStepSucceeded + MarkStepExecuting (next) + TouchEvent or SucceedEvent for many
+// events: at most four statements. False when an event did not match its version
+// (the caller must roll back: its locks should have made that impossible).
+bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& successes,
+                        const std::string& node);
 
 // ---- distribute_event_step -------------------------------------------------------
 

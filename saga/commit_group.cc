@@ -1,0 +1,197 @@
+#include "saga/commit_group.h"
+
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "saga/step_handler.h"
+
+namespace dsync::saga {
+
+struct CommitGroups::Group {
+  std::optional<storage::ConnectionPool::Lease> lease;  // borrowed by the first that needs it
+  bool begun = false;
+  bool turn_taken = false;
+  bool poisoned = false;  // a member failed after writing, or a statement failed
+  int members = 0;        // joined (with or without a turn)
+  std::vector<store::StepSuccess> successes;
+  // The outcome, once done.
+  bool done = false;
+  bool rolled_back = false;
+  std::set<int64_t> lost;        // events whose fence failed
+  std::optional<DbError> error;  // kCommitUnknown
+  std::condition_variable done_cv;
+};
+
+storage::Connection& CommitGroups::Member::conn() { return **group_->lease; }
+
+CommitGroups::CommitGroups(storage::ConnectionPool& pool, std::string node, int max_members)
+    : pool_(pool), node_(std::move(node)), max_members_(std::max(1, max_members)) {
+  committer_ = std::jthread([this](std::stop_token stop) { CommitterLoop(stop); });
+}
+
+CommitGroups::~CommitGroups() {
+  committer_.request_stop();
+  committer_cv_.notify_all();
+  committer_ = {};
+}
+
+std::shared_ptr<CommitGroups::Group> CommitGroups::OpenGroup(std::unique_lock<std::mutex>& lock,
+                                                             bool take_turn) {
+  while (true) {
+    if (!open_) open_ = std::make_shared<Group>();
+    if (open_->members < max_members_ && !(take_turn && open_->turn_taken)) break;
+    turn_cv_.wait(lock);
+  }
+  std::shared_ptr<Group> g = open_;
+  if (take_turn) g->turn_taken = true;
+  g->members++;
+  return g;
+}
+
+// By the holder of the turn, or by the committer once the group is sealed: either
+// way the only user of the group's connection.
+void CommitGroups::BeginGroup(storage::ConnectionPool& pool, Group& g) {
+  if (!g.lease) g.lease.emplace(pool.Borrow());
+  if (!g.begun) {
+    (*g.lease)->ExecuteDdl("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    (*g.lease)->Begin();
+    g.begun = true;
+  }
+}
+
+std::unique_ptr<CommitGroups::Member> CommitGroups::Join() {
+  std::shared_ptr<Group> g;
+  {
+    std::unique_lock lock(mu_);
+    g = OpenGroup(lock, /*take_turn=*/true);
+  }
+  try {
+    BeginGroup(pool_, *g);
+  } catch (const sql::SQLException& e) {
+    DbError err = storage::TranslateSqlException(e, "begin group transaction");
+    if (err.kind() == DbError::Kind::kConnectionLost && g->lease) (*g->lease)->mark_broken();
+    GiveBackTurn(*g, /*poison=*/true);
+    throw err;
+  } catch (...) {
+    GiveBackTurn(*g, /*poison=*/true);
+    throw;
+  }
+  return std::unique_ptr<Member>(new Member(std::move(g)));
+}
+
+void CommitGroups::GiveBackTurn(Group& g, bool poison) {
+  {
+    std::lock_guard lock(mu_);
+    g.turn_taken = false;
+    if (poison) g.poisoned = true;
+  }
+  turn_cv_.notify_one();
+  committer_cv_.notify_one();
+}
+
+void CommitGroups::Commit(std::unique_ptr<Member> member, store::StepSuccess success) {
+  const int64_t id = success.event_id;
+  std::unique_lock lock(mu_);
+  std::shared_ptr<Group> g;
+  if (member) {
+    g = std::move(member->group_);
+    g->turn_taken = false;
+  } else {
+    g = OpenGroup(lock, /*take_turn=*/false);
+  }
+  g->successes.push_back(std::move(success));
+  if (member) turn_cv_.notify_one();
+  committer_cv_.notify_one();
+  g->done_cv.wait(lock, [&] { return g->done; });
+  if (g->lost.count(id)) throw OwnershipLostError("event was taken away from this node (group fence)");
+  if (g->error) throw *g->error;
+  if (g->rolled_back) throw GroupRolledBack("the step's group transaction was rolled back");
+}
+
+void CommitGroups::Abandon(std::unique_ptr<Member> member) noexcept {
+  if (!member || !member->group_) return;
+  GiveBackTurn(*member->group_, /*poison=*/true);
+}
+
+void CommitGroups::CommitterLoop(std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  while (true) {
+    // Seal the open group once someone joined and no one holds the turn.
+    committer_cv_.wait(lock, stop, [&] { return open_ && open_->members > 0 && !open_->turn_taken; });
+    if (!open_ || open_->members == 0 || open_->turn_taken) {
+      if (stop.stop_requested()) return;
+      continue;
+    }
+    std::shared_ptr<Group> g = std::move(open_);
+    lock.unlock();
+    turn_cv_.notify_all();  // joiners waiting (a full group) start the next one
+    Finish(*g);
+    lock.lock();
+    g->done = true;
+    stats_.groups++;
+    stats_.members += static_cast<uint64_t>(g->members);
+    if (g->rolled_back) stats_.rolled_back++;
+    g->lease.reset();  // back to the pool (a broken one is dropped there)
+    g->done_cv.notify_all();
+  }
+}
+
+void CommitGroups::Finish(Group& g) {
+  auto roll_back = [&] {
+    if (g.lease && g.begun) (*g.lease)->Rollback();
+    g.rolled_back = true;
+  };
+  if (g.poisoned || g.successes.empty()) return roll_back();
+  try {
+    BeginGroup(pool_, g);
+    storage::Connection& c = **g.lease;
+    // 1. The fence, for every member at once (held until COMMIT).
+    std::vector<int64_t> ids;
+    for (const auto& s : g.successes) ids.push_back(s.event_id);
+    std::map<int64_t, int> versions = store::LockEvents(c, ids);
+    for (const auto& s : g.successes) {
+      auto it = versions.find(s.event_id);
+      if (it == versions.end() || it->second != s.version) g.lost.insert(s.event_id);
+    }
+    if (!g.lost.empty()) {
+      spdlog::info("GROUP_FENCED_OUT node={} lost={} members={} (rolled back; the others run again)", node_,
+                   g.lost.size(), g.members);
+      return roll_back();
+    }
+    // 2. The engine's writes.
+    if (!store::ApplyStepSuccesses(c, g.successes, node_)) {
+      spdlog::error("GROUP_FENCE_MISMATCH node={} members={} (rolled back; they run again)", node_, g.members);
+      return roll_back();
+    }
+  } catch (const sql::SQLException& e) {
+    DbError err = storage::TranslateSqlException(e, "group commit");
+    spdlog::warn("GROUP_ROLLED_BACK node={} members={} err={}", node_, g.members, err.what());
+    if (err.kind() == DbError::Kind::kConnectionLost) {
+      (*g.lease)->mark_broken();
+      g.rolled_back = true;
+      return;
+    }
+    return roll_back();
+  } catch (const std::exception& e) {  // could not borrow a connection
+    spdlog::warn("GROUP_ROLLED_BACK node={} members={} err={}", node_, g.members, e.what());
+    return roll_back();
+  }
+  // 3. COMMIT.
+  storage::Connection& c = **g.lease;
+  try {
+    c.Commit();
+  } catch (const sql::SQLException& e) {
+    DbError err = storage::TranslateSqlException(e, "group commit");
+    if (err.kind() == DbError::Kind::kConnectionLost) {
+      c.mark_broken();
+      g.error = DbError(DbError::Kind::kCommitUnknown, err.code(),
+                        "commit step successes: connection lost during COMMIT; outcome unknown");
+    } else {
+      roll_back();
+    }
+  }
+}
+
+}  // namespace dsync::saga

@@ -1,0 +1,125 @@
+// Group commit of step successes: the fenced step transactions of many events share
+// one database transaction and one COMMIT (one fsync), and the engine's own writes
+// for all of them (steps SUCCESS, next steps EXECUTING, events touched or SUCCESS)
+// go in at most four multi-row statements just before it.
+//
+//   saga::CommitGroups groups(pool, "10.0.0.5:7001");
+//   auto m = groups.Join();                  // the turn on the open group's connection
+//   m->conn().Execute(...);                  // the handler's writes (StepContext::tx())
+//   groups.Commit(std::move(m), success);    // waits for the group's COMMIT
+//   groups.Commit(nullptr, success);         // a step that wrote nothing itself
+//   // or groups.Abandon(std::move(m));      // the step failed: the group rolls back
+//
+// How it works. One group is open at a time, on one connection, in a READ COMMITTED
+// transaction (a handler's reads see what is committed now, not a snapshot from
+// before its event was claimed). A member that writes takes the connection's turn
+// (members take turns: a handler's statements after its first tx() run while it holds
+// the turn, so keep them short, as StepContext says). The committer thread seals the
+// open group as soon as no member holds the turn (new members start the next group,
+// on another connection) and ends it with:
+//   1. the fence for every member at once: `SELECT id, version … FOR UPDATE`. From
+//      here to COMMIT nobody can change those events, so if each is still at its
+//      owner's version, every write of the group is the owners';
+//   2. the engine's writes for all members (store::ApplyStepSuccesses, <= 4
+//      multi-row statements);
+//   3. COMMIT.
+// While one group waits for its fsync the next one fills, so under load one COMMIT
+// carries many events, and at low load a member waits only for its own.
+//
+// Failure is all or nothing, and always safe to re-run:
+//   - A member whose event is no longer at its version gets OwnershipLostError; the
+//     group is rolled back (its writes may be among them), and the other members get
+//     GroupRolledBack: nothing of their step was written, so they run it again (the
+//     engine does; effects through tx() are exactly-once either way).
+//   - A member whose step failed after taking a turn (its writes must not commit)
+//     abandons the group: rolled back the same way.
+//   - A statement error rolls the group back the same way (GroupRolledBack).
+//   - The connection lost during COMMIT: DbError kCommitUnknown for every member
+//     (the engine abandons those runs; the sweeper resets them by version).
+//
+// Thread safety: every member may be used from its own thread; a Member by one.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "saga/step_store.h"
+#include "storage/connection_pool.h"
+
+namespace dsync::saga {
+
+// The group's transaction was rolled back; nothing of the member's step was written.
+class GroupRolledBack : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CommitGroupStats {
+  std::atomic<uint64_t> groups{0}, members{0}, rolled_back{0};
+};
+
+class CommitGroups {
+ public:
+  struct Group;
+
+  class Member {
+   public:
+    // The group's connection, inside its transaction; valid until Commit/Abandon.
+    storage::Connection& conn();
+
+   private:
+    friend class CommitGroups;
+    explicit Member(std::shared_ptr<Group> g) : group_(std::move(g)) {}
+    std::shared_ptr<Group> group_;
+  };
+
+  // `max_members`: a group is sealed at this size even if members keep arriving.
+  CommitGroups(storage::ConnectionPool& pool, std::string node, int max_members = 128);
+  ~CommitGroups();
+  CommitGroups(const CommitGroups&) = delete;
+  CommitGroups& operator=(const CommitGroups&) = delete;
+
+  // Takes the open group's turn (BEGIN if it is the first). Throws DbError when the
+  // database fails (the group is then rolled back).
+  std::unique_ptr<Member> Join();
+  // Queues the step success of the event `success.event_id` (at `success.version`),
+  // gives the turn back (if `member`) and waits for the group's end. Throws
+  // OwnershipLostError (the event was not at that version), GroupRolledBack, or
+  // DbError kCommitUnknown.
+  void Commit(std::unique_ptr<Member> member, store::StepSuccess success);
+  // The member's step failed: the group will roll back. Does not wait. The event's
+  // row stays locked until then (the caller's next write to it waits briefly).
+  void Abandon(std::unique_ptr<Member> member) noexcept;
+
+  CommitGroupStats& stats() { return stats_; }
+
+ private:
+  void CommitterLoop(std::stop_token stop);
+  void Finish(Group& g);
+  void GiveBackTurn(Group& g, bool poison);
+  std::shared_ptr<Group> OpenGroup(std::unique_lock<std::mutex>& lock, bool take_turn);
+  static void BeginGroup(storage::ConnectionPool& pool, Group& g);
+
+  storage::ConnectionPool& pool_;
+  const std::string node_;
+  const int max_members_;
+  CommitGroupStats stats_;
+
+  std::mutex mu_;
+  // Targeted wake-ups (a node may have hundreds of members waiting): joiners wait on
+  // turn_cv_, the committer on committer_cv_, members for their group's end on the
+  // group's own done_cv.
+  std::condition_variable_any turn_cv_;
+  std::condition_variable_any committer_cv_;
+  std::shared_ptr<Group> open_;  // null: the next joiner starts one
+  std::jthread committer_;
+};
+
+}  // namespace dsync::saga
