@@ -24,6 +24,7 @@
 #include "consumer/consumer_node.h"
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/dispatcher_service.h"
+#include "saga/commit_group.h"
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
 #include "registry/heartbeat_publisher.h"
@@ -124,8 +125,12 @@ int RunNode(const Invocation& inv) {
   std::string cause = parts.node.WaitForDrainRequest(signals);
   spdlog::info("NODE_STOPPING node={} cause=\"{}\"", options.node_address, cause);
   bool clean = parts.node.Drain();
-  spdlog::info("NODE_STOPPED node={} drained={}", options.node_address,
-               clean ? "all" : "partially (rest left for the sweeper)");
+  const saga::CommitGroupStats& g = parts.engine.group_stats();
+  spdlog::info("NODE_STOPPED node={} drained={} polls={} claimed={} commit_groups={} group_members={} "
+               "groups_rolled_back={}",
+               options.node_address, clean ? "all" : "partially (rest left for the sweeper)",
+               parts.node.stats().polls.load(), parts.engine.stats().claimed.load(), g.groups.load(),
+               g.members.load(), g.rolled_back.load());
   return 0;
 }
 

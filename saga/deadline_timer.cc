@@ -17,7 +17,7 @@ DeadlineTimer::Ticket DeadlineTimer::Arm(Clock::TimePoint deadline, std::stop_so
   if (!thread_.joinable()) thread_ = std::jthread([this](std::stop_token st) { Loop(st); });
   uint64_t id = next_id_++;
   armed_.emplace(id, Entry{deadline, &source});
-  cv_.notify_all();
+  if (deadline < wake_at_) cv_.notify_all();
   return Ticket(this, id);
 }
 
@@ -31,6 +31,7 @@ void DeadlineTimer::Loop(std::stop_token stop) {
   std::unique_lock lock(mu_);
   while (!stop.stop_requested()) {
     if (armed_.empty()) {
+      wake_at_ = Clock::TimePoint::max();
       cv_.wait(lock, stop, [&] { return !armed_.empty(); });
       continue;
     }
@@ -47,6 +48,7 @@ void DeadlineTimer::Loop(std::stop_token stop) {
     }
     if (armed_.empty()) continue;
     auto wait = std::min<Clock::TimePoint::duration>(earliest - now, kMaxWait);
+    wake_at_ = now + wait;
     cv_.wait_for(lock, stop, wait, [] { return false; });
   }
 }

@@ -60,6 +60,9 @@ class DeadlineTimer {
     std::stop_source* source;
   };
   std::map<uint64_t, Entry> armed_;
+  // When the loop wakes next on its own (max: it is waiting for the first Arm). Arm
+  // wakes it only for an earlier deadline, so arming costs no context switch.
+  Clock::TimePoint wake_at_ = Clock::TimePoint::max();
   uint64_t next_id_ = 1;
   std::jthread thread_;  // last: joined before the members it uses are destroyed
 };

@@ -269,6 +269,7 @@ class EngineContext final : public StepContext {
   bool StillOwner() override;
   Datasources& datasources() override;
   const nlohmann::json& child_params() const override { return step_.child_params; }
+  void InsertAtCommit(std::string_view head, std::string_view tail, std::vector<storage::Value> row) override;
   void AddChildStep(nlohmann::json params) override {
     if (compensating_) throw std::logic_error("AddChildStep is for Execute() only");
     children_.push_back(std::move(params));
@@ -290,6 +291,7 @@ class EngineContext final : public StepContext {
   StepTx& open_tx() { return *tx_; }
   void ReleaseTx() { tx_.reset(); }
   const std::vector<nlohmann::json>& children() const { return children_; }
+  std::vector<store::DeferredRow> TakeRows() { return std::move(rows_); }
   void OnSqlError(const sql::SQLException& e, std::string& message) {
     if (tx_) {
       message = tx_->Translate(e, "step statement").what();
@@ -311,6 +313,7 @@ class EngineContext final : public StepContext {
   std::unique_ptr<CommitGroups::Member> member_;
   bool lost_ = false;
   std::vector<nlohmann::json> children_;
+  std::vector<store::DeferredRow> rows_;  // InsertAtCommit, grouped steps
 };
 
 class EventRun {
@@ -367,6 +370,7 @@ class EventRun {
     return static_cast<int>(std::count_if(steps_.begin(), steps_.end(),
                                           [](const StepState& s) { return s.status == "SUCCESS"; }));
   }
+  Millis TouchInterval() const { return std::min(Millis(1000), topic().max_processing_time / 4); }
   int64_t ElapsedMs() const {
     return std::chrono::duration_cast<Millis>(d_.clock.Now() - started_).count();
   }
@@ -380,6 +384,7 @@ class EventRun {
   int version_;        // the fence: the event's version while this run owns it
   const int attempt_;  // this claim's attempt
   Clock::TimePoint started_{};
+  Clock::TimePoint last_touch_{};  // the claim or the last write of modifier_time
   const Plans::Plan* plan_ = nullptr;
   nlohmann::json payload_;
   std::string phase_ = kForward;
@@ -407,6 +412,13 @@ StepTx& EngineContext::OpenTx() {
 bool EngineContext::grouped() const { return !compensating_ && run_.deps().groups != nullptr; }
 
 void EngineContext::JoinGroup() { member_ = run_.deps().groups->Join(); }
+
+void EngineContext::InsertAtCommit(std::string_view head, std::string_view tail,
+                                   std::vector<storage::Value> row) {
+  if (lost_) throw OwnershipLostError("event " + run_.event().code + " was taken away from this node");
+  if (!grouped()) return StepContext::InsertAtCommit(head, tail, std::move(row));
+  rows_.push_back(store::DeferredRow{std::string(head), std::string(tail), std::move(row)});
+}
 
 void EngineContext::LeaveGroup() noexcept {
   if (member_) run_.deps().groups->Abandon(std::move(member_));
@@ -457,6 +469,7 @@ bool EngineContext::StillOwner() {
 
 Outcome EventRun::Go() {
   started_ = d_.clock.Now();
+  last_touch_ = started_;
   plan_ = plans_.Find(ev_.topic);
   std::string reject;
   if (plan_ == nullptr) {
@@ -837,7 +850,14 @@ size_t EventRun::CommitStepSuccess(size_t i, EngineContext& ctx, const StepResul
     success.finish = last;
     success.result_json = last ? nlohmann::json{{"steps", steps_.size()}}.dump() : "";
     success.progress = Progress(Succeeded() + 1, total);
+    // Progress and modifier_time (the sweeper's activity clock) are written at most
+    // every TouchInterval: a fast event's intermediate steps skip that row write.
+    const Clock::TimePoint now = d_.clock.Now();
+    const bool touch = now - last_touch_ >= TouchInterval();
+    success.touch = touch;
+    success.rows = ctx.TakeRows();
     d_.groups->Commit(std::move(member), std::move(success));  // GroupRolledBack, DbError
+    if (touch) last_touch_ = now;
   } else {
   // The transaction's first statement is the fence: the handler's (tx() touched the
   // event), else the event's status change (last step) or a touch.

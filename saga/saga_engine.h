@@ -11,17 +11,21 @@
 // write after the claim is fenced by (id, version); if the fence fails the engine
 // stops at once and returns kLostOwnership without writing anything further.
 //
-// Transactions (each starts with the fence or is the claim; round trips in brackets
-// count BEGIN and COMMIT):
-//   claim       claim UPDATE + plan rows (first claim: one INSERT IGNORE, the first
-//               step inserted EXECUTING; later claims: one SELECT of the rows) +
-//               the next step marked EXECUTING/COMPENSATING                    [4-5]
-//   per step    fence (the handler's first ctx.tx() or the engine's) + the handler's
-//               writes + step SUCCESS + next step EXECUTING, or, for the last
-//               step, the event's SUCCESS instead                              [5-6]
-//   A 1-step demo event is 2 transactions (10 round trips), a 3-step one 4 (22).
-//   Compensation mirrors it: each COMPENSATED commits with the next COMPENSATING,
-//   the last with the event's COMPENSATED; failures are one transaction each.
+// Transactions (round trips in brackets count BEGIN and COMMIT):
+//   claim       first attempts: batched by the consumer (ClaimBatch, one transaction
+//               for a whole poll: claim UPDATE + plan rows INSERT [4] for N events);
+//               others: claim UPDATE + plan rows (first claim: one INSERT IGNORE;
+//               later claims: one SELECT of the rows) + the next step marked
+//               EXECUTING/COMPENSATING                                         [4-5]
+//   step        forward success: through the node's commit group (commit_group.h):
+//               the handler's statements in the shared transaction, then per group
+//               one fence for all members + <= 4 multi-row writes + COMMIT: a 1-step
+//               demo event costs its ledger INSERT plus its share of the group's
+//               statements. Failures, retries and compensation: one transaction per
+//               change, fenced by its first statement (TouchEvent or the status
+//               change)                                                         [4-6]
+//   Compensation: each COMPENSATED commits with the next COMPENSATING, the last with
+//   the event's COMPENSATED; failures are one transaction each.
 //
 // Policies:
 //   - Step codes "<event code>#<position>" (1-based), children "<parent code>.<n>".

@@ -1,11 +1,16 @@
 #include "saga/step_handler.h"
 
 #include "core/error.h"
+#include "saga/step_store.h"
 #include "saga/steps/demo_step.h"
 #include "saga/steps/table_steps.h"
 #include "storage/db_url.h"
 
 namespace dsync::saga {
+
+void StepContext::InsertAtCommit(std::string_view head, std::string_view tail, std::vector<storage::Value> row) {
+  store::InsertDeferredRow(tx(), store::DeferredRow{std::string(head), std::string(tail), std::move(row)});
+}
 
 Datasources::Datasources(std::map<std::string, std::string> urls) : urls_(std::move(urls)) {}
 

@@ -108,15 +108,33 @@ class StepContext {
   virtual const nlohmann::json& compensation_data() const = 0;
   virtual std::chrono::steady_clock::time_point deadline() const = 0;
   virtual std::stop_token stop_token() const = 0;           // cancellation (deadline, shutdown)
-  // The framework database connection inside the step's fenced transaction. The
-  // first call begins it with the fence (throws OwnershipLostError if the event was
-  // taken away); the engine commits it together with the step's new state, or rolls
-  // it back if the step fails. Keep work after the first tx() call short: the event's
-  // row lock is held until the commit. Statements throw sql::SQLException.
+  // The framework database connection inside the step's fenced transaction; the
+  // engine commits it together with the step's new state, or rolls it back if the
+  // step fails. Execute(): the transaction is the node's commit group
+  // (saga/commit_group.h), shared with other events' steps and READ COMMITTED; the
+  // fence is checked for all of them just before COMMIT, so nothing commits for an
+  // event this node lost. Compensate(): the first call begins a transaction of its own
+  // with the fence (throws OwnershipLostError if the event was taken away). Either
+  // way keep work after the first tx() call short: the connection (and, for
+  // compensation, the event's row lock) is held until the handler returns; do slow
+  // work (sleeps, remote calls) before it. Statements throw sql::SQLException.
   virtual storage::Connection& tx() = 0;
   // A fenced read: true while this node still owns the event at its claimed version.
   virtual bool StillOwner() = 0;
   virtual Datasources& datasources() = 0;
+
+  // A row for the framework database, written exactly once with the step's success
+  // (like a statement through tx()), as one row of a multi-row
+  // `<head> (?, ...), (?, ...) <tail>`: the rows of many events' steps that share
+  // head and tail go in one statement at their commit group's COMMIT, and the handler
+  // never waits for a turn on the group's connection. `head` is the INSERT up to and
+  // including VALUES, `tail` what follows the rows ("" or e.g. "ON DUPLICATE KEY
+  // UPDATE n = n + 1"); both constant texts (never user input); `row` one row's values,
+  // bound as parameters. Nothing is written if the step fails. Where there is no
+  // commit group (Compensate()), it is executed at once through tx().
+  //   ctx.InsertAtCommit("INSERT INTO audit (k, v) VALUES", "", {ctx.idempotency_key(), std::string("x")});
+  virtual void InsertAtCommit(std::string_view head, std::string_view tail,
+                              std::vector<storage::Value> row);
 
   // Child steps (see the file comment). Null for the plan's own steps.
   virtual const nlohmann::json& child_params() const {

@@ -1,5 +1,7 @@
 #include "saga/step_store.h"
 
+#include <map>
+#include <tuple>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -311,6 +313,37 @@ std::vector<int64_t> ClaimFirstAttempts(storage::Connection& c, const std::vecto
   return claimed;
 }
 
+namespace {
+std::string RowMarks(size_t width) { return "(" + Marks(width) + ")"; }
+}  // namespace
+
+void InsertDeferredRow(storage::Connection& c, const DeferredRow& row) {
+  c.Execute(row.head + " " + RowMarks(row.values.size()) + (row.tail.empty() ? "" : " " + row.tail),
+            storage::Values(row.values));
+}
+
+void InsertDeferredRows(storage::Connection& c, const std::vector<const DeferredRow*>& rows) {
+  constexpr size_t kChunk = 256;
+  // Rows of one statement: same head, tail and width, in the order they came.
+  std::map<std::tuple<std::string, std::string, size_t>, std::vector<const DeferredRow*>> statements;
+  for (const DeferredRow* r : rows) statements[{r->head, r->tail, r->values.size()}].push_back(r);
+  for (const auto& [key, list] : statements) {
+    const auto& [head, tail, width] = key;
+    for (size_t from = 0; from < list.size(); from += kChunk) {
+      const size_t n = std::min(kChunk, list.size() - from);
+      std::string sql = head + " ";
+      std::vector<storage::Value> v;
+      v.reserve(n * width);
+      for (size_t i = 0; i < n; ++i) {
+        sql += (i == 0 ? "" : ", ") + RowMarks(width);
+        v.insert(v.end(), list[from + i]->values.begin(), list[from + i]->values.end());
+      }
+      if (!tail.empty()) sql += " " + tail;
+      c.Execute(sql, storage::Values(v));
+    }
+  }
+}
+
 bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& successes,
                         const std::string& node) {
   if (successes.empty()) return true;
@@ -333,11 +366,18 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
       done_ids.push_back(s.event_id);
       done_versions.push_back(s.version);
       done_results.push_back(s.result_json);
-    } else {
+    } else if (s.touch) {
       touch_ids.push_back(s.event_id);
       touch_versions.push_back(s.version);
       touch_progress.push_back(s.progress);
     }
+  }
+  {  // the handlers' rows
+    std::vector<const DeferredRow*> rows;
+    for (const StepSuccess& s : successes) {
+      for (const DeferredRow& r : s.rows) rows.push_back(&r);
+    }
+    if (!rows.empty()) InsertDeferredRows(c, rows);
   }
   {  // kMarkStepSucceeded per row
     const size_t n = SizeClass(codes.size());

@@ -109,6 +109,17 @@ struct ClaimRow {
 std::vector<int64_t> ClaimFirstAttempts(storage::Connection& c, const std::vector<ClaimRow>& rows,
                                         const std::string& node);
 
+// A row queued by StepContext::InsertAtCommit.
+struct DeferredRow {
+  std::string head;  // "INSERT INTO t (a, b) VALUES"
+  std::string tail;  // "" or "ON DUPLICATE KEY UPDATE ..."
+  std::vector<storage::Value> values;
+};
+// The rows as multi-row INSERTs: one per (head, tail, row width), in chunks.
+void InsertDeferredRows(storage::Connection& c, const std::vector<const DeferredRow*>& rows);
+// One row at once (no group): `<head> (?, ...) <tail>`.
+void InsertDeferredRow(storage::Connection& c, const DeferredRow& row);
+
 // One event's step success as the group commit applies it.
 struct StepSuccess {
   int64_t event_id = 0;
@@ -121,6 +132,8 @@ struct StepSuccess {
   bool finish = false;    // the last step: the event turns SUCCESS with `result`
   std::string result_json;
   int progress = 0;       // not finishing: the event's progress
+  bool touch = true;      // not finishing: write progress and modifier_time
+  std::vector<DeferredRow> rows;  // the handler's InsertAtCommit rows
 };
 // MarkStepSucceeded + MarkStepExecuting (next) + TouchEvent or SucceedEvent for many
 // events: at most four statements. False when an event did not match its version

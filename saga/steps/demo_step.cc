@@ -7,10 +7,10 @@
 namespace dsync::saga {
 namespace {
 
-// Params: idempotency key (step code), event code, step name.
-constexpr const char* kApplyLedger = R"(
-INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES (?, ?, ?)
-ON DUPLICATE KEY UPDATE applications = applications + 1)";
+// One row (idempotency key = step code, event code, step name), written with the
+// step's success (StepContext::InsertAtCommit: batched with other events' rows).
+constexpr const char* kLedgerHead = "INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES";
+constexpr const char* kLedgerTail = "ON DUPLICATE KEY UPDATE applications = applications + 1";
 
 // Params: idempotency key.
 constexpr const char* kDeleteLedger = "DELETE FROM demo_ledger WHERE idempotency_key = ?";
@@ -57,7 +57,8 @@ class DemoStep final : public StepHandler {
                                    std::to_string(ctx.step_retry_count() + 1) + " of " +
                                    std::to_string(b.fail_transient_times));
     }
-    ctx.tx().Execute(kApplyLedger, ctx.idempotency_key(), ctx.event_code(), ctx.step_name());
+    ctx.InsertAtCommit(kLedgerHead, kLedgerTail,
+                       {ctx.idempotency_key(), ctx.event_code(), ctx.step_name()});
     if (b.audit) Audit(ctx, "apply");
     return StepResult::Ok({{"ledger", ctx.idempotency_key()}},
                           nlohmann::json{{"ledger", ctx.idempotency_key()}});
