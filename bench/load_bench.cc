@@ -7,6 +7,8 @@
 //   dsync_load_bench produce-api --api http://HOST:PORT --count N [--rows-per-statement K]
 //                            [--connections C] [--topic T] [--prefix P] [--payload JSON]
 //   dsync_load_bench probe   --db URL [--count N]
+//   dsync_load_bench ceiling --db URL [--events N] [--threads T] [--batch B] [--steps K]
+//                            [--tx-per-batch [--exact]] [--prefix P]
 //
 // produce: inserts N events (tenant `bench`, code `<prefix>-<i>`, data_id `d-<i>`, the
 //   topic, the payload) with the DESIGN.md producer statement
@@ -28,6 +30,77 @@
 //   UPDATE + COMMIT (three round trips, one commit). Prints
 //     PROBE what=<name> p50_us=... p99_us=... mean_us=...
 //
+// ceiling: the database's own ceiling for an event's row writes (issue 6: "the
+//   database's limit is the reason -- show which"). On a schema migrated by `dsync
+//   migrate`, with no dsync code at all, it performs exactly the row writes a K-step
+//   [1] `demo` event needs, in the most batched form: T [4] threads, each with its own
+//   connection (node address 127.0.0.1:<9001 + t>), repeatedly take the next B [100]
+//   events of N [20000] and run them through the stages, each stage ONE multi-row
+//   statement for the whole batch:
+//     1 insert   INSERT distribute_event (B rows, the producer's columns)
+//                (+ SELECT LAST_INSERT_ID(): the ids, consecutive at
+//                innodb_autoinc_lock_mode 0/1, which is checked)
+//     2 assign   UPDATE distribute_event SET status ASSIGNED, node_address, version+1, assigned_time
+//                WHERE id IN (...) AND status = 'PENDING'
+//     3 claim    UPDATE ... process_log append (saga/process_log_sql.h), status RUNNING,
+//                version+1, attempt+1, started_time, modifier_time
+//                WHERE id IN (...) AND status = 'ASSIGNED' AND node_address = ? AND phase = 'FORWARD'
+//     4 steps    INSERT IGNORE distribute_event_step (B*K rows, the engine's columns:
+//                step 1 EXECUTING with node, attempt, started_at; the others PENDING)
+//     5 ledger   INSERT demo_ledger (B*K rows) ON DUPLICATE KEY UPDATE applications + 1
+//     6 step ok  UPDATE distribute_event_step SET status SUCCESS, executed_at, output,
+//                compensation_data WHERE code IN (B*K codes)
+//     7 done     UPDATE ... process_log append, status SUCCESS, version+1, finished_time,
+//                modifier_time, progress 100, result WHERE id IN (...) AND status = 'RUNNING'
+//   Each stage autocommitted (7 commits a batch), or with --tx-per-batch stages 4-7 in
+//   one transaction, as group completion would (4 commits a batch). Every statement's
+//   matched/inserted row count is checked, and at the end every event must be SUCCESS
+//   with K SUCCESS steps and K ledger rows. Timing: from the first statement to the last
+//   commit (connections open before). Row writes per event: 4 + 3K. This is
+//   shape=minimal. Not included there (dsync logic, not an event's needed writes): the
+//   dispatcher's and the consumer's reads, the per-row version fences (ELT/FIELD), and,
+//   for K > 1, the engine's separate EXECUTING mark of steps 2..K.
+//   --exact (needs --tx-per-batch; shape=exact): the engine's own write set and
+//   statement shapes instead (saga/step_store.cc ClaimFirstAttempts, LockEvents,
+//   ApplyStepSuccesses + InsertDeferredRows; saga/commit_group.cc Finish;
+//   saga/saga_engine.cc CommitStepSuccess; saga/steps/demo_step.cc), each batch of B
+//   events being one claim batch and then, per step, one commit group:
+//     1 insert, 2 assign   as above, autocommitted
+//     3 claim    one transaction: the engine's claim UPDATE (version fence per row by
+//                ELT(FIELD(id, ..), ..), AND attempt = 0) and the INSERT IGNORE of all
+//                B*K step rows (step 1 EXECUTING); COMMIT
+//     then for each step k = 1..K, one transaction (the group, sealed: Finish):
+//     5 fence    SET TRANSACTION ISOLATION LEVEL READ COMMITTED; BEGIN;
+//                SELECT id, version ... FOR UPDATE of the B events (versions checked)
+//     6 ledger   the demo handlers' rows (StepContext::InsertAtCommit) as ONE multi-row
+//                INSERT INTO demo_ledger ... VALUES (..),(..) ON DUPLICATE KEY UPDATE
+//                applications = applications + 1, in chunks of 256 rows
+//     7 step_ok  step k SUCCESS, output/compensation_data by ELT
+//     8 advance  k < K: step k+1 EXECUTING (node, attempt by ELT). No touch of the
+//                events (modifier_time, progress): the engine writes it only when the
+//                event's last touch is older than min(1 s, max_processing_time / 4),
+//                never for these no-op steps
+//     9 done     k = K: the events SUCCESS (process_log, result by ELT, version fence)
+//                COMMIT
+//   Lists are padded to a power of two as the engine does. Commits a batch: 3 + K.
+//   Row writes per event: 3 + 4K (7 for 1 step, 15 for 3). The steps' attempt, node and
+//   started_at are checked at the end too.
+//   Prints
+//     RESULT ceiling steps=K threads=T batch=B shape=minimal|exact events_per_s=...
+//       row_writes_per_s=... statements=S statements_per_event=... tx=per_stage|per_batch
+//       commits_per_event=... events=N seconds=X row_writes_per_event=4+3K|3+4K
+//       handler_row_writes_per_event=... fsyncs_per_event=... client_cpu_us_per_event=...
+//       stage_ms=insert:..,assign:..,claim:..,steps:..,ledger:..,step_ok:..,done:..
+//   (statements = every statement sent, the id read, BEGIN/COMMIT and SET TRANSACTION
+//   included; handler_* and fsyncs_* are server-wide status deltas over the run, for a
+//   check of the row-write count on an otherwise idle server; client_cpu_* is this
+//   program's CPU; stage_ms = mean ms a batch spends in each stage, minimal: the group's
+//   COMMIT in `done`; exact: stages insert, assign, claim (the UPDATE), steps (the step
+//   INSERT + the claim's COMMIT), fence (SET TRANSACTION, BEGIN and the SELECT ... FOR
+//   UPDATE), ledger, step_ok, advance, done, commit (the groups' COMMITs), each summed
+//   over K).
+//   The UPDATEs name their index (FORCE INDEX, see CeilingSql).
+//
 // Errors end the program with exit code 1 and one line on stderr; bad flags exit 2.
 // Thread safety: produce's threads each own one Connection; nothing else is shared.
 #include <algorithm>
@@ -37,11 +110,14 @@
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include <sys/resource.h>
 #include <vector>
 
 #include <Poco/Net/HTTPClientSession.h>
@@ -52,6 +128,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "saga/process_log_sql.h"
 #include "storage/connection.h"
 #include "storage/db_url.h"
 
@@ -74,21 +151,34 @@ struct Options {
   std::string topic = "E2E_1";
   std::string prefix = "ev";
   std::string payload = "{}";
+  // ceiling
+  int threads = 4;
+  int batch = 100;
+  int steps = 1;
+  bool tx_per_batch = false;
+  bool exact = false;
 };
 
 [[noreturn]] void Usage(const std::string& why) {
   throw UsageError(why +
                    " (usage: dsync_load_bench produce --db URL --count N [--rows-per-statement K] "
                    "[--connections C] [--rate R] [--tick-ms T] [--topic T] [--prefix P] [--payload JSON] | "
-                   "probe --db URL [--count N])");
+                   "probe --db URL [--count N] | "
+                   "ceiling --db URL [--events N] [--threads T] [--batch B] [--steps K] [--tx-per-batch [--exact]] [--prefix P])");
 }
 
 Options ParseArgs(int argc, char** argv) {
   Options o;
   if (argc < 2) Usage("missing command");
   o.command = argv[1];
-  if (o.command != "produce" && o.command != "produce-api" && o.command != "probe") Usage("unknown command '" + o.command + "'");
+  if (o.command != "produce" && o.command != "produce-api" && o.command != "probe" && o.command != "ceiling") {
+    Usage("unknown command '" + o.command + "'");
+  }
   if (o.command == "probe") o.count = 2000;
+  if (o.command == "ceiling") {
+    o.count = 20000;
+    o.prefix = "c";
+  }
   auto value = [&](int& i, const std::string& flag) -> std::string {
     if (i + 1 >= argc) Usage(flag + " needs a value");
     return argv[++i];
@@ -112,11 +202,22 @@ Options ParseArgs(int argc, char** argv) {
     else if (a == "--topic") o.topic = value(i, a);
     else if (a == "--prefix") o.prefix = value(i, a);
     else if (a == "--payload") o.payload = value(i, a);
+    else if (a == "--events" && o.command == "ceiling") o.count = static_cast<int64_t>(number(i, a, 1));
+    else if (a == "--threads") o.threads = static_cast<int>(number(i, a, 1));
+    else if (a == "--batch") o.batch = static_cast<int>(number(i, a, 1));
+    else if (a == "--steps") o.steps = static_cast<int>(number(i, a, 1));
+    else if (a == "--tx-per-batch") o.tx_per_batch = true;
+    else if (a == "--exact" && o.command == "ceiling") o.exact = true;
     else Usage("unknown flag " + a);
   }
   if (o.command == "produce-api" ? o.api.empty() : o.url.empty()) Usage("--db (or --api) is required");
   if (o.command != "probe" && o.count == 0) Usage("--count is required");
   if (o.rate > 0 && o.connections != 1) Usage("--rate works with one connection");
+  // A prepared statement takes at most 65,535 placeholders; the step INSERT binds 13 a row.
+  if (o.command == "ceiling" && static_cast<int64_t>(o.batch) * o.steps * 13 > 65535) {
+    Usage("--batch x --steps must stay <= 5041 (13 placeholders per step row, 65,535 per statement)");
+  }
+  if (o.exact && !o.tx_per_batch) Usage("--exact needs --tx-per-batch (the engine's group transactions)");
   return o;
 }
 
@@ -311,6 +412,587 @@ int Probe(const Options& o) {
   return 0;
 }
 
+
+// ---- ceiling ------------------------------------------------------------------------
+
+// "?, ?, ..." with n marks.
+std::string Marks(size_t n) {
+  std::string m;
+  m.reserve(n * 3);
+  for (size_t i = 0; i < n; ++i) m += i == 0 ? "?" : ", ?";
+  return m;
+}
+
+// The statements of one batch of `rows` events of `steps` steps each. Fixed texts
+// (numbers of placeholders only), so each connection prepares them once per batch size.
+// The UPDATEs name their index (FORCE INDEX): on a young table (the first batches)
+// the optimizer may read a long IN list by a scan of the primary key instead, which
+// X-locks every row it passes, other threads' rows too: serialized batches, and
+// deadlocks with --tx-per-batch (seen: the step UPDATE by code). A plan accident is
+// not the database's write limit, which is what this measures.
+std::string StepInsertSql(size_t rows) {
+  std::string sql = "INSERT IGNORE INTO distribute_event_step (code, job_code, tenant_id, sort, step_type, step_name, "
+                    "max_retry, payload, status, node_address, attempt, started_at, parent_step_id) VALUES ";
+  for (size_t i = 0; i < rows; ++i) {
+    sql += i == 0 ? "" : ", ";
+    sql += "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, IF(?, NOW(3), NULL), ?)";
+  }
+  return sql;
+}
+
+struct CeilingSql {
+  std::string insert_events, assign, claim, insert_steps, insert_ledger, steps_ok, done;
+
+  CeilingSql(size_t rows, size_t steps) {
+    std::string ids = Marks(rows);
+    insert_events = InsertSql(static_cast<int>(rows));
+    // Params: node; ids.
+    assign = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET status = 'ASSIGNED', node_address = ?, version = version + 1, "
+             "assigned_time = NOW(3) WHERE id IN (" + ids + ") AND status = 'PENDING'";
+    // Params: node, 'RUNNING', why (log); ids; node.
+    claim = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
+            ", status = 'RUNNING', version = version + 1, attempt = attempt + 1, started_time = NOW(3), "
+            "modifier_time = NOW(3) WHERE id IN (" + ids + ") AND status = 'ASSIGNED' AND node_address = ? "
+            "AND phase = 'FORWARD'";
+    // The engine's step INSERT (saga/step_store.cc InsertStepsSql), rows * steps rows.
+    // Params per row: code, job_code, tenant_id, sort, step_type, step_name, max_retry,
+    // payload, status, node_address, attempt, executing flag, parent_step_id.
+    insert_steps = StepInsertSql(rows * steps);
+    // The demo step's effect (saga/steps/demo_step.cc kLedgerHead/kLedgerTail), rows * steps rows.
+    // Params per row: idempotency key (step code), event code, step name.
+    insert_ledger = "INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES ";
+    for (size_t i = 0; i < rows * steps; ++i) insert_ledger += i == 0 ? "(?, ?, ?)" : ", (?, ?, ?)";
+    insert_ledger += " ON DUPLICATE KEY UPDATE applications = applications + 1";
+    // The engine's kMarkStepSucceeded; output and compensation_data are what the demo step
+    // returns, {"ledger": <step code>}, built from the row's code instead of bound per row.
+    // Params: step codes.
+    steps_ok = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'SUCCESS', executed_at = NOW(3), "
+               "output = JSON_OBJECT('ledger', code), compensation_data = JSON_OBJECT('ledger', code) "
+               "WHERE code IN (" + Marks(rows * steps) + ")";
+    // The engine's kSucceedEvent. Params: node, 'SUCCESS', why (log); result; ids.
+    done = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
+           ", status = 'SUCCESS', version = version + 1, finished_time = NOW(3), modifier_time = NOW(3), "
+           "progress = 100, result = ? WHERE id IN (" + ids + ") AND status = 'RUNNING'";
+  }
+};
+
+// --exact: the engine's statements (saga/step_store.cc), lists padded to a power of
+// two (SizeClass) by repeating the last entry, as the engine does.
+size_t SizeClass(size_t n) {
+  size_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// ELT(FIELD(<key>, <n marks>), <n marks>), optionally CAST(... AS <cast>): step_store.cc Pick.
+std::string Pick(const char* key, size_t n, const char* cast = nullptr) {
+  std::string e = "ELT(FIELD(" + std::string(key) + ", " + Marks(n) + "), " + Marks(n) + ")";
+  return cast ? "CAST(" + e + " AS " + cast + ")" : e;
+}
+
+// InsertDeferredRows' chunk: at most this many handler rows per INSERT.
+constexpr size_t kLedgerChunk = 256;
+
+// The demo handlers' rows (saga/steps/demo_step.cc kLedgerHead/kLedgerTail) as
+// InsertDeferredRows sends them: head, `rows` row tuples, tail.
+// Params per row: idempotency key (step code), event code, step name.
+std::string LedgerSql(size_t rows) {
+  std::string sql = "INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES ";
+  for (size_t i = 0; i < rows; ++i) sql += i == 0 ? "(?, ?, ?)" : ", (?, ?, ?)";
+  return sql + " ON DUPLICATE KEY UPDATE applications = applications + 1";
+}
+
+struct ExactSql {
+  std::string claim, insert_steps, fence, steps_ok, next_executing, done;
+  std::map<size_t, std::string> ledger;  // by chunk size (rows in chunks of kLedgerChunk)
+
+  // rows: events in the batch; n: their padded count (SizeClass(rows)).
+  ExactSql(size_t rows, size_t steps) {
+    const size_t n = SizeClass(rows);
+    const std::string ids = Marks(n);
+    // ClaimFirstAttempts. Params: node, 'RUNNING', why; ids; node; ids, versions.
+    claim = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
+            ",\n  status = 'RUNNING', version = version + 1, attempt = attempt + 1,"
+            " started_time = NOW(3), modifier_time = NOW(3)\nWHERE id IN (" + ids +
+            ") AND status = 'ASSIGNED' AND node_address = ? AND phase = 'FORWARD'"
+            " AND attempt = 0\n  AND version = " + Pick("id", n, "SIGNED");
+    insert_steps = StepInsertSql(rows * steps);
+    for (size_t from = 0; from < rows; from += kLedgerChunk) {
+      const size_t chunk = std::min(kLedgerChunk, rows - from);
+      if (!ledger.count(chunk)) ledger[chunk] = LedgerSql(chunk);
+    }
+    // LockEvents. Params: ids.
+    fence = "SELECT id, version FROM distribute_event FORCE INDEX (PRIMARY) WHERE id IN (" + ids + ") FOR UPDATE";
+    // ApplyStepSuccesses, kMarkStepSucceeded per row. Params: codes, outputs, codes, compensations, codes.
+    steps_ok = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'SUCCESS', executed_at = NOW(3), output = " +
+               Pick("code", n) + ", compensation_data = " + Pick("code", n) + " WHERE code IN (" + ids + ")";
+    // kMarkStepExecuting per row. Params: node; codes, attempts; codes.
+    next_executing = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'EXECUTING', node_address = ?, attempt = " +
+                     Pick("code", n, "SIGNED") + ", started_at = NOW(3) WHERE code IN (" + ids +
+                     ") AND status <> 'SUCCESS'";
+    // kSucceedEvent per row. Params: node, 'SUCCESS', why; ids, results; ids; ids, versions.
+    done = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
+           ",\n  status = 'SUCCESS', version = version + 1, finished_time = NOW(3),"
+           " modifier_time = NOW(3), progress = 100, result = " +
+           Pick("id", n) + "\nWHERE id IN (" + ids + ") AND version = " + Pick("id", n, "SIGNED");
+  }
+};
+
+constexpr int kMinimalStages = 7;
+constexpr int kExactStages = 10;
+constexpr int kStages = kExactStages;  // room for either
+constexpr const char* kMinimalStageNames[kMinimalStages] = {"insert", "assign", "claim", "steps",
+                                                            "ledger", "step_ok", "done"};
+constexpr const char* kExactStageNames[kExactStages] = {"insert", "assign",  "claim",   "steps", "fence",
+                                                        "ledger", "step_ok", "advance", "done",  "commit"};
+
+// Server-wide status counters for the row-write check.
+// Params: none.
+constexpr const char* kCeilingStatus =
+    "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN "
+    "('HANDLER_WRITE', 'HANDLER_UPDATE', 'HANDLER_DELETE', 'INNODB_DATA_FSYNCS')";
+
+struct ServerCounters {
+  int64_t row_writes = 0;
+  int64_t fsyncs = 0;
+};
+
+ServerCounters ReadCounters(Connection& c) {
+  ServerCounters s;
+  auto rs = c.Query(kCeilingStatus);
+  while (rs->next()) {
+    std::string name(rs->getString(1));
+    int64_t v = std::stoll(std::string(rs->getString(2)));
+    if (name == "INNODB_DATA_FSYNCS") s.fsyncs += v;
+    else s.row_writes += v;
+  }
+  return s;
+}
+
+void Expect(uint64_t got, uint64_t want, const char* stage) {
+  if (got != want) {
+    throw std::runtime_error(std::string("ceiling: stage ") + stage + " touched " + std::to_string(got) +
+                             " rows, expected " + std::to_string(want));
+  }
+}
+
+// One thread's work: batches of events [first, first + rows) taken from `next`.
+struct CeilingWorker {
+  CeilingWorker(const Options& options, Connection& conn, std::string node_address, std::atomic<int64_t>& next_event,
+                std::atomic<bool>& any_failed)
+      : o(options), c(conn), node(std::move(node_address)), next(next_event), failed(any_failed) {}
+
+  const Options& o;
+  Connection& c;
+  std::string node;
+  std::atomic<int64_t>& next;
+  std::atomic<bool>& failed;
+  int64_t statements = 0;
+  int64_t commits = 0;
+  int64_t batches = 0;
+  double stage_s[kStages] = {};
+  std::map<size_t, std::unique_ptr<CeilingSql>> sql;  // by batch size (the last may be short)
+  std::map<size_t, std::unique_ptr<ExactSql>> exact_sql;
+
+  const CeilingSql& Sql(size_t rows) {
+    auto& s = sql[rows];
+    if (!s) s = std::make_unique<CeilingSql>(rows, static_cast<size_t>(o.steps));
+    return *s;
+  }
+
+  const ExactSql& Exact(size_t rows) {
+    auto& s = exact_sql[rows];
+    if (!s) s = std::make_unique<ExactSql>(rows, static_cast<size_t>(o.steps));
+    return *s;
+  }
+
+  void Run() {
+    if (o.exact) RunExact();
+    else RunMinimal();
+  }
+
+  // The step rows of events [first, first + rows) for the INSERT IGNORE (step 1
+  // EXECUTING at attempt 1 on this node), as the engine's PlanRow + StepValues.
+  void StepRows(int64_t first, size_t rows, std::vector<Value>& v, std::vector<std::string>* codes) {
+    const size_t k = static_cast<size_t>(o.steps);
+    v.clear();
+    for (size_t i = 0; i < rows; ++i) {
+      std::string code = o.prefix + "-" + std::to_string(first + static_cast<int64_t>(i));
+      for (size_t s = 1; s <= k; ++s) {
+        std::string step_code = code + "#" + std::to_string(s);
+        bool executing = s == 1;
+        v.emplace_back(step_code);
+        v.emplace_back(code);
+        v.emplace_back(std::string("bench"));
+        v.emplace_back(static_cast<int64_t>(s));
+        v.emplace_back(std::string("demo"));
+        v.emplace_back("s" + std::to_string(s));
+        v.emplace_back(int64_t{3});
+        v.emplace_back(std::string("{}"));  // the demo step's params: none
+        v.emplace_back(std::string(executing ? "EXECUTING" : "PENDING"));
+        if (executing) v.emplace_back(node);
+        else v.emplace_back(std::monostate{});
+        v.emplace_back(int64_t{executing ? 1 : 0});
+        v.emplace_back(executing);
+        v.emplace_back(std::monostate{});
+        if (codes) codes->push_back(std::move(step_code));
+      }
+    }
+  }
+
+  // --exact: see the file comment.
+  void RunExact() {
+    const size_t k = static_cast<size_t>(o.steps);
+    std::vector<Value> v;
+    std::vector<std::string> codes;
+    while (!failed) {
+      int64_t first = next.fetch_add(o.batch);
+      if (first >= o.count) break;
+      const size_t rows = static_cast<size_t>(std::min<int64_t>(o.batch, o.count - first));
+      const size_t n = SizeClass(rows);
+      const ExactSql& q = Exact(rows);
+      auto t = Steady::now();
+      auto lap = [&](int stage) {
+        auto now = Steady::now();
+        stage_s[stage] += Seconds(now - t);
+        t = now;
+      };
+      // Padded to n by repeating the last entry.
+      auto add_padded = [&](auto&& value_of) {
+        for (size_t i = 0; i < n; ++i) v.emplace_back(value_of(std::min(i, rows - 1)));
+      };
+      int64_t first_id = 0;
+      auto id_of = [&](size_t i) { return first_id + static_cast<int64_t>(i); };
+      auto event_code = [&](size_t i) { return o.prefix + "-" + std::to_string(first + static_cast<int64_t>(i)); };
+      // 1 insert and the ids it got.
+      InsertRows(c, o, first, static_cast<int>(rows));
+      auto last_id = c.QueryInt("SELECT LAST_INSERT_ID()");
+      if (!last_id) throw std::runtime_error("ceiling: no LAST_INSERT_ID()");
+      statements += 2;
+      first_id = *last_id;
+      lap(0);
+      // 2 assign (the minimal shape's statement: the dispatcher's is not this bench's subject).
+      {
+        std::vector<Value> av;
+        for (size_t i = 0; i < rows; ++i) av.emplace_back(id_of(i));
+        Expect(c.Execute(Sql(rows).assign, node, storage::Values(av)), rows, "assign");
+      }
+      ++statements;
+      lap(1);
+      int version = 2;  // 1 at insert, +1 by assign
+      // 3 claim + the step rows, one transaction (SagaEngine::ClaimBatch).
+      c.Begin();
+      try {
+        v.clear();
+        v.emplace_back(node);
+        v.emplace_back(std::string("RUNNING"));
+        v.emplace_back(std::string("claimed, attempt 1"));
+        add_padded([&](size_t i) { return Value(id_of(i)); });
+        v.emplace_back(node);
+        add_padded([&](size_t i) { return Value(id_of(i)); });
+        add_padded([&](size_t) { return Value(int64_t{version}); });
+        Expect(c.Execute(q.claim, storage::Values(v)), rows, "claim");
+        lap(2);
+        StepRows(first, rows, v, nullptr);
+        Expect(c.Execute(q.insert_steps, storage::Values(v)), rows * k, "steps");
+        c.Commit();
+      } catch (...) {
+        c.Rollback();
+        throw;
+      }
+      statements += 4;
+      commits += 1;
+      ++version;
+      lap(3);
+      // Each step: one commit group of the batch's events (CommitGroups::Finish).
+      for (size_t s = 1; s <= k; ++s) {
+        const bool last = s == k;
+        auto step_code = [&](size_t i, size_t step) { return event_code(i) + "#" + std::to_string(step); };
+        c.ExecuteDdl("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+        c.Begin();
+        statements += 2;
+        try {
+          // 5 the fence.
+          v.clear();
+          add_padded([&](size_t i) { return Value(id_of(i)); });
+          {
+            auto rs = c.Query(q.fence, storage::Values(v));
+            size_t seen = 0;
+            while (rs->next()) {
+              if (rs->getInt(2) != version) throw std::runtime_error("ceiling: fence: event at another version");
+              ++seen;
+            }
+            Expect(seen, rows, "fence");
+          }
+          ++statements;
+          lap(4);
+          // 6 the handlers' rows, one multi-row INSERT per chunk (InsertDeferredRows).
+          codes.clear();
+          for (size_t i = 0; i < rows; ++i) codes.push_back(step_code(i, s));
+          const std::string step_name = "s" + std::to_string(s);
+          for (size_t from = 0; from < rows; from += kLedgerChunk) {
+            const size_t chunk = std::min(kLedgerChunk, rows - from);
+            v.clear();
+            for (size_t i = from; i < from + chunk; ++i) {
+              v.emplace_back(codes[i]);
+              v.emplace_back(event_code(i));
+              v.emplace_back(step_name);
+            }
+            Expect(c.Execute(q.ledger.at(chunk), storage::Values(v)), chunk, "ledger");
+            ++statements;
+          }
+          lap(5);
+          // 7 step s SUCCESS, output and compensation_data {"ledger": <step code>}.
+          v.clear();
+          auto ledger_json = [&](size_t i) { return Value(nlohmann::json{{"ledger", codes[i]}}.dump()); };
+          add_padded([&](size_t i) { return Value(codes[i]); });
+          add_padded(ledger_json);
+          add_padded([&](size_t i) { return Value(codes[i]); });
+          add_padded(ledger_json);
+          add_padded([&](size_t i) { return Value(codes[i]); });
+          Expect(c.Execute(q.steps_ok, storage::Values(v)), rows, "step_ok");
+          ++statements;
+          lap(6);
+          if (!last) {
+            // 8 step s+1 EXECUTING; no touch of the events (see the file comment).
+            v.clear();
+            v.emplace_back(node);
+            add_padded([&](size_t i) { return Value(step_code(i, s + 1)); });
+            add_padded([&](size_t) { return Value(int64_t{1}); });
+            add_padded([&](size_t i) { return Value(step_code(i, s + 1)); });
+            Expect(c.Execute(q.next_executing, storage::Values(v)), rows, "advance");
+            ++statements;
+            lap(7);
+          } else {
+            // 9 the events SUCCESS.
+            v.clear();
+            v.emplace_back(node);
+            v.emplace_back(std::string("SUCCESS"));
+            v.emplace_back(std::string("all steps succeeded"));
+            const std::string result = nlohmann::json{{"steps", k}}.dump();
+            add_padded([&](size_t i) { return Value(id_of(i)); });
+            add_padded([&](size_t) { return Value(result); });
+            add_padded([&](size_t i) { return Value(id_of(i)); });
+            add_padded([&](size_t i) { return Value(id_of(i)); });
+            add_padded([&](size_t) { return Value(int64_t{version}); });
+            Expect(c.Execute(q.done, storage::Values(v)), rows, "done");
+            ++statements;
+            lap(8);
+          }
+          c.Commit();
+        } catch (...) {
+          c.Rollback();
+          throw;
+        }
+        ++statements;
+        ++commits;
+        lap(9);
+      }
+      commits += 2;  // insert, assign
+      ++batches;
+    }
+  }
+
+  void RunMinimal() {
+    std::vector<Value> v;
+    std::vector<Value> ids, step_codes;
+    const size_t k = static_cast<size_t>(o.steps);
+    while (!failed) {
+      int64_t first = next.fetch_add(o.batch);
+      if (first >= o.count) break;
+      const size_t rows = static_cast<size_t>(std::min<int64_t>(o.batch, o.count - first));
+      const CeilingSql& q = Sql(rows);
+      auto t = Steady::now();
+      auto lap = [&](int stage) {
+        auto now = Steady::now();
+        stage_s[stage] += Seconds(now - t);
+        t = now;
+      };
+      // 1 insert (the producer's statement) and the ids it got.
+      InsertRows(c, o, first, static_cast<int>(rows));
+      auto first_id = c.QueryInt("SELECT LAST_INSERT_ID()");
+      if (!first_id) throw std::runtime_error("ceiling: no LAST_INSERT_ID()");
+      statements += 2;
+      ids.clear();
+      for (size_t i = 0; i < rows; ++i) ids.emplace_back(*first_id + static_cast<int64_t>(i));
+      lap(0);
+      // 2 assign
+      Expect(c.Execute(q.assign, node, storage::Values(ids)), rows, "assign");
+      lap(1);
+      // 3 claim
+      Expect(c.Execute(q.claim, node, "RUNNING", "claimed, attempt 1", storage::Values(ids), node), rows, "claim");
+      lap(2);
+      statements += 2;
+      if (o.tx_per_batch) {
+        c.Begin();
+        ++statements;
+      }
+      try {
+        // 4 steps: the plan, step 1 EXECUTING
+        v.clear();
+        step_codes.clear();
+        for (size_t i = 0; i < rows; ++i) {
+          std::string code = o.prefix + "-" + std::to_string(first + static_cast<int64_t>(i));
+          for (size_t s = 1; s <= k; ++s) {
+            std::string step_code = code + "#" + std::to_string(s);
+            bool executing = s == 1;
+            v.emplace_back(step_code);
+            v.emplace_back(code);
+            v.emplace_back(std::string("bench"));
+            v.emplace_back(static_cast<int64_t>(s));
+            v.emplace_back(std::string("demo"));
+            v.emplace_back("s" + std::to_string(s));
+            v.emplace_back(int64_t{3});
+            v.emplace_back(std::string("{}"));  // the demo step's params: none
+            v.emplace_back(std::string(executing ? "EXECUTING" : "PENDING"));
+            if (executing) v.emplace_back(node);
+            else v.emplace_back(std::monostate{});
+            v.emplace_back(int64_t{executing ? 1 : 0});
+            v.emplace_back(executing);
+            v.emplace_back(std::monostate{});
+            step_codes.emplace_back(std::move(step_code));
+          }
+        }
+        Expect(c.Execute(q.insert_steps, storage::Values(v)), rows * k, "steps");
+        lap(3);
+        // 5 ledger
+        v.clear();
+        for (size_t i = 0; i < rows; ++i) {
+          std::string code = o.prefix + "-" + std::to_string(first + static_cast<int64_t>(i));
+          for (size_t s = 1; s <= k; ++s) {
+            v.emplace_back(step_codes[i * k + s - 1]);
+            v.emplace_back(code);
+            v.emplace_back("s" + std::to_string(s));
+          }
+        }
+        Expect(c.Execute(q.insert_ledger, storage::Values(v)), rows * k, "ledger");
+        lap(4);
+        // 6 steps SUCCESS
+        Expect(c.Execute(q.steps_ok, storage::Values(step_codes)), rows * k, "step_ok");
+        lap(5);
+        // 7 event SUCCESS
+        Expect(c.Execute(q.done, node, "SUCCESS", "all steps succeeded", "{\"steps\":" + std::to_string(k) + "}",
+                         storage::Values(ids)),
+               rows, "done");
+        statements += 4;
+        if (o.tx_per_batch) {
+          c.Commit();
+          ++statements;
+          commits += 4;  // insert, assign, claim, the group
+        } else {
+          commits += 7;
+        }
+        lap(6);
+      } catch (...) {
+        if (o.tx_per_batch) c.Rollback();
+        throw;
+      }
+      ++batches;
+    }
+  }
+};
+
+// User + system CPU of this process so far, in seconds.
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+int Ceiling(const Options& o) {
+  storage::DbUrl url = storage::DbUrl::Parse(o.url);
+  Connection control(url);
+  // Multi-row INSERT ids are consecutive only at innodb_autoinc_lock_mode 0 or 1.
+  auto lock_mode = control.QueryInt("SELECT @@innodb_autoinc_lock_mode");
+  if (!lock_mode || *lock_mode > 1) {
+    throw std::runtime_error("ceiling: needs innodb_autoinc_lock_mode 0 or 1 (consecutive ids of a multi-row INSERT)");
+  }
+  if (control.QueryInt("SELECT COUNT(*) FROM distribute_event").value_or(0) != 0) {
+    throw std::runtime_error("ceiling: distribute_event is not empty (use a freshly migrated schema)");
+  }
+  std::vector<std::unique_ptr<Connection>> conns;
+  for (int t = 0; t < o.threads; ++t) conns.push_back(std::make_unique<Connection>(url));
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::string error;
+  std::mutex error_mu;
+  std::vector<std::unique_ptr<CeilingWorker>> workers;
+  for (int t = 0; t < o.threads; ++t) {
+    workers.push_back(std::make_unique<CeilingWorker>(o, *conns[t], "127.0.0.1:" + std::to_string(9001 + t), next, failed));
+  }
+  ServerCounters before = ReadCounters(control);
+  const double client_cpu_before = ProcessCpuSeconds();
+  auto start = Steady::now();
+  {
+    std::vector<std::jthread> threads;
+    for (auto& w : workers) {
+      threads.emplace_back([&, w = w.get()] {
+        try {
+          w->Run();
+        } catch (const std::exception& e) {
+          std::lock_guard lock(error_mu);
+          if (!failed) error = e.what();
+          failed = true;
+        }
+      });
+    }
+  }
+  double secs = Seconds(Steady::now() - start);
+  if (failed) throw std::runtime_error(error);
+  ServerCounters after = ReadCounters(control);
+  const double client_cpu_s = ProcessCpuSeconds() - client_cpu_before;
+
+  // Every event done, with its steps and ledger rows.
+  const int64_t n = o.count, k = o.steps;
+  auto count = [&](const char* sql) { return control.QueryInt(sql).value_or(-1); };
+  int64_t ok = count("SELECT COUNT(*) FROM distribute_event WHERE status = 'SUCCESS' AND progress = 100 AND version = 4 "
+                     "AND attempt = 1 AND JSON_LENGTH(process_log) = 2");
+  int64_t steps_ok = count("SELECT COUNT(*) FROM distribute_event_step WHERE status = 'SUCCESS'");
+  int64_t ledger = count("SELECT COUNT(*) FROM demo_ledger WHERE applications = 1");
+  if (o.exact) {
+    // Every step went through EXECUTING on its node at attempt 1 (steps 2..K by the advance).
+    steps_ok = count("SELECT COUNT(*) FROM distribute_event_step WHERE status = 'SUCCESS' AND attempt = 1 "
+                     "AND node_address IS NOT NULL AND started_at IS NOT NULL AND executed_at IS NOT NULL "
+                     "AND JSON_VALUE(output, '$.ledger') = code");
+  }
+  if (ok != n || steps_ok != n * k || ledger != n * k) {
+    throw std::runtime_error("ceiling: check failed: SUCCESS events " + std::to_string(ok) + " of " + std::to_string(n) +
+                             ", SUCCESS steps " + std::to_string(steps_ok) + " and ledger rows " +
+                             std::to_string(ledger) + " of " + std::to_string(n * k));
+  }
+
+  int64_t statements = 0, commits = 0, batches = 0;
+  double stage_s[kStages] = {};
+  for (auto& w : workers) {
+    statements += w->statements;
+    commits += w->commits;
+    batches += w->batches;
+    for (int s = 0; s < kStages; ++s) stage_s[s] += w->stage_s[s];
+  }
+  std::string stages;
+  const int stage_count = o.exact ? kExactStages : kMinimalStages;
+  const char* const* stage_names = o.exact ? kExactStageNames : kMinimalStageNames;
+  for (int s = 0; s < stage_count; ++s) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%s:%.2f", s == 0 ? "" : ",", stage_names[s],
+                  1000.0 * stage_s[s] / static_cast<double>(batches));
+    stages += buf;
+  }
+  const double dn = static_cast<double>(n);
+  const int64_t per_event = o.exact ? 3 + 4 * k : 4 + 3 * k;
+  const int64_t row_writes = n * per_event;
+  std::printf("RESULT ceiling steps=%lld threads=%d batch=%d shape=%s events_per_s=%.0f row_writes_per_s=%.0f statements=%lld "
+              "statements_per_event=%.3f tx=%s commits_per_event=%.3f events=%lld seconds=%.3f row_writes_per_event=%lld "
+              "handler_row_writes_per_event=%.2f fsyncs_per_event=%.3f client_cpu_us_per_event=%.1f stage_ms=%s\n",
+              static_cast<long long>(k), o.threads, o.batch, o.exact ? "exact" : "minimal", dn / secs, static_cast<double>(row_writes) / secs,
+              static_cast<long long>(statements), static_cast<double>(statements) / dn,
+              o.tx_per_batch ? "per_batch" : "per_stage", static_cast<double>(commits) / dn, static_cast<long long>(n),
+              secs, static_cast<long long>(per_event), static_cast<double>(after.row_writes - before.row_writes) / dn,
+              static_cast<double>(after.fsyncs - before.fsyncs) / dn, client_cpu_s * 1e6 / dn, stages.c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace dsync::bench
 
@@ -320,6 +1002,7 @@ int main(int argc, char** argv) {
     dsync::bench::Options options = dsync::bench::ParseArgs(argc, argv);
     if (options.command == "produce") return dsync::bench::Produce(options);
     if (options.command == "produce-api") return dsync::bench::ProduceApi(options);
+    if (options.command == "ceiling") return dsync::bench::Ceiling(options);
     return dsync::bench::Probe(options);
   } catch (const dsync::UsageError& e) {
     std::cerr << "dsync_load_bench: " << e.what() << '\n';

@@ -6,7 +6,7 @@
 # were measured on and the ratios of issue 6. Every process and server it started is
 # stopped, by PID, even on failure.
 #
-#   bash scripts/bench.sh                      # every section (about 12 minutes + build)
+#   bash scripts/bench.sh                      # every section (about 13 minutes + build)
 #   bash scripts/bench.sh e2e pgboss sysbench  # only the named sections, in that order
 #   DSYNC_BENCH_RUNS=1 DSYNC_BENCH_EVENTS=2000 bash scripts/bench.sh e2e   # a quick look
 #   DSYNC_BENCH_DISPATCH_ARGS="--runs 1 --terminal 200000" bash scripts/bench.sh dispatch
@@ -37,6 +37,19 @@
 #   failover  a node holding 50 RUNNING events is kill -9ed; seconds until all 50 are
 #             RUNNING on the two other nodes (database clock), with a 3 s offline timeout
 #   rss       peak RSS (VmHWM) of a node with capacity 1,000 holding 1,000 events in flight
+#   ceiling   the database's own limit for an event's row writes, no dsync code at all
+#             (dsync_load_bench ceiling): 1-step and 3-step events through exactly the
+#             row writes of a `demo` event, each stage one multi-row statement for a
+#             batch of DSYNC_BENCH_CEILING_BATCH (100) events, DSYNC_BENCH_CEILING_THREADS
+#             (4) threads, DSYNC_BENCH_EVENTS events; each stage autocommitted
+#             (tx=per_stage) and the last four in one transaction (tx=per_batch, as
+#             group completion would) (shape=minimal); and the engine's exact write set
+#             and statement shape (--exact --tx-per-batch, shape=exact: claim transaction,
+#             then per step one READ COMMITTED group with the per-event ledger INSERT,
+#             the fence SELECT ... FOR UPDATE, the handlers' multi-row ledger INSERT and
+#             the ELT-fenced UPDATEs, no touch; 3+4K row writes); plus mariadbd's CPU
+#             per event. The summary's ceiling ratios use shape=exact (dsync's own write
+#             set); the minimal shape's best is printed as "minimal ceiling" for reference
 #   sysbench  `sysbench oltp_update_non_index` at 1, 4 and 8 threads, DSYNC_BENCH_SYSBENCH_S
 #             (20) s each: the database's single-row write limit on this machine
 #   pgboss    the peer: pg-boss (bench/pgboss, pinned) on a throwaway PostgreSQL with
@@ -49,6 +62,7 @@
 # DSYNC_BENCH_PROFILE_EVENTS (2000), DSYNC_BENCH_LATENCY_RATE (events/s; default
 # half the e2e 1-step rate of this invocation, else measured), DSYNC_BENCH_LATENCY_S (20),
 # DSYNC_BENCH_SYSBENCH_S (20), DSYNC_BENCH_PGBOSS_BATCHES ("100 500"),
+# DSYNC_BENCH_CEILING_THREADS (4), DSYNC_BENCH_CEILING_BATCH (100),
 # DSYNC_BENCH_BUILD_DIR (build-bench), DSYNC_BENCH_SETTLE_S (90).
 #
 # Output: everything on stdout, and a copy in $build/bench-logs/<section>-<time>.log.
@@ -58,7 +72,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-sections=(dispatch produce e2e profile latency failover rss sysbench pgboss)
+sections=(dispatch produce e2e profile latency failover rss ceiling sysbench pgboss)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -122,7 +136,7 @@ now_s() { date +%s.%N; }
 results=()
 result() {  # result SECTION key=value...: print and keep a RESULT line
   local line="RESULT $*"
-  echo "$line"
+  echo "$ref_line"
   results+=("$line")
 }
 
@@ -639,6 +653,43 @@ section_rss() {
     "threads=$(field Threads "$line") runs_db_connections=$(IFS=,; echo "${conns_runs[*]}") target_mib=64"
 }
 
+# -- ceiling: the database's own limit for an event's row writes (no dsync code) --
+section_ceiling() {
+  local threads=${DSYNC_BENCH_CEILING_THREADS:-4} batch=${DSYNC_BENCH_CEILING_BATCH:-100}
+  local db_pid k variant tx shape r line cpu
+  db_pid=$(cat "$dir/pid")
+  for k in 1 3; do
+    for variant in per_stage per_batch exact; do
+      local rates=() lines=() flags=(--steps "$k" --threads "$threads" --batch "$batch" --events "$events")
+      tx=per_batch shape=minimal
+      case $variant in
+        per_stage) tx=per_stage ;;
+        per_batch) flags+=(--tx-per-batch) ;;
+        exact) flags+=(--exact --tx-per-batch) shape=exact ;;
+      esac
+      for r in $(seq 1 "$runs"); do
+        new_schema "ceiling_${k}_${variant}_$r"
+        cpu=$(cpu_ms "$db_pid")
+        line=$("$load" ceiling --db "$schema_url" "${flags[@]}")
+        cpu=$(($(cpu_ms "$db_pid") - cpu))
+        line="${line#RESULT ceiling } cpu_us_per_event_mariadb=$(awk -v c="$cpu" -v n="$events" 'BEGIN { printf "%.1f", c * 1000 / n }')"
+        line+=" mariadb_cores_busy=$(awk -v c="$cpu" -v s="$(field seconds "$line")" 'BEGIN { printf "%.2f", c / 1000 / s }')"
+        echo "  $k-step $variant run $r: $line"
+        [[ $(field tx "$line") == "$tx" ]] || die "ceiling: expected tx=$tx in: $line"
+        [[ $(field shape "$line") == "$shape" ]] || die "ceiling: expected shape=$shape in: $line"
+        lines+=("$line")
+        rates+=("$(field events_per_s "$line")")
+        drop_schema
+      done
+      local med
+      med=$(echo "${rates[*]}" | median)
+      # The run whose rate is the median supplies the other figures.
+      for line in "${lines[@]}"; do [[ $(field events_per_s "$line") == "$med" ]] && break; done
+      result ceiling "$line runs=$(IFS=,; echo "${rates[*]}")"
+    done
+  done
+}
+
 # -- sysbench: the server's single-row write limit --
 section_sysbench() {
   local sb_secs=${DSYNC_BENCH_SYSBENCH_S:-20} t r line tps
@@ -775,6 +826,33 @@ if [[ -n $w1 && -n $sb_tps ]]; then
   echo "RATIO dsync 1-step row writes/s / sysbench TPS (best of 1/4/8 threads) = $w1 / $sb_tps = $(ratio "$w1" "$sb_tps")"
   echo "RATIO dsync 1-step commits/s / sysbench TPS (best of 1/4/8 threads) = $c1 / $sb_tps = $(ratio "$c1" "$sb_tps")"
 fi
+# The database's own ceiling for dsync's row writes: shape=exact (dsync's own write set
+# and statement shape) is the apples-to-apples one; the minimal shape (fewest writes,
+# best of its two transaction shapes) is printed for reference.
+ceiling_rate() {  # ceiling_rate STEPS SHAPE: the best events/s of that shape's RESULT lines
+  printf '%s\n' "${results[@]}" | grep -E "^RESULT ceiling steps=$1 .*shape=$2 " |
+    sed -nE 's/.* events_per_s=([0-9]+).*/\1/p' | sort -g | tail -1 || true
+}
+ce1=$(ceiling_rate 1 exact)
+ce3=$(ceiling_rate 3 exact)
+cm1=$(ceiling_rate 1 minimal)
+cm3=$(ceiling_rate 3 minimal)
+if [[ -n $ce1 ]]; then
+  [[ -n $e1 ]] && echo "RATIO dsync 1-step events/s / the database's ceiling for its row writes (shape=exact) = $e1 / $ce1 = $(ratio "$e1" "$ce1")"
+  [[ -n $pg ]] && echo "RATIO the database's 1-step ceiling (shape=exact) / pg-boss jobs/s = $ce1 / $pg = $(ratio "$ce1" "$pg")" \
+    "(below 1.0: the 1.0x pg-boss target is above what these row writes allow on this machine)"
+fi
+if [[ -n $ce3 ]]; then
+  [[ -n $e3 ]] && echo "RATIO dsync 3-step events/s / the database's ceiling for its row writes (shape=exact) = $e3 / $ce3 = $(ratio "$e3" "$ce3")"
+  echo "TARGET the database's 3-step ceiling (shape=exact) = $ce3 events/s (the 3,000 target is $(awk -v v="$ce3" 'BEGIN { print (v >= 3000 ? "within" : "above") }') it)"
+fi
+for k in 1 3; do
+  cm=cm$k ce=ce$k
+  [[ -n ${!cm} ]] || continue
+  ref_line="REFERENCE minimal ceiling $k-step = ${!cm} events/s (4+3K row writes, no fences, best of tx=per_stage/per_batch)"
+  [[ -n ${!ce} ]] && ref_line+="; exact / minimal = ${!ce} / ${!cm} = $(ratio "${!ce}" "${!cm}")"
+  echo "$ref_line"
+done
 lat50=$(pick '^RESULT latency ' p50_ms)
 lat99=$(pick '^RESULT latency ' p99_ms)
 fo=$(pick '^RESULT failover ' seconds)
