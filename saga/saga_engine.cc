@@ -1,6 +1,7 @@
 #include "saga/saga_engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <optional>
 
@@ -1146,7 +1147,14 @@ std::vector<AssignedEvent> SagaEngine::ClaimBatch(std::vector<AssignedEvent> eve
         const Plans::Plan& plan = *plans_.Find(e.topic);
         for (size_t i = 0; i < plan.steps.size(); ++i) step_rows.push_back(PlanRow(plan, e, i, i == 0));
       }
-      if (store::InsertSteps(c, step_rows, node_address_, 1) != step_rows.size()) throw StepRowsExist{};
+      // Padded to a power of two by repeating the last row (INSERT IGNORE skips the
+      // repeats), so the connection prepares one text per size class.
+      const size_t unique = step_rows.size();
+      if (unique > 0) {
+        const size_t padded = std::bit_ceil(unique);
+        while (step_rows.size() < padded) step_rows.push_back(step_rows.back());
+      }
+      if (store::InsertSteps(c, step_rows, node_address_, 1) != unique) throw StepRowsExist{};
     });
   } catch (const StepRowsExist&) {
     for (AssignedEvent& e : batch) rest.push_back(std::move(e));

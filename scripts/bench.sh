@@ -45,7 +45,7 @@
 #             (tx=per_stage) and the last four in one transaction (tx=per_batch, as
 #             group completion would) (shape=minimal); and the engine's exact write set
 #             and statement shape (--exact --tx-per-batch, shape=exact: claim transaction,
-#             then per step one READ COMMITTED group with the per-event ledger INSERT,
+#             then per step one READ COMMITTED group with
 #             the fence SELECT ... FOR UPDATE, the handlers' multi-row ledger INSERT and
 #             the ELT-fenced UPDATEs, no touch; 3+4K row writes); plus mariadbd's CPU
 #             per event. The summary's ceiling ratios use shape=exact (dsync's own write
@@ -136,7 +136,7 @@ now_s() { date +%s.%N; }
 results=()
 result() {  # result SECTION key=value...: print and keep a RESULT line
   local line="RESULT $*"
-  echo "$ref_line"
+  echo "$line"
   results+=("$line")
 }
 
