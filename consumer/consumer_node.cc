@@ -40,6 +40,11 @@ WHERE node_address = ? AND status = 'ASSIGNED')";
 
 // The pause between polls while events keep arriving.
 constexpr Millis kBusyPollGap{1};
+// After a poll found work, polls for kBusyWindow come at most kBusyPollInterval apart
+// (not the configured poll interval): at a steady trickle an assignment waits ~5 ms
+// for its node, not half a poll interval. The cost is one indexed SELECT per 10 ms.
+constexpr Millis kBusyPollInterval{10};
+constexpr Millis kBusyWindow{1000};
 
 }  // namespace
 
@@ -245,14 +250,18 @@ void ConsumerNode::PollLoop(std::stop_token stop) {
     }
     if (added > 0) {
       pause = options_.poll_interval;
+      last_work_ = clock_.Now();
       // Work is arriving: look again almost at once, after a moment in which more
       // slots free up (a group commit ends many runs together), so that one claim
       // transaction takes several events.
       if (!clock_.SleepFor(kBusyPollGap, stop)) break;
       continue;
     }
+    // While work came in the last second, new assignments are likely any moment:
+    // look every kBusyPollInterval rather than waiting out the poll interval.
+    const bool busy = clock_.Now() - last_work_ < kBusyWindow;
     std::unique_lock lock(mu_);
-    poll_cv_.wait_for(lock, stop, pause, [&] { return poll_now_; });
+    poll_cv_.wait_for(lock, stop, busy ? std::min(pause, kBusyPollInterval) : pause, [&] { return poll_now_; });
     bool woken = poll_now_;
     poll_now_ = false;
     pause = woken ? options_.poll_interval : std::min(pause * 2, std::max(options_.idle_interval, options_.poll_interval));

@@ -11,8 +11,11 @@
 // RUNNING, COMPENSATING) is handed back to PENDING with the usual fenced reset: a
 // fresh process holds nothing, so there is no reason to wait for a timeout.
 //
-// Polling is adaptive: again at once while events arrive or a worker frees a slot,
-// doubling the pause up to idle_interval while nothing is assigned.
+// Polling is adaptive: again after 1 ms while events arrive, at once when a worker
+// frees a slot, every 10 ms for a second after the last events came, then doubling
+// the pause from poll_interval up to idle_interval while nothing is assigned.
+// First attempts are claimed by the poll itself, many in one transaction
+// (SagaEngine::ClaimBatch); the rest by their worker.
 //
 // Thread safety: Start/Drain from one controlling thread; stats() from any.
 #pragma once
@@ -95,6 +98,7 @@ class ConsumerNode {
   std::vector<int64_t> abandoned_;        // runs that ended kAbandoned, to hand back
   bool accepting_ = true;
   bool poll_now_ = false;
+  Clock::TimePoint last_work_{};          // the last poll that found events (poller thread only)
 
   ConsumerStats stats_;
   std::stop_source work_stop_;            // cancels running events (drain timeout)

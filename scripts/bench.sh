@@ -57,7 +57,7 @@
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
 #
 # Knobs (environment): DSYNC_BENCH_RUNS (3), DSYNC_BENCH_EVENTS (20000, e2e and pgboss),
-# DSYNC_BENCH_NODE_CAPACITY (16, e2e/profile/latency), DSYNC_BENCH_DISPATCHER_POLL_MS (50)
+# DSYNC_BENCH_NODE_CAPACITY (256, e2e/profile/latency; prefetch = capacity), DSYNC_BENCH_DISPATCHER_POLL_MS (50)
 # and DSYNC_BENCH_CONSUMER_POLL_MS (50) (the dsync config's poll intervals),
 # DSYNC_BENCH_PROFILE_EVENTS (2000), DSYNC_BENCH_LATENCY_RATE (events/s; default
 # half the e2e 1-step rate of this invocation, else measured), DSYNC_BENCH_LATENCY_S (20),
@@ -88,7 +88,7 @@ grep -Eq '^[[:space:]]*add_subdirectory\(bench[[:space:])]' CMakeLists.txt ||
 
 runs=${DSYNC_BENCH_RUNS:-3}
 events=${DSYNC_BENCH_EVENTS:-20000}
-capacity=${DSYNC_BENCH_NODE_CAPACITY:-16}
+capacity=${DSYNC_BENCH_NODE_CAPACITY:-256}
 dispatcher_poll_ms=${DSYNC_BENCH_DISPATCHER_POLL_MS:-50}
 consumer_poll_ms=${DSYNC_BENCH_CONSUMER_POLL_MS:-50}
 
