@@ -40,6 +40,7 @@
 // Thread safety: every member may be used from its own thread; a Member by one.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>

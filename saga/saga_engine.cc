@@ -72,10 +72,10 @@ const Plans::Plan* Plans::Find(const std::string& topic) const {
 namespace {
 
 constexpr const char* kForward = "FORWARD";
+constexpr const char* kCompensate = "COMPENSATE";
 // A step whose commit group rolled back (another member failed) runs again up to
 // this many times in a row before it counts as a transient failure.
 constexpr int kMaxGroupReruns = 5;
-constexpr const char* kCompensate = "COMPENSATE";
 
 // Position of a step in the plan tree, from its code: "<event>#2" -> {2},
 // "<event>#2.3" -> {2, 3}. Forward order is ascending; compensation descending.
@@ -248,8 +248,10 @@ StepState PlanState(const Plans::Plan& plan, const store::NewStep& row, size_t i
 
 class EventRun;
 
-// StepContext for one handler call. Lazily begins the step's fenced transaction on
-// the first tx(); the engine then finishes and commits it with the step's new state.
+// StepContext for one handler call. Execute(): the first tx() takes a turn on the
+// node's commit group (commit_group.h), InsertAtCommit queues rows for it, and the
+// engine commits the step's new state through the group. Compensate(): the first tx()
+// begins the step's own fenced transaction; the engine finishes and commits it.
 class EngineContext final : public StepContext {
  public:
   EngineContext(EventRun& run, const StepState& step, bool compensating,
@@ -283,7 +285,8 @@ class EngineContext final : public StepContext {
   bool has_tx() const { return tx_.has_value() || member_ != nullptr; }
   // Forward steps commit through the node's commit groups (commit_group.h).
   bool grouped() const;
-  // The group member the fence made (tx() or JoinGroup); null until then.
+  // The turn on the commit group's connection that tx() or JoinGroup took; null
+  // until then (a step that wrote nothing itself commits without one).
   std::unique_ptr<CommitGroups::Member> TakeMember() { return std::move(member_); }
   // Takes a turn on the open group's connection (tx(), or the engine's own writes).
   void JoinGroup();
