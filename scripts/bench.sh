@@ -102,13 +102,14 @@ if wants pgboss && ! command -v node >/dev/null; then extra+=(nodejs npm); fi
 bash scripts/setup.sh "${extra[@]}"
 
 build=${DSYNC_BENCH_BUILD_DIR:-build-bench}
+[[ $build == /* ]] || build=$PWD/$build
 targets=(dsync dsync_load_bench)
 wants dispatch && targets+=(dsync_dispatch_bench)
 echo "== building (${targets[*]} in $build)"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
-bin=$PWD/$build/dsync
-load=$PWD/$build/bench/dsync_load_bench
+bin=$build/dsync
+load=$build/bench/dsync_load_bench
 logs=$build/bench-logs
 mkdir -p "$logs"
 
@@ -755,7 +756,7 @@ pg_stop() {
 }
 
 section_pgboss() {
-  local cache=$PWD/$build/pgboss
+  local cache=$build/pgboss
   mkdir -p "$cache"
   if ! cmp -s bench/pgboss/package.json "$cache/package.json" || ! cmp -s bench/pgboss/package-lock.json "$cache/package-lock.json" ||
      [[ ! -d $cache/node_modules/pg-boss ]]; then

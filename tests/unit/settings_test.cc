@@ -211,6 +211,8 @@ TEST(SettingsTest, WrongTypesRejected) {
             "config: dispatcher.batch_size: must be at most 2147483647, got 3000000000");
   EXPECT_EQ(ParseError(WithTopics(R"("consumer": {"capacity": true})")),
             "config: consumer.capacity: expected an integer, got a boolean");
+  EXPECT_EQ(ParseError(WithTopics(R"("consumer": {"capacity": 10001})")),
+            "config: consumer.capacity: must be at most 10000, got 10001");
   EXPECT_EQ(ParseError(WithTopics(R"("api": {"max_body_bytes": 0})")),
             "config: api.max_body_bytes: must be at least 1, got 0");
   EXPECT_EQ(ParseError(WithTopics(R"("api": {"token": 5})")),
