@@ -469,13 +469,10 @@ BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<
       const size_t n = std::min(kInsertChunk, events.size() - start);
       // Codes already there (a plain read: a producer racing on the same codes can
       // only make this count low; the event itself is never doubled).
-      std::string in;
       std::vector<storage::Value> codes;
-      for (size_t i = 0; i < n; ++i) {
-        in += i ? ", ?" : "?";
-        codes.emplace_back(events[start + i].code);
-      }
-      auto rs = c.Query("SELECT COUNT(*) FROM distribute_event WHERE code IN (" + in + ")", storage::Values(codes));
+      for (size_t i = 0; i < n; ++i) codes.emplace_back(events[start + i].code);
+      auto rs = c.Query("SELECT COUNT(*) FROM distribute_event WHERE code IN (" + storage::Marks(n) + ")",
+                        storage::Values(codes));
       const int existing = rs->next() ? rs->getInt(1) : 0;
 
       std::string sql =

@@ -18,8 +18,7 @@ namespace {
 // change, MariaDB's estimates made it pick a full scan (1.1M rows, 1.3 s per cycle in
 // bench/dispatch_bench.cc); forced, 12 ms with 50k events in flight.
 std::string CountInFlightSql(size_t nodes) {
-  std::string marks;
-  for (size_t i = 0; i < nodes; ++i) marks += i == 0 ? "?" : ", ?";
+  const std::string marks = storage::Marks(nodes);
   return "SELECT e.node_address, COUNT(*) FROM distribute_event e FORCE INDEX (idx_node_address) "
          "WHERE e.node_address IN (" + marks + ") AND e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') "
          "GROUP BY e.node_address";
@@ -82,8 +81,7 @@ constexpr size_t kAssignChunk = 64;
 
 const std::string& AssignChunkSql() {
   static const std::string sql = [] {
-    std::string marks;
-    for (size_t i = 0; i < kAssignChunk; ++i) marks += i == 0 ? "?" : ", ?";
+    const std::string marks = storage::Marks(kAssignChunk);
     return "UPDATE distribute_event\nSET status = 'ASSIGNED', node_address = ELT(FIELD(id, " + marks +
            "), " + marks +
            "),\n    version = version + 1, assigned_time = NOW(3)\nWHERE id IN (" + marks +

@@ -1,7 +1,6 @@
 #include "saga/saga_engine.h"
 
 #include <algorithm>
-#include <bit>
 #include <charconv>
 #include <optional>
 
@@ -1150,17 +1149,7 @@ std::vector<AssignedEvent> SagaEngine::ClaimBatch(std::vector<AssignedEvent> eve
         const Plans::Plan& plan = *plans_.Find(e.topic);
         for (size_t i = 0; i < plan.steps.size(); ++i) step_rows.push_back(PlanRow(plan, e, i, i == 0));
       }
-      // In chunks of power-of-two sizes (37 rows: 32 + 4 + 1), so the connection
-      // prepares one text per size class, not one per row count.
-      uint64_t inserted = 0;
-      size_t n = 0;
-      for (size_t from = 0; from < step_rows.size(); from += n) {
-        n = std::min<size_t>(512, std::bit_floor(step_rows.size() - from));
-        std::vector<store::NewStep> chunk(step_rows.begin() + static_cast<std::ptrdiff_t>(from),
-                                          step_rows.begin() + static_cast<std::ptrdiff_t>(from + n));
-        inserted += store::InsertSteps(c, chunk, node_address_, 1);
-      }
-      if (inserted != step_rows.size()) throw StepRowsExist{};
+      if (store::InsertSteps(c, step_rows, node_address_, 1) != step_rows.size()) throw StepRowsExist{};
     });
   } catch (const StepRowsExist&) {
     for (AssignedEvent& e : batch) rest.push_back(std::move(e));

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <map>
+#include <span>
 #include <tuple>
 #include <type_traits>
 
@@ -139,7 +140,19 @@ std::string InsertStepsSql(size_t rows) {
   return sql;
 }
 
-std::vector<storage::Value> StepValues(const std::vector<NewStep>& steps, const std::string& node, int attempt,
+// Multi-row statements over `total` rows in chunks of power-of-two sizes up to `max`
+// (37 rows: 32 + 4 + 1), so a connection prepares one text per size class instead of
+// one per row count. Rows are never padded: a repeated row could apply twice.
+template <class F>
+void InSizeClassChunks(size_t total, size_t max, F&& chunk /* (from, n) */) {
+  size_t n = 0;
+  for (size_t from = 0; from < total; from += n) {
+    n = std::min(max, std::bit_floor(total - from));
+    chunk(from, n);
+  }
+}
+
+std::vector<storage::Value> StepValues(std::span<const NewStep> steps, const std::string& node, int attempt,
                                        std::optional<int64_t> parent_id) {
   std::vector<storage::Value> v;
   v.reserve(steps.size() * 13);
@@ -224,11 +237,7 @@ size_t SizeClass(size_t n) {
   return p;
 }
 
-std::string Marks(size_t n) {
-  std::string m;
-  for (size_t i = 0; i < n; ++i) m += i == 0 ? "?" : ", ?";
-  return m;
-}
+using storage::Marks;
 
 // ELT(FIELD(<key>, <n marks>), <n marks>): the row's own value from a list.
 std::string Pick(const char* key, size_t n, const char* cast = nullptr) {
@@ -330,12 +339,7 @@ void InsertDeferredRows(storage::Connection& c, const std::vector<const Deferred
   for (const DeferredRow* r : rows) statements[{r->head, r->tail, r->values.size()}].push_back(r);
   for (const auto& [key, list] : statements) {
     const auto& [head, tail, width] = key;
-    // Chunks of power-of-two sizes (13 rows: 8 + 4 + 1), so a connection prepares
-    // one text per size class instead of one per row count (rows cannot be padded:
-    // a repeated row would apply twice).
-    size_t n = 0;
-    for (size_t from = 0; from < list.size(); from += n) {
-      n = std::min(kChunk, std::bit_floor(list.size() - from));
+    InSizeClassChunks(list.size(), kChunk, [&](size_t from, size_t n) {
       std::string sql = head + " ";
       std::vector<storage::Value> v;
       v.reserve(n * width);
@@ -345,7 +349,7 @@ void InsertDeferredRows(storage::Connection& c, const std::vector<const Deferred
       }
       if (!tail.empty()) sql += " " + tail;
       c.Execute(sql, storage::Values(v));
-    }
+    });
   }
 }
 
@@ -456,8 +460,12 @@ bool FailCompensation(storage::Connection& c, int64_t id, int version, const std
 
 uint64_t InsertSteps(storage::Connection& c, const std::vector<NewStep>& steps,
                      const std::string& node, int attempt) {
-  if (steps.empty()) return 0;
-  return c.Execute(InsertStepsSql(steps.size()), storage::Values(StepValues(steps, node, attempt, std::nullopt)));
+  uint64_t inserted = 0;
+  InSizeClassChunks(steps.size(), 512, [&](size_t from, size_t n) {
+    inserted += c.Execute(InsertStepsSql(n), storage::Values(StepValues(std::span(steps).subspan(from, n), node,
+                                                                         attempt, std::nullopt)));
+  });
+  return inserted;
 }
 
 uint64_t InsertChildSteps(storage::Connection& c, const std::string& parent_code,

@@ -155,8 +155,8 @@ struct NewStep {
   bool executing = false;  // inserted EXECUTING (node, attempt, started_at) instead of PENDING
 };
 
-// INSERT IGNORE of plan rows by code, in one multi-row statement whatever the plan's
-// length. Returns rows inserted.
+// INSERT IGNORE of plan rows by code: multi-row statements in power-of-two sizes
+// (one for a plan of 1, 2, 4 … steps). Returns rows inserted.
 uint64_t InsertSteps(storage::Connection& c, const std::vector<NewStep>& steps,
                      const std::string& node, int attempt);
 

@@ -46,6 +46,14 @@ struct ValueList {
 };
 inline ValueList Values(const std::vector<Value>& values) { return {values}; }
 
+// "?, ?, ?": n parameter marks for an IN list or a multi-row VALUES.
+inline std::string Marks(size_t n) {
+  std::string m;
+  m.reserve(n * 3);
+  for (size_t i = 0; i < n; ++i) m += i == 0 ? "?" : ", ?";
+  return m;
+}
+
 // Argument binding for prepared statements. Null is std::nullopt / std::optional{}.
 // Each One() binds at position i and returns how many positions it used.
 namespace bind {
