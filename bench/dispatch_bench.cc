@@ -347,7 +347,7 @@ LOCK IN SHARE MODE)";
 constexpr const char* kSelectOrphaned = R"(
 SELECT e.id, e.version, e.status, e.node_address, e.code, e.trace_id, e.topic,
        TIMESTAMPDIFF(MICROSECOND, e.modifier_time, NOW(3))
-FROM distribute_event e FORCE INDEX (idx_status_modifier_time)
+FROM distribute_event e FORCE INDEX (idx_due)
 WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING')
   AND NOT EXISTS (
     SELECT 1 FROM distribute_node_registry r
@@ -361,7 +361,7 @@ LIMIT ?)";
 constexpr const char* kSelectTimedOut = R"(
 SELECT id, version, status, node_address, code, trace_id, topic,
        TIMESTAMPDIFF(MICROSECOND, modifier_time, NOW(3))
-FROM distribute_event
+FROM distribute_event FORCE INDEX (idx_due)
 WHERE status IN ('RUNNING', 'COMPENSATING')
   AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND
   AND (FIND_IN_SET(topic, ?) > 0 OR (? AND FIND_IN_SET(topic, ?) = 0))

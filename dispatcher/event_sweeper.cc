@@ -10,16 +10,17 @@ namespace dsync::dispatcher {
 namespace {
 
 // Params: offline timeout in microseconds, limit.
-// The in-flight statuses are a range of idx_status_modifier_time (terminal rows are
-// never visited), then a sort of the few candidates. Forced: with ORDER BY id LIMIT,
-// MariaDB otherwise walks the primary key, reading every terminal row (1.19 s per
-// sweep with 1M of them, bench/dispatch_bench.cc); the liveness probe uses idx_node_liveness (node_address, status,
-// last_heartbeat_time) of the registry. Liveness in any service: an event is never
-// taken from a node alive under another service name.
+// The in-flight statuses are a range of idx_due (status, ...): terminal rows are never
+// visited, and in-flight rows are bounded by the nodes' capacity + prefetch; then a
+// sort of the few candidates. Forced: with ORDER BY id LIMIT, MariaDB otherwise walks
+// the primary key, reading every terminal row (1.19 s per sweep with 1M of them,
+// bench/dispatch_bench.cc); the liveness probe uses idx_node_liveness (node_address,
+// status, last_heartbeat_time) of the registry. Liveness in any service: an event is
+// never taken from a node alive under another service name.
 constexpr const char* kSelectOrphaned = R"(
 SELECT e.id, e.version, e.status, e.node_address, e.code, e.trace_id, e.topic,
        TIMESTAMPDIFF(MICROSECOND, e.modifier_time, NOW(3))
-FROM distribute_event e FORCE INDEX (idx_status_modifier_time)
+FROM distribute_event e FORCE INDEX (idx_due)
 WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING')
   AND NOT EXISTS (
     SELECT 1 FROM distribute_node_registry r
@@ -30,11 +31,13 @@ LIMIT ?)";
 
 // Params: timeout in microseconds, topics with that timeout (comma list),
 // include unconfigured topics (bool), every configured topic (comma list), limit.
-// A range of idx_status_modifier_time (status, modifier_time): stale rows only.
+// The running range of idx_due, as above (V007 dropped idx_status_modifier_time:
+// rewritten on every write of an event, it cost more than these reads of the
+// in-flight rows do).
 constexpr const char* kSelectTimedOut = R"(
 SELECT id, version, status, node_address, code, trace_id, topic,
        TIMESTAMPDIFF(MICROSECOND, modifier_time, NOW(3))
-FROM distribute_event
+FROM distribute_event FORCE INDEX (idx_due)
 WHERE status IN ('RUNNING', 'COMPENSATING')
   AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND
   AND (FIND_IN_SET(topic, ?) > 0 OR (? AND FIND_IN_SET(topic, ?) = 0))
