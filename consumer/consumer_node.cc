@@ -45,6 +45,9 @@ constexpr Millis kBusyPollGap{1};
 // for its node, not half a poll interval. The cost is one indexed SELECT per 10 ms.
 constexpr Millis kBusyPollInterval{10};
 constexpr Millis kBusyWindow{1000};
+// At most this many batch-claimed events of fast plans run together on one worker
+// (SagaEngine::RunBatch).
+constexpr size_t kMaxBatch = 32;
 
 }  // namespace
 
@@ -181,6 +184,7 @@ int ConsumerNode::PollOnce() {
     throw;
   }
   int added = 0;
+  int batchable = 0;
   {
     std::lock_guard lock(mu_);
     for (auto& e : claimed) {
@@ -188,6 +192,7 @@ int ConsumerNode::PollOnce() {
         abandoned_.push_back(e.id);  // draining began meanwhile: hand it back
         continue;
       }
+      if (engine_.Batchable(e)) ++batchable;
       queue_.push_back(std::move(e));
       ++added;
     }
@@ -200,7 +205,10 @@ int ConsumerNode::PollOnce() {
     stats_.in_flight = static_cast<int>(known_.size());
   }
   stats_.polled_events += static_cast<uint64_t>(added);
-  for (int i = 0; i < added; ++i) work_cv_.notify_one();  // one worker per event, not a stampede
+  // One worker per event, or per batch of up to kMaxBatch (WorkerLoop): not a stampede.
+  int wake = added;
+  if (batchable > 0) wake = added - batchable + (batchable + kMaxBatch - 1) / kMaxBatch;
+  for (int i = 0; i < wake; ++i) work_cv_.notify_one();
   return added;
 }
 
@@ -269,29 +277,52 @@ void ConsumerNode::PollLoop(std::stop_token stop) {
 }
 
 void ConsumerNode::WorkerLoop(std::stop_token stop) {
+  std::vector<saga::AssignedEvent> batch;
   while (true) {
-    saga::AssignedEvent event;
+    batch.clear();
     {
       std::unique_lock lock(mu_);
       work_cv_.wait(lock, stop, [&] { return !queue_.empty(); });
       if (queue_.empty()) return;  // stop requested
-      event = std::move(queue_.front());
-      queue_.pop_front();
+      // Events of fast plans, claimed by the poll, run together on this thread
+      // (SagaEngine::RunBatch); anything else runs alone.
+      if (engine_.Batchable(queue_.front())) {
+        for (auto it = queue_.begin(); it != queue_.end() && batch.size() < kMaxBatch;) {
+          if (engine_.Batchable(*it)) {
+            batch.push_back(std::move(*it));
+            it = queue_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      } else {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
     }
-    saga::Outcome outcome = saga::Outcome::kAbandoned;
+    std::vector<saga::Outcome> outcomes(batch.size(), saga::Outcome::kAbandoned);
     try {
-      outcome = engine_.Run(event, work_stop_.get_token());
+      if (batch.size() == 1) {
+        outcomes[0] = engine_.Run(batch[0], work_stop_.get_token());
+      } else {
+        std::vector<const saga::AssignedEvent*> events;
+        for (const auto& e : batch) events.push_back(&e);
+        outcomes = engine_.RunBatch(events, work_stop_.get_token());
+      }
     } catch (const std::exception& e) {
-      spdlog::error("EVENT_RUN_CRASHED event={} node={} err={}", event.code, options_.node_address, e.what());
+      spdlog::error("EVENT_RUN_CRASHED event={} node={} events={} err={}", batch[0].code, options_.node_address,
+                    batch.size(), e.what());
     }
-    spdlog::debug("EVENT_RUN_DONE event={} node={} outcome={}", event.code, options_.node_address,
-                  saga::OutcomeName(outcome));
     {
       std::lock_guard lock(mu_);
-      if (outcome == saga::Outcome::kAbandoned) abandoned_.push_back(event.id);
-      known_.erase(event.id);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        spdlog::debug("EVENT_RUN_DONE event={} node={} outcome={}", batch[i].code, options_.node_address,
+                      saga::OutcomeName(outcomes[i]));
+        if (outcomes[i] == saga::Outcome::kAbandoned) abandoned_.push_back(batch[i].id);
+        known_.erase(batch[i].id);
+      }
       stats_.in_flight = static_cast<int>(known_.size());
-      poll_now_ = true;  // a slot is free: refill it without waiting for the pause
+      poll_now_ = true;  // slots are free: refill them without waiting for the pause
     }
     poll_cv_.notify_one();
   }

@@ -92,22 +92,34 @@ void CommitGroups::GiveBackTurn(Group& g, bool poison) {
 }
 
 void CommitGroups::Commit(std::unique_ptr<Member> member, store::StepSuccess success) {
-  const int64_t id = success.event_id;
-  std::unique_lock lock(mu_);
-  std::shared_ptr<Group> g;
-  if (member) {
-    g = std::move(member->group_);
-    g->turn_taken = false;
-  } else {
-    g = OpenGroup(lock, /*take_turn=*/false);
+  Wait(Submit(std::move(member), std::move(success)));
+}
+
+CommitGroups::Ticket CommitGroups::Submit(std::unique_ptr<Member> member, store::StepSuccess success) {
+  Ticket ticket;
+  ticket.event_id_ = success.event_id;
+  {
+    std::unique_lock lock(mu_);
+    if (member) {
+      ticket.group_ = std::move(member->group_);
+      ticket.group_->turn_taken = false;
+    } else {
+      ticket.group_ = OpenGroup(lock, /*take_turn=*/false);
+    }
+    ticket.group_->successes.push_back(std::move(success));
   }
-  g->successes.push_back(std::move(success));
   if (member) turn_cv_.notify_one();
   committer_cv_.notify_one();
-  g->done_cv.wait(lock, [&] { return g->done; });
-  if (g->lost.count(id)) throw OwnershipLostError("event was taken away from this node (group fence)");
-  if (g->error) throw *g->error;
-  if (g->rolled_back) throw GroupRolledBack("the step's group transaction was rolled back");
+  return ticket;
+}
+
+void CommitGroups::Wait(const Ticket& ticket) {
+  Group& g = *ticket.group_;
+  std::unique_lock lock(mu_);
+  g.done_cv.wait(lock, [&] { return g.done; });
+  if (g.lost.count(ticket.event_id_)) throw OwnershipLostError("event was taken away from this node (group fence)");
+  if (g.error) throw *g.error;
+  if (g.rolled_back) throw GroupRolledBack("the step's group transaction was rolled back");
 }
 
 void CommitGroups::Abandon(std::unique_ptr<Member> member) noexcept {

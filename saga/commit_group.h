@@ -90,11 +90,25 @@ class CommitGroups {
   // Takes the open group's turn (BEGIN if it is the first). Throws DbError when the
   // database fails (the group is then rolled back).
   std::unique_ptr<Member> Join();
+  // A queued step success, to wait for.
+  class Ticket {
+   private:
+    friend class CommitGroups;
+    std::shared_ptr<Group> group_;
+    int64_t event_id_ = 0;
+  };
+
   // Queues the step success of the event `success.event_id` (at `success.version`),
   // gives the turn back (if `member`) and waits for the group's end. Throws
   // OwnershipLostError (the event was not at that version), GroupRolledBack, or
   // DbError kCommitUnknown.
   void Commit(std::unique_ptr<Member> member, store::StepSuccess success);
+  // Commit in two halves, so that one thread can queue the successes of several
+  // events (SagaEngine::RunBatch) and then wait for them: Submit queues and gives the
+  // turn back without waiting (it may wait for room in a full group); Wait blocks until
+  // that group ended and throws what Commit throws.
+  Ticket Submit(std::unique_ptr<Member> member, store::StepSuccess success);
+  void Wait(const Ticket& ticket);
   // The member's step failed: the group will roll back. Does not wait. The event's
   // row stays locked until then (the caller's next write to it waits briefly).
   void Abandon(std::unique_ptr<Member> member) noexcept;

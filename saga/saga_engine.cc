@@ -61,6 +61,18 @@ Plans::Plans(const std::map<std::string, TopicSettings>& topics, const StepRegis
   }
 }
 
+void Plans::StepSpeed::Observe(std::chrono::microseconds took) {
+  const int64_t us = std::max<int64_t>(0, took.count());
+  int64_t avg = average_us_.load(std::memory_order_relaxed);
+  // Lost updates between threads only blur an average.
+  average_us_.store(avg < 0 ? us : avg + (us - avg) / 8, std::memory_order_relaxed);
+}
+
+bool Plans::StepSpeed::fast() const {
+  const int64_t avg = average_us_.load(std::memory_order_relaxed);
+  return avg >= 0 && avg < kFastStep.count();
+}
+
 const Plans::Plan* Plans::Find(const std::string& topic) const {
   auto it = plans_.find(topic);
   return it == plans_.end() ? nullptr : &it->second;
@@ -328,6 +340,17 @@ class EventRun {
 
   Outcome Go();
 
+  // Forward steps one at a time, in two halves, so that one thread can drive several
+  // events (SagaEngine::RunBatch): BeginStep runs the next step's handler and queues
+  // its success in the commit group; EndStep waits for that COMMIT. Each returns the
+  // outcome once the event is done (BeginStep: all steps done, a failure handled, a
+  // stop), else nullopt. Throw OwnershipLostError like Go(). Start with StartClaimed()
+  // (or Go() runs them itself).
+  std::optional<Outcome> StartClaimed();
+  void BeginForward();
+  std::optional<Outcome> BeginStep();
+  std::optional<Outcome> EndStep();
+
   // For EngineContext.
   Deps& deps() { return d_; }
   const AssignedEvent& event() const { return ev_; }
@@ -342,6 +365,9 @@ class EventRun {
     std::unique_ptr<EngineContext> ctx;
   };
 
+  // Start of a run: the plan and the parsed payload; returns why the event must be
+  // rejected (unknown topic, payload not JSON), empty when it can run.
+  std::string Prepare();
   Claim ClaimTx(storage::Connection& c, const std::string& reject);
   void LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing, bool& first_marked);
   std::vector<StepState> FromRows(const std::vector<store::StepRow>& rows) const;
@@ -356,7 +382,21 @@ class EventRun {
   Outcome RunForward();
   Outcome RunCompensation();
   Attempt Invoke(StepState& step, bool compensate);
-  size_t CommitStepSuccess(size_t i, EngineContext& ctx, const StepResult& result);
+  // A forward step's success on its way to the database: queued in the node's commit
+  // group (ticket), or committed already (steps that do not group).
+  struct StagedSuccess {
+    std::vector<StepState> children;  // added by the step (AddChildStep)
+    size_t next_existing = 0;
+    bool last = false;
+    bool touch = false;  // the event's progress and modifier_time written too
+    Clock::TimePoint now{};
+    std::optional<CommitGroups::Ticket> ticket;
+  };
+  StagedSuccess StageStepSuccess(size_t i, EngineContext& ctx, const StepResult& result);
+  // After the commit: the step SUCCESS here too; returns the next step's index.
+  size_t ApplyStepSuccess(size_t i, StagedSuccess& staged, const StepResult& result);
+  // Recording step `i`'s success failed (not a group rollback).
+  std::optional<Outcome> RecordFailed(size_t i, const DbError& e);
   Outcome ForwardFailure(size_t i, const StepResult& result);
   void CommitCompensated(const std::vector<size_t>& order, size_t k, EngineContext& ctx);
   Outcome CompensationFailure(size_t i, const StepResult& result);
@@ -394,6 +434,11 @@ class EventRun {
   int retry_count_ = 0;  // the event's forward retries at the claim
   bool compensation_started_at_claim_ = false;  // the poison guard turned it COMPENSATING
   std::vector<StepState> steps_;  // in forward (tree) order
+  // RunForward / BeginStep / EndStep.
+  size_t next_ = 0;           // the step to run next
+  int reruns_ = 0;            // of this step after its commit group rolled back
+  Attempt pending_;           // the step whose success is being recorded
+  std::optional<StagedSuccess> staged_;
 };
 
 EngineContext::EngineContext(EventRun& run, const StepState& step, bool compensating,
@@ -470,7 +515,7 @@ bool EngineContext::StillOwner() {
 
 // ---- claim ---------------------------------------------------------------------
 
-Outcome EventRun::Go() {
+std::string EventRun::Prepare() {
   started_ = d_.clock.Now();
   last_touch_ = started_;
   plan_ = plans_.Find(ev_.topic);
@@ -489,18 +534,32 @@ Outcome EventRun::Go() {
                OneLine(bracket == std::string::npos ? what : what.substr(bracket + 2));
     }
   }
+  return reject;
+}
+
+std::optional<Outcome> EventRun::StartClaimed() {
+  // Claimed already by SagaEngine::ClaimBatch: RUNNING at attempt 1, version + 1,
+  // the plan's rows written with the first step EXECUTING.
+  const std::string reject = Prepare();
+  if (!ev_.claimed || plan_ == nullptr || !reject.empty()) {
+    return Abandon("batch-claimed event cannot run: " + (ev_.claimed ? reject : "not claimed"));
+  }
+  version_ = ev_.version + 1;
+  retry_count_ = ev_.retry_count;
+  for (size_t i = 0; i < plan_->steps.size(); ++i) {
+    steps_.push_back(PlanState(*plan_, PlanRow(*plan_, ev_, i, i == 0), i));
+  }
+  d_.stats.claimed++;
+  BeginForward();
+  return std::nullopt;
+}
+
+Outcome EventRun::Go() {
   if (ev_.claimed) {
-    // Claimed already by SagaEngine::ClaimBatch: RUNNING at attempt 1, version + 1,
-    // the plan's rows written with the first step EXECUTING.
-    if (plan_ == nullptr || !reject.empty()) return Abandon("batch-claimed event cannot run: " + reject);
-    version_ = ev_.version + 1;
-    retry_count_ = ev_.retry_count;
-    for (size_t i = 0; i < plan_->steps.size(); ++i) {
-      steps_.push_back(PlanState(*plan_, PlanRow(*plan_, ev_, i, i == 0), i));
-    }
-    d_.stats.claimed++;
+    if (std::optional<Outcome> done = StartClaimed()) return *done;
     return RunForward();
   }
+  const std::string reject = Prepare();
   Claim claim = d_.pool.Transact("claim event", [&](storage::Connection& c) {
     return ClaimTx(c, reject);
   });
@@ -745,7 +804,9 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
   } catch (...) {
     a.result = StepResult::Transient("step threw a non-standard exception");
   }
-  (compensate ? d_.stats.compensation_duration : d_.stats.step_duration).Observe(d_.clock.Now() - invoked);
+  const auto took = d_.clock.Now() - invoked;
+  (compensate ? d_.stats.compensation_duration : d_.stats.step_duration).Observe(took);
+  if (!compensate) plan_->speed->Observe(std::chrono::duration_cast<std::chrono::microseconds>(took));
   if (a.result.kind != StepResult::Kind::kOk && d_.clock.Now() >= deadline) {
     a.result = StepResult{StepResult::Kind::kTransient, nullptr, a.result.compensation_data,
                           "timed out after " + std::to_string(timeout.count()) + " ms: " +
@@ -756,45 +817,78 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
 }
 
 Outcome EventRun::RunForward() {
-  size_t i = NextNotSucceeded(0);
-  int reruns = 0;  // of this step after its commit group rolled back
-  while (i < steps_.size()) {
-    if (stop_.stop_requested()) return Abandon("stopped before step " + steps_[i].code);
-    Attempt a = Invoke(steps_[i], /*compensate=*/false);
-    if (a.ctx && a.ctx->lost()) ThrowLost("step " + steps_[i].code);
-    if (a.result.kind != StepResult::Kind::kOk) {
-      a.ctx.reset();  // rolls back whatever the handler wrote through tx()
-      if (stop_.stop_requested()) return Abandon("stopped during step " + steps_[i].code);
-      return ForwardFailure(i, a.result);
-    }
-    try {
-      i = CommitStepSuccess(i, *a.ctx, a.result);
-      reruns = 0;
-    } catch (const GroupRolledBack& e) {
-      // Another member's failure (or a statement error) rolled the whole group back:
-      // nothing of this step was written, so it runs again.
-      a.ctx.reset();
-      if (++reruns <= kMaxGroupReruns) {
-        spdlog::debug("STEP_RERUN event={} node={} trace={} step={} why=\"{}\"", ev_.code, d_.node,
-                      trace_, steps_[i].code, e.what());
-        continue;
-      }
-      return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
-    } catch (const DbError& e) {
-      if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
-      a.ctx.reset();
-      return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
-    }
+  BeginForward();
+  while (true) {
+    if (std::optional<Outcome> done = BeginStep()) return *done;
+    if (std::optional<Outcome> done = EndStep()) return *done;
   }
-  d_.stats.succeeded++;
-  spdlog::info("EVENT_SUCCEEDED event={} node={} trace={} steps={} ms={}", ev_.code, d_.node, trace_,
-               steps_.size(), ElapsedMs());
-  return Outcome::kSucceeded;
 }
 
-size_t EventRun::CommitStepSuccess(size_t i, EngineContext& ctx, const StepResult& result) {
+void EventRun::BeginForward() {
+  next_ = NextNotSucceeded(0);
+  reruns_ = 0;
+}
+
+std::optional<Outcome> EventRun::BeginStep() {
+  const size_t i = next_;
+  if (i >= steps_.size()) {
+    d_.stats.succeeded++;
+    spdlog::info("EVENT_SUCCEEDED event={} node={} trace={} steps={} ms={}", ev_.code, d_.node, trace_,
+                 steps_.size(), ElapsedMs());
+    return Outcome::kSucceeded;
+  }
+  if (stop_.stop_requested()) return Abandon("stopped before step " + steps_[i].code);
+  pending_ = Invoke(steps_[i], /*compensate=*/false);
+  if (pending_.ctx && pending_.ctx->lost()) ThrowLost("step " + steps_[i].code);
+  if (pending_.result.kind != StepResult::Kind::kOk) {
+    pending_.ctx.reset();  // rolls back whatever the handler wrote through tx()
+    if (stop_.stop_requested()) return Abandon("stopped during step " + steps_[i].code);
+    return ForwardFailure(i, pending_.result);
+  }
+  try {
+    staged_ = StageStepSuccess(i, *pending_.ctx, pending_.result);
+  } catch (const DbError& e) {
+    return RecordFailed(i, e);
+  }
+  return std::nullopt;
+}
+
+std::optional<Outcome> EventRun::EndStep() {
+  const size_t i = next_;
+  try {
+    if (staged_->ticket) d_.groups->Wait(*staged_->ticket);  // GroupRolledBack, DbError, lost
+  } catch (const GroupRolledBack& e) {
+    // Another member's failure (or a statement error) rolled the whole group back:
+    // nothing of this step was written, so it runs again.
+    pending_.ctx.reset();
+    staged_.reset();
+    if (++reruns_ <= kMaxGroupReruns) {
+      spdlog::debug("STEP_RERUN event={} node={} trace={} step={} why=\"{}\"", ev_.code, d_.node, trace_,
+                    steps_[i].code, e.what());
+      return std::nullopt;
+    }
+    return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
+  } catch (const DbError& e) {
+    return RecordFailed(i, e);
+  }
+  next_ = ApplyStepSuccess(i, *staged_, pending_.result);
+  reruns_ = 0;
+  pending_.ctx.reset();
+  staged_.reset();
+  return std::nullopt;
+}
+
+std::optional<Outcome> EventRun::RecordFailed(size_t i, const DbError& e) {
+  if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
+  pending_.ctx.reset();
+  staged_.reset();
+  return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
+}
+
+EventRun::StagedSuccess EventRun::StageStepSuccess(size_t i, EngineContext& ctx, const StepResult& result) {
   StepState& step = steps_[i];
-  std::vector<StepState> children;
+  StagedSuccess staged;
+  std::vector<StepState>& children = staged.children;
   std::vector<store::NewStep> child_rows;
   for (size_t n = 0; n < ctx.children().size(); ++n) {
     StepState child;
@@ -816,11 +910,12 @@ size_t EventRun::CommitStepSuccess(size_t i, EngineContext& ctx, const StepResul
   }
   // The next step: this one's first child, else the next not yet SUCCESS.
   const bool has_children = !children.empty();
-  const size_t next_existing = NextNotSucceeded(i + 1);
-  const bool last = !has_children && next_existing == steps_.size();
+  staged.next_existing = NextNotSucceeded(i + 1);
+  staged.last = !has_children && staged.next_existing == steps_.size();
+  const bool last = staged.last;
   const std::string& next_code = has_children ? children.front().code
                                  : last       ? step.code
-                                              : steps_[next_existing].code;
+                                              : steps_[staged.next_existing].code;
   const size_t total = steps_.size() + children.size();
   std::optional<std::string> output =
       result.output.is_null() ? std::nullopt : std::optional<std::string>(result.output.dump());
@@ -855,13 +950,13 @@ size_t EventRun::CommitStepSuccess(size_t i, EngineContext& ctx, const StepResul
     success.progress = Progress(Succeeded() + 1, total);
     // Progress and modifier_time (the sweeper's activity clock) are written at most
     // every TouchInterval: a fast event's intermediate steps skip that row write.
-    const Clock::TimePoint now = d_.clock.Now();
-    const bool touch = now - last_touch_ >= TouchInterval();
-    success.touch = touch;
+    staged.now = d_.clock.Now();
+    staged.touch = staged.now - last_touch_ >= TouchInterval();
+    success.touch = staged.touch;
     success.rows = ctx.TakeRows();
-    d_.groups->Commit(std::move(member), std::move(success));  // GroupRolledBack, DbError
-    if (touch) last_touch_ = now;
-  } else {
+    staged.ticket = d_.groups->Submit(std::move(member), std::move(success));  // EndStep waits
+    return staged;
+  }
   // The transaction's first statement is the fence: the handler's (tx() touched the
   // event), else the event's status change (last step) or a touch.
   const bool handler_fenced = ctx.has_tx();
@@ -880,22 +975,27 @@ size_t EventRun::CommitStepSuccess(size_t i, EngineContext& ctx, const StepResul
   });
   tx.Commit("commit step success");
   ctx.ReleaseTx();
-  }
+  return staged;
+}
 
+size_t EventRun::ApplyStepSuccess(size_t i, StagedSuccess& staged, const StepResult& result) {
+  StepState& step = steps_[i];
+  if (staged.touch) last_touch_ = staged.now;
   step.status = "SUCCESS";
   step.compensation_data = result.compensation_data.value_or(nullptr);
-  if (last) {
+  if (staged.last) {
     ++version_;
     return steps_.size();
   }
-  if (has_children) {
+  if (!staged.children.empty()) {
     steps_.insert(steps_.begin() + static_cast<std::ptrdiff_t>(i + 1),
-                  std::make_move_iterator(children.begin()), std::make_move_iterator(children.end()));
+                  std::make_move_iterator(staged.children.begin()),
+                  std::make_move_iterator(staged.children.end()));
     steps_[i + 1].status = "EXECUTING";
     return i + 1;
   }
-  steps_[next_existing].status = "EXECUTING";
-  return next_existing;
+  steps_[staged.next_existing].status = "EXECUTING";
+  return staged.next_existing;
 }
 
 Outcome EventRun::ForwardFailure(size_t i, const StepResult& result) {
@@ -1093,14 +1193,11 @@ Millis SagaEngine::Backoff(Millis base, Millis max, int retries) {
   });
 }
 
-Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop) {
-  Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
-            [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
-            groups_.get()};
-  EventRun run(std::move(deps), plans_, event, std::move(stop));
+template <class F>
+Outcome SagaEngine::Guarded(const AssignedEvent& event, F&& run) {
   const std::string& trace = event.trace_id.empty() ? event.code : event.trace_id;
   try {
-    return run.Go();
+    return run();
   } catch (const OwnershipLostError& e) {
     stats_.lost_ownership++;
     spdlog::warn("EVENT_LOST_OWNERSHIP event={} node={} trace={} at=\"{}\"", event.code,
@@ -1113,6 +1210,62 @@ Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop) {
                  node_address_, trace, OneLine(e.what()));
     return Outcome::kAbandoned;
   }
+}
+
+Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop) {
+  Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
+            [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
+            groups_.get()};
+  EventRun run(std::move(deps), plans_, event, std::move(stop));
+  return Guarded(event, [&] { return run.Go(); });
+}
+
+bool SagaEngine::Batchable(const AssignedEvent& event) const {
+  if (!event.claimed) return false;
+  const Plans::Plan* plan = plans_.Find(event.topic);
+  return plan != nullptr && plan->speed->fast();
+}
+
+std::vector<Outcome> SagaEngine::RunBatch(const std::vector<const AssignedEvent*>& events,
+                                          std::stop_token stop) {
+  struct Slot {
+    const AssignedEvent* event;
+    std::unique_ptr<EventRun> run;
+    std::optional<Outcome> outcome;  // set once the event is done
+  };
+  std::vector<Slot> slots;
+  slots.reserve(events.size());
+  for (const AssignedEvent* e : events) {
+    Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
+              [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
+              groups_.get()};
+    slots.push_back(Slot{e, std::make_unique<EventRun>(std::move(deps), plans_, *e, stop), std::nullopt});
+  }
+  // Runs one half of a slot's next step; an outcome (or an exception, as in Run) ends it.
+  auto advance = [&](Slot& s, auto&& half) {
+    std::optional<Outcome> done;
+    Outcome failed = Guarded(*s.event, [&] {
+      done = half(*s.run);
+      return Outcome::kSucceeded;  // unused unless it threw
+    });
+    if (done) s.outcome = done;
+    else if (failed != Outcome::kSucceeded) s.outcome = failed;
+  };
+  for (Slot& s : slots) advance(s, [](EventRun& r) { return r.StartClaimed(); });
+  std::vector<Slot*> waiting;
+  while (true) {
+    waiting.clear();
+    for (Slot& s : slots) {
+      if (s.outcome) continue;
+      advance(s, [](EventRun& r) { return r.BeginStep(); });
+      if (!s.outcome) waiting.push_back(&s);
+    }
+    if (waiting.empty()) break;
+    for (Slot* s : waiting) advance(*s, [](EventRun& r) { return r.EndStep(); });
+  }
+  std::vector<Outcome> outcomes;
+  for (const Slot& s : slots) outcomes.push_back(*s.outcome);
+  return outcomes;
 }
 
 namespace {

@@ -131,9 +131,22 @@ class Plans {
     StepSpec spec;
     std::unique_ptr<StepHandler> handler;
   };
+  // How long a plan's forward steps take, as the engine observes them (it decides
+  // whether the plan's events run in batches: SagaEngine::Batchable).
+  class StepSpeed {
+   public:
+    void Observe(std::chrono::microseconds took);
+    // A moving average (1/8 weight per step) under kFastStep; false until observed.
+    bool fast() const;
+    static constexpr std::chrono::microseconds kFastStep{500};
+
+   private:
+    std::atomic<int64_t> average_us_{-1};  // -1: nothing observed yet
+  };
   struct Plan {
     const TopicSettings* topic;
     std::vector<Step> steps;
+    std::shared_ptr<StepSpeed> speed = std::make_shared<StepSpeed>();
   };
   const Plan* Find(const std::string& topic) const;  // null: unknown topic
 
@@ -167,6 +180,17 @@ class SagaEngine {
   // failures end the run with kAbandoned (the sweeper or a restart resets it).
   Outcome Run(const AssignedEvent& event, std::stop_token stop);
 
+  // Runs several batch-claimed events (AssignedEvent::claimed) on the calling thread,
+  // in rounds: each event's next step runs and its success is queued in the node's
+  // commit group, then the thread waits for those COMMITs (mostly one), and so on until
+  // every event is done. Same rules, fences and outcomes as Run() for each (outcomes in
+  // the order given); what it saves is a thread hand-off per step. For events whose
+  // plan is fast (Batchable): a slow step would hold up the others of the batch.
+  std::vector<Outcome> RunBatch(const std::vector<const AssignedEvent*>& events, std::stop_token stop);
+  // The event was batch-claimed and its plan's steps take under
+  // Plans::StepSpeed::kFastStep on average here (so far).
+  bool Batchable(const AssignedEvent& event) const;
+
   // The consumer's batched claim: claims every first attempt among `events` (attempt
   // 0, phase FORWARD, a known topic with steps, a JSON payload, retries left) in one
   // transaction of two statements (one multi-row UPDATE fenced per event by
@@ -183,6 +207,8 @@ class SagaEngine {
 
  private:
   Millis Backoff(Millis base, Millis max, int retries);  // jittered, thread-safe
+  template <class F>
+  Outcome Guarded(const AssignedEvent& event, F&& run);  // Run()'s error handling
 
   storage::ConnectionPool& pool_;
   const Plans& plans_;

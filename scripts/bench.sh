@@ -57,8 +57,9 @@
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
 #
 # Knobs (environment): DSYNC_BENCH_RUNS (3), DSYNC_BENCH_EVENTS (20000, e2e and pgboss),
-# DSYNC_BENCH_NODE_CAPACITY (256, e2e/profile/latency; prefetch = capacity), DSYNC_BENCH_DISPATCHER_POLL_MS (50)
-# and DSYNC_BENCH_CONSUMER_POLL_MS (50) (the dsync config's poll intervals),
+# DSYNC_BENCH_NODE_CAPACITY (256, e2e/profile/latency; prefetch = capacity), DSYNC_BENCH_DISPATCHER_POLL_MS (20),
+# DSYNC_BENCH_DISPATCHER_IDLE_MS (20) and DSYNC_BENCH_CONSUMER_POLL_MS (20) (the dsync config's poll
+# intervals: an idle cluster looks for work every 20 ms, as the pg-boss workers poll every 5 ms),
 # DSYNC_BENCH_PROFILE_EVENTS (2000), DSYNC_BENCH_LATENCY_RATE (events/s; default
 # half the e2e 1-step rate of this invocation, else measured), DSYNC_BENCH_LATENCY_S (20),
 # DSYNC_BENCH_SYSBENCH_S (20), DSYNC_BENCH_PGBOSS_BATCHES ("100 500"),
@@ -89,8 +90,9 @@ grep -Eq '^[[:space:]]*add_subdirectory\(bench[[:space:])]' CMakeLists.txt ||
 runs=${DSYNC_BENCH_RUNS:-3}
 events=${DSYNC_BENCH_EVENTS:-20000}
 capacity=${DSYNC_BENCH_NODE_CAPACITY:-256}
-dispatcher_poll_ms=${DSYNC_BENCH_DISPATCHER_POLL_MS:-50}
-consumer_poll_ms=${DSYNC_BENCH_CONSUMER_POLL_MS:-50}
+dispatcher_poll_ms=${DSYNC_BENCH_DISPATCHER_POLL_MS:-20}
+dispatcher_idle_ms=${DSYNC_BENCH_DISPATCHER_IDLE_MS:-20}
+consumer_poll_ms=${DSYNC_BENCH_CONSUMER_POLL_MS:-20}
 
 # ---- packages and build -----------------------------------------------------------
 extra=()
@@ -175,7 +177,7 @@ write_config() {
   "service": "bench",
   "log_level": "info",
   "registry":   { "heartbeat_interval_ms": 1000, "offline_timeout_ms": 3000, "sweep_interval_ms": 500 },
-  "dispatcher": { "poll_interval_ms": $dispatcher_poll_ms, "idle_interval_ms": 250, "lease_ttl_ms": 3000, "batch_size": 500 },
+  "dispatcher": { "poll_interval_ms": $dispatcher_poll_ms, "idle_interval_ms": $dispatcher_idle_ms, "lease_ttl_ms": 3000, "batch_size": 500 },
   "consumer":   { "poll_interval_ms": $consumer_poll_ms, "capacity": $capacity },
   "topics": {
     "E2E_1": { "ordered": false, "max_retry": 3, "backoff_base_ms": 200, "backoff_max_ms": 1000,
