@@ -126,7 +126,10 @@ Millis Elapsed(Clock::TimePoint from, Clock::TimePoint to) {
 
 Millis NextDispatchDelay(const CycleResult& r, Millis previous, const DispatcherSettings& s) {
   if (r.fenced_out) return s.poll_interval;
-  if (r.assigned > 0 && r.more_due) return Millis(0);
+  // Only batch_size stopped it and nodes have room: go on at once. (Nodes full: new
+  // slots free up over the next moments; coming back at once would re-read every
+  // in-flight count to assign a handful.)
+  if (r.assigned > 0 && r.more_due && r.room_left) return Millis(0);
   // Validate() keeps busy_interval <= poll_interval; min() for settings built in code.
   if (r.assigned > 0 || r.backlog) return std::min(s.busy_interval, s.poll_interval);
   if (r.free_slots > 0 && r.due_read == 0) {
@@ -334,6 +337,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
     backlog_ = false;  // no node to wait for (none live and not draining), or none read
   }
   r.backlog = backlog_;
+  r.room_left = planner_.free_slots() > 0;
   return r;
 }
 

@@ -69,6 +69,7 @@ struct CycleResult {
   int skipped = 0;           // read but not planned (ordering, limits, no node)
   bool fenced_out = false;   // the lease was not ours at write time: nothing written
   bool more_due = false;     // stopped while more events may be due (page or budget full)
+  bool room_left = false;    // nodes still had free slots at the end (batch_size cut it short)
   // Due events were left waiting for a free slot: a page came back full, an event
   // found no node with room, or (nothing read because every node was full) the last
   // cycle that did read left some waiting. Work exists; slots free within moments.

@@ -53,7 +53,9 @@ void DispatcherService::Stop() {
   dispatch_thread_ = std::jthread();
   sweep_thread_ = std::jthread();
   locker_.Stop();
-  spdlog::info("DISPATCHER_STOPPED lock={} owner={}", lease_.lock_name(), lease_.owner());
+  const CycleStats cs = cycle_.stats();
+  spdlog::info("DISPATCHER_STOPPED lock={} owner={} cycles={} assigned={} lost_races={} cycle_failures={}",
+               lease_.lock_name(), lease_.owner(), cs.cycles, cs.assigned, cs.lost_races, cs.failures);
 }
 
 void DispatcherService::DispatchLoop(std::stop_token stop) {

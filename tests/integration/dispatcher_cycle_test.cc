@@ -93,7 +93,8 @@ TEST(DispatcherCycleTest, BacklogIsReportedWhileNodesAreFullAndClearedWhenDraine
   EXPECT_EQ(r.assigned, 2);
   EXPECT_TRUE(r.more_due);
   EXPECT_TRUE(r.backlog);
-  EXPECT_EQ(NextDispatchDelay(r, 0ms, pace), 0ms);
+  EXPECT_FALSE(r.room_left);
+  EXPECT_EQ(NextDispatchDelay(r, 0ms, pace), 10ms);  // the node is full: busy pacing, not at once
 
   // Full: nothing read, but the events left last time still wait: busy pacing.
   r = cycle.RunOnce(std::nullopt);
@@ -269,6 +270,8 @@ TEST(DispatcherCycleTest, ATopicAtItsBatchLimitLetsOtherTopicsThrough) {
   EXPECT_EQ(r.assigned, 10);
   EXPECT_GE(r.pages, 2);
   EXPECT_TRUE(r.more_due);
+  EXPECT_TRUE(r.room_left);  // batch_size stopped it: the next cycle comes at once
+  EXPECT_EQ(NextDispatchDelay(r, 0ms, DispatcherSettings{}), 0ms);
   EXPECT_EQ(Count(db, "topic = 'X' AND status = 'ASSIGNED'"), 2);
   EXPECT_EQ(Count(db, "topic = 'Y' AND status = 'ASSIGNED'"), 8);
 }

@@ -357,7 +357,11 @@ TEST(PlannerTest, CadenceAfterACycle) {
   full.due_read = 10;
   full.assigned = 10;
   full.more_due = true;
+  full.room_left = true;  // batch_size stopped it, nodes have room: at once
   EXPECT_EQ(NextDispatchDelay(full, 200ms, s), 0ms);
+  CycleResult filled = full;  // the nodes' room stopped it: busy pacing
+  filled.room_left = false;
+  EXPECT_EQ(NextDispatchDelay(filled, 200ms, s), 10ms);
 
   CycleResult some = full;  // assigned, read all that was due: work exists
   some.more_due = false;
@@ -406,10 +410,11 @@ TEST(PlannerTest, CadenceIsBusyIntervalWhileWorkExists) {
   no_room.backlog = true;
   EXPECT_EQ(NextDispatchDelay(no_room, 200ms, s), 10ms);
 
-  // Still at once after a full page with assignments.
+  // Still at once after a full page with assignments while nodes have room.
   CycleResult page_full = some;
   page_full.more_due = true;
   page_full.backlog = true;
+  page_full.room_left = true;
   EXPECT_EQ(NextDispatchDelay(page_full, 10ms, s), 0ms);
 
   // Events due but held back (ordering, batch limits), no backlog: poll_interval.
