@@ -839,7 +839,10 @@ std::optional<Outcome> EventRun::BeginStep() {
   }
   if (stop_.stop_requested()) return Abandon("stopped before step " + steps_[i].code);
   pending_ = Invoke(steps_[i], /*compensate=*/false);
-  if (pending_.ctx && pending_.ctx->lost()) ThrowLost("step " + steps_[i].code);
+  if (pending_.ctx && pending_.ctx->lost()) {
+    pending_.ctx.reset();  // gives back the group's turn its tx() took (RunBatch keeps this run)
+    ThrowLost("step " + steps_[i].code);
+  }
   if (pending_.result.kind != StepResult::Kind::kOk) {
     pending_.ctx.reset();  // rolls back whatever the handler wrote through tx()
     if (stop_.stop_requested()) return Abandon("stopped during step " + steps_[i].code);
@@ -1250,6 +1253,7 @@ std::vector<Outcome> SagaEngine::RunBatch(const std::vector<const AssignedEvent*
     });
     if (done) s.outcome = done;
     else if (failed != Outcome::kSucceeded) s.outcome = failed;
+    if (s.outcome) s.run.reset();  // done: whatever it still holds (a group's turn) goes back now
   };
   for (Slot& s : slots) advance(s, [](EventRun& r) { return r.StartClaimed(); });
   std::vector<Slot*> waiting;

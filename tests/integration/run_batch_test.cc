@@ -1,0 +1,641 @@
+// SagaEngine::RunBatch (several batch-claimed events driven by one thread, their step
+// successes queued in the node's commit groups) and SagaEngine::Batchable, against a
+// real MariaDB: events are put ASSIGNED to a node by SQL (as the dispatcher would),
+// polled as the consumer polls them, claimed by ClaimBatch, then run in one batch;
+// the assertions are on the outcomes and on the event, step and demo_ledger rows.
+// After every test the saga-order invariant is checked over all events of the schema.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "core/clock.h"
+#include "saga/commit_group.h"
+#include "saga/saga_engine.h"
+#include "saga/step_handler.h"
+#include "tests/support/saga_invariants.h"
+#include "tests/support/test_db.h"
+
+namespace dsync::saga {
+
+// gtest prints an Outcome by name (found by argument-dependent lookup).
+static void PrintTo(Outcome o, std::ostream* os) { *os << OutcomeName(o); }
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using testing::TestSchema;
+
+constexpr const char* kNodeA = "10.0.0.1:7001";
+
+// Routes the default spdlog logger into a string for the test's lifetime.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    auto logger = std::make_shared<spdlog::logger>("capture", sink);
+    logger->set_level(spdlog::level::trace);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  int Count(const std::string& needle) {
+    spdlog::default_logger()->flush();
+    const std::string t = out_.str();
+    int n = 0;
+    for (auto pos = t.find(needle); pos != std::string::npos; pos = t.find(needle, pos + 1)) ++n;
+    return n;
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+// What a test injects into one step execution (by step code): it runs before the
+// step's own work and may decide the step's result. Runs on the batch's thread.
+using Hook = std::function<std::optional<StepResult>(StepContext&)>;
+
+// The demo step's effect (one demo_ledger row, queued with the step's success, so
+// applications = 1 means exactly once), plus the test's hooks. Each hook runs once:
+// a rerun after a group rollback is the plain step. Compensation deletes the row.
+class HookedStep final : public StepHandler {
+ public:
+  explicit HookedStep(std::map<std::string, Hook>& hooks) : hooks_(hooks) {}
+
+  StepResult Execute(StepContext& ctx) override {
+    auto it = hooks_.find(ctx.idempotency_key());
+    if (it != hooks_.end()) {
+      Hook hook = std::move(it->second);
+      hooks_.erase(it);
+      if (std::optional<StepResult> result = hook(ctx)) return *result;
+    }
+    ctx.InsertAtCommit("INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES",
+                       "ON DUPLICATE KEY UPDATE applications = applications + 1",
+                       {ctx.idempotency_key(), ctx.event_code(), ctx.step_name()});
+    return StepResult::Ok(json{{"ledger", ctx.idempotency_key()}}, json{{"ledger", ctx.idempotency_key()}});
+  }
+  StepResult Compensate(StepContext& ctx) override {
+    ctx.tx().Execute("DELETE FROM demo_ledger WHERE idempotency_key = ?", ctx.idempotency_key());
+    return StepResult::Ok();
+  }
+
+ private:
+  std::map<std::string, Hook>& hooks_;
+};
+
+StepSpec Spec(const std::string& name, const std::string& type) {
+  StepSpec s;
+  s.name = name;
+  s.type = type;
+  return s;
+}
+
+std::map<std::string, TopicSettings> Topics() {
+  TopicSettings demo;
+  demo.max_retry = 3;
+  demo.backoff_base = 100ms;
+  demo.backoff_max = 1000ms;
+  demo.steps = {Spec("s1", "demo"), Spec("s2", "demo"), Spec("s3", "demo")};
+  TopicSettings one = demo;
+  one.steps = {Spec("only", "demo")};
+  TopicSettings hooked = demo;
+  hooked.steps = {Spec("h1", "hooked"), Spec("h2", "hooked"), Spec("h3", "hooked")};
+  return {{"DEMO", demo}, {"ONE", one}, {"HOOKED", hooked}};
+}
+
+int StepsOf(const std::string& topic) { return topic == "ONE" ? 1 : 3; }
+
+class RunBatchTest : public ::testing::Test {
+ protected:
+  RunBatchTest()
+      : plans_(Topics(), Registry()), datasources_({}), engine_(db_.pool(), plans_, datasources_, clock_, kNodeA) {}
+
+  ~RunBatchTest() override {
+    if (lock_holder_.joinable()) lock_holder_.join();
+  }
+
+  void TearDown() override { EXPECT_SAGA_ORDER(db_.pool()); }
+
+  StepRegistry Registry() {
+    StepRegistry r = StepRegistry::WithBuiltins();
+    r.Register("hooked", [this](const StepSpec&) { return std::make_unique<HookedStep>(hooks_); });
+    return r;
+  }
+
+  template <class... Args>
+  uint64_t Exec(const std::string& sql, const Args&... args) {
+    return db_.pool().Run("test exec", [&](storage::Connection& c) { return c.Execute(sql, args...); });
+  }
+  template <class... Args>
+  int64_t Int(const std::string& sql, const Args&... args) {
+    return db_.pool().Run("test query", [&](storage::Connection& c) {
+      return c.QueryInt(sql, args...).value_or(-1);
+    });
+  }
+  template <class... Args>
+  std::string Str(const std::string& sql, const Args&... args) {
+    return db_.pool()
+        .Run("test query", [&](storage::Connection& c) { return c.QueryString(sql, args...); })
+        .value_or("<null>");
+  }
+
+  // Produced and assigned to node A, as the dispatcher leaves it.
+  void ProduceAssigned(const std::string& code, const std::string& topic, const json& payload = json::object()) {
+    Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES ('t1', ?, ?, ?, ?)", code,
+         "d-" + code, topic, payload.dump());
+    Assign(code);
+  }
+  void Assign(const std::string& code) {
+    ASSERT_EQ(Exec("UPDATE distribute_event SET status = 'ASSIGNED', node_address = ?, "
+                   "version = version + 1, assigned_time = NOW(3), next_run_time = NOW(3) "
+                   "WHERE code = ? AND status = 'PENDING'",
+                   kNodeA, code),
+              1u)
+        << code << " is not PENDING";
+  }
+
+  // The consumer's poll (ConsumerNode::PollOnce) and batched claim; every polled
+  // event must be claimed. Kept in claimed_ by code (RunBatch takes pointers).
+  void PollAndClaim() {
+    std::vector<AssignedEvent> polled = db_.pool().Run("poll", [&](storage::Connection& c) {
+      auto rs = c.Query("SELECT id, code, tenant_id, data_id, topic, payload, phase, "
+                        "COALESCE(trace_id, ''), version, attempt, retry_count "
+                        "FROM distribute_event WHERE status = 'ASSIGNED' AND node_address = ? ORDER BY id",
+                        kNodeA);
+      std::vector<AssignedEvent> out;
+      while (rs->next()) {
+        AssignedEvent e;
+        e.id = rs->getInt64(1);
+        e.code = rs->getString(2);
+        e.tenant_id = rs->getString(3);
+        e.data_id = rs->getString(4);
+        e.topic = rs->getString(5);
+        e.payload = rs->isNull(6) ? "" : std::string(rs->getString(6));
+        e.phase = rs->getString(7);
+        e.trace_id = rs->getString(8);
+        e.version = rs->getInt(9);
+        e.attempt = rs->getInt(10);
+        e.retry_count = rs->getInt(11);
+        out.push_back(std::move(e));
+      }
+      return out;
+    });
+    const size_t n = polled.size();
+    std::vector<AssignedEvent> rest;
+    std::vector<AssignedEvent> claimed = engine_.ClaimBatch(std::move(polled), rest);
+    ASSERT_EQ(claimed.size(), n);
+    ASSERT_TRUE(rest.empty());
+    for (AssignedEvent& e : claimed) {
+      ASSERT_TRUE(e.claimed) << e.code;
+      claimed_[e.code] = std::move(e);
+    }
+  }
+  std::vector<const AssignedEvent*> Batch(const std::vector<std::string>& codes) {
+    std::vector<const AssignedEvent*> out;
+    for (const std::string& code : codes) out.push_back(&claimed_.at(code));
+    return out;
+  }
+  // The version the poll saw (the batch claim made it + 1).
+  int64_t Polled(const std::string& code) { return claimed_.at(code).version; }
+
+  std::string EventStr(const std::string& code, const std::string& column) {
+    return Str("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
+  }
+  int64_t EventInt(const std::string& code, const std::string& column) {
+    return Int("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
+  }
+  std::string StepStr(const std::string& step_code, const std::string& column) {
+    return Str("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
+  }
+  int64_t StepInt(const std::string& step_code, const std::string& column) {
+    return Int("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
+  }
+  int64_t Ledger(const std::string& step_code) {  // -1: no row
+    return Int("SELECT applications FROM demo_ledger WHERE idempotency_key = ?", step_code);
+  }
+  int64_t LedgerRows(const std::string& event_code) {
+    return Int("SELECT COUNT(*) FROM demo_ledger WHERE event_code = ?", event_code);
+  }
+
+  // Everything the engine could write for an event: its row, its steps, its ledger
+  // rows; to compare "nothing written since".
+  std::string History(const std::string& code) {
+    return Str("SELECT CONCAT_WS('|', status, COALESCE(node_address, '-'), version, attempt, retry_count, "
+               "progress, phase, modifier_time, COALESCE(result, '-'), COALESCE(process_log, '-')) "
+               "FROM distribute_event WHERE code = ?",
+               code) +
+           " / " +
+           Str("SELECT GROUP_CONCAT(CONCAT_WS('|', code, status, COALESCE(node_address, '-'), attempt, "
+               "retry_count, COALESCE(started_at, '-'), COALESCE(executed_at, '-'), COALESCE(output, '-'), "
+               "modifier_time) ORDER BY code SEPARATOR ', ') FROM distribute_event_step WHERE job_code = ?",
+               code) +
+           " / " +
+           Str("SELECT GROUP_CONCAT(CONCAT_WS('|', idempotency_key, applications) ORDER BY idempotency_key) "
+               "FROM demo_ledger WHERE event_code = ?",
+               code);
+  }
+
+  // A run that succeeded: SUCCESS by this node with one claim (the batch's), every
+  // step SUCCESS once, in plan order, and its ledger row applied exactly once.
+  void ExpectSucceeded(const std::string& code, int steps) {
+    SCOPED_TRACE(code);
+    EXPECT_EQ(EventStr(code, "status"), "SUCCESS");
+    EXPECT_EQ(EventStr(code, "node_address"), kNodeA);
+    EXPECT_EQ(EventInt(code, "version"), Polled(code) + 2);  // claimed, succeeded
+    EXPECT_EQ(EventInt(code, "attempt"), 1);
+    EXPECT_EQ(EventInt(code, "retry_count"), 0);
+    EXPECT_EQ(EventInt(code, "progress"), 100);
+    EXPECT_EQ(EventInt(code, "finished_time IS NOT NULL"), 1);
+    json log = json::parse(EventStr(code, "process_log"));
+    ASSERT_EQ(log.size(), 2u) << log.dump();
+    EXPECT_EQ(log[0]["to"], "RUNNING");
+    EXPECT_EQ(log[1]["to"], "SUCCESS");
+    ASSERT_EQ(Int("SELECT COUNT(*) FROM distribute_event_step WHERE job_code = ?", code), steps);
+    for (int i = 1; i <= steps; ++i) {
+      const std::string sc = code + "#" + std::to_string(i);
+      EXPECT_EQ(StepStr(sc, "status"), "SUCCESS") << sc;
+      EXPECT_EQ(StepInt(sc, "attempt"), 1) << sc;
+      EXPECT_EQ(StepStr(sc, "node_address"), kNodeA) << sc;
+      EXPECT_EQ(json::parse(StepStr(sc, "output"))["ledger"], sc);
+      EXPECT_EQ(Ledger(sc), 1) << sc;
+      if (i > 1) {
+        const std::string prev = code + "#" + std::to_string(i - 1);
+        EXPECT_EQ(Int("SELECT a.executed_at <= b.executed_at FROM distribute_event_step a, "
+                      "distribute_event_step b WHERE a.code = ? AND b.code = ?",
+                      prev, sc),
+                  1)
+            << prev << " executed after " << sc;
+      }
+    }
+    EXPECT_EQ(LedgerRows(code), steps);
+  }
+
+  // What the sweeper does to an event whose owner is gone, then the dispatcher.
+  void ResetAndAssign(const std::string& code) {
+    ASSERT_EQ(Exec("UPDATE distribute_event SET status = 'PENDING', node_address = NULL, version = version + 1, "
+                   "retry_count = retry_count + 1, next_run_time = NOW(3) WHERE code = ? AND status <> 'PENDING'",
+                   code),
+              1u);
+    Assign(code);
+  }
+  AssignedEvent Load(const std::string& code) {
+    AssignedEvent e = claimed_.at(code);
+    e.claimed = false;
+    e.phase = "";  // read at the claim, with retry_count
+    e.version = static_cast<int>(EventInt(code, "version"));
+    e.attempt = static_cast<int>(EventInt(code, "attempt"));
+    return e;
+  }
+
+  std::map<std::string, Hook> hooks_;  // by step code; see HookedStep
+  TestSchema db_;
+  SystemClock clock_;
+  Plans plans_;
+  Datasources datasources_;
+  SagaEngine engine_;
+  std::map<std::string, AssignedEvent> claimed_;
+  std::thread lock_holder_;  // FailuresKeepTheirOutcomesAndTheOthersApplyOnce
+};
+
+TEST_F(RunBatchTest, FortyClaimedEventsAllSucceedOnce) {
+  std::vector<std::string> codes;
+  for (int i = 0; i < 40; ++i) {
+    const std::string code = "M" + std::to_string(i);
+    ProduceAssigned(code, i % 2 == 0 ? "DEMO" : "ONE", i % 3 == 0 ? json{{"space_id", i}} : json::object());
+    codes.push_back(code);
+  }
+  PollAndClaim();
+  // Not the poll's order: outcomes follow the order given.
+  std::reverse(codes.begin(), codes.end());
+
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch(codes), {});
+
+  ASSERT_EQ(outcomes.size(), codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    EXPECT_EQ(outcomes[i], Outcome::kSucceeded) << codes[i];
+  }
+  int steps = 0;
+  for (const std::string& code : codes) {
+    ExpectSucceeded(code, StepsOf(claimed_.at(code).topic));
+    steps += StepsOf(claimed_.at(code).topic);
+  }
+  EXPECT_EQ(steps, 80);
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM demo_ledger"), steps);
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM demo_ledger WHERE applications <> 1"), 0);
+  EXPECT_EQ(engine_.stats().claimed.load(), 40u);
+  EXPECT_EQ(engine_.stats().succeeded.load(), 40u);
+  EXPECT_EQ(engine_.stats().steps_executed.load(), static_cast<uint64_t>(steps));
+  EXPECT_EQ(engine_.stats().lost_ownership.load(), 0u);
+
+  // The point of the batch: each round's successes share commit groups instead of
+  // one COMMIT per step (one thread waiting step by step would give 80 groups of 1).
+  CommitGroupStats& groups = engine_.group_stats();
+  EXPECT_EQ(groups.members.load(), static_cast<uint64_t>(steps));
+  EXPECT_EQ(groups.rolled_back.load(), 0u);
+  EXPECT_LE(groups.groups.load() * 4, groups.members.load()) << groups.groups.load() << " groups";
+}
+
+TEST_F(RunBatchTest, FailuresKeepTheirOutcomesAndTheOthersApplyOnce) {
+  LogCapture logs;
+  // P's and T's second steps write through tx() (a marker row) and then fail, which
+  // rolls back the commit group they joined; its other members must run again
+  // without applying anything twice. To make sure P and T share a group with others:
+  // H's second step (first of the round) holds H's event row lock on another
+  // connection until the last event (L) has run its second step, so the committer,
+  // fencing H's group, cannot seal the next one while the round's other successes
+  // join it. (Had the committer not sealed H's group yet when P joined, P poisons
+  // that one instead: some other member is rolled back either way.)
+  ProduceAssigned("H", "HOOKED");
+  for (const std::string code : {"D0", "D1", "D2", "D3", "D4", "D5"}) ProduceAssigned(code, "DEMO");
+  for (const std::string code : {"O0", "O1"}) ProduceAssigned(code, "ONE");
+  ProduceAssigned("P", "HOOKED");
+  ProduceAssigned("T", "HOOKED");
+  ProduceAssigned("L", "HOOKED");
+  PollAndClaim();
+
+  std::atomic<bool> last_ran{false};
+  hooks_["H#2"] = [&](StepContext&) -> std::optional<StepResult> {
+    auto lease = std::make_unique<storage::ConnectionPool::Lease>(db_.pool().Borrow());
+    (*lease)->Begin();
+    (*lease)->QueryInt("SELECT version FROM distribute_event WHERE code = 'H' FOR UPDATE");
+    lock_holder_ = std::thread([&last_ran, lease = std::move(lease)] {
+      const auto until = std::chrono::steady_clock::now() + 5s;  // should L never run
+      while (!last_ran.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(20ms);  // L's success is queued microseconds after its handler
+      (*lease)->Rollback();
+    });
+    return std::nullopt;
+  };
+  auto write_then_fail = [](StepResult failure) {
+    return [failure](StepContext& ctx) -> std::optional<StepResult> {
+      ctx.tx().Execute("INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES (?, ?, 'marker')",
+                       ctx.idempotency_key() + "!", ctx.event_code());
+      return failure;
+    };
+  };
+  hooks_["P#2"] = write_then_fail(StepResult::Permanent("injected permanent failure"));
+  hooks_["T#2"] = write_then_fail(StepResult::Transient("injected transient failure"));
+  hooks_["L#2"] = [&](StepContext&) -> std::optional<StepResult> {
+    last_ran = true;
+    return std::nullopt;
+  };
+
+  const std::vector<std::string> order = {"H", "D0", "D1", "O0", "P", "D2", "D3", "T", "O1", "D4", "D5", "L"};
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch(order), {});
+  if (lock_holder_.joinable()) lock_holder_.join();
+
+  std::vector<Outcome> expected(order.size(), Outcome::kSucceeded);
+  expected[4] = Outcome::kCompensated;     // P
+  expected[7] = Outcome::kRetryScheduled;  // T
+  ASSERT_EQ(outcomes.size(), order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(outcomes[i], expected[i]) << order[i];
+  }
+  EXPECT_TRUE(hooks_.empty()) << "a hook did not run";
+
+  // A group was rolled back (P's and T's), and steps of others ran again.
+  EXPECT_GE(engine_.group_stats().rolled_back.load(), 1u);
+  EXPECT_GE(logs.Count("STEP_RERUN"), 1);
+
+  for (const std::string& code : order) {
+    if (code == "P" || code == "T") continue;
+    ExpectSucceeded(code, StepsOf(claimed_.at(code).topic));
+  }
+  // Nothing a failed handler wrote through tx() committed.
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM demo_ledger WHERE step_name = 'marker'"), 0);
+
+  // P: compensated as Run would (s1 undone), with the original failure.
+  EXPECT_EQ(EventStr("P", "status"), "COMPENSATED");
+  EXPECT_EQ(EventInt("P", "version"), Polled("P") + 3);  // claimed, compensating, compensated
+  EXPECT_EQ(StepStr("P#1", "status"), "COMPENSATED");
+  EXPECT_EQ(StepStr("P#2", "status"), "FAILED");
+  EXPECT_EQ(StepStr("P#3", "status"), "PENDING");
+  json result = json::parse(EventStr("P", "result"));
+  EXPECT_EQ(result["failed_step"], "h2");
+  EXPECT_EQ(result["kind"], "permanent");
+  EXPECT_EQ(result["error"], "injected permanent failure");
+  EXPECT_EQ(LedgerRows("P"), 0);
+
+  // T: back to PENDING with a backoff, s1 kept, s2 to run again.
+  EXPECT_EQ(EventStr("T", "status"), "PENDING");
+  EXPECT_EQ(EventStr("T", "phase"), "FORWARD");
+  EXPECT_EQ(EventStr("T", "node_address"), "<null>");
+  EXPECT_EQ(EventInt("T", "retry_count"), 1);
+  EXPECT_EQ(EventInt("T", "version"), Polled("T") + 2);  // claimed, retry scheduled
+  // The first retry's backoff, in [base/2, base] = [50, 100] ms on the database clock.
+  const int64_t backoff_us = EventInt("T", "TIMESTAMPDIFF(MICROSECOND, modifier_time, next_run_time)");
+  EXPECT_GE(backoff_us, 50'000);
+  EXPECT_LE(backoff_us, 100'000);
+  EXPECT_EQ(StepStr("T#1", "status"), "SUCCESS");
+  EXPECT_EQ(StepStr("T#2", "status"), "FAILED");
+  EXPECT_EQ(StepInt("T#2", "retry_count"), 1);
+  EXPECT_NE(StepStr("T#2", "error_details").find("injected transient failure"), std::string::npos);
+  EXPECT_EQ(StepStr("T#3", "status"), "PENDING");
+  EXPECT_EQ(Ledger("T#1"), 1);
+  EXPECT_EQ(LedgerRows("T"), 1);
+
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM demo_ledger WHERE applications <> 1"), 0);
+  EXPECT_EQ(engine_.stats().succeeded.load(), 10u);
+  EXPECT_EQ(engine_.stats().compensated.load(), 1u);
+  EXPECT_EQ(engine_.stats().retries.load(), 1u);
+}
+
+TEST_F(RunBatchTest, EventsFencedOutMidBatchStopAndTheOthersSucceed) {
+  for (const std::string code : {"D0", "D1", "D2", "D3", "D4", "D5"}) ProduceAssigned(code, "DEMO");
+  for (const std::string code : {"O0", "O1"}) ProduceAssigned(code, "ONE");
+  ProduceAssigned("X", "HOOKED");
+  ProduceAssigned("Y", "HOOKED");
+  PollAndClaim();
+
+  // Y, during its first step: another node's write bumps its version (the step's
+  // success is then fenced out at its group's COMMIT). X, during its second step,
+  // after its first committed: the sweeper resets it. Both from another connection.
+  std::string y_after, x_after;
+  hooks_["Y#1"] = [&](StepContext&) -> std::optional<StepResult> {
+    EXPECT_EQ(Exec("UPDATE distribute_event SET version = version + 1 WHERE code = 'Y'"), 1u);
+    y_after = History("Y");
+    return std::nullopt;
+  };
+  hooks_["X#2"] = [&](StepContext&) -> std::optional<StepResult> {
+    EXPECT_EQ(Exec("UPDATE distribute_event SET status = 'PENDING', node_address = NULL, version = version + 1 "
+                   "WHERE code = 'X'"),
+              1u);
+    x_after = History("X");
+    return std::nullopt;
+  };
+
+  const std::vector<std::string> order = {"D0", "D1", "Y", "O0", "D2", "D3", "X", "O1", "D4", "D5"};
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch(order), {});
+
+  ASSERT_EQ(outcomes.size(), order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const bool fenced = order[i] == "X" || order[i] == "Y";
+    EXPECT_EQ(outcomes[i], fenced ? Outcome::kLostOwnership : Outcome::kSucceeded) << order[i];
+  }
+  EXPECT_TRUE(hooks_.empty()) << "a hook did not run";
+  EXPECT_EQ(engine_.stats().lost_ownership.load(), 2u);
+  EXPECT_GE(engine_.group_stats().rolled_back.load(), 1u);
+
+  // Nothing was written for X or Y after they were taken away.
+  EXPECT_EQ(History("X"), x_after);
+  EXPECT_EQ(History("Y"), y_after);
+  EXPECT_EQ(EventStr("X", "status"), "PENDING");
+  EXPECT_EQ(StepStr("X#1", "status"), "SUCCESS");  // committed before the reset
+  EXPECT_EQ(Ledger("X#1"), 1);
+  EXPECT_EQ(StepStr("X#2", "status"), "EXECUTING");
+  EXPECT_EQ(StepStr("X#2", "output"), "<null>");
+  EXPECT_EQ(Ledger("X#2"), -1);
+  EXPECT_EQ(StepStr("X#3", "status"), "PENDING");
+  EXPECT_EQ(EventStr("Y", "status"), "RUNNING");  // as the bump left it
+  EXPECT_EQ(EventInt("Y", "version"), Polled("Y") + 2);
+  EXPECT_EQ(StepStr("Y#1", "status"), "EXECUTING");
+  EXPECT_EQ(StepStr("Y#1", "output"), "<null>");
+  EXPECT_EQ(LedgerRows("Y"), 0);
+
+  for (const std::string& code : order) {
+    if (code != "X" && code != "Y") ExpectSucceeded(code, StepsOf(claimed_.at(code).topic));
+  }
+
+  // Their next owner finishes them, each step applied once in all.
+  for (const std::string code : {"X", "Y"}) {
+    if (code == "Y") {
+      ResetAndAssign(code);  // still RUNNING: the sweeper's reset first
+    } else {
+      Assign(code);
+    }
+    EXPECT_EQ(engine_.Run(Load(code), {}), Outcome::kSucceeded) << code;
+    EXPECT_EQ(EventStr(code, "status"), "SUCCESS") << code;
+    for (int i = 1; i <= 3; ++i) EXPECT_EQ(Ledger(code + "#" + std::to_string(i)), 1) << code << "#" << i;
+  }
+}
+
+TEST_F(RunBatchTest, StopBeforeTheBatchAbandonsEveryEvent) {
+  for (const std::string code : {"D0", "D1", "D2"}) ProduceAssigned(code, "DEMO");
+  for (const std::string code : {"O0", "O1"}) ProduceAssigned(code, "ONE");
+  PollAndClaim();
+  std::stop_source stop;
+  stop.request_stop();
+
+  const std::vector<std::string> order = {"D0", "O0", "D1", "O1", "D2"};
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch(order), stop.get_token());
+
+  ASSERT_EQ(outcomes.size(), order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(outcomes[i], Outcome::kAbandoned) << order[i];
+  }
+  // Left as the batch claim left them, for the sweeper (or the node's restart).
+  for (const std::string& code : order) {
+    SCOPED_TRACE(code);
+    EXPECT_EQ(EventStr(code, "status"), "RUNNING");
+    EXPECT_EQ(EventStr(code, "node_address"), kNodeA);
+    EXPECT_EQ(EventInt(code, "version"), Polled(code) + 1);
+    EXPECT_EQ(StepStr(code + "#1", "status"), "EXECUTING");
+    EXPECT_EQ(StepStr(code + "#1", "output"), "<null>");
+  }
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM distribute_event_step WHERE status NOT IN ('EXECUTING', 'PENDING')"), 0);
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM demo_ledger"), 0);
+  EXPECT_EQ(engine_.stats().steps_executed.load(), 0u);
+  EXPECT_EQ(engine_.stats().succeeded.load(), 0u);
+  EXPECT_EQ(engine_.group_stats().members.load(), 0u);
+}
+
+TEST_F(RunBatchTest, BatchableNeedsABatchClaimAndAFastPlan) {
+  AssignedEvent claimed;
+  claimed.topic = "DEMO";
+  claimed.claimed = true;
+  EXPECT_FALSE(engine_.Batchable(claimed)) << "nothing observed yet";
+
+  plans_.Find("DEMO")->speed->Observe(100us);
+  EXPECT_TRUE(engine_.Batchable(claimed));
+
+  AssignedEvent unclaimed = claimed;
+  unclaimed.claimed = false;  // Run() claims it: the full claim rules apply
+  EXPECT_FALSE(engine_.Batchable(unclaimed));
+
+  AssignedEvent unknown = claimed;
+  unknown.topic = "NO_SUCH_TOPIC";
+  EXPECT_FALSE(engine_.Batchable(unknown));
+
+  AssignedEvent slow = claimed;
+  slow.topic = "ONE";
+  plans_.Find("ONE")->speed->Observe(10ms);
+  EXPECT_FALSE(engine_.Batchable(slow));
+}
+
+TEST_F(RunBatchTest, RunsFeedThePlansStepSpeed) {
+  AssignedEvent probe;
+  probe.topic = "DEMO";
+  probe.claimed = true;
+  ASSERT_FALSE(engine_.Batchable(probe));
+  // A demo step takes microseconds; a few batches settle the average under 500 us
+  // even if one step was descheduled.
+  int batches = 0;
+  while (!engine_.Batchable(probe) && batches < 5) {
+    std::vector<std::string> codes;
+    for (int i = 0; i < 4; ++i) {
+      codes.push_back("B" + std::to_string(batches) + "_" + std::to_string(i));
+      ProduceAssigned(codes.back(), "DEMO");
+    }
+    PollAndClaim();
+    for (Outcome o : engine_.RunBatch(Batch(codes), {})) EXPECT_EQ(o, Outcome::kSucceeded);
+    ++batches;
+  }
+  EXPECT_TRUE(engine_.Batchable(probe)) << "after " << batches << " batches";
+  probe.topic = "ONE";  // nothing of ONE ran
+  EXPECT_FALSE(engine_.Batchable(probe));
+}
+
+
+// A step that wrote through tx() (so it holds the commit group's turn) and then finds
+// its event taken away must give the turn back at once: RunBatch keeps its other runs
+// going on the same thread, and a turn never given back would stall the group forever.
+TEST_F(RunBatchTest, AStepLostAfterItsTxDoesNotStallTheBatch) {
+  for (const std::string code : {"D0", "D1"}) ProduceAssigned(code, "DEMO");
+  ProduceAssigned("X", "HOOKED");
+  ProduceAssigned("D2", "DEMO");
+  PollAndClaim();
+  hooks_["X#1"] = [&](StepContext& ctx) -> std::optional<StepResult> {
+    ctx.tx().Execute(
+        "INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES ('X#1!', 'X', 'marker')");
+    EXPECT_EQ(Exec("UPDATE distribute_event SET version = version + 1 WHERE code = 'X'"), 1u);
+    EXPECT_FALSE(ctx.StillOwner());
+    return StepResult::Ok();
+  };
+  std::vector<Outcome> outcomes;
+  std::promise<void> finished;
+  std::future<void> done = finished.get_future();
+  std::thread t([&] {
+    outcomes = engine_.RunBatch(Batch({"D0", "D1", "X", "D2"}), {});
+    finished.set_value();
+  });
+  if (done.wait_for(10s) != std::future_status::ready) {
+    ADD_FAILURE() << "RunBatch stalled: the lost step kept the group's turn";
+    std::_Exit(1);  // the worker thread cannot be joined
+  }
+  t.join();
+  ASSERT_EQ(outcomes.size(), 4u);
+  EXPECT_EQ(outcomes[0], Outcome::kSucceeded);
+  EXPECT_EQ(outcomes[1], Outcome::kSucceeded);
+  EXPECT_EQ(outcomes[2], Outcome::kLostOwnership);
+  EXPECT_EQ(outcomes[3], Outcome::kSucceeded);
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM demo_ledger WHERE idempotency_key = 'X#1!'"), 0);
+}
+
+}  // namespace
+}  // namespace dsync::saga
