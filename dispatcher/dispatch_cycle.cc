@@ -212,35 +212,40 @@ DispatchCycle::WriteResult DispatchCycle::Write(const std::vector<Assignment>& a
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return assignments[a].event_id < assignments[b].event_id; });
-  return pool_.Transact("assign events", [&](storage::Connection& c) {
-    WriteResult r;  // fresh on every (retried) attempt
-    if (fence && !HoldsLease(c, *fence)) {
-      r.fenced_out = true;
+  struct FencedOut {};  // thrown to roll the transaction back
+  try {
+    return pool_.Transact("assign events", [&](storage::Connection& c) {
+      WriteResult r;  // fresh on every (retried) attempt
+      r.won.assign(assignments.size(), false);
+      for (size_t begin = 0; begin < order.size(); begin += kAssignChunk) {
+        const size_t end = std::min(order.size(), begin + kAssignChunk);
+        std::array<ChunkRow, kAssignChunk> rows;
+        for (size_t k = 0; k < kAssignChunk; ++k) {
+          const Assignment& a = assignments[order[std::min(begin + k, end - 1)]];
+          rows[k] = {a.event_id, a.version, a.node_address};
+        }
+        const uint64_t matched = ExecuteChunk(c, rows, std::make_index_sequence<kAssignChunk>());
+        if (matched == end - begin) {
+          for (size_t k = begin; k < end; ++k) r.won[order[k]] = true;
+          continue;
+        }
+        for (size_t k = begin; k < end; ++k) {
+          const Assignment& a = assignments[order[k]];
+          auto rs = c.Query(kReadAssigned, a.event_id);
+          r.won[order[k]] = rs->next() && rs->getInt64(1) == a.version + 1 &&
+                            rs->getString(2) == "ASSIGNED" && !rs->isNull(3) &&
+                            rs->getString(3) == a.node_address;
+        }
+      }
+      // The fence, last before COMMIT (lease_lock.h: no lock, so a takeover never waits).
+      if (fence && !HoldsLease(c, *fence)) throw FencedOut{};
       return r;
-    }
-    r.won.assign(assignments.size(), false);
-    for (size_t begin = 0; begin < order.size(); begin += kAssignChunk) {
-      const size_t end = std::min(order.size(), begin + kAssignChunk);
-      std::array<ChunkRow, kAssignChunk> rows;
-      for (size_t k = 0; k < kAssignChunk; ++k) {
-        const Assignment& a = assignments[order[std::min(begin + k, end - 1)]];
-        rows[k] = {a.event_id, a.version, a.node_address};
-      }
-      const uint64_t matched = ExecuteChunk(c, rows, std::make_index_sequence<kAssignChunk>());
-      if (matched == end - begin) {
-        for (size_t k = begin; k < end; ++k) r.won[order[k]] = true;
-        continue;
-      }
-      for (size_t k = begin; k < end; ++k) {
-        const Assignment& a = assignments[order[k]];
-        auto rs = c.Query(kReadAssigned, a.event_id);
-        r.won[order[k]] = rs->next() && rs->getInt64(1) == a.version + 1 &&
-                          rs->getString(2) == "ASSIGNED" && !rs->isNull(3) &&
-                          rs->getString(3) == a.node_address;
-      }
-    }
+    });
+  } catch (const FencedOut&) {
+    WriteResult r;
+    r.fenced_out = true;
     return r;
-  });
+  }
 }
 
 CycleResult DispatchCycle::RunOnce(const std::optional<LeaseFence>& fence,

@@ -7,11 +7,11 @@
 //   SET status='ASSIGNED', node_address=?, version=version+1, assigned_time=NOW(3)
 //   WHERE id=? AND version=? AND status='PENDING'
 //
-// A page's writes are one transaction: first HoldsLease() (the lease row,
-// share-locked: a dispatcher that lost its lease writes nothing), then that UPDATE
-// for 64 events per statement (one cached prepared statement; each row's node and
-// expected version picked by ELT(FIELD(id, ...)); ids ascending), then one COMMIT:
-// 500 assignments are 10 round trips. When a statement matches fewer rows than it
+// A page's writes are one transaction: that UPDATE for 64 events per statement (one
+// cached prepared statement; each row's node and expected version picked by
+// ELT(FIELD(id, ...)); ids ascending), then HoldsLease() (lease_lock.h: a dispatcher
+// whose lease ended, or ends within the fence's margin, rolls back and writes
+// nothing), then one COMMIT: 500 assignments are 10 round trips. When a statement matches fewer rows than it
 // names, its events are read back to tell which lost the race (the event changed
 // since it was read): those are counted and skipped.
 //

@@ -71,7 +71,8 @@ void DispatcherService::DispatchLoop(std::stop_token stop) {
       continue;
     }
     try {
-      CycleResult r = cycle_.RunOnce(lease_.Fence(*token), [this] { return locker_.is_leader(); });
+      CycleResult r = cycle_.RunOnce(lease_.Fence(*token, dispatcher_settings_.lease_ttl / 4),
+                                     [this] { return locker_.is_leader(); });
       if (failures > 0) spdlog::info("DISPATCH_RECOVERED after_failures={}", failures);
       failures = 0;
       delay = NextDispatchDelay(r, delay, dispatcher_settings_);

@@ -48,11 +48,13 @@ constexpr const char* kReleaseLease = R"(
 UPDATE distribute_lease_lock SET owner = NULL, expires_at = NOW(3)
 WHERE lock_name = ? AND owner = ?)";
 
-// Params: lock_name, owner, token. A row when the fence holds; share-locks it.
+// Params: lock_name, owner, token, margin in microseconds. A row when the fence
+// holds. Not a locking read (lease_lock.h). Under REPEATABLE READ a plain SELECT reads
+// the transaction's snapshot, which is taken at its first plain read: the writers call
+// this last, with no plain read before it, or accept a snapshot as old as their first.
 constexpr const char* kCheckLeaseFence = R"(
 SELECT 1 FROM distribute_lease_lock
-WHERE lock_name = ? AND owner = ? AND token = ? AND expires_at > NOW(3)
-LOCK IN SHARE MODE)";
+WHERE lock_name = ? AND owner = ? AND token = ? AND expires_at > NOW(3) + INTERVAL ? MICROSECOND)";
 
 int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
 
@@ -83,7 +85,8 @@ std::string DispatcherLockName(const std::string& service) {
 }
 
 bool HoldsLease(storage::Connection& c, const LeaseFence& fence) {
-  return c.QueryInt(kCheckLeaseFence, fence.lock_name, fence.owner, fence.token).has_value();
+  return c.QueryInt(kCheckLeaseFence, fence.lock_name, fence.owner, fence.token, Micros(fence.margin))
+      .has_value();
 }
 
 LeaseLock::LeaseLock(storage::ConnectionPool& pool, std::string lock_name, std::string owner)

@@ -12,9 +12,15 @@
 // Fencing token: bumped whenever the lease passes to a different owner (or from free
 // to held), never when the holder re-takes its own lease that nobody else held in
 // between, so a token value names one uninterrupted tenure of one owner. Writes made
-// under the lease start their transaction with HoldsLease() (a share-locked read of
-// the row): a holder whose lease expired or was taken over commits nothing, and a
-// takeover waits until the holder's transaction is over.
+// under the lease end their transaction with HoldsLease() just before COMMIT: a holder
+// whose lease expired, is about to (within the fence's margin), or was taken over
+// rolls back. The read takes no lock, so a takeover never waits for a holder (a
+// holder frozen mid-transaction by SIGSTOP or a VM pause would otherwise block it for
+// as long as it stays frozen). What the lease cannot stop, a holder frozen between
+// that read and its COMMIT for longer than the margin and then committing after a
+// takeover, is harmless by construction: every write under it is also conditional
+// on the rows' own version (an assignment matches only `id, version, status =
+// 'PENDING'`), so two dispatchers never assign one event.
 //
 // Thread safety: LeaseLock is thread-safe (stateless besides its pool).
 #pragma once
@@ -53,6 +59,9 @@ struct LeaseFence {
   std::string lock_name;
   std::string owner;
   int64_t token = 0;
+  // The lease must still have this long to run (database clock) for the fence to
+  // hold: more than a COMMIT takes.
+  Millis margin{0};
 };
 
 // "host:pid:<16 random hex digits>": unique per process, readable in the table.
@@ -62,10 +71,10 @@ std::string MakeLeaseOwnerId();
 // hashed form when that exceeds the 64 characters of lock_name.
 std::string DispatcherLockName(const std::string& service);
 
-// First statement of a transaction that writes under the lease: true when `fence`
-// still holds an unexpired lease (database clock). Takes a shared lock on the lease
-// row until the transaction ends, so a takeover cannot commit in between. Throws
-// sql::SQLException (inside Transact) like any statement.
+// Last statement before the COMMIT of a transaction that writes under the lease: true
+// when `fence` still holds the lease for at least fence.margin more (database clock).
+// A plain read, no lock (see above). Throws sql::SQLException (inside Transact) like
+// any statement.
 bool HoldsLease(storage::Connection& c, const LeaseFence& fence);
 
 // The SQL strategy on distribute_lease_lock (table in V001).
@@ -84,7 +93,9 @@ class LeaseLock final : public LeaseStrategy {
   void Release() override;
   const std::string& owner() const override { return owner_; }
   const std::string& lock_name() const { return lock_name_; }
-  LeaseFence Fence(int64_t token) const { return {lock_name_, owner_, token}; }
+  LeaseFence Fence(int64_t token, Millis margin = Millis(0)) const {
+    return {lock_name_, owner_, token, margin};
+  }
 
  private:
   storage::ConnectionPool& pool_;

@@ -93,6 +93,35 @@ TEST(LeaseLockTest, OfTwoContendersOnlyOneAcquires) {
   EXPECT_EQ(db.QueryInt("SELECT token FROM distribute_lease_lock WHERE lock_name = 'race'"), 1);
 }
 
+// A dispatcher frozen (SIGSTOP, a VM pause) in the middle of a write transaction must
+// not keep the others from taking over once its lease expires: the fence is a plain
+// read, it locks nothing. (With a share-locked fence the takeover waited for as long as
+// the holder stayed frozen.)
+TEST(LeaseLockTest, TakeoverDoesNotWaitForTheHoldersOpenTransaction) {
+  TestSchema db;
+  LeaseLock a(db.pool(), kLock, "host-a:1:aaaa"), b(db.pool(), kLock, "host-b:2:bbbb");
+  ASSERT_EQ(a.TryAcquire(10s), 1);
+  auto frozen = db.pool().Borrow();
+  frozen->Begin();
+  EXPECT_TRUE(HoldsLease(*frozen, a.Fence(1)));  // ... and then the holder stops here
+  ExpireLease(db);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(b.TryAcquire(10s), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  frozen->Rollback();
+  EXPECT_FALSE(FenceHolds(db, a.Fence(1)));
+  EXPECT_TRUE(FenceHolds(db, b.Fence(2)));
+}
+
+// The fence holds only while the lease has at least its margin left to run.
+TEST(LeaseLockTest, FenceNeedsItsMarginLeft) {
+  TestSchema db;
+  LeaseLock a(db.pool(), kLock, "host-a:1:aaaa");
+  ASSERT_EQ(a.TryAcquire(10s), 1);
+  EXPECT_TRUE(FenceHolds(db, a.Fence(1, 2s)));
+  EXPECT_FALSE(FenceHolds(db, a.Fence(1, 20s)));
+}
+
 TEST(LeaseLockTest, ExpiredLeaseIsTakenOverWithAHigherToken) {
   TestSchema db;
   LeaseLock a(db.pool(), kLock, "host-a:1:aaaa"), b(db.pool(), kLock, "host-b:2:bbbb");
