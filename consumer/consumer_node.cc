@@ -248,6 +248,7 @@ void ConsumerNode::HandBackAbandoned() {
 
 void ConsumerNode::PollLoop(std::stop_token stop) {
   Millis pause = options_.poll_interval;
+  const int claim_threshold = std::max(1, options_.capacity / 8);
   while (!stop.stop_requested()) {
     int added = 0;
     try {
@@ -259,10 +260,16 @@ void ConsumerNode::PollLoop(std::stop_token stop) {
     if (added > 0) {
       pause = options_.poll_interval;
       last_work_ = clock_.Now();
-      // Work is arriving: look again almost at once, after a moment in which more
-      // slots free up (a group commit ends many runs together), so that one claim
-      // transaction takes several events.
+      // Work is arriving: look again soon, once enough slots are free that one claim
+      // transaction takes several events (an eighth of the capacity; group commits end
+      // many runs together), or after kBusyPollInterval; never sooner than
+      // kBusyPollGap.
       if (!clock_.SleepFor(kBusyPollGap, stop)) break;
+      std::unique_lock lock(mu_);
+      poll_cv_.wait_for(lock, stop, kBusyPollInterval, [&] {
+        return options_.capacity - static_cast<int>(known_.size()) >= claim_threshold;
+      });
+      poll_now_ = false;
       continue;
     }
     // While work came in the last second, new assignments are likely any moment:

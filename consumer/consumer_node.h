@@ -11,9 +11,11 @@
 // RUNNING, COMPENSATING) is handed back to PENDING with the usual fenced reset: a
 // fresh process holds nothing, so there is no reason to wait for a timeout.
 //
-// Polling is adaptive: again after 1 ms while events arrive, at once when a worker
-// frees a slot, every 10 ms for a second after the last events came, then doubling
-// the pause from poll_interval up to idle_interval while nothing is assigned.
+// Polling is adaptive: while events arrive, again once an eighth of the capacity is
+// free (at least 1 ms, at most 10 ms later), so that claims come in batches; at once
+// when a worker frees a slot after a poll found nothing; every 10 ms for a second
+// after the last events came; then doubling the pause from poll_interval up to
+// idle_interval while nothing is assigned.
 // First attempts are claimed by the poll itself, many in one transaction
 // (SagaEngine::ClaimBatch); the rest by their worker.
 //
