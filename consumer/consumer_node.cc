@@ -47,7 +47,7 @@ constexpr Millis kBusyPollInterval{10};
 constexpr Millis kBusyWindow{1000};
 // At most this many batch-claimed events of fast plans run together on one worker
 // (SagaEngine::RunBatch).
-constexpr size_t kMaxBatch = 32;
+constexpr size_t kMaxBatch = 64;
 
 }  // namespace
 
@@ -248,7 +248,7 @@ void ConsumerNode::HandBackAbandoned() {
 
 void ConsumerNode::PollLoop(std::stop_token stop) {
   Millis pause = options_.poll_interval;
-  const int claim_threshold = std::max(1, options_.capacity / 8);
+  const int claim_threshold = std::max(1, options_.capacity / 4);
   while (!stop.stop_requested()) {
     int added = 0;
     try {
@@ -261,7 +261,7 @@ void ConsumerNode::PollLoop(std::stop_token stop) {
       pause = options_.poll_interval;
       last_work_ = clock_.Now();
       // Work is arriving: look again soon, once enough slots are free that one claim
-      // transaction takes several events (an eighth of the capacity; group commits end
+      // transaction takes several events (a quarter of the capacity; group commits end
       // many runs together), or after kBusyPollInterval; never sooner than
       // kBusyPollGap.
       if (!clock_.SleepFor(kBusyPollGap, stop)) break;

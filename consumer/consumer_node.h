@@ -11,7 +11,7 @@
 // RUNNING, COMPENSATING) is handed back to PENDING with the usual fenced reset: a
 // fresh process holds nothing, so there is no reason to wait for a timeout.
 //
-// Polling is adaptive: while events arrive, again once an eighth of the capacity is
+// Polling is adaptive: while events arrive, again once a quarter of the capacity is
 // free (at least 1 ms, at most 10 ms later), so that claims come in batches; at once
 // when a worker frees a slot after a poll found nothing; every 10 ms for a second
 // after the last events came; then doubling the pause from poll_interval up to
