@@ -139,7 +139,7 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "dispatcher.lease_ttl_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
      .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.lease_ttl; },
      .default_text = "10000", .env = "DSYNC_DISPATCHER_LEASE_TTL_MS",
-     .doc = "Lifetime of the dispatcher lease (database clock); the holder renews it."},
+     .doc = "Lifetime of the dispatcher lease (database clock); the holder renews it every third, and writes only while a quarter is left."},
     {.path = "dispatcher.batch_size", .scope = Scope::kSettings, .kind = Kind::kInteger,
      .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.batch_size; },
      .min = 1, .default_text = "500", .env = "DSYNC_DISPATCHER_BATCH_SIZE",
