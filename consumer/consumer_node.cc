@@ -51,6 +51,22 @@ constexpr size_t kMaxBatch = 64;
 
 }  // namespace
 
+saga::AssignedEvent ReadAssignedEvent(sql::ResultSet& rs) {
+  saga::AssignedEvent e;
+  e.id = rs.getInt64(1);
+  e.code = rs.getString(2);
+  e.tenant_id = rs.getString(3);
+  e.data_id = rs.getString(4);
+  e.topic = rs.getString(5);
+  e.payload = rs.isNull(6) ? "" : std::string(rs.getString(6));
+  e.phase = rs.getString(7);
+  e.trace_id = rs.getString(8);
+  e.version = rs.getInt(9);
+  e.attempt = rs.getInt(10);
+  e.retry_count = rs.getInt(11);
+  return e;
+}
+
 ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engine, Clock& clock,
                            ConsumerOptions options)
     : pool_(pool),
@@ -147,18 +163,7 @@ int ConsumerNode::PollOnce() {
     const Clock::TimePoint polled_at = clock_.Now();
     while (rs->next()) {
       if (known.count(rs->getInt64(1))) continue;
-      saga::AssignedEvent e;
-      e.id = rs->getInt64(1);
-      e.code = rs->getString(2);
-      e.tenant_id = rs->getString(3);
-      e.data_id = rs->getString(4);
-      e.topic = rs->getString(5);
-      e.payload = rs->isNull(6) ? "" : std::string(rs->getString(6));
-      e.phase = rs->getString(7);
-      e.trace_id = rs->getString(8);
-      e.version = rs->getInt(9);
-      e.attempt = rs->getInt(10);
-      e.retry_count = rs->getInt(11);
+      saga::AssignedEvent e = ReadAssignedEvent(*rs);
       if (!rs->isNull(12)) e.assigned_age = std::chrono::microseconds(std::max<int64_t>(0, rs->getInt64(12)));
       e.polled_at = polled_at;
       out.push_back(std::move(e));

@@ -56,6 +56,11 @@ struct ConsumerStats {
   std::atomic<int> in_flight{0};
 };
 
+// One polled row: columns 1-11 of a SELECT of `id, code, tenant_id, data_id, topic,
+// payload, phase, COALESCE(trace_id, ''), version, attempt, retry_count` (the node's
+// poll, and tests that poll as it does).
+saga::AssignedEvent ReadAssignedEvent(sql::ResultSet& rs);
+
 class ConsumerNode {
  public:
   ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engine, Clock& clock,

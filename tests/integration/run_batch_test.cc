@@ -27,6 +27,7 @@
 #include "core/clock.h"
 #include "saga/commit_group.h"
 #include "saga/saga_engine.h"
+#include "tests/support/assigned_events.h"
 #include "saga/step_handler.h"
 #include "tests/support/saga_invariants.h"
 #include "tests/support/test_db.h"
@@ -173,29 +174,7 @@ class RunBatchTest : public ::testing::Test {
   // The consumer's poll (ConsumerNode::PollOnce) and batched claim; every polled
   // event must be claimed. Kept in claimed_ by code (RunBatch takes pointers).
   void PollAndClaim() {
-    std::vector<AssignedEvent> polled = db_.pool().Run("poll", [&](storage::Connection& c) {
-      auto rs = c.Query("SELECT id, code, tenant_id, data_id, topic, payload, phase, "
-                        "COALESCE(trace_id, ''), version, attempt, retry_count "
-                        "FROM distribute_event WHERE status = 'ASSIGNED' AND node_address = ? ORDER BY id",
-                        kNodeA);
-      std::vector<AssignedEvent> out;
-      while (rs->next()) {
-        AssignedEvent e;
-        e.id = rs->getInt64(1);
-        e.code = rs->getString(2);
-        e.tenant_id = rs->getString(3);
-        e.data_id = rs->getString(4);
-        e.topic = rs->getString(5);
-        e.payload = rs->isNull(6) ? "" : std::string(rs->getString(6));
-        e.phase = rs->getString(7);
-        e.trace_id = rs->getString(8);
-        e.version = rs->getInt(9);
-        e.attempt = rs->getInt(10);
-        e.retry_count = rs->getInt(11);
-        out.push_back(std::move(e));
-      }
-      return out;
-    });
+    std::vector<AssignedEvent> polled = testing::PollAssigned(db_.pool(), kNodeA);
     const size_t n = polled.size();
     std::vector<AssignedEvent> rest;
     std::vector<AssignedEvent> claimed = engine_.ClaimBatch(std::move(polled), rest);

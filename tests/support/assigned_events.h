@@ -1,0 +1,22 @@
+// The consumer's poll as the saga tests need it: every event ASSIGNED to a node, read
+// the way ConsumerNode::PollOnce reads them (consumer::ReadAssignedEvent; without its
+// LIMIT and latency column), for
+// tests that drive SagaEngine::ClaimBatch / RunBatch without a node.
+//
+//   std::vector<saga::AssignedEvent> polled = testing::PollAssigned(db.pool(), "10.0.0.1:7001");
+//
+// Thread safety: stateless.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "saga/saga_engine.h"
+#include "storage/connection_pool.h"
+
+namespace dsync::testing {
+
+// In id order. Throws DbError.
+std::vector<saga::AssignedEvent> PollAssigned(storage::ConnectionPool& pool, const std::string& node);
+
+}  // namespace dsync::testing
