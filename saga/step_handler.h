@@ -30,7 +30,9 @@
 // ctx.child_params() = their params, and are compensated before it.
 //
 // Thread safety: a handler instance may run on several workers at once (one per
-// event); keep per-run state in the context, not in members.
+// event), and one worker may run it for several events in turn (batched runs of fast
+// topics, SagaEngine::RunBatch); keep per-run state in the context, not in members
+// or thread-locals.
 #pragma once
 
 #include <chrono>
