@@ -319,6 +319,8 @@ void ConsumerNode::WorkerLoop(std::stop_token stop) {
       } else {
         std::vector<const saga::AssignedEvent*> events;
         for (const auto& e : batch) events.push_back(&e);
+        stats_.batches++;
+        stats_.batched_events += events.size();
         outcomes = engine_.RunBatch(events, work_stop_.get_token());
       }
     } catch (const std::exception& e) {

@@ -53,6 +53,7 @@ struct ConsumerOptions {
 struct ConsumerStats {
   std::atomic<uint64_t> polls{0}, polled_events{0}, handed_back_at_start{0}, handed_back_at_drain{0},
       handed_back_abandoned{0};
+  std::atomic<uint64_t> batches{0}, batched_events{0};  // SagaEngine::RunBatch calls, and events run so
   std::atomic<int> in_flight{0};
 };
 
