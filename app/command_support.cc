@@ -57,6 +57,10 @@ sigset_t BlockStopSignals() {
 
 std::unique_ptr<storage::ConnectionPool> OpenDatabase(const Settings& s, int threads) {
   storage::DbUrl url = DatabaseUrl(s);
+  // A frozen process's open transaction is ended by the server once it has been idle
+  // as long as a silent node is given before it counts as offline (storage/db_url.h).
+  url.idle_transaction_timeout = std::chrono::seconds(
+      std::max<int64_t>(1, (s.registry.offline_timeout.count() + 999) / 1000));
   storage::PoolOptions options;
   options.max_size = std::max(url.pool_size, threads);
   auto pool = std::make_unique<storage::ConnectionPool>(url, options);

@@ -112,7 +112,7 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "registry.offline_timeout_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
      .field = [](const Target& t) -> FieldRef { return &t.settings->registry.offline_timeout; },
      .default_text = "30000", .env = "DSYNC_REGISTRY_OFFLINE_TIMEOUT_MS",
-     .doc = "A node silent this long (database clock) is marked offline."},
+     .doc = "A node silent this long (database clock) is marked offline; also how long the server lets any dsync session sit idle inside a transaction (MariaDB idle_transaction_timeout)."},
     {.path = "registry.sweep_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
      .field = [](const Target& t) -> FieldRef { return &t.settings->registry.sweep_interval; },
      .default_text = "5000", .env = "DSYNC_REGISTRY_SWEEP_INTERVAL_MS",

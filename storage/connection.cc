@@ -104,6 +104,14 @@ Connection::Connection(const DbUrl& url) {
     // Framework transactions are short: a row lock held 10 s means something is
     // wrong, and Transact's retries of 1205 must not add up to minutes.
     st->execute("SET time_zone = '+00:00', innodb_lock_wait_timeout = 10");
+    if (url.idle_transaction_timeout.count() > 0) {
+      try {
+        st->execute("SET SESSION idle_transaction_timeout = " +
+                    std::to_string(url.idle_transaction_timeout.count()));
+      } catch (const sql::SQLException& e) {
+        if (e.getErrorCode() != 1193) throw;  // unknown system variable: MySQL
+      }
+    }
     std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT CONNECTION_ID()"));
     if (rs->next()) server_id_ = rs->getUInt64(1);
   } catch (const sql::SQLException& e) {

@@ -33,6 +33,12 @@ struct DbUrl {
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds read_timeout{30000};
   std::chrono::milliseconds write_timeout{30000};
+  // Not from the URL: set by the app (registry.offline_timeout_ms). The server ends a
+  // session whose transaction stays idle this long (MariaDB idle_transaction_timeout;
+  // MySQL has none and ignores it): a process frozen inside a transaction (SIGSTOP, a
+  // VM pause) would otherwise hold its row locks, and so its events, for as long as it
+  // stays frozen. 0: the server's default (none).
+  std::chrono::seconds idle_transaction_timeout{0};
 
   // Throws UsageError with a one-line reason (never containing the password).
   static DbUrl Parse(std::string_view url);

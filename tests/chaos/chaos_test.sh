@@ -437,7 +437,9 @@ for held in $frozen_held; do
   late=$(sql "SELECT COUNT(*) FROM demo_ledger_audit WHERE event_code = '$code' AND writer_pid = $frozen_pid
               AND writer_attempt = $attempt AND written_at >= '$THAW_DB_TIME'")
   frozen_late_writes=$((frozen_late_writes + late))
-  if grep -q "EVENT_LOST_OWNERSHIP event=$code " "$frozen_log"; then
+  # Lost ownership found by a fence, or the run abandoned because the server ended the
+  # frozen session's idle transaction (idle_transaction_timeout): either way it stopped.
+  if grep -qE "EVENT_(LOST_OWNERSHIP|ABANDONED) event=$code " "$frozen_log"; then
     frozen_reported=$((frozen_reported + 1))
   fi
 done

@@ -86,6 +86,32 @@ TEST(Storage, HostileStringsStayBoundValues) {
   EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_event"), 1);
 }
 
+// A session frozen inside a transaction (SIGSTOP, a VM pause) must not hold its row
+// locks for as long as it stays frozen: with idle_transaction_timeout the server ends
+// it, and the row is free for the others (the sweeper, the next owner).
+TEST(Storage, IdleTransactionIsEndedByTheServer) {
+  testing::TestSchema db;
+  db.Exec("CREATE TABLE idle_t (id INT PRIMARY KEY, v INT)");
+  db.Exec("INSERT INTO idle_t VALUES (1, 0)");
+  DbUrl url = db.url();
+  url.idle_transaction_timeout = std::chrono::seconds(1);
+  Connection frozen(url);
+  frozen.Begin();
+  EXPECT_EQ(frozen.Execute("UPDATE idle_t SET v = 1 WHERE id = 1"), 1u);  // holds the row lock
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));           // ... and stops here
+
+  Connection other(db.url());
+  other.Execute("SET SESSION innodb_lock_wait_timeout = 1");
+  EXPECT_EQ(other.Execute("UPDATE idle_t SET v = 2 WHERE id = 1"), 1u);  // not 1205: the lock is gone
+  try {
+    frozen.Commit();
+    ADD_FAILURE() << "the idle transaction survived its timeout";
+  } catch (const sql::SQLException& e) {
+    EXPECT_EQ(storage::TranslateSqlException(e, "commit").kind(), DbError::Kind::kConnectionLost) << e.what();
+  }
+  EXPECT_EQ(db.QueryInt("SELECT v FROM idle_t WHERE id = 1"), 2);  // the frozen write never landed
+}
+
 TEST(Storage, KilledConnectionIsReplacedTransparently) {
   testing::TestSchema db;
   storage::PoolOptions options;
