@@ -197,14 +197,15 @@ int ConsumerNode::PollOnce() {
         abandoned_.push_back(e.id);  // draining began meanwhile: hand it back
         continue;
       }
-      if (engine_.Batchable(e)) ++batchable;
-      queue_.push_back(std::move(e));
+      const bool fast = engine_.Batchable(e);
+      batchable += fast;
+      queue_.push_back(Queued{std::move(e), fast});
       ++added;
     }
     for (auto& e : rest) {
       if (!accepting_ || static_cast<int>(known_.size()) >= options_.capacity) break;
       if (!known_.insert(e.id).second) continue;
-      queue_.push_back(std::move(e));
+      queue_.push_back(Queued{std::move(e), false});  // claimed by its worker: runs alone
       ++added;
     }
     stats_.in_flight = static_cast<int>(known_.size());
@@ -298,17 +299,17 @@ void ConsumerNode::WorkerLoop(std::stop_token stop) {
       if (queue_.empty()) return;  // stop requested
       // Events of fast plans, claimed by the poll, run together on this thread
       // (SagaEngine::RunBatch); anything else runs alone.
-      if (engine_.Batchable(queue_.front())) {
+      if (queue_.front().batchable) {
         for (auto it = queue_.begin(); it != queue_.end() && batch.size() < kMaxBatch;) {
-          if (engine_.Batchable(*it)) {
-            batch.push_back(std::move(*it));
+          if (it->batchable) {
+            batch.push_back(std::move(it->event));
             it = queue_.erase(it);
           } else {
             ++it;
           }
         }
       } else {
-        batch.push_back(std::move(queue_.front()));
+        batch.push_back(std::move(queue_.front().event));
         queue_.pop_front();
       }
     }
@@ -357,9 +358,9 @@ bool ConsumerNode::Drain() {
   {
     std::lock_guard lock(mu_);
     accepting_ = false;
-    for (const auto& e : queue_) {
-      known_.erase(e.id);
-      if (e.claimed) abandoned_.push_back(e.id);  // RUNNING here, never started: hand back
+    for (const auto& q : queue_) {
+      known_.erase(q.event.id);
+      if (q.event.claimed) abandoned_.push_back(q.event.id);  // RUNNING here, never started: hand back
     }
     queue_.clear();
     stats_.in_flight = static_cast<int>(known_.size());

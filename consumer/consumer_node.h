@@ -101,7 +101,11 @@ class ConsumerNode {
   std::mutex mu_;
   std::condition_variable_any work_cv_;   // workers wait for queued events
   std::condition_variable_any poll_cv_;   // the poller waits for a free slot or its pause
-  std::deque<saga::AssignedEvent> queue_;
+  struct Queued {
+    saga::AssignedEvent event;
+    bool batchable = false;  // SagaEngine::Batchable when it was queued
+  };
+  std::deque<Queued> queue_;
   std::set<int64_t> known_;               // queued or running here
   std::vector<int64_t> abandoned_;        // runs that ended kAbandoned, to hand back
   bool accepting_ = true;

@@ -347,7 +347,6 @@ class EventRun {
   // stop), else nullopt. Throw OwnershipLostError like Go(). Start with StartClaimed()
   // (or Go() runs them itself).
   std::optional<Outcome> StartClaimed();
-  void BeginForward();
   std::optional<Outcome> BeginStep();
   std::optional<Outcome> EndStep();
 
@@ -380,6 +379,7 @@ class EventRun {
                            const nlohmann::json& result, const std::string& error);
 
   Outcome RunForward();
+  void BeginForward();  // from the first step not yet SUCCESS
   Outcome RunCompensation();
   Attempt Invoke(StepState& step, bool compensate);
   // A forward step's success on its way to the database: queued in the node's commit
@@ -550,8 +550,7 @@ std::optional<Outcome> EventRun::StartClaimed() {
     steps_.push_back(PlanState(*plan_, PlanRow(*plan_, ev_, i, i == 0), i));
   }
   d_.stats.claimed++;
-  BeginForward();
-  return std::nullopt;
+  return std::nullopt;  // next_ is 0: a fresh plan starts at its first step
 }
 
 Outcome EventRun::Go() {
@@ -1197,7 +1196,7 @@ Millis SagaEngine::Backoff(Millis base, Millis max, int retries) {
 }
 
 template <class F>
-Outcome SagaEngine::Guarded(const AssignedEvent& event, F&& run) {
+auto SagaEngine::Guarded(const AssignedEvent& event, F&& run) -> decltype(run()) {
   const std::string& trace = event.trace_id.empty() ? event.code : event.trace_id;
   try {
     return run();
@@ -1236,23 +1235,17 @@ std::vector<Outcome> SagaEngine::RunBatch(const std::vector<const AssignedEvent*
     std::unique_ptr<EventRun> run;
     std::optional<Outcome> outcome;  // set once the event is done
   };
+  const Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
+                  [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
+                  groups_.get()};
   std::vector<Slot> slots;
   slots.reserve(events.size());
   for (const AssignedEvent* e : events) {
-    Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
-              [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
-              groups_.get()};
-    slots.push_back(Slot{e, std::make_unique<EventRun>(std::move(deps), plans_, *e, stop), std::nullopt});
+    slots.push_back(Slot{e, std::make_unique<EventRun>(deps, plans_, *e, stop), std::nullopt});
   }
   // Runs one half of a slot's next step; an outcome (or an exception, as in Run) ends it.
   auto advance = [&](Slot& s, auto&& half) {
-    std::optional<Outcome> done;
-    Outcome failed = Guarded(*s.event, [&] {
-      done = half(*s.run);
-      return Outcome::kSucceeded;  // unused unless it threw
-    });
-    if (done) s.outcome = done;
-    else if (failed != Outcome::kSucceeded) s.outcome = failed;
+    s.outcome = Guarded(*s.event, [&] { return half(*s.run); });
     if (s.outcome) s.run.reset();  // done: whatever it still holds (a group's turn) goes back now
   };
   for (Slot& s : slots) advance(s, [](EventRun& r) { return r.StartClaimed(); });

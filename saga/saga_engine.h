@@ -207,8 +207,10 @@ class SagaEngine {
 
  private:
   Millis Backoff(Millis base, Millis max, int retries);  // jittered, thread-safe
+  // Run()'s error handling around `run` (returning Outcome or optional<Outcome>): a
+  // lost fence is kLostOwnership, any other exception kAbandoned.
   template <class F>
-  Outcome Guarded(const AssignedEvent& event, F&& run);  // Run()'s error handling
+  auto Guarded(const AssignedEvent& event, F&& run) -> decltype(run());
 
   storage::ConnectionPool& pool_;
   const Plans& plans_;
