@@ -126,10 +126,11 @@ int RunNode(const Invocation& inv) {
   spdlog::info("NODE_STOPPING node={} cause=\"{}\"", options.node_address, cause);
   bool clean = parts.node.Drain();
   const saga::CommitGroupStats& g = parts.engine.group_stats();
-  spdlog::info("NODE_STOPPED node={} drained={} polls={} claimed={} batches={} batched_events={} "
-               "commit_groups={} group_members={} groups_rolled_back={}",
+  spdlog::info("NODE_STOPPED node={} drained={} polls={} claimed={} claimed_at_commit={} batches={} "
+               "batched_events={} commit_groups={} group_members={} groups_rolled_back={}",
                options.node_address, clean ? "all" : "partially (rest left for the sweeper)",
                parts.node.stats().polls.load(), parts.engine.stats().claimed.load(),
+               parts.engine.stats().claimed_at_commit.load(),
                parts.node.stats().batches.load(), parts.node.stats().batched_events.load(), g.groups.load(),
                g.members.load(), g.rolled_back.load());
   return 0;

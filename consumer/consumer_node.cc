@@ -28,10 +28,11 @@ constexpr const char* kSelectHeld = R"(
 SELECT id, version, status, code FROM distribute_event
 WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
 
-// Params: id, node_address. One event still held here after its run was abandoned.
+// Params: id, node_address. One event still held here after its run was abandoned
+// (ASSIGNED: its claim was deferred, AssignedEvent::claim_deferred).
 constexpr const char* kSelectHeldById = R"(
 SELECT id, version, status, code FROM distribute_event
-WHERE id = ? AND node_address = ? AND status IN ('RUNNING', 'COMPENSATING'))";
+WHERE id = ? AND node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
 
 // Params: node_address. What is assigned here but unclaimed, for the drain.
 constexpr const char* kSelectUnclaimed = R"(
@@ -123,11 +124,14 @@ void ConsumerNode::Start() {
                options_.service, options_.capacity, orphans);
 }
 
-int ConsumerNode::HandBack(const char* select_sql, const char* reason) {
+int ConsumerNode::HandBack(const char* select_sql, const char* reason, const std::set<int64_t>& running) {
   std::vector<dispatcher::HeldEvent> held = pool_.Run("read held events", [&](storage::Connection& c) {
     std::vector<dispatcher::HeldEvent> out;
     auto rs = c.Query(select_sql, options_.node_address);
-    while (rs->next()) out.push_back({rs->getInt64(1), rs->getInt64(2), rs->getString(3), rs->getString(4)});
+    while (rs->next()) {
+      if (running.count(rs->getInt64(1))) continue;
+      out.push_back({rs->getInt64(1), rs->getInt64(2), rs->getString(3), rs->getString(4)});
+    }
     return out;
   });
   int reset = 0;
@@ -373,7 +377,14 @@ bool ConsumerNode::Drain() {
     spdlog::warn("NODE_DRAIN_MARK_FAILED node={} err={}", options_.node_address, e.what());
   }
   try {
-    int handed = HandBack(kSelectUnclaimed, "reset: node draining, unclaimed");
+    // Not the runs in flight: a deferred claim (AssignedEvent::claim_deferred) is
+    // ASSIGNED while its first step runs.
+    std::set<int64_t> running;
+    {
+      std::lock_guard lock(mu_);
+      running = known_;
+    }
+    int handed = HandBack(kSelectUnclaimed, "reset: node draining, unclaimed", running);
     stats_.handed_back_at_drain += static_cast<uint64_t>(handed);
   } catch (const std::exception& e) {
     spdlog::warn("NODE_DRAIN_HANDBACK_FAILED node={} err={}", options_.node_address, e.what());

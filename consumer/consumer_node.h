@@ -85,7 +85,7 @@ class ConsumerNode {
   void PollLoop(std::stop_token stop);
   void WorkerLoop(std::stop_token stop);
   int PollOnce();
-  int HandBack(const char* statuses_sql, const char* reason);
+  int HandBack(const char* statuses_sql, const char* reason, const std::set<int64_t>& running = {});
   // Hands back events whose run was abandoned (database unreachable, shutdown):
   // they are still RUNNING/COMPENSATING here and would otherwise wait for the
   // sweeper's processing timeout. Retried at every poll until the database answers.

@@ -127,6 +127,11 @@ void CommitGroups::Abandon(std::unique_ptr<Member> member) noexcept {
   GiveBackTurn(*member->group_, /*poison=*/true);
 }
 
+void CommitGroups::Leave(std::unique_ptr<Member> member) noexcept {
+  if (!member || !member->group_) return;
+  GiveBackTurn(*member->group_, /*poison=*/false);
+}
+
 void CommitGroups::CommitterLoop(std::stop_token stop) {
   std::unique_lock lock(mu_);
   while (true) {

@@ -112,6 +112,9 @@ class CommitGroups {
   // The member's step failed: the group will roll back. Does not wait. The event's
   // row stays locked until then (the caller's next write to it waits briefly).
   void Abandon(std::unique_ptr<Member> member) noexcept;
+  // The member wrote nothing after all (a claim that matched no row): gives the turn
+  // back without rolling the group back. Does not wait.
+  void Leave(std::unique_ptr<Member> member) noexcept;
 
   CommitGroupStats& stats() { return stats_; }
 

@@ -213,6 +213,13 @@ class StepTx {
 };
 
 [[noreturn]] void ThrowLost(const std::string& at) { throw OwnershipLostError(at); }
+
+// A deferred claim found step rows of its event's code (an event re-produced under an
+// old code): it needs the full claim rules (EventRun::ClaimTx).
+class ClaimRulesNeeded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 void Fence(bool matched, const char* at) {
   if (!matched) ThrowLost(at);
 }
@@ -350,7 +357,13 @@ class EventRun {
   std::optional<Outcome> BeginStep();
   std::optional<Outcome> EndStep();
 
-  // For EngineContext.
+  // For EngineContext. A batch-claimed event whose claim waits for its first step's
+  // commit (AssignedEvent::claim_deferred): ClaimInGroup writes the claim and the
+  // plan's rows now, in the group's transaction `c`, for a step that writes through
+  // tx(); false when the event is no longer assigned here (nothing written). Throws
+  // ClaimRulesNeeded when rows of its code exist (the claim was written: roll back).
+  bool claim_deferred() const { return claim_ == ClaimState::kDeferred; }
+  bool ClaimInGroup(storage::Connection& c);
   Deps& deps() { return d_; }
   const AssignedEvent& event() const { return ev_; }
   const nlohmann::json& payload() const { return payload_; }
@@ -359,6 +372,10 @@ class EventRun {
 
  private:
   enum class Claim { kNotClaimed, kRejected, kSettled, kRun };
+  // kClaimed: committed (by Go's claim, ClaimBatch or an earlier step's commit).
+  // kDeferred: still ASSIGNED; the first step's success claims it (StepSuccess::claim).
+  // kInGroup: claimed in the open commit group's transaction (ClaimInGroup).
+  enum class ClaimState { kClaimed, kDeferred, kInGroup };
   struct Attempt {
     StepResult result;
     std::unique_ptr<EngineContext> ctx;
@@ -368,6 +385,16 @@ class EventRun {
   // rejected (unknown topic, payload not JSON), empty when it can run.
   std::string Prepare();
   Claim ClaimTx(storage::Connection& c, const std::string& reject);
+  // After the claim transaction: the outcome when it left nothing to run (stats and
+  // log as Go reports them), else nullopt (claimed; steps_ and phase_ are set).
+  std::optional<Outcome> Claimed(Claim claim, const std::string& reject);
+  // A deferred claim that cannot wait (its first step failed, or its group rolled
+  // back): the event is claimed on its own with the full rules (ClaimTx), and the run
+  // goes on from its first step not yet SUCCESS, which runs again under the claim.
+  std::optional<Outcome> ClaimAndRerun(const std::string& why);
+  // BeginStep's ClaimAndRerun: also begins the step again (BeginStep returns
+  // nullopt only with a success staged for EndStep).
+  std::optional<Outcome> RerunClaimed(const std::string& why);
   void LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing, bool& first_marked);
   std::vector<StepState> FromRows(const std::vector<store::StepRow>& rows) const;
   // In the caller's transaction, after a fenced write: RUNNING -> COMPENSATING with
@@ -425,6 +452,7 @@ class EventRun {
   const std::stop_token stop_;
   const std::string trace_;
   int version_;        // the fence: the event's version while this run owns it
+  ClaimState claim_ = ClaimState::kClaimed;
   const int attempt_;  // this claim's attempt
   Clock::TimePoint started_{};
   Clock::TimePoint last_touch_{};  // the claim or the last write of modifier_time
@@ -459,7 +487,29 @@ StepTx& EngineContext::OpenTx() {
 
 bool EngineContext::grouped() const { return !compensating_ && run_.deps().groups != nullptr; }
 
-void EngineContext::JoinGroup() { member_ = run_.deps().groups->Join(); }
+void EngineContext::JoinGroup() {
+  member_ = run_.deps().groups->Join();
+  if (!run_.claim_deferred()) return;
+  // The step writes before its claim committed: the claim and the plan's rows go
+  // first, into the group's transaction (EventRun::ClaimInGroup).
+  bool claimed = false;
+  try {
+    claimed = run_.ClaimInGroup(member_->conn());
+  } catch (const sql::SQLException& e) {
+    DbError err = storage::TranslateSqlException(e, "claim in group");
+    if (err.kind() == DbError::Kind::kConnectionLost) member_->conn().mark_broken();
+    LeaveGroup();
+    throw err;
+  } catch (...) {
+    LeaveGroup();  // the claim was written: the group rolls back
+    throw;
+  }
+  if (!claimed) {  // nothing was written
+    run_.deps().groups->Leave(std::move(member_));
+    lost_ = true;
+    throw OwnershipLostError("event " + run_.event().code + " was taken away from this node (claim)");
+  }
+}
 
 void EngineContext::InsertAtCommit(std::string_view head, std::string_view tail,
                                    std::vector<storage::Value> row) {
@@ -539,22 +589,53 @@ std::string EventRun::Prepare() {
 
 std::optional<Outcome> EventRun::StartClaimed() {
   // Claimed already by SagaEngine::ClaimBatch: RUNNING at attempt 1, version + 1,
-  // the plan's rows written with the first step EXECUTING.
+  // the plan's rows written with the first step EXECUTING. Or its claim is deferred:
+  // ASSIGNED at its version, no rows; the first step's commit claims it.
   const std::string reject = Prepare();
-  if (!ev_.claimed || plan_ == nullptr || !reject.empty()) {
-    return Abandon("batch-claimed event cannot run: " + (ev_.claimed ? reject : "not claimed"));
+  const bool deferred = !ev_.claimed && ev_.claim_deferred && d_.groups != nullptr;
+  if (!(ev_.claimed || deferred) || plan_ == nullptr || !reject.empty()) {
+    return Abandon("batch-claimed event cannot run: " + (ev_.claimed || deferred ? reject : "not claimed"));
   }
-  version_ = ev_.version + 1;
   retry_count_ = ev_.retry_count;
   for (size_t i = 0; i < plan_->steps.size(); ++i) {
     steps_.push_back(PlanState(*plan_, PlanRow(*plan_, ev_, i, i == 0), i));
   }
-  d_.stats.claimed++;
+  if (deferred) {
+    version_ = ev_.version;
+    claim_ = ClaimState::kDeferred;
+  } else {
+    version_ = ev_.version + 1;
+    d_.stats.claimed++;
+  }
   return std::nullopt;  // next_ is 0: a fresh plan starts at its first step
 }
 
+bool EventRun::ClaimInGroup(storage::Connection& c) {
+  if (store::ClaimFirstAttempts(c, {{ev_.id, ev_.version}}, d_.node).empty()) return false;
+  std::vector<store::NewStep> rows;
+  for (size_t i = 0; i < plan_->steps.size(); ++i) rows.push_back(PlanRow(*plan_, ev_, i, i == 0));
+  if (store::InsertSteps(c, rows, d_.node, attempt_) != rows.size()) {
+    throw ClaimRulesNeeded("step rows of event " + ev_.code + " exist already");
+  }
+  version_ = ev_.version + 1;
+  claim_ = ClaimState::kInGroup;
+  return true;
+}
+
+std::optional<Outcome> EventRun::ClaimAndRerun(const std::string& why) {
+  spdlog::debug("EVENT_CLAIM_ALONE event={} node={} trace={} why=\"{}\"", ev_.code, d_.node, trace_, OneLine(why));
+  pending_.ctx.reset();
+  staged_.reset();
+  claim_ = ClaimState::kClaimed;  // from here on, the usual rules
+  Claim claim = d_.pool.Transact("claim event", [&](storage::Connection& c) { return ClaimTx(c, ""); });
+  if (std::optional<Outcome> done = Claimed(claim, "")) return done;
+  if (phase_ == kCompensate) return RunCompensation();
+  BeginForward();
+  return std::nullopt;
+}
+
 Outcome EventRun::Go() {
-  if (ev_.claimed) {
+  if (ev_.claimed || (ev_.claim_deferred && d_.groups != nullptr)) {
     if (std::optional<Outcome> done = StartClaimed()) return *done;
     return RunForward();
   }
@@ -562,6 +643,11 @@ Outcome EventRun::Go() {
   Claim claim = d_.pool.Transact("claim event", [&](storage::Connection& c) {
     return ClaimTx(c, reject);
   });
+  if (std::optional<Outcome> done = Claimed(claim, reject)) return *done;
+  return phase_ == kForward ? RunForward() : RunCompensation();
+}
+
+std::optional<Outcome> EventRun::Claimed(Claim claim, const std::string& reject) {
   if (claim != Claim::kNotClaimed) {
     if (ev_.assigned_age.count() >= 0) {
       d_.stats.claim_latency.Observe(ev_.assigned_age + (d_.clock.Now() - ev_.polled_at));
@@ -596,7 +682,7 @@ Outcome EventRun::Go() {
       break;
   }
   d_.stats.claimed++;
-  return phase_ == kForward ? RunForward() : RunCompensation();
+  return std::nullopt;
 }
 
 EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& reject) {
@@ -845,14 +931,25 @@ std::optional<Outcome> EventRun::BeginStep() {
   if (pending_.result.kind != StepResult::Kind::kOk) {
     pending_.ctx.reset();  // rolls back whatever the handler wrote through tx()
     if (stop_.stop_requested()) return Abandon("stopped during step " + steps_[i].code);
+    // Failures are recorded under a claim: this run is not recorded, the step runs
+    // again claimed (its effects through tx() were rolled back).
+    if (claim_ != ClaimState::kClaimed) return RerunClaimed(pending_.result.error);
     return ForwardFailure(i, pending_.result);
   }
   try {
     staged_ = StageStepSuccess(i, *pending_.ctx, pending_.result);
+  } catch (const ClaimRulesNeeded& e) {
+    return RerunClaimed(e.what());
   } catch (const DbError& e) {
+    if (claim_ != ClaimState::kClaimed && e.kind() != DbError::Kind::kCommitUnknown) return RerunClaimed(e.what());
     return RecordFailed(i, e);
   }
   return std::nullopt;
+}
+
+std::optional<Outcome> EventRun::RerunClaimed(const std::string& why) {
+  if (std::optional<Outcome> done = ClaimAndRerun(why)) return done;
+  return BeginStep();  // claimed now: the usual rules, no second deferral
 }
 
 std::optional<Outcome> EventRun::EndStep() {
@@ -864,6 +961,7 @@ std::optional<Outcome> EventRun::EndStep() {
     // nothing of this step was written, so it runs again.
     pending_.ctx.reset();
     staged_.reset();
+    if (claim_ != ClaimState::kClaimed) return ClaimAndRerun(e.what());
     if (++reruns_ <= kMaxGroupReruns) {
       spdlog::debug("STEP_RERUN event={} node={} trace={} step={} why=\"{}\"", ev_.code, d_.node, trace_,
                     steps_[i].code, e.what());
@@ -872,6 +970,17 @@ std::optional<Outcome> EventRun::EndStep() {
     return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
   } catch (const DbError& e) {
     return RecordFailed(i, e);
+  }
+  if (claim_ != ClaimState::kClaimed) {
+    // Committed with this step: ASSIGNED -> RUNNING (version + 1), or -> SUCCESS
+    // (ApplyStepSuccess counts that one bump); kInGroup counted its claim already.
+    if (claim_ == ClaimState::kDeferred && !staged_->last) ++version_;
+    claim_ = ClaimState::kClaimed;
+    d_.stats.claimed++;
+    d_.stats.claimed_at_commit++;
+    if (ev_.assigned_age.count() >= 0) {
+      d_.stats.claim_latency.Observe(ev_.assigned_age + (d_.clock.Now() - ev_.polled_at));
+    }
   }
   next_ = ApplyStepSuccess(i, *staged_, pending_.result);
   reruns_ = 0;
@@ -884,6 +993,7 @@ std::optional<Outcome> EventRun::RecordFailed(size_t i, const DbError& e) {
   if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
   pending_.ctx.reset();
   staged_.reset();
+  if (claim_ != ClaimState::kClaimed) return ClaimAndRerun(e.what());
   return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
 }
 
@@ -956,6 +1066,18 @@ EventRun::StagedSuccess EventRun::StageStepSuccess(size_t i, EngineContext& ctx,
     staged.touch = staged.now - last_touch_ >= TouchInterval();
     success.touch = staged.touch;
     success.rows = ctx.TakeRows();
+    if (claim_ == ClaimState::kDeferred) {  // nothing written yet: the claim comes with it
+      success.claim = true;
+      for (size_t j = 0; j < steps_.size(); ++j) {
+        store::NewStep row = PlanRow(*plan_, ev_, j, !last && j == staged.next_existing);
+        if (j == i) {
+          row.succeeded = true;
+          row.output = output;
+          row.compensation = compensation;
+        }
+        success.plan.push_back(std::move(row));
+      }
+    }
     staged.ticket = d_.groups->Submit(std::move(member), std::move(success));  // EndStep waits
     return staged;
   }
@@ -1223,7 +1345,7 @@ Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop) {
 }
 
 bool SagaEngine::Batchable(const AssignedEvent& event) const {
-  if (!event.claimed) return false;
+  if (!event.claimed && !event.claim_deferred) return false;
   const Plans::Plan* plan = plans_.Find(event.topic);
   return plan != nullptr && plan->speed->fast();
 }
@@ -1286,7 +1408,16 @@ std::vector<AssignedEvent> SagaEngine::ClaimBatch(std::vector<AssignedEvent> eve
       rest.push_back(std::move(e));
     }
   }
-  if (batch.empty()) return {};
+  std::vector<AssignedEvent> out;
+  // Fast plans: the claim waits for the first step's commit (one row write and one
+  // transaction less per event; AssignedEvent::claim_deferred).
+  std::vector<AssignedEvent> claim_now;
+  for (AssignedEvent& e : batch) {
+    e.claim_deferred = plans_.Find(e.topic)->speed->fast();
+    (e.claim_deferred ? out : claim_now).push_back(std::move(e));
+  }
+  batch = std::move(claim_now);
+  if (batch.empty()) return out;
   std::vector<store::ClaimRow> rows;
   for (const AssignedEvent& e : batch) rows.push_back({e.id, e.version});
   std::vector<int64_t> claimed;
@@ -1303,9 +1434,8 @@ std::vector<AssignedEvent> SagaEngine::ClaimBatch(std::vector<AssignedEvent> eve
     });
   } catch (const StepRowsExist&) {
     for (AssignedEvent& e : batch) rest.push_back(std::move(e));
-    return {};
+    return out;
   }
-  std::vector<AssignedEvent> out;
   const Clock::TimePoint now = clock_.Now();
   for (AssignedEvent& e : batch) {
     if (std::find(claimed.begin(), claimed.end(), e.id) == claimed.end()) {

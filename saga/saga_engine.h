@@ -107,6 +107,15 @@ struct AssignedEvent {
   // Set by SagaEngine::ClaimBatch: this node claimed it (the fields above are still
   // as polled: version and attempt before the claim); Run() starts at the first step.
   bool claimed = false;
+  // Set by SagaEngine::ClaimBatch instead, for a plan whose steps are fast: still
+  // ASSIGNED, no step rows; the first step runs unclaimed and its success commits the
+  // claim with it (ASSIGNED -> SUCCESS or RUNNING, attempt 1, the plan's rows; one
+  // transaction and two row writes less). The commit is fenced by the assigned
+  // version, so a reassigned event commits nothing. A step that writes through tx()
+  // has the claim written first, in its group's transaction, so it sees the event
+  // RUNNING. A failure, or a group that rolls back, is not recorded unclaimed: the
+  // event is then claimed on its own and the step runs again.
+  bool claim_deferred = false;
 };
 
 enum class Outcome {
@@ -159,6 +168,7 @@ struct SagaStats {
   std::atomic<uint64_t> claimed{0}, not_claimed{0}, succeeded{0}, retries{0}, compensated{0},
       failed{0}, lost_ownership{0}, steps_executed{0}, steps_compensated{0};
   std::atomic<uint64_t> compensations_started{0};  // events this engine turned COMPENSATING
+  std::atomic<uint64_t> claimed_at_commit{0};  // of `claimed`: deferred claims (AssignedEvent::claim_deferred)
   metrics::Histogram claim_latency;          // ASSIGNED -> claimed (see AssignedEvent::assigned_age)
   metrics::Histogram step_duration;          // StepHandler::Execute, seconds
   metrics::Histogram compensation_duration;  // StepHandler::Compensate, seconds
@@ -180,14 +190,14 @@ class SagaEngine {
   // failures end the run with kAbandoned (the sweeper or a restart resets it).
   Outcome Run(const AssignedEvent& event, std::stop_token stop);
 
-  // Runs several batch-claimed events (AssignedEvent::claimed) on the calling thread,
+  // Runs several batch-claimed events (AssignedEvent::claimed or claim_deferred) on the calling thread,
   // in rounds: each event's next step runs and its success is queued in the node's
   // commit group, then the thread waits for those COMMITs (mostly one), and so on until
   // every event is done. Same rules, fences and outcomes as Run() for each (outcomes in
   // the order given); what it saves is a thread hand-off per step. For events whose
   // plan is fast (Batchable): a slow step would hold up the others of the batch.
   std::vector<Outcome> RunBatch(const std::vector<const AssignedEvent*>& events, std::stop_token stop);
-  // The event was batch-claimed and its plan's steps take under
+  // The event was batch-claimed (or its claim deferred) and its plan's steps take under
   // Plans::StepSpeed::kFastStep on average here (so far).
   bool Batchable(const AssignedEvent& event) const;
 
@@ -198,6 +208,8 @@ class SagaEngine {
   // EXECUTING) and returns those claimed, marked `claimed`. The others, whose claim
   // needs the full rules (retries, compensation, rejection, existing rows), go to
   // `rest` for Run() to claim one by one. Events lost since the poll are dropped.
+  // First attempts of fast plans (Plans::StepSpeed) are not claimed here but returned
+  // marked `claim_deferred`: their first step's commit claims them.
   // Throws DbError (kCommitUnknown: the claim may have applied).
   std::vector<AssignedEvent> ClaimBatch(std::vector<AssignedEvent> events,
                                         std::vector<AssignedEvent>& rest);

@@ -128,14 +128,16 @@ int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
 // connection's statement cache holds one statement per plan size. Rows flagged
 // `executing` go in EXECUTING with node, attempt and started_at.
 // Params per row: code, job_code, tenant_id, sort, step_type, step_name, max_retry,
-// payload, status, node_address, attempt, executing flag, parent_step_id.
+// payload, status, node_address, attempt, started flag, executed flag, output,
+// compensation_data, parent_step_id.
 std::string InsertStepsSql(size_t rows) {
   std::string sql =
       "INSERT IGNORE INTO distribute_event_step (code, job_code, tenant_id, sort, step_type, step_name, "
-      "max_retry, payload, status, node_address, attempt, started_at, parent_step_id) VALUES ";
+      "max_retry, payload, status, node_address, attempt, started_at, executed_at, output, compensation_data, "
+      "parent_step_id) VALUES ";
   for (size_t i = 0; i < rows; ++i) {
     sql += i == 0 ? "" : ", ";
-    sql += "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, IF(?, NOW(3), NULL), ?)";
+    sql += "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, IF(?, NOW(3), NULL), IF(?, NOW(3), NULL), ?, ?, ?)";
   }
   return sql;
 }
@@ -155,8 +157,9 @@ void InSizeClassChunks(size_t total, size_t max, F&& chunk /* (from, n) */) {
 std::vector<storage::Value> StepValues(std::span<const NewStep> steps, const std::string& node, int attempt,
                                        std::optional<int64_t> parent_id) {
   std::vector<storage::Value> v;
-  v.reserve(steps.size() * 13);
+  v.reserve(steps.size() * 16);
   for (const NewStep& s : steps) {
+    const bool started = s.executing || s.succeeded;
     v.emplace_back(s.code);
     v.emplace_back(s.job_code);
     v.emplace_back(s.tenant_id);
@@ -165,11 +168,16 @@ std::vector<storage::Value> StepValues(std::span<const NewStep> steps, const std
     v.emplace_back(s.name);
     v.emplace_back(int64_t{s.max_retry});
     v.emplace_back(s.payload);
-    v.emplace_back(std::string(s.executing ? "EXECUTING" : "PENDING"));
-    if (s.executing) v.emplace_back(node);
+    v.emplace_back(std::string(s.succeeded ? "SUCCESS" : s.executing ? "EXECUTING" : "PENDING"));
+    if (started) v.emplace_back(node);
     else v.emplace_back(std::monostate{});
-    v.emplace_back(int64_t{s.executing ? attempt : 0});
-    v.emplace_back(s.executing);
+    v.emplace_back(int64_t{started ? attempt : 0});
+    v.emplace_back(started);
+    v.emplace_back(s.succeeded);
+    for (const std::optional<std::string>* json : {&s.output, &s.compensation}) {
+      if (*json) v.emplace_back(**json);
+      else v.emplace_back(std::monostate{});
+    }
     if (parent_id) v.emplace_back(*parent_id);
     else v.emplace_back(std::monostate{});
   }
@@ -363,7 +371,25 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
   std::vector<int64_t> touch_ids, touch_versions, touch_progress;
   std::vector<int64_t> done_ids, done_versions;
   std::vector<std::string> done_results;
+  std::vector<NewStep> plans;  // claims at commit: their plans' rows
+  std::vector<int64_t> claim_done_ids, claim_done_versions, claim_run_ids, claim_run_versions, claim_run_progress;
+  std::vector<std::string> claim_done_results;
+  int claim_attempt = 1;
   for (const StepSuccess& s : successes) {
+    if (s.claim) {
+      plans.insert(plans.end(), s.plan.begin(), s.plan.end());
+      claim_attempt = s.attempt;
+      if (s.finish) {
+        claim_done_ids.push_back(s.event_id);
+        claim_done_versions.push_back(s.version);
+        claim_done_results.push_back(s.result_json);
+      } else {
+        claim_run_ids.push_back(s.event_id);
+        claim_run_versions.push_back(s.version);
+        claim_run_progress.push_back(s.progress);
+      }
+      continue;
+    }
     codes.push_back(s.step_code);
     outputs.push_back(s.output);
     compensations.push_back(s.compensation);
@@ -388,7 +414,10 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
     }
     if (!rows.empty()) InsertDeferredRows(c, rows);
   }
-  {  // kMarkStepSucceeded per row
+  if (!plans.empty() && InsertSteps(c, plans, node, claim_attempt) != plans.size()) {
+    return false;  // rows of such a code existed: that event needs the full claim (ClaimTx)
+  }
+  if (!codes.empty()) {  // kMarkStepSucceeded per row
     const size_t n = SizeClass(codes.size());
     const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'SUCCESS', executed_at = NOW(3), output = " +
                             Pick("code", n) + ", compensation_data = " + Pick("code", n) +
@@ -444,7 +473,34 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
     Append(v, Padded(done_versions, n));
     if (c.Execute(sql, storage::Values(v)) != done_ids.size()) return false;
   }
-  return true;
+  // Claims at commit: per row exactly ClaimFirstAttempts' claim, and for the finished
+  // ones SucceedEvent's end, in one status change. `set`: the columns besides the
+  // claim's, one of them `= <pick>` of `picked` (per id).
+  auto claim = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& versions, const char* to,
+                   const char* why, auto&& set, const auto& picked) {
+    if (ids.empty()) return true;
+    const size_t n = SizeClass(ids.size());
+    const std::string sql = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
+                            ",\n  status = ?, version = version + 1, attempt = attempt + 1, started_time = NOW(3), "
+                            "modifier_time = NOW(3), " + set(Pick("id", n)) + "\nWHERE id IN (" + Marks(n) +
+                            ") AND status = 'ASSIGNED' AND node_address = ? AND phase = 'FORWARD' AND attempt = 0"
+                            " AND version = " + Pick("id", n, "SIGNED");
+    auto pi = Padded(ids, n);
+    std::vector<storage::Value> v{node, std::string(to), std::string(why), std::string(to)};
+    Append(v, pi);
+    Append(v, Padded(picked, n));
+    Append(v, pi);
+    v.emplace_back(node);
+    Append(v, pi);
+    Append(v, Padded(versions, n));
+    return c.Execute(sql, storage::Values(v)) == ids.size();
+  };
+  return claim(claim_done_ids, claim_done_versions, "SUCCESS", "claimed, attempt 1, and all steps succeeded",
+               [](const std::string& pick) { return "finished_time = NOW(3), progress = 100, result = " + pick; },
+               claim_done_results) &&
+         claim(claim_run_ids, claim_run_versions, "RUNNING", "claimed, attempt 1",
+               [](const std::string& pick) { return "progress = CAST(" + pick + " AS SIGNED)"; },
+               claim_run_progress);
 }
 
 bool FailEvent(storage::Connection& c, int64_t id, int version, const std::string& node,

@@ -99,6 +99,24 @@ bool LockEvent(storage::Connection& c, int64_t id, int version);
 // transaction ends) and returns id -> current version of those that exist.
 std::map<int64_t, int> LockEvents(storage::Connection& c, const std::vector<int64_t>& ids);
 
+// A step row to insert (InsertSteps, InsertChildSteps, StepSuccess::plan).
+struct NewStep {
+  std::string code;      // "<event code>#<position>" or "<parent code>.<n>"
+  std::string job_code;  // the event code
+  std::string tenant_id;
+  int sort = 0;          // plan position (children: their parent's)
+  std::string type;
+  std::string name;
+  int max_retry = 0;
+  std::string payload;   // the step's input params as JSON text
+  bool executing = false;  // inserted EXECUTING (node, attempt, started_at) instead of PENDING
+  // Inserted SUCCESS (node, attempt, started_at, executed_at, output,
+  // compensation_data): a step that ran before its claim (StepSuccess::claim).
+  bool succeeded = false;
+  std::optional<std::string> output = std::nullopt;
+  std::optional<std::string> compensation = std::nullopt;
+};
+
 struct ClaimRow {
   int64_t id = 0;
   int version = 0;  // as assigned
@@ -134,26 +152,23 @@ struct StepSuccess {
   int progress = 0;       // not finishing: the event's progress
   bool touch = true;      // not finishing: write progress and modifier_time
   std::vector<DeferredRow> rows;  // the handler's InsertAtCommit rows
+  // A claim made at this commit (SagaEngine::ClaimBatch, AssignedEvent::claim_deferred):
+  // `version` is the assigned one, the event is still ASSIGNED (attempt 0), and
+  // `plan` holds its whole plan, this step `succeeded` (with its output and
+  // compensation data) and the next `executing`. Applied as the claim, the plan's
+  // INSERT and the step's end in one: ASSIGNED -> SUCCESS (finish) or RUNNING, with
+  // attempt 1 and started_time; `step_code`, `next_code` and `touch` are not used.
+  bool claim = false;
+  std::vector<NewStep> plan;
 };
 // MarkStepSucceeded + MarkStepExecuting (next) + TouchEvent or SucceedEvent for many
-// events: at most four statements. False when an event did not match its version
-// (the caller must roll back: its locks should have made that impossible).
+// events, and for claims at commit InsertSteps + their claim: at most seven
+// statements. False when an event did not match its version or a claimed plan's rows
+// existed already (the caller must roll back).
 bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& successes,
                         const std::string& node);
 
 // ---- distribute_event_step -------------------------------------------------------
-
-struct NewStep {
-  std::string code;      // "<event code>#<position>" or "<parent code>.<n>"
-  std::string job_code;  // the event code
-  std::string tenant_id;
-  int sort = 0;          // plan position (children: their parent's)
-  std::string type;
-  std::string name;
-  int max_retry = 0;
-  std::string payload;   // the step's input params as JSON text
-  bool executing = false;  // inserted EXECUTING (node, attempt, started_at) instead of PENDING
-};
 
 // INSERT IGNORE of plan rows by code: multi-row statements in power-of-two sizes
 // (one for a plan of 1, 2, 4 … steps). Returns rows inserted.

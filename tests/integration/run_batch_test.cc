@@ -181,10 +181,13 @@ class RunBatchTest : public ::testing::Test {
     ASSERT_EQ(claimed.size(), n);
     ASSERT_TRUE(rest.empty());
     for (AssignedEvent& e : claimed) {
-      ASSERT_TRUE(e.claimed) << e.code;
+      ASSERT_TRUE(e.claimed || e.claim_deferred) << e.code;
       claimed_[e.code] = std::move(e);
     }
   }
+  // The topic's steps look fast on this node (Plans::StepSpeed): ClaimBatch defers
+  // its events' claims to their first step's commit.
+  void MakeFast(const std::string& topic) { plans_.Find(topic)->speed->Observe(50us); }
   std::vector<const AssignedEvent*> Batch(const std::vector<std::string>& codes) {
     std::vector<const AssignedEvent*> out;
     for (const std::string& code : codes) out.push_back(&claimed_.at(code));
@@ -232,25 +235,35 @@ class RunBatchTest : public ::testing::Test {
 
   // A run that succeeded: SUCCESS by this node with one claim (the batch's), every
   // step SUCCESS once, in plan order, and its ledger row applied exactly once.
-  void ExpectSucceeded(const std::string& code, int steps) {
+  // `one_change`: the claim was deferred and came with the only step's success, one
+  // status change ASSIGNED -> SUCCESS (AssignedEvent::claim_deferred).
+  void ExpectSucceeded(const std::string& code, int steps, bool one_change = false) {
     SCOPED_TRACE(code);
     EXPECT_EQ(EventStr(code, "status"), "SUCCESS");
     EXPECT_EQ(EventStr(code, "node_address"), kNodeA);
-    EXPECT_EQ(EventInt(code, "version"), Polled(code) + 2);  // claimed, succeeded
+    EXPECT_EQ(EventInt(code, "version"), Polled(code) + (one_change ? 1 : 2));  // claimed, succeeded
     EXPECT_EQ(EventInt(code, "attempt"), 1);
     EXPECT_EQ(EventInt(code, "retry_count"), 0);
     EXPECT_EQ(EventInt(code, "progress"), 100);
-    EXPECT_EQ(EventInt(code, "finished_time IS NOT NULL"), 1);
+    EXPECT_EQ(EventInt(code, "started_time IS NOT NULL AND finished_time >= started_time"), 1);
     json log = json::parse(EventStr(code, "process_log"));
-    ASSERT_EQ(log.size(), 2u) << log.dump();
-    EXPECT_EQ(log[0]["to"], "RUNNING");
-    EXPECT_EQ(log[1]["to"], "SUCCESS");
+    if (one_change) {
+      ASSERT_EQ(log.size(), 1u) << log.dump();
+      EXPECT_EQ(log[0]["from"], "ASSIGNED");
+      EXPECT_EQ(log[0]["to"], "SUCCESS");
+    } else {
+      ASSERT_EQ(log.size(), 2u) << log.dump();
+      EXPECT_EQ(log[0]["from"], "ASSIGNED");
+      EXPECT_EQ(log[0]["to"], "RUNNING");
+      EXPECT_EQ(log[1]["to"], "SUCCESS");
+    }
     ASSERT_EQ(Int("SELECT COUNT(*) FROM distribute_event_step WHERE job_code = ?", code), steps);
     for (int i = 1; i <= steps; ++i) {
       const std::string sc = code + "#" + std::to_string(i);
       EXPECT_EQ(StepStr(sc, "status"), "SUCCESS") << sc;
       EXPECT_EQ(StepInt(sc, "attempt"), 1) << sc;
       EXPECT_EQ(StepStr(sc, "node_address"), kNodeA) << sc;
+      EXPECT_EQ(StepInt(sc, "started_at IS NOT NULL AND executed_at >= started_at"), 1) << sc;
       EXPECT_EQ(json::parse(StepStr(sc, "output"))["ledger"], sc);
       EXPECT_EQ(Ledger(sc), 1) << sc;
       if (i > 1) {
@@ -614,6 +627,184 @@ TEST_F(RunBatchTest, AStepLostAfterItsTxDoesNotStallTheBatch) {
   EXPECT_EQ(outcomes[2], Outcome::kLostOwnership);
   EXPECT_EQ(outcomes[3], Outcome::kSucceeded);
   EXPECT_EQ(Int("SELECT COUNT(*) FROM demo_ledger WHERE idempotency_key = 'X#1!'"), 0);
+}
+
+
+// ---- deferred claims (AssignedEvent::claim_deferred) ----------------------------------
+
+// Events of fast plans are not claimed by the poll: each one's claim commits with its
+// first step's success, in the same multi-row statements as the other members of the
+// commit group. What SQL shows afterwards is the ordinary history, less the RUNNING
+// stop for a one-step event.
+TEST_F(RunBatchTest, DeferredClaimsCommitWithTheFirstStep) {
+  MakeFast("ONE");
+  MakeFast("DEMO");
+  std::vector<std::string> codes;
+  for (int i = 0; i < 16; ++i) {
+    codes.push_back("F" + std::to_string(i));
+    ProduceAssigned(codes.back(), i % 2 == 0 ? "ONE" : "DEMO");
+  }
+  PollAndClaim();
+  for (const std::string& code : codes) {
+    EXPECT_TRUE(claimed_.at(code).claim_deferred) << code;
+    EXPECT_FALSE(claimed_.at(code).claimed) << code;
+    EXPECT_TRUE(engine_.Batchable(claimed_.at(code))) << code;
+  }
+  // The poll wrote nothing.
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM distribute_event WHERE status = 'ASSIGNED' AND attempt = 0"), 16);
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM distribute_event_step"), 0);
+
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch(codes), {});
+
+  for (size_t i = 0; i < codes.size(); ++i) {
+    EXPECT_EQ(outcomes[i], Outcome::kSucceeded) << codes[i];
+    ExpectSucceeded(codes[i], i % 2 == 0 ? 1 : 3, /*one_change=*/i % 2 == 0);
+  }
+  EXPECT_EQ(engine_.stats().claimed.load(), 16u);
+  EXPECT_EQ(engine_.stats().claimed_at_commit.load(), 16u);
+  EXPECT_EQ(engine_.stats().succeeded.load(), 16u);
+  EXPECT_EQ(engine_.stats().steps_executed.load(), 8u * 1 + 8u * 3);
+  EXPECT_EQ(engine_.group_stats().rolled_back.load(), 0u);
+}
+
+// The claim's fence is the assigned version: an event reassigned while its first step
+// ran commits nothing (no claim, no step row, no ledger row), and the other members of
+// its group are not lost (rolled back, they claim on their own and run again).
+TEST_F(RunBatchTest, ADeferredClaimReassignedMeanwhileCommitsNothing) {
+  MakeFast("HOOKED");
+  MakeFast("ONE");
+  ProduceAssigned("O1", "ONE");
+  ProduceAssigned("X", "HOOKED");
+  ProduceAssigned("O2", "ONE");
+  PollAndClaim();
+  hooks_["X#1"] = [&](StepContext&) -> std::optional<StepResult> {
+    ResetAndAssign("X");  // the sweeper and the dispatcher, while the step runs
+    return std::nullopt;  // the step's own work: its ledger row, queued for the commit
+  };
+  LogCapture log;
+
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch({"O1", "X", "O2"}), {});
+
+  EXPECT_EQ(outcomes[1], Outcome::kLostOwnership);
+  EXPECT_EQ(EventStr("X", "status"), "ASSIGNED");
+  EXPECT_EQ(EventInt("X", "version"), Polled("X") + 2);
+  EXPECT_EQ(EventInt("X", "attempt"), 0);
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM distribute_event_step WHERE job_code = 'X'"), 0);
+  EXPECT_EQ(LedgerRows("X"), 0);
+  EXPECT_GE(log.Count("GROUP_FENCED_OUT"), 1);
+  for (size_t i : {0u, 2u}) {
+    const std::string code = i == 0 ? "O1" : "O2";
+    EXPECT_EQ(outcomes[i], Outcome::kSucceeded) << code;
+    EXPECT_EQ(EventStr(code, "status"), "SUCCESS") << code;
+    EXPECT_EQ(EventInt(code, "attempt"), 1) << code;
+    EXPECT_EQ(Ledger(code + "#1"), 1) << code;
+  }
+}
+
+// A step that writes through tx() sees its event claimed (RUNNING, attempt 1, its plan's
+// rows): the claim is written first, in the commit group's transaction.
+TEST_F(RunBatchTest, ADeferredClaimIsWrittenBeforeTheStepsOwnWrites) {
+  MakeFast("HOOKED");
+  ProduceAssigned("X", "HOOKED");
+  PollAndClaim();
+  std::string seen;
+  int64_t rows_seen = -1;
+  hooks_["X#1"] = [&](StepContext& ctx) -> std::optional<StepResult> {
+    seen = ctx.tx().QueryString("SELECT CONCAT(status, ':', attempt, ':', version) FROM distribute_event "
+                                "WHERE code = 'X'").value_or("<none>");
+    rows_seen = ctx.tx().QueryInt("SELECT COUNT(*) FROM distribute_event_step WHERE job_code = 'X'").value_or(-1);
+    return std::nullopt;
+  };
+
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch({"X"}), {});
+
+  EXPECT_EQ(outcomes[0], Outcome::kSucceeded);
+  EXPECT_EQ(seen, "RUNNING:1:" + std::to_string(Polled("X") + 1));
+  EXPECT_EQ(rows_seen, 3);
+  ExpectSucceeded("X", 3);
+  EXPECT_EQ(engine_.stats().claimed.load(), 1u);
+}
+
+// The claim in the group's transaction matched nothing (the event was reassigned
+// before the step's first tx()): nothing was written, so the group is not rolled back
+// for it and the other members commit at once.
+TEST_F(RunBatchTest, ADeferredClaimLostAtTheStepsFirstTxLeavesTheGroupAlone) {
+  MakeFast("HOOKED");
+  MakeFast("ONE");
+  ProduceAssigned("O1", "ONE");
+  ProduceAssigned("X", "HOOKED");
+  ProduceAssigned("O2", "ONE");
+  PollAndClaim();
+  bool threw_lost = false;
+  hooks_["X#1"] = [&](StepContext& ctx) -> std::optional<StepResult> {
+    ResetAndAssign("X");
+    try {
+      ctx.tx();
+    } catch (const OwnershipLostError&) {
+      threw_lost = true;
+    }
+    return StepResult::Ok();
+  };
+
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch({"O1", "X", "O2"}), {});
+
+  EXPECT_TRUE(threw_lost);
+  EXPECT_EQ(outcomes[1], Outcome::kLostOwnership);
+  EXPECT_EQ(EventStr("X", "status"), "ASSIGNED");
+  EXPECT_EQ(EventInt("X", "attempt"), 0);
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM distribute_event_step WHERE job_code = 'X'"), 0);
+  EXPECT_EQ(outcomes[0], Outcome::kSucceeded);
+  EXPECT_EQ(outcomes[2], Outcome::kSucceeded);
+  ExpectSucceeded("O1", 1, /*one_change=*/true);
+  ExpectSucceeded("O2", 1, /*one_change=*/true);
+  EXPECT_EQ(engine_.group_stats().rolled_back.load(), 0u);
+}
+
+// A failure is never recorded unclaimed: the event is claimed on its own (the full
+// rules) and the step runs again, so its history is the ordinary one, with the
+// failure counted once.
+TEST_F(RunBatchTest, ADeferredClaimsFailureIsRecordedUnderItsOwnClaim) {
+  MakeFast("ONE");
+  ProduceAssigned("B", "ONE", json{{"demo", {{"fail", {{"only", "permanent"}}}}}});
+  ProduceAssigned("O", "ONE");
+  PollAndClaim();
+  ASSERT_TRUE(claimed_.at("B").claim_deferred);
+  LogCapture log;
+
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch({"B", "O"}), {});
+
+  EXPECT_EQ(outcomes[0], Outcome::kCompensated);
+  EXPECT_EQ(EventStr("B", "status"), "COMPENSATED");
+  EXPECT_EQ(EventInt("B", "attempt"), 1);
+  EXPECT_EQ(StepStr("B#1", "status"), "FAILED");
+  EXPECT_EQ(StepInt("B#1", "retry_count"), 1);
+  EXPECT_EQ(StepStr("B#1", "node_address"), kNodeA);
+  json log_b = json::parse(EventStr("B", "process_log"));
+  ASSERT_EQ(log_b.size(), 3u) << log_b.dump();
+  EXPECT_EQ(log_b[0]["to"], "RUNNING");
+  EXPECT_EQ(log_b[1]["to"], "COMPENSATING");
+  EXPECT_EQ(log_b[2]["to"], "COMPENSATED");
+  EXPECT_EQ(log.Count("EVENT_CLAIM_ALONE event=B "), 1);
+  EXPECT_EQ(outcomes[1], Outcome::kSucceeded);
+  ExpectSucceeded("O", 1, /*one_change=*/true);
+}
+
+// Step rows of the event's code exist already (an event re-produced under an old code):
+// the deferred claim's INSERT finds them, the group rolls back, and the event takes the
+// full claim, whose rules let the recorded rows win.
+TEST_F(RunBatchTest, ADeferredClaimOverExistingStepRowsTakesTheFullClaim) {
+  MakeFast("ONE");
+  ProduceAssigned("R", "ONE");
+  Exec("INSERT INTO distribute_event_step (tenant_id, code, job_code, sort, step_type, step_name, max_retry, status) "
+       "VALUES ('t1', 'R#1', 'R', 1, 'demo', 'only', 3, 'PENDING')");
+  PollAndClaim();
+  ASSERT_TRUE(claimed_.at("R").claim_deferred);
+
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch({"R"}), {});
+
+  EXPECT_EQ(outcomes[0], Outcome::kSucceeded);
+  ExpectSucceeded("R", 1);
+  EXPECT_EQ(engine_.group_stats().rolled_back.load(), 1u);
 }
 
 }  // namespace
