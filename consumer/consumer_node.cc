@@ -156,9 +156,9 @@ int ConsumerNode::PollOnce() {
     if (!accepting_) return 0;
     free = options_.capacity - static_cast<int>(known_.size());
     if (free <= 0) return 0;
-    // Ask for as many more as are queued locally (still ASSIGNED), so they don't
-    // crowd new ones out of the LIMIT.
-    limit = free + static_cast<int>(queue_.size());
+    // Ask for as many more as this node holds (queued ones are still ASSIGNED, and so
+    // are runs whose claim is deferred), so they don't crowd new ones out of the LIMIT.
+    limit = free + static_cast<int>(known_.size());
     known = known_;
   }
   std::vector<saga::AssignedEvent> events = pool_.Run("poll assigned events", [&](storage::Connection& c) {
