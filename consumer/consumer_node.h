@@ -17,7 +17,8 @@
 // after the last events came; then doubling the pause from poll_interval up to
 // idle_interval while nothing is assigned.
 // First attempts are claimed by the poll itself, many in one transaction
-// (SagaEngine::ClaimBatch); the rest by their worker.
+// (SagaEngine::ClaimBatch), or, for topics whose steps are fast, by their first step's
+// commit (AssignedEvent::claim_deferred); the rest by their worker.
 //
 // Thread safety: Start/Drain from one controlling thread; stats() from any.
 #pragma once

@@ -1,6 +1,7 @@
 #include "saga/saga_engine.h"
 
 #include <algorithm>
+#include <set>
 #include <charconv>
 #include <optional>
 
@@ -262,6 +263,26 @@ StepState PlanState(const Plans::Plan& plan, const store::NewStep& row, size_t i
   s.max_retry = row.max_retry;
   s.plan_step = &plan.steps[i];
   return s;
+}
+
+// First claims (attempt 0 -> 1) with their plans' rows, first steps EXECUTING, in the
+// caller's transaction: SagaEngine::ClaimBatch's for a poll, EventRun::ClaimInGroup's
+// for one event. Returns the ids claimed; throws ClaimRulesNeeded when rows of a
+// claimed event's code exist (the claim was written: the caller rolls back).
+std::set<int64_t> ClaimWithPlanRows(storage::Connection& c, const Plans& plans,
+                                    const std::vector<const AssignedEvent*>& events, const std::string& node) {
+  std::vector<store::ClaimRow> claims;
+  for (const AssignedEvent* e : events) claims.push_back({e->id, e->version});
+  std::vector<int64_t> ids = store::ClaimFirstAttempts(c, claims, node);
+  std::set<int64_t> claimed(ids.begin(), ids.end());
+  std::vector<store::NewStep> rows;
+  for (const AssignedEvent* e : events) {
+    if (!claimed.count(e->id)) continue;
+    const Plans::Plan& plan = *plans.Find(e->topic);
+    for (size_t i = 0; i < plan.steps.size(); ++i) rows.push_back(PlanRow(plan, *e, i, i == 0));
+  }
+  if (store::InsertSteps(c, rows, node, 1) != rows.size()) throw ClaimRulesNeeded("step rows exist already");
+  return claimed;
 }
 
 class EventRun;
@@ -611,12 +632,7 @@ std::optional<Outcome> EventRun::StartClaimed() {
 }
 
 bool EventRun::ClaimInGroup(storage::Connection& c) {
-  if (store::ClaimFirstAttempts(c, {{ev_.id, ev_.version}}, d_.node).empty()) return false;
-  std::vector<store::NewStep> rows;
-  for (size_t i = 0; i < plan_->steps.size(); ++i) rows.push_back(PlanRow(*plan_, ev_, i, i == 0));
-  if (store::InsertSteps(c, rows, d_.node, attempt_) != rows.size()) {
-    throw ClaimRulesNeeded("step rows of event " + ev_.code + " exist already");
-  }
+  if (ClaimWithPlanRows(c, plans_, {&ev_}, d_.node).empty()) return false;
   version_ = ev_.version + 1;
   claim_ = ClaimState::kInGroup;
   return true;
@@ -1387,12 +1403,6 @@ std::vector<Outcome> SagaEngine::RunBatch(const std::vector<const AssignedEvent*
   return outcomes;
 }
 
-namespace {
-// Thrown inside the claim transaction to roll it back: some events already had step
-// rows (an event re-produced under an old code); they are claimed one by one.
-struct StepRowsExist {};
-}  // namespace
-
 CommitGroupStats& SagaEngine::group_stats() { return groups_->stats(); }
 
 std::vector<AssignedEvent> SagaEngine::ClaimBatch(std::vector<AssignedEvent> events,
@@ -1418,27 +1428,20 @@ std::vector<AssignedEvent> SagaEngine::ClaimBatch(std::vector<AssignedEvent> eve
   }
   batch = std::move(claim_now);
   if (batch.empty()) return out;
-  std::vector<store::ClaimRow> rows;
-  for (const AssignedEvent& e : batch) rows.push_back({e.id, e.version});
-  std::vector<int64_t> claimed;
+  std::vector<const AssignedEvent*> to_claim;
+  for (const AssignedEvent& e : batch) to_claim.push_back(&e);
+  std::set<int64_t> claimed;
   try {
-    pool_.Transact("claim events", [&](storage::Connection& c) {
-      claimed = store::ClaimFirstAttempts(c, rows, node_address_);
-      std::vector<store::NewStep> step_rows;
-      for (const AssignedEvent& e : batch) {
-        if (std::find(claimed.begin(), claimed.end(), e.id) == claimed.end()) continue;
-        const Plans::Plan& plan = *plans_.Find(e.topic);
-        for (size_t i = 0; i < plan.steps.size(); ++i) step_rows.push_back(PlanRow(plan, e, i, i == 0));
-      }
-      if (store::InsertSteps(c, step_rows, node_address_, 1) != step_rows.size()) throw StepRowsExist{};
+    claimed = pool_.Transact("claim events", [&](storage::Connection& c) {
+      return ClaimWithPlanRows(c, plans_, to_claim, node_address_);
     });
-  } catch (const StepRowsExist&) {
+  } catch (const ClaimRulesNeeded&) {  // some were re-produced under an old code: one by one
     for (AssignedEvent& e : batch) rest.push_back(std::move(e));
     return out;
   }
   const Clock::TimePoint now = clock_.Now();
   for (AssignedEvent& e : batch) {
-    if (std::find(claimed.begin(), claimed.end(), e.id) == claimed.end()) {
+    if (!claimed.count(e.id)) {
       stats_.not_claimed++;
       continue;
     }
