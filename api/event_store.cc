@@ -6,16 +6,16 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
-#include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/lease_lock.h"
+#include "events/assign.h"
+#include "events/produce.h"
+#include "events/retry.h"
 #include "registry/node_directory.h"
-#include "saga/process_log_sql.h"
 
 namespace dsync::api {
 namespace {
 
 constexpr size_t kMaxBatchEvents = 10000;
-constexpr size_t kInsertChunk = 500;
 constexpr int64_t kMaxDelayMs = 31LL * 24 * 3600 * 1000;
 constexpr int kMaxPriority = 1000000;
 
@@ -24,73 +24,6 @@ const std::set<std::string>& EventStatuses() {
                                                   "FAILED", "COMPENSATING", "COMPENSATED"};
   return kStatuses;
 }
-
-// Times are read as ISO-8601 UTC text ("2026-11-21T10:00:00.123Z"), NULL as "".
-#define DSYNC_ISO(col) "IFNULL(CONCAT(LEFT(DATE_FORMAT(" col ", '%Y-%m-%dT%H:%i:%s.%f'), 23), 'Z'), '')"
-
-// The event columns every read selects, in the order RowToEvent reads them.
-#define DSYNC_EVENT_COLUMNS                                                                      \
-  "id, code, topic, tenant_id, data_id, status, phase, IFNULL(node_address, ''), priority, "     \
-  "version, attempt, retry_count, max_retry, progress, IFNULL(batch_code, ''), "                 \
-  "IFNULL(trace_id, ''), IFNULL(payload, ''), IFNULL(result, ''), IFNULL(last_error, ''), "      \
-  DSYNC_ISO("create_time") ", " DSYNC_ISO("next_run_time") ", " DSYNC_ISO("assigned_time") ", "  \
-  DSYNC_ISO("started_time") ", " DSYNC_ISO("finished_time") ", " DSYNC_ISO("modifier_time")
-
-// Params: code.
-constexpr const char* kSelectEventByCode =
-    "SELECT " DSYNC_EVENT_COLUMNS " FROM distribute_event WHERE code = ?";
-
-// Params: tenant_id, code, data_id, topic, payload, priority, max_retry, delay (µs)
-// twice, trace_id, batch_code.
-constexpr const char* kInsertEvent = R"(
-INSERT INTO distribute_event
-  (tenant_id, code, data_id, topic, payload, priority, max_retry, next_run_time, trace_id, batch_code)
-VALUES (?, ?, ?, ?, ?, ?, ?, IF(? > 0, NOW(3) + INTERVAL ? MICROSECOND, '1970-01-01 00:00:00.000'), ?, ?))";
-constexpr const char* kInsertEventRow =
-    "(?, ?, ?, ?, ?, ?, ?, IF(? > 0, NOW(3) + INTERVAL ? MICROSECOND, '1970-01-01 00:00:00.000'), ?, ?)";
-
-// Params: batch_code.
-constexpr const char* kBatchProgress =
-    "SELECT status, COUNT(*) FROM distribute_event WHERE batch_code = ? GROUP BY status";
-
-// Params: job_code. Plan order: position, then children after their parent.
-constexpr const char* kSelectSteps = "SELECT id, code, step_name, step_type, status, IFNULL(node_address, ''), "
-    "parent_step_id, sort, retry_count, max_retry, compensation_retry_count, attempt, "
-    DSYNC_ISO("started_at") ", " DSYNC_ISO("executed_at") ", " DSYNC_ISO("compensated_at") ", "
-    "IFNULL(error_details, ''), IFNULL(output, '') "
-    "FROM distribute_event_step WHERE job_code = ? ORDER BY sort, LENGTH(code), code";
-
-// Params: event_code.
-constexpr const char* kSelectTimeline = "SELECT action, step_code, step_name, status, "
-    DSYNC_ISO("started_at") ", " DSYNC_ISO("finished_at") ", IFNULL(node_address, ''), "
-    "IFNULL(error_details, ''), failures, attempt FROM v_step_history WHERE event_code = ? ORDER BY seq";
-
-// Params: code.
-constexpr const char* kSelectProcessLog = "SELECT process_log FROM distribute_event WHERE code = ?";
-
-// Params: code.
-constexpr const char* kLockForRetry =
-    "SELECT id, status, version FROM distribute_event WHERE code = ? FOR UPDATE";
-
-// Re-drive steps. Compensated steps forget their compensation data (what they saved
-// was restored; the next run saves afresh); others keep it (a step that failed
-// midway keeps the before-image of its first run). Params: job_code.
-#define DSYNC_RESET_STEPS                                                                  \
-  "UPDATE distribute_event_step SET "                                                      \
-  "compensation_data = IF(status = 'COMPENSATED', NULL, compensation_data), "              \
-  "status = 'PENDING', retry_count = 0, compensation_retry_count = 0, started_at = NULL, " \
-  "executed_at = NULL, compensated_at = NULL, error_details = NULL, output = NULL "        \
-  "WHERE job_code = ?"
-constexpr const char* kResetAllSteps = DSYNC_RESET_STEPS;
-constexpr const char* kResetUnfinishedSteps = DSYNC_RESET_STEPS " AND status <> 'SUCCESS'";
-
-// Params: node, 'PENDING', why (log); id, version.
-constexpr const char* kRetryEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = 'PENDING', phase = 'FORWARD', node_address = NULL, version = version + 1,
-  retry_count = 0, next_run_time = '1970-01-01 00:00:00.000', result = NULL, last_error = NULL,
-  progress = 0, assigned_time = NULL, started_time = NULL, finished_time = NULL,
-  modifier_time = NOW(3)
-WHERE id = ? AND version = ? AND status IN ('FAILED', 'COMPENSATED'))";
 
 // Params: service, address, offline timeout (µs).
 constexpr const char* kDrainNode = R"(
@@ -104,9 +37,6 @@ SELECT IFNULL(owner, ''), token, TIMESTAMPDIFF(MICROSECOND, NOW(3), expires_at)
 FROM distribute_lease_lock WHERE lock_name = ?)";
 
 constexpr const char* kSchemaVersion = "SELECT MAX(version) FROM dsync_schema_version";
-
-constexpr const char* kCountByTopicStatus =
-    "SELECT topic, status, COUNT(*) FROM distribute_event GROUP BY topic, status";
 
 // A user-supplied value inside an error message: printable ASCII only, at most 40
 // characters, so the message stays one safe line whatever was sent.
@@ -185,40 +115,8 @@ std::optional<int64_t> OptionalInt(const nlohmann::json& body, const char* field
   return it->get<int64_t>();
 }
 
-EventRow RowToEvent(sql::ResultSet& rs) {
-  EventRow e;
-  e.id = rs.getInt64(1);
-  e.code = rs.getString(2);
-  e.topic = rs.getString(3);
-  e.tenant_id = rs.getString(4);
-  e.data_id = rs.getString(5);
-  e.status = rs.getString(6);
-  e.phase = rs.getString(7);
-  e.node_address = rs.getString(8);
-  e.priority = rs.getInt(9);
-  e.version = rs.getInt(10);
-  e.attempt = rs.getInt(11);
-  e.retry_count = rs.getInt(12);
-  e.max_retry = rs.getInt(13);
-  if (!rs.isNull(14)) e.progress = rs.getInt(14);
-  e.batch_code = rs.getString(15);
-  e.trace_id = rs.getString(16);
-  e.payload = rs.getString(17);
-  e.result = rs.getString(18);
-  e.last_error = rs.getString(19);
-  e.create_time = rs.getString(20);
-  e.next_run_time = rs.getString(21);
-  e.assigned_time = rs.getString(22);
-  e.started_time = rs.getString(23);
-  e.finished_time = rs.getString(24);
-  e.modifier_time = rs.getString(25);
-  return e;
-}
-
 std::optional<EventRow> ReadEvent(storage::Connection& c, const std::string& code) {
-  auto rs = c.Query(kSelectEventByCode, code);
-  if (!rs->next()) return std::nullopt;
-  return RowToEvent(*rs);
+  return events::ReadEvent(c, code);
 }
 
 // JSON text as JSON when it parses, else as a string; empty text as null.
@@ -231,13 +129,19 @@ nlohmann::json JsonOrText(const std::string& text) {
 
 nlohmann::json TextOrNull(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
 
-std::vector<storage::Value> EventValues(const NewEvent& e, const TopicSettings& topic) {
-  const int64_t delay_us = e.delay_ms * 1000;
-  return {e.tenant_id, e.code, e.data_id, e.topic, e.payload.dump(),
-          static_cast<int64_t>(e.priority.value_or(topic.priority)), static_cast<int64_t>(topic.max_retry),
-          delay_us, delay_us,
-          e.trace_id.empty() ? storage::Value{} : storage::Value{e.trace_id},
-          e.batch_code.empty() ? storage::Value{} : storage::Value{e.batch_code}};
+events::NewEventRow EventValues(const NewEvent& e, const TopicSettings& topic) {
+  events::NewEventRow r;
+  r.tenant_id = e.tenant_id;
+  r.code = e.code;
+  r.data_id = e.data_id;
+  r.topic = e.topic;
+  r.payload = e.payload.dump();
+  r.priority = e.priority.value_or(topic.priority);
+  r.max_retry = topic.max_retry;
+  r.delay_us = e.delay_ms * 1000;
+  r.trace_id = e.trace_id;
+  r.batch_code = e.batch_code;
+  return r;
 }
 
 NodeView ToView(const registry::NodeInfo& n, int64_t in_flight) {
@@ -428,13 +332,10 @@ ProduceResult EventStore::Produce(const NewEvent& e) {
   Validate(e);
   const TopicSettings& topic = settings_.topics.at(e.topic);
   return pool_.Run("produce event", [&](storage::Connection& c) {
-    try {
-      c.Execute(kInsertEvent, storage::Values(EventValues(e, topic)));
+    if (events::InsertEvent(c, EventValues(e, topic))) {
       auto row = ReadEvent(c, e.code);
       if (!row) throw DbError(DbError::Kind::kOther, 0, "event " + Quote(e.code) + " vanished after insert");
       return ProduceResult{std::move(*row), true};
-    } catch (const sql::SQLException& err) {  // the pool translates it; here only 1062 is ours
-      if (storage::TranslateSqlException(err, "produce").kind() != DbError::Kind::kDuplicateKey) throw;
     }
     auto row = ReadEvent(c, e.code);
     if (!row) throw DbError(DbError::Kind::kOther, 0, "event " + Quote(e.code) + " exists but cannot be read");
@@ -463,35 +364,12 @@ BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<
                        " repeats events[" + std::to_string(it->second) + "]");
     }
   }
+  std::vector<events::NewEventRow> rows;
+  rows.reserve(events.size());
+  for (const NewEvent& e : events) rows.push_back(EventValues(e, settings_.topics.at(e.topic)));
   return pool_.Transact("produce batch", [&](storage::Connection& c) {
-    BatchResult result{batch_code, 0, 0};
-    for (size_t start = 0; start < events.size(); start += kInsertChunk) {
-      const size_t n = std::min(kInsertChunk, events.size() - start);
-      // Codes already there (a plain read: a producer racing on the same codes can
-      // only make this count low; the event itself is never doubled).
-      std::vector<storage::Value> codes;
-      for (size_t i = 0; i < n; ++i) codes.emplace_back(events[start + i].code);
-      auto rs = c.Query("SELECT COUNT(*) FROM distribute_event WHERE code IN (" + storage::Marks(n) + ")",
-                        storage::Values(codes));
-      const int existing = rs->next() ? rs->getInt(1) : 0;
-
-      std::string sql =
-          "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, priority, max_retry, "
-          "next_run_time, trace_id, batch_code) VALUES ";
-      std::vector<storage::Value> values;
-      for (size_t i = 0; i < n; ++i) {
-        const NewEvent& e = events[start + i];
-        sql += i ? ", " : "";
-        sql += kInsertEventRow;
-        auto row = EventValues(e, settings_.topics.at(e.topic));
-        values.insert(values.end(), row.begin(), row.end());
-      }
-      sql += " ON DUPLICATE KEY UPDATE id = id";
-      c.Execute(sql, storage::Values(values));
-      result.existing += existing;
-      result.created += static_cast<int>(n) - existing;
-    }
-    return result;
+    const int existing = events::InsertEvents(c, rows);
+    return BatchResult{batch_code, static_cast<int>(rows.size()) - existing, existing};
   });
 }
 
@@ -499,11 +377,8 @@ BatchProgress EventStore::GetBatch(const std::string& batch_code) {
   RequireText("batch code", batch_code, 1, 64);
   BatchProgress p;
   p.batch_code = batch_code;
-  pool_.Run("batch progress", [&](storage::Connection& c) {
-    p.by_status.clear();
-    auto rs = c.Query(kBatchProgress, batch_code);
-    while (rs->next()) p.by_status[rs->getString(1)] = rs->getInt64(2);
-  });
+  p.by_status = pool_.Run("batch progress",
+                          [&](storage::Connection& c) { return events::CountBatchByStatus(c, batch_code); });
   for (const auto& [status, n] : p.by_status) {
     p.total += n;
     if (IsTerminal(status)) p.terminal += n;
@@ -523,46 +398,9 @@ EventDetail EventStore::Get(const std::string& code) {
   EventDetail d;
   d.event = GetEvent(code);
   pool_.Run("read event steps", [&](storage::Connection& c) {
-    d.steps.clear();
-    d.timeline.clear();
-    auto rs = c.Query(kSelectSteps, code);
-    while (rs->next()) {
-      StepRow s;
-      s.id = rs->getInt64(1);
-      s.code = rs->getString(2);
-      s.name = rs->getString(3);
-      s.type = rs->getString(4);
-      s.status = rs->getString(5);
-      s.node_address = rs->getString(6);
-      if (!rs->isNull(7)) s.parent_step_id = rs->getInt64(7);
-      s.sort = rs->getInt(8);
-      s.retry_count = rs->getInt(9);
-      s.max_retry = rs->getInt(10);
-      s.compensation_retry_count = rs->getInt(11);
-      s.attempt = rs->getInt(12);
-      s.started_at = rs->getString(13);
-      s.executed_at = rs->getString(14);
-      s.compensated_at = rs->getString(15);
-      s.error_details = rs->getString(16);
-      s.output = rs->getString(17);
-      d.steps.push_back(std::move(s));
-    }
-    auto ts = c.Query(kSelectTimeline, code);
-    while (ts->next()) {
-      TimelineEntry t;
-      t.action = ts->getString(1);
-      t.step_code = ts->getString(2);
-      t.step_name = ts->getString(3);
-      t.status = ts->getString(4);
-      t.started_at = ts->getString(5);
-      t.finished_at = ts->getString(6);
-      t.node_address = ts->getString(7);
-      t.error = ts->getString(8);
-      t.failures = ts->getInt(9);
-      t.attempt = ts->getInt(10);
-      d.timeline.push_back(std::move(t));
-    }
-    auto log = c.QueryString(kSelectProcessLog, code);
+    d.steps = events::LoadSteps(c, code);
+    d.timeline = events::ReadTimeline(c, code);
+    auto log = events::ReadProcessLog(c, code);
     auto parsed = nlohmann::json::parse(log.value_or("[]"), nullptr, false);
     d.process_log = parsed.is_array() ? parsed : nlohmann::json::array();
   });
@@ -576,24 +414,10 @@ EventPage EventStore::List(const EventFilter& f) {
   }
   if (!f.topic.empty()) RequireText("topic", f.topic, 1, 50);
   if (f.limit < 1 || f.limit > 1000) throw UsageError("limit must be from 1 to 1000");
-  // Only fixed fragments go into the text; every value is bound.
-  std::string sql = "SELECT " DSYNC_EVENT_COLUMNS " FROM distribute_event WHERE id < ?";
-  std::vector<storage::Value> values{f.after.value_or(INT64_MAX)};
-  if (!f.topic.empty()) {
-    sql += " AND topic = ?";
-    values.emplace_back(f.topic);
-  }
-  if (!f.status.empty()) {
-    sql += " AND status = ?";
-    values.emplace_back(f.status);
-  }
-  sql += " ORDER BY id DESC LIMIT ?";
-  values.emplace_back(static_cast<int64_t>(f.limit) + 1);  // one more: is there a next page?
   EventPage page;
-  pool_.Run("list events", [&](storage::Connection& c) {
-    page.events.clear();
-    auto rs = c.Query(sql, storage::Values(values));
-    while (rs->next()) page.events.push_back(RowToEvent(*rs));
+  // One more than asked: is there a next page?
+  page.events = pool_.Run("list events", [&](storage::Connection& c) {
+    return events::ListEvents(c, f.after.value_or(INT64_MAX), f.topic, f.status, f.limit + 1);
   });
   if (static_cast<int>(page.events.size()) > f.limit) {
     page.events.pop_back();
@@ -606,17 +430,14 @@ EventRow EventStore::Retry(const std::string& code, RetryFrom from) {
   RequireText("code", code, 1, 64);
   const char* why = from == RetryFrom::kStart ? "operator retry from the start" : "operator retry from the failed step";
   pool_.Transact("retry event", [&](storage::Connection& c) {
-    auto rs = c.Query(kLockForRetry, code);
-    if (!rs->next()) throw NotFoundError("no event " + Quote(code));
-    const int64_t id = rs->getInt64(1);
-    const std::string status = rs->getString(2);
-    const int version = rs->getInt(3);
-    if (status != "FAILED" && status != "COMPENSATED") {
-      throw ConflictError("event " + Quote(code) + " is " + status +
+    std::optional<events::RetryTarget> target = events::LockForRetry(c, code);
+    if (!target) throw NotFoundError("no event " + Quote(code));
+    if (target->status != "FAILED" && target->status != "COMPENSATED") {
+      throw ConflictError("event " + Quote(code) + " is " + target->status +
                           "; only FAILED or COMPENSATED events can be retried");
     }
-    c.Execute(from == RetryFrom::kStart ? kResetAllSteps : kResetUnfinishedSteps, code);
-    if (c.Execute(kRetryEvent, "operator", "PENDING", why, id, version) != 1) {
+    events::ResetStepsForRetry(c, code, from == RetryFrom::kStart);
+    if (!events::RetryEvent(c, target->id, target->version, why)) {
       throw ConflictError("event " + Quote(code) + " changed while retrying it; try again");
     }
   });
@@ -649,7 +470,7 @@ std::vector<NodeView> EventStore::Nodes(bool all) {
   for (const auto& n : nodes) addresses.push_back(n.node_address);
   // From the event table (the truth), not the nodes' own processing_count.
   std::map<std::string, int64_t> in_flight = pool_.Run(
-      "count in-flight events", [&](storage::Connection& c) { return dispatcher::CountInFlight(c, addresses); });
+      "count in-flight events", [&](storage::Connection& c) { return events::CountInFlight(c, addresses); });
   std::vector<NodeView> out;
   for (const auto& n : nodes) out.push_back(ToView(n, in_flight[n.node_address]));
   return out;
@@ -682,13 +503,7 @@ Health EventStore::CheckHealth() {
 }
 
 std::vector<std::tuple<std::string, std::string, int64_t>> EventStore::CountByTopicStatus() {
-  std::vector<std::tuple<std::string, std::string, int64_t>> out;
-  pool_.Run("count events", [&](storage::Connection& c) {
-    out.clear();
-    auto rs = c.Query(kCountByTopicStatus);
-    while (rs->next()) out.emplace_back(rs->getString(1), rs->getString(2), rs->getInt64(3));
-  });
-  return out;
+  return pool_.Run("count events", [&](storage::Connection& c) { return events::CountByTopicStatus(c); });
 }
 
 }  // namespace dsync::api

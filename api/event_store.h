@@ -42,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/settings.h"
+#include "events/rows.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::api {
@@ -62,34 +63,11 @@ struct NewEvent {
 // delay_ms?, trace_id?}); unknown fields are rejected. Throws UsageError.
 NewEvent ParseNewEvent(const nlohmann::json& body);
 
-struct EventRow {
-  int64_t id = 0;
-  std::string code, topic, tenant_id, data_id, status, phase;
-  std::string node_address;  // empty when unowned
-  int priority = 0, version = 0, attempt = 0, retry_count = 0, max_retry = 0;
-  std::optional<int> progress;
-  std::string batch_code, trace_id;
-  std::string payload;  // raw text as stored
-  std::string result;   // raw JSON text, empty when none
-  std::string last_error;
-  std::string create_time, next_run_time, assigned_time, started_time, finished_time,
-      modifier_time;  // "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC); empty when NULL
-};
+// An event row and a step row as read for people (events/rows.h).
+using EventRow = events::EventRow;
+using StepRow = events::StepRow;
 
-struct StepRow {
-  int64_t id = 0;
-  std::string code, name, type, status, node_address;
-  std::optional<int64_t> parent_step_id;
-  int sort = 0, retry_count = 0, max_retry = 0, compensation_retry_count = 0, attempt = 0;
-  std::string started_at, executed_at, compensated_at;  // UTC text; empty when NULL
-  std::string error_details, output;
-};
-
-// One action of the timeline (v_step_history): EXECUTE or COMPENSATE, in run order.
-struct TimelineEntry {
-  std::string action, step_code, step_name, status, started_at, finished_at, node_address, error;
-  int failures = 0, attempt = 0;
-};
+using TimelineEntry = events::TimelineEntry;
 
 struct EventDetail {
   EventRow event;

@@ -42,9 +42,8 @@
 //   6. repeats 3 and 4, and prints the ratio of the rates per mode (target >= 0.90).
 //
 // Output: "RESULT ..." lines (key=value) for scripts, the rest for people.
-// The SQL of the dispatcher lives in anonymous namespaces of dispatcher/*.cc; the
-// statements EXPLAINed here are copies, each naming its source. With --source-dir the
-// bench checks every copy is still verbatim in its source file and says so.
+// The statements EXPLAINed are the real ones, exported by events/ (assign, reset), the
+// registry and the lease (each names the function it comes from).
 //
 // Thread safety: the main thread drives everything; the keep-alive thread only runs
 // its two statements on its own pooled connection.
@@ -76,6 +75,10 @@
 #include "dispatcher/assignment_planner.h"
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/lease_lock.h"
+#include "events/assign.h"
+#include "events/reset.h"
+#include "registry/node_directory.h"
+#include "registry/offline_sweeper.h"
 #include "registry/node_metadata.h"
 #include "storage/connection.h"
 #include "storage/connection_pool.h"
@@ -151,7 +154,7 @@ Options ParseArgs(int argc, char** argv) {
       o.batch_size = static_cast<int>(number(i, a));
     } else if (a == "--source-dir") {
       if (i + 1 >= argc) Usage("--source-dir needs a value");
-      o.source_dir = argv[++i];
+      o.source_dir = argv[++i];  // accepted for old scripts: the statements are no longer copies
     } else if (a == "--explain-json") {
       o.explain_json = true;
     } else if (a == "--keep-schema") {
@@ -271,114 +274,14 @@ FROM (SELECT g.n, MOD(g.n, ?) AS k, MOD(g.n, 100) AS s, NOW(3) - INTERVAL (? - g
 }
 
 // ---------------------------------------------------------------------------------
-// Copies of the dispatcher's statements (for EXPLAIN only; the cycle runs its own).
+// The dispatcher's and sweeper's statements, as their modules export them (for
+// EXPLAIN only; the cycle runs its own): no copies to drift.
 
 struct Statement {
   std::string name;
-  std::string source;  // file it is copied from, relative to the source root
+  std::string source;  // the function that exports it
   std::string sql;
-  bool verbatim_check = true;  // false: rebuilt, not a raw string in the source
 };
-
-// registry/node_directory.cc kSelectLiveNodes. Params: service, offline timeout (us).
-constexpr const char* kSelectLiveNodes = R"(
-SELECT node_address, status, metadata, TIMESTAMPDIFF(MICROSECOND, last_heartbeat_time, NOW(3))
-FROM distribute_node_registry
-WHERE service_name = ? AND status IN (1, 2)
-  AND last_heartbeat_time >= NOW(3) - INTERVAL ? MICROSECOND
-ORDER BY node_address)";
-
-// dispatcher/dispatch_cycle.cc CountInFlightSql (built per node count, so not a raw
-// string to compare): one `?` per live node address.
-std::string CountInFlightSql(int nodes) {
-  std::string marks;
-  for (int i = 0; i < nodes; ++i) marks += i == 0 ? "?" : ", ?";
-  return "SELECT e.node_address, COUNT(*) FROM distribute_event e FORCE INDEX (idx_node_address) "
-         "WHERE e.node_address IN (" + marks + ") AND e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') "
-         "GROUP BY e.node_address";
-}
-
-// dispatcher/dispatch_cycle.cc kSelectDueEvents (the ordering check is its NOT EXISTS
-// subqueries). Params: cursor priority x2, cursor id, any_topic, served, exhausted,
-// unordered, limit.
-constexpr const char* kSelectDueEvents = R"(
-SELECT e.id, e.version, e.topic, e.tenant_id, e.data_id, e.priority
-FROM distribute_event e FORCE INDEX (idx_due)
-WHERE e.status = 'PENDING' AND e.next_run_time <= NOW(3)
-  AND (e.priority > ? OR (e.priority = ? AND e.id > ?))
-  AND (? OR FIND_IN_SET(e.topic, ?) > 0)
-  AND FIND_IN_SET(e.topic, ?) = 0
-  AND (FIND_IN_SET(e.topic, ?) > 0 OR (
-    NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'PENDING' AND p.id < e.id)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'ASSIGNED' AND p.id < e.id)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'RUNNING' AND p.id < e.id)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'COMPENSATING' AND p.id < e.id)))
-ORDER BY e.priority, e.id
-LIMIT ?)";
-
-// dispatcher/dispatch_cycle.cc AssignChunkSql(), rebuilt the same way (kAssignChunk =
-// 64). Params: ids, nodes, ids, ids, versions (64 each).
-constexpr size_t kAssignChunk = 64;
-std::string AssignChunkSql() {
-  std::string marks;
-  for (size_t i = 0; i < kAssignChunk; ++i) marks += i == 0 ? "?" : ", ?";
-  return "UPDATE distribute_event\nSET status = 'ASSIGNED', node_address = ELT(FIELD(id, " + marks + "), " +
-         marks + "),\n    version = version + 1, assigned_time = NOW(3)\nWHERE id IN (" + marks +
-         ") AND status = 'PENDING'\n  AND version = CAST(ELT(FIELD(id, " + marks + "), " + marks +
-         ") AS SIGNED)";
-}
-
-// dispatcher/dispatch_cycle.cc kReadAssigned (only after a lost race). Params: id.
-constexpr const char* kReadAssigned = R"(
-SELECT version, status, node_address FROM distribute_event WHERE id = ?)";
-
-// dispatcher/lease_lock.cc kCheckLeaseFence (first statement of every write
-// transaction). Params: lock_name, owner, token.
-constexpr const char* kCheckLeaseFence = R"(
-SELECT 1 FROM distribute_lease_lock
-WHERE lock_name = ? AND owner = ? AND token = ? AND expires_at > NOW(3)
-LOCK IN SHARE MODE)";
-
-// dispatcher/event_sweeper.cc kSelectOrphaned. Params: offline timeout (us), limit.
-constexpr const char* kSelectOrphaned = R"(
-SELECT e.id, e.version, e.status, e.node_address, e.code, e.trace_id, e.topic,
-       TIMESTAMPDIFF(MICROSECOND, e.modifier_time, NOW(3))
-FROM distribute_event e FORCE INDEX (idx_due)
-WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING')
-  AND NOT EXISTS (
-    SELECT 1 FROM distribute_node_registry r
-    WHERE r.node_address = e.node_address AND r.status IN (1, 2)
-      AND r.last_heartbeat_time >= NOW(3) - INTERVAL ? MICROSECOND)
-ORDER BY e.id
-LIMIT ?)";
-
-// dispatcher/event_sweeper.cc kSelectTimedOut. Params: timeout (us), topics of that
-// timeout, include unconfigured, configured topics, limit.
-constexpr const char* kSelectTimedOut = R"(
-SELECT id, version, status, node_address, code, trace_id, topic,
-       TIMESTAMPDIFF(MICROSECOND, modifier_time, NOW(3))
-FROM distribute_event FORCE INDEX (idx_due)
-WHERE status IN ('RUNNING', 'COMPENSATING')
-  AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND
-  AND (FIND_IN_SET(topic, ?) > 0 OR (? AND FIND_IN_SET(topic, ?) = 0))
-ORDER BY modifier_time
-LIMIT ?)";
-
-// dispatcher/event_reset.cc kResetEvent. Params: last_error, retry +, id, version, status.
-constexpr const char* kResetEvent = R"(
-UPDATE distribute_event
-SET status = 'PENDING', node_address = NULL, version = version + 1, next_run_time = NOW(3),
-    last_error = ?, retry_count = retry_count + ?
-WHERE id = ? AND version = ? AND status = ?)";
-
-// registry/offline_sweeper.cc kMarkStaleOffline (sweep step 1). Params: timeout (us).
-constexpr const char* kMarkStaleOffline = R"(
-UPDATE distribute_node_registry SET status = 0
-WHERE last_heartbeat_time < NOW(3) - INTERVAL ? MICROSECOND AND status <> 0)";
 
 // ---------------------------------------------------------------------------------
 
@@ -410,12 +313,11 @@ std::string LoadAverage() {
 }
 
 // Prints a result set as an aligned table; returns its rows (NULL as "NULL").
-std::vector<std::vector<std::string>> PrintTable(sql::ResultSet& rs, const std::string& indent) {
-  sql::ResultSetMetaData* md = rs.getMetaData();
-  const int cols = static_cast<int>(md->getColumnCount());
+std::vector<std::vector<std::string>> PrintTable(storage::ResultSet& rs, const std::string& indent) {
+  const int cols = rs.columnCount();
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header;
-  for (int i = 1; i <= cols; ++i) header.push_back(md->getColumnLabel(i));
+  for (int i = 1; i <= cols; ++i) header.push_back(rs.columnLabel(i));
   while (rs.next()) {
     std::vector<std::string> row;
     for (int i = 1; i <= cols; ++i) row.push_back(rs.isNull(i) ? "NULL" : std::string(rs.getString(i)));
@@ -809,7 +711,7 @@ class Bench {
       std::vector<int64_t> ids, versions;
       auto rs = c.Query("SELECT id, version FROM distribute_event WHERE status = 'PENDING' ORDER BY id LIMIT 64");
       while (rs->next()) ids.push_back(rs->getInt64(1)), versions.push_back(rs->getInt64(2));
-      while (!ids.empty() && ids.size() < kAssignChunk) ids.push_back(ids.back()), versions.push_back(versions.back());
+      while (!ids.empty() && ids.size() < events::kAssignChunkSize) ids.push_back(ids.back()), versions.push_back(versions.back());
       for (int64_t id : ids) chunk.emplace_back(id);
       for (size_t i = 0; i < ids.size(); ++i) chunk.emplace_back(NodeAddress(static_cast<int>(i) % o_.nodes));
       for (int64_t id : ids) chunk.emplace_back(id);
@@ -820,42 +722,42 @@ class Bench {
     });
 
     const int32_t first = std::numeric_limits<int32_t>::min();
-    ExplainOne({"dispatch: live nodes", "registry/node_directory.cc", kSelectLiveNodes}, true,
+    ExplainOne({"dispatch: live nodes", "registry::LiveNodesSql", registry::LiveNodesSql()}, true,
                [&](Connection& c, const std::string& sql) { return c.Query(sql, kService, Micros(kOfflineTimeout)); });
     ExplainInFlight("");
-    ExplainOne({"dispatch: due events + ordering check (NOT EXISTS probes)", "dispatcher/dispatch_cycle.cc",
-                kSelectDueEvents},
+    ExplainOne({"dispatch: due events + ordering check (NOT EXISTS probes)", "events::DueEventsSql",
+                events::DueEventsSql()},
                true, [&](Connection& c, const std::string& sql) {
                  return c.Query(sql, first, first, int64_t{0}, true, std::string(), std::string(),
                                 std::string(kUnorderedTopics), o_.batch_size);
                });
-    ExplainOne({"dispatch: lease fence (first statement of the write transaction)", "dispatcher/lease_lock.cc",
-                kCheckLeaseFence},
+    ExplainOne({"dispatch: lease fence (last statement of the write transaction)", "dispatcher::LeaseFenceSql",
+                dispatcher::LeaseFenceSql()},
                true, [&](Connection& c, const std::string& sql) {
-                 return c.Query(sql, fence_->lock_name, fence_->owner, fence_->token);
+                 return c.Query(sql, fence_->lock_name, fence_->owner, fence_->token, Micros(fence_->margin));
                });
     if (!chunk.empty()) {
-      ExplainOne({"dispatch: assignment UPDATE (64 events per statement)", "dispatcher/dispatch_cycle.cc",
-                  AssignChunkSql(), /*verbatim_check=*/false},
+      ExplainOne({"dispatch: assignment UPDATE (64 events per statement)", "events::AssignChunkSql",
+                  events::AssignChunkSql()},
                  false, [&](Connection& c, const std::string& sql) { return c.Query(sql, storage::Values(chunk)); });
     }
-    ExplainOne({"dispatch: read-back after a lost race", "dispatcher/dispatch_cycle.cc", kReadAssigned}, true,
+    ExplainOne({"dispatch: read-back after a lost race", "events::ReadAssignedSql", events::ReadAssignedSql()}, true,
                [&](Connection& c, const std::string& sql) { return c.Query(sql, some_assigned); });
-    ExplainOne({"sweeper: orphaned events (node not live)", "dispatcher/event_sweeper.cc", kSelectOrphaned}, true,
+    ExplainOne({"sweeper: orphaned events (node not live)", "events::OrphanedSql", events::OrphanedSql()}, true,
                [&](Connection& c, const std::string& sql) {
                  return c.Query(sql, Micros(kOfflineTimeout), int64_t{500});
                });
-    ExplainOne({"sweeper: timed-out events", "dispatcher/event_sweeper.cc", kSelectTimedOut}, true,
+    ExplainOne({"sweeper: timed-out events", "events::TimedOutSql", events::TimedOutSql()}, true,
                [&](Connection& c, const std::string& sql) {
                  return c.Query(sql, Micros(kTopicTimeout), std::string(kAllTopics), true, std::string(kAllTopics),
                                 int64_t{500});
                });
-    ExplainOne({"sweeper: conditional reset", "dispatcher/event_reset.cc", kResetEvent}, false,
+    ExplainOne({"sweeper: conditional reset", "events::ResetEventSql", events::ResetEventSql()}, false,
                [&](Connection& c, const std::string& sql) {
                  return c.Query(sql, std::string("reset: bench"), int64_t{0}, some_assigned, some_assigned_version,
                                 std::string("ASSIGNED"));
                });
-    ExplainOne({"sweeper: mark stale nodes offline", "registry/offline_sweeper.cc", kMarkStaleOffline}, false,
+    ExplainOne({"sweeper: mark stale nodes offline", "registry::MarkStaleOfflineSql", registry::MarkStaleOfflineSql()}, false,
                [&](Connection& c, const std::string& sql) { return c.Query(sql, Micros(kOfflineTimeout)); });
   }
 
@@ -864,8 +766,8 @@ class Bench {
     if (!state.empty()) std::cout << "\n  EXPLAIN at the " << state << ":\n";
     std::vector<Value> nodes;
     for (int i = 0; i < o_.nodes; ++i) nodes.emplace_back(NodeAddress(i));
-    ExplainOne({"dispatch: in-flight count per live node", "dispatcher/dispatch_cycle.cc",
-                CountInFlightSql(o_.nodes), /*verbatim_check=*/false},
+    ExplainOne({"dispatch: in-flight count per live node", "events::CountInFlightSql",
+                events::CountInFlightSql(static_cast<size_t>(o_.nodes))},
                true, [&](Connection& c, const std::string& sql) { return c.Query(sql, storage::Values(nodes)); });
   }
 
@@ -873,7 +775,7 @@ class Bench {
   // `bind` running the given text with the statement's parameters.
   template <class Bind>
   void ExplainOne(const Statement& s, bool select, Bind bind) {
-    std::cout << "\n-- " << s.name << "   [" << s.source << ", " << SourceCheck(s) << "]\n";
+    std::cout << "\n-- " << s.name << "   [" << s.source << "]\n";
     try {
       pool_->Run("explain", [&](Connection& c) {
         auto rs = bind(c, "EXPLAIN " + s.sql);
@@ -930,23 +832,6 @@ class Bench {
       if (r[type] == "ALL" || r[type] == "index" || r[key] == "NULL") notes += "(full scan)";
     }
     std::cout << "   plan:" << notes << '\n';
-  }
-
-  // Whether the copied statement is still, character for character, in its source.
-  std::string SourceCheck(const Statement& s) {
-    if (s.source == "bench/dispatch_bench.cc") return "a rewrite for comparison";
-    if (o_.source_dir.empty()) return "copy not checked (no --source-dir)";
-    std::ifstream in(o_.source_dir + "/" + s.source);
-    if (!in) return "SOURCE FILE MISSING";
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!s.verbatim_check) {
-      return text.str().find("constexpr size_t kAssignChunk = " + std::to_string(kAssignChunk) + ";") !=
-                     std::string::npos
-                 ? "rebuilt as the source builds it"
-                 : "kAssignChunk CHANGED: update the bench";
-    }
-    return text.str().find(s.sql) != std::string::npos ? "copy verbatim" : "COPY DIFFERS FROM SOURCE: update the bench";
   }
 
   const Options o_;

@@ -42,7 +42,7 @@
 //                innodb_autoinc_lock_mode 0/1, which is checked)
 //     2 assign   UPDATE distribute_event SET status ASSIGNED, node_address, version+1, assigned_time
 //                WHERE id IN (...) AND status = 'PENDING'
-//     3 claim    UPDATE ... process_log append (saga/process_log_sql.h), status RUNNING,
+//     3 claim    UPDATE ... process_log append (events/process_log.h), status RUNNING,
 //                version+1, attempt+1, started_time, modifier_time
 //                WHERE id IN (...) AND status = 'ASSIGNED' AND node_address = ? AND phase = 'FORWARD'
 //     4 steps    INSERT IGNORE distribute_event_step (B*K rows, the engine's columns:
@@ -128,7 +128,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "saga/process_log_sql.h"
+#include "events/process_log.h"
 #include "storage/connection.h"
 #include "storage/db_url.h"
 

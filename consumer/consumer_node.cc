@@ -5,39 +5,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "dispatcher/event_reset.h"
 #include "core/error.h"
 #include "core/process.h"
+#include "events/poll.h"
+#include "events/reset.h"
 
 namespace dsync::consumer {
 namespace {
-
-// Params: node_address, limit. The events assigned here and not yet claimed; uses
-// idx_node_address (node_address, status). The last column, the assignment's age on
-// the database clock, feeds the claim-latency metric (NULL: assigned by hand).
-constexpr const char* kSelectAssigned = R"(
-SELECT id, code, tenant_id, data_id, topic, payload, phase, COALESCE(trace_id, ''),
-       version, attempt, retry_count, TIMESTAMPDIFF(MICROSECOND, assigned_time, NOW(3))
-FROM distribute_event
-WHERE node_address = ? AND status = 'ASSIGNED'
-ORDER BY id
-LIMIT ?)";
-
-// Params: node_address. Everything this address holds, for the hand-back at start.
-constexpr const char* kSelectHeld = R"(
-SELECT id, version, status, code FROM distribute_event
-WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
-
-// Params: id, node_address. One event still held here after its run was abandoned
-// (ASSIGNED: its claim was deferred, AssignedEvent::claim_deferred).
-constexpr const char* kSelectHeldById = R"(
-SELECT id, version, status, code FROM distribute_event
-WHERE id = ? AND node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
-
-// Params: node_address. What is assigned here but unclaimed, for the drain.
-constexpr const char* kSelectUnclaimed = R"(
-SELECT id, version, status, code FROM distribute_event
-WHERE node_address = ? AND status = 'ASSIGNED')";
 
 // The pause between polls while events keep arriving.
 constexpr Millis kBusyPollGap{1};
@@ -51,22 +25,6 @@ constexpr Millis kBusyWindow{1000};
 constexpr size_t kMaxBatch = 64;
 
 }  // namespace
-
-saga::AssignedEvent ReadAssignedEvent(sql::ResultSet& rs) {
-  saga::AssignedEvent e;
-  e.id = rs.getInt64(1);
-  e.code = rs.getString(2);
-  e.tenant_id = rs.getString(3);
-  e.data_id = rs.getString(4);
-  e.topic = rs.getString(5);
-  e.payload = rs.isNull(6) ? "" : std::string(rs.getString(6));
-  e.phase = rs.getString(7);
-  e.trace_id = rs.getString(8);
-  e.version = rs.getInt(9);
-  e.attempt = rs.getInt(10);
-  e.retry_count = rs.getInt(11);
-  return e;
-}
 
 ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engine, Clock& clock,
                            ConsumerOptions options)
@@ -113,7 +71,7 @@ registry::NodeMetadata ConsumerNode::Metadata() const {
 }
 
 void ConsumerNode::Start() {
-  int orphans = HandBack(kSelectHeld, "reset: node restarted");
+  int orphans = HandBack(HandBackScope::kEverythingHeld, "reset: node restarted");
   stats_.handed_back_at_start += static_cast<uint64_t>(orphans);
   heartbeat_.Start();
   for (int i = 0; i < options_.capacity; ++i) {
@@ -124,20 +82,15 @@ void ConsumerNode::Start() {
                options_.service, options_.capacity, orphans);
 }
 
-int ConsumerNode::HandBack(const char* select_sql, const char* reason, const std::set<int64_t>& running) {
-  std::vector<dispatcher::HeldEvent> held = pool_.Run("read held events", [&](storage::Connection& c) {
-    std::vector<dispatcher::HeldEvent> out;
-    auto rs = c.Query(select_sql, options_.node_address);
-    while (rs->next()) {
-      if (running.count(rs->getInt64(1))) continue;
-      out.push_back({rs->getInt64(1), rs->getInt64(2), rs->getString(3), rs->getString(4)});
-    }
-    return out;
+int ConsumerNode::HandBack(HandBackScope scope, const char* reason, const std::set<int64_t>& running) {
+  std::vector<events::HeldEvent> held = pool_.Run("read held events", [&](storage::Connection& c) {
+    return scope == HandBackScope::kEverythingHeld ? events::ReadHeld(c, options_.node_address, running)
+                                                   : events::ReadUnclaimed(c, options_.node_address, running);
   });
   int reset = 0;
   for (const auto& h : held) {
     bool applied = pool_.Run("hand back event",
-                             [&](storage::Connection& c) { return dispatcher::ResetEvent(c, h, reason); });
+                             [&](storage::Connection& c) { return events::ResetEvent(c, h, reason); });
     if (applied) {
       ++reset;
       spdlog::info("EVENT_RESET event={} node={} from={} reason=\"{}\"", h.code, options_.node_address, h.status,
@@ -162,16 +115,9 @@ int ConsumerNode::PollOnce() {
     known = known_;
   }
   std::vector<saga::AssignedEvent> events = pool_.Run("poll assigned events", [&](storage::Connection& c) {
-    std::vector<saga::AssignedEvent> out;
-    auto rs = c.Query(kSelectAssigned, options_.node_address, limit);
+    std::vector<saga::AssignedEvent> out = events::PollAssigned(c, options_.node_address, limit, known);
     const Clock::TimePoint polled_at = clock_.Now();
-    while (rs->next()) {
-      if (known.count(rs->getInt64(1))) continue;
-      saga::AssignedEvent e = ReadAssignedEvent(*rs);
-      if (!rs->isNull(12)) e.assigned_age = std::chrono::microseconds(std::max<int64_t>(0, rs->getInt64(12)));
-      e.polled_at = polled_at;
-      out.push_back(std::move(e));
-    }
+    for (auto& e : out) e.polled_at = polled_at;
     return out;
   });
   stats_.polls++;
@@ -231,15 +177,12 @@ void ConsumerNode::HandBackAbandoned() {
   std::vector<int64_t> failed;
   for (int64_t id : ids) {
     try {
-      std::optional<dispatcher::HeldEvent> held = pool_.Run("read abandoned event", [&](storage::Connection& c) {
-        std::optional<dispatcher::HeldEvent> out;
-        auto rs = c.Query(kSelectHeldById, id, options_.node_address);
-        if (rs->next()) out = dispatcher::HeldEvent{rs->getInt64(1), rs->getInt64(2), rs->getString(3), rs->getString(4)};
-        return out;
+      std::optional<events::HeldEvent> held = pool_.Run("read abandoned event", [&](storage::Connection& c) {
+        return events::ReadHeldById(c, id, options_.node_address);
       });
       if (!held) continue;  // it settled after all (the commit did apply), or was reset
       bool applied = pool_.Run("hand back abandoned event", [&](storage::Connection& c) {
-        return dispatcher::ResetEvent(c, *held, "reset: run abandoned on node " + options_.node_address);
+        return events::ResetEvent(c, *held, "reset: run abandoned on node " + options_.node_address);
       });
       if (applied) {
         stats_.handed_back_abandoned++;
@@ -384,7 +327,7 @@ bool ConsumerNode::Drain() {
       std::lock_guard lock(mu_);
       running = known_;
     }
-    int handed = HandBack(kSelectUnclaimed, "reset: node draining, unclaimed", running);
+    int handed = HandBack(HandBackScope::kUnclaimed, "reset: node draining, unclaimed", running);
     stats_.handed_back_at_drain += static_cast<uint64_t>(handed);
   } catch (const std::exception& e) {
     spdlog::warn("NODE_DRAIN_HANDBACK_FAILED node={} err={}", options_.node_address, e.what());

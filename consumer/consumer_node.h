@@ -58,11 +58,6 @@ struct ConsumerStats {
   std::atomic<int> in_flight{0};
 };
 
-// One polled row: columns 1-11 of a SELECT of `id, code, tenant_id, data_id, topic,
-// payload, phase, COALESCE(trace_id, ''), version, attempt, retry_count` (the node's
-// poll, and tests that poll as it does).
-saga::AssignedEvent ReadAssignedEvent(sql::ResultSet& rs);
-
 class ConsumerNode {
  public:
   ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engine, Clock& clock,
@@ -86,7 +81,8 @@ class ConsumerNode {
   void PollLoop(std::stop_token stop);
   void WorkerLoop(std::stop_token stop);
   int PollOnce();
-  int HandBack(const char* statuses_sql, const char* reason, const std::set<int64_t>& running = {});
+  enum class HandBackScope { kEverythingHeld, kUnclaimed };
+  int HandBack(HandBackScope scope, const char* reason, const std::set<int64_t>& running = {});
   // Hands back events whose run was abandoned (database unreachable, shutdown):
   // they are still RUNNING/COMPENSATING here and would otherwise wait for the
   // sweeper's processing timeout. Retried at every poll until the database answers.

@@ -40,8 +40,8 @@ class ConflictError : public Error {
   using Error::Error;
 };
 
-// A database failure, translated once at the storage boundary from
-// sql::SQLException (see storage/connection.h). kind() classifies the
+// A database failure, translated once at the storage boundary from the driver's
+// exception (see storage/result_set.h). kind() classifies the
 // server/client error code so callers never compare raw numbers.
 class DbError : public Error {
  public:

@@ -9,105 +9,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include "events/assign.h"
+
 namespace dsync::dispatcher {
 namespace {
-
-// In-flight events of the live nodes just read, one `?` per node address. A covering
-// range of idx_node_address (node_address, status) over the in-flight statuses: terminal
-// rows are never read, however many there are. FORCE INDEX because, after a mass status
-// change, MariaDB's estimates made it pick a full scan (1.1M rows, 1.3 s per cycle in
-// bench/dispatch_bench.cc); forced, 12 ms with 50k events in flight.
-std::string CountInFlightSql(size_t nodes) {
-  const std::string marks = storage::Marks(nodes);
-  return "SELECT e.node_address, COUNT(*) FROM distribute_event e FORCE INDEX (idx_node_address) "
-         "WHERE e.node_address IN (" + marks + ") AND e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') "
-         "GROUP BY e.node_address";
-}
-
-// Params: cursor priority, cursor priority, cursor id (keyset: after this event),
-// any_topic (bool), served topics (comma list), exhausted topics (comma list),
-// unordered topics (comma list), limit.
-// idx_due (status, priority, id, next_run_time) gives the order and stops at LIMIT;
-// next_run_time is checked in the index. It is forced: the optimizer rated the old
-// idx_dispatch (status, priority, id) as equal and took it, and then every event
-// waiting for its backoff cost a row lookup (measured with 50k such events ahead of the
-// due ones and 150k terminal rows: 90 ms through idx_dispatch, 14 ms through idx_due).
-// V006 dropped idx_dispatch; the hint stays so no other (status, ...) index is picked.
-// FORCE INDEX reads the same on MySQL 8 and MariaDB; V003 creates the index. The ordering check
-// is one probe per non-terminal status, each a ref on idx_entity_status (tenant_id,
-// data_id, status): one `status IN (...)` probe is planned as a ref on (tenant_id,
-// data_id) alone and reads the entity's whole terminal history (measured: 50k
-// entries for a hot entity, 6.5 ms against 0.2 ms). The last column (how long the
-// event has been due: since next_run_time, or since it last became PENDING) feeds the
-// dispatch-latency metric; it reads the row the other columns read anyway.
-constexpr const char* kSelectDueEvents = R"(
-SELECT e.id, e.version, e.topic, e.tenant_id, e.data_id, e.priority,
-       TIMESTAMPDIFF(MICROSECOND, GREATEST(e.next_run_time, e.modifier_time), NOW(3))
-FROM distribute_event e FORCE INDEX (idx_due)
-WHERE e.status = 'PENDING' AND e.next_run_time <= NOW(3)
-  AND (e.priority > ? OR (e.priority = ? AND e.id > ?))
-  AND (? OR FIND_IN_SET(e.topic, ?) > 0)
-  AND FIND_IN_SET(e.topic, ?) = 0
-  AND (FIND_IN_SET(e.topic, ?) > 0 OR (
-    NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'PENDING' AND p.id < e.id)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'ASSIGNED' AND p.id < e.id)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'RUNNING' AND p.id < e.id)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'COMPENSATING' AND p.id < e.id)))
-ORDER BY e.priority, e.id
-LIMIT ?)";
-
-// The assignment, docs/event-lifecycle.md item 2, for kAssignChunk events at once:
-//
-//   UPDATE distribute_event
-//   SET status = 'ASSIGNED', node_address = ELT(FIELD(id, <ids>), <nodes>),
-//       version = version + 1, assigned_time = NOW(3)
-//   WHERE id IN (<ids>) AND status = 'PENDING'
-//     AND version = CAST(ELT(FIELD(id, <ids>), <versions>) AS SIGNED)
-//
-// Params, kAssignChunk of each group: ids, node addresses, ids, ids, versions.
-// FIELD(id, ids) is the row's position in the chunk and ELT picks its node and
-// expected version, so per row it is exactly `SET status='ASSIGNED',
-// node_address=?, version=version+1, assigned_time=NOW(3) WHERE id=? AND version=?
-// AND status='PENDING'`. A short chunk repeats its last event (a row matches once).
-// One prepared statement whatever the batch size. Measured on 2,500 events in
-// batches of 500: single-row UPDATEs in one transaction ~10-20k/s, this ~45k/s.
-// (The parameters are grouped, not interleaved as CASE id WHEN ? THEN ? would need,
-// so they bind as plain pack expansions: cheap to compile.)
-constexpr size_t kAssignChunk = 64;
-
-const std::string& AssignChunkSql() {
-  static const std::string sql = [] {
-    const std::string marks = storage::Marks(kAssignChunk);
-    return "UPDATE distribute_event\nSET status = 'ASSIGNED', node_address = ELT(FIELD(id, " + marks +
-           "), " + marks +
-           "),\n    version = version + 1, assigned_time = NOW(3)\nWHERE id IN (" + marks +
-           ") AND status = 'PENDING'\n  AND version = CAST(ELT(FIELD(id, " + marks + "), " + marks +
-           ") AS SIGNED)";
-  }();
-  return sql;
-}
-
-struct ChunkRow {
-  int64_t id = 0;
-  int64_t version = 0;
-  std::string node;
-};
-
-template <size_t... I>
-uint64_t ExecuteChunk(storage::Connection& c, const std::array<ChunkRow, kAssignChunk>& rows,
-                      std::index_sequence<I...>) {
-  return c.Execute(AssignChunkSql(), rows[I].id..., rows[I].node..., rows[I].id..., rows[I].id...,
-                   rows[I].version...);
-}
-
-// Params: id. Read back in the assigning transaction, only for a chunk that matched
-// fewer rows than it named, to tell which events were lost races.
-constexpr const char* kReadAssigned = R"(
-SELECT version, status, node_address FROM distribute_event WHERE id = ?)";
 
 std::string CommaList(const std::vector<std::string>& items) {
   std::string out;
@@ -148,21 +53,12 @@ DispatchCycle::DispatchCycle(storage::ConnectionPool& pool, Clock& clock, Planne
       directory_(pool, options_.service, options_.offline_timeout),
       planner_(std::move(planner)) {}
 
-std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::vector<std::string>& addresses) {
-  std::map<std::string, int64_t> out;
-  if (addresses.empty()) return out;
-  std::vector<storage::Value> values(addresses.begin(), addresses.end());
-  auto rs = c.Query(CountInFlightSql(values.size()), storage::Values(values));
-  while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
-  return out;
-}
-
 std::vector<NodeLoad> DispatchCycle::ReadNodes() {
   std::vector<registry::NodeInfo> live = directory_.LiveNodes();
   std::vector<std::string> addresses;
   for (const auto& n : live) addresses.push_back(n.node_address);
   std::map<std::string, int64_t> in_flight = pool_.Run(
-      "count in-flight events", [&](storage::Connection& c) { return CountInFlight(c, addresses); });
+      "count in-flight events", [&](storage::Connection& c) { return events::CountInFlight(c, addresses); });
   std::vector<NodeLoad> nodes;
   nodes.reserve(live.size());
   for (auto& n : live) {
@@ -186,23 +82,23 @@ std::vector<PendingEvent> DispatchCycle::ReadDue(const PageFilter& f, const Curs
   const std::string served = CommaList(f.served_topics);
   const std::string exhausted = CommaList(f.exhausted_topics);
   const std::string unordered = CommaList(f.unordered_topics);
-  return pool_.Run("read due events", [&](storage::Connection& c) {
-    std::vector<PendingEvent> out;
-    auto rs = c.Query(kSelectDueEvents, after.priority, after.priority, after.id, f.any_topic, served,
-                      exhausted, unordered, f.limit);
-    while (rs->next()) {
-      PendingEvent e;
-      e.id = rs->getInt64(1);
-      e.version = rs->getInt64(2);
-      e.topic = rs->getString(3);
-      e.tenant_id = rs->getString(4);
-      e.data_id = rs->getString(5);
-      e.priority = rs->getInt(6);
-      e.due_age = std::chrono::microseconds(std::max<int64_t>(0, rs->getInt64(7)));
-      out.push_back(std::move(e));
-    }
-    return out;
-  });
+  const events::DueFilter filter{after.priority, after.id, f.any_topic, served, exhausted, unordered, f.limit};
+  std::vector<events::DueEvent> due =
+      pool_.Run("read due events", [&](storage::Connection& c) { return events::ReadDue(c, filter); });
+  std::vector<PendingEvent> out;
+  out.reserve(due.size());
+  for (auto& d : due) {
+    PendingEvent e;
+    e.id = d.id;
+    e.version = d.version;
+    e.topic = std::move(d.topic);
+    e.tenant_id = std::move(d.tenant_id);
+    e.data_id = std::move(d.data_id);
+    e.priority = d.priority;
+    e.due_age = d.due_age;
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 DispatchCycle::WriteResult DispatchCycle::Write(const std::vector<Assignment>& assignments,
@@ -212,31 +108,19 @@ DispatchCycle::WriteResult DispatchCycle::Write(const std::vector<Assignment>& a
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return assignments[a].event_id < assignments[b].event_id; });
+  std::vector<events::AssignRow> rows;
+  rows.reserve(order.size());
+  for (size_t i : order) {
+    const Assignment& a = assignments[i];
+    rows.push_back({a.event_id, a.version, a.node_address});
+  }
   struct FencedOut {};  // thrown to roll the transaction back
   try {
     return pool_.Transact("assign events", [&](storage::Connection& c) {
       WriteResult r;  // fresh on every (retried) attempt
       r.won.assign(assignments.size(), false);
-      for (size_t begin = 0; begin < order.size(); begin += kAssignChunk) {
-        const size_t end = std::min(order.size(), begin + kAssignChunk);
-        std::array<ChunkRow, kAssignChunk> rows;
-        for (size_t k = 0; k < kAssignChunk; ++k) {
-          const Assignment& a = assignments[order[std::min(begin + k, end - 1)]];
-          rows[k] = {a.event_id, a.version, a.node_address};
-        }
-        const uint64_t matched = ExecuteChunk(c, rows, std::make_index_sequence<kAssignChunk>());
-        if (matched == end - begin) {
-          for (size_t k = begin; k < end; ++k) r.won[order[k]] = true;
-          continue;
-        }
-        for (size_t k = begin; k < end; ++k) {
-          const Assignment& a = assignments[order[k]];
-          auto rs = c.Query(kReadAssigned, a.event_id);
-          r.won[order[k]] = rs->next() && rs->getInt64(1) == a.version + 1 &&
-                            rs->getString(2) == "ASSIGNED" && !rs->isNull(3) &&
-                            rs->getString(3) == a.node_address;
-        }
-      }
+      const std::vector<bool> won = events::AssignEvents(c, rows);
+      for (size_t k = 0; k < order.size(); ++k) r.won[order[k]] = won[k];
       // The fence, last before COMMIT (lease_lock.h: no lock, so a takeover never waits).
       if (fence && !HoldsLease(c, *fence)) throw FencedOut{};
       return r;

@@ -1,13 +1,9 @@
 // One dispatch cycle of the leader: read the live nodes and their in-flight counts,
 // read due PENDING events page by page, plan them (dispatcher/assignment_planner.h),
 // and write each assignment as the lifecycle's fenced transition
-// (docs/event-lifecycle.md, item 2):
+// (docs/event-lifecycle.md, item 2; the statements are events/assign.h's):
 //
-//   UPDATE distribute_event
-//   SET status='ASSIGNED', node_address=?, version=version+1, assigned_time=NOW(3)
-//   WHERE id=? AND version=? AND status='PENDING'
-//
-// A page's writes are one transaction: that UPDATE for 64 events per statement (one
+// A page's writes are one transaction: the assign UPDATE for 64 events per statement (one
 // cached prepared statement; each row's node and expected version picked by
 // ELT(FIELD(id, ...)); ids ascending), then HoldsLease() (lease_lock.h: a dispatcher
 // whose lease ended, or ends within the fence's margin, rolls back and writes
@@ -46,12 +42,6 @@
 #include "storage/connection_pool.h"
 
 namespace dsync::dispatcher {
-
-// In-flight events (ASSIGNED, RUNNING, COMPENSATING) per node, for the given node
-// addresses; an address holding none is absent from the map. Reads only in-flight rows
-// (a covering range of idx_node_address), however many finished events the table holds.
-// Throws sql::SQLException (run it inside ConnectionPool::Run).
-std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::vector<std::string>& addresses);
 
 struct CycleOptions {
   std::string service = "kbs-sync";

@@ -1,56 +1,12 @@
 #include "dispatcher/event_sweeper.h"
 
-#include "dispatcher/event_reset.h"
+#include "events/reset.h"
 
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
 
 namespace dsync::dispatcher {
-namespace {
-
-// Params: offline timeout in microseconds, limit.
-// The in-flight statuses are a range of idx_due (status, ...): terminal rows are never
-// visited, and in-flight rows are bounded by the nodes' capacity + prefetch; then a
-// sort of the few candidates. Forced: with ORDER BY id LIMIT, MariaDB otherwise walks
-// the primary key, reading every terminal row (1.19 s per sweep with 1M of them,
-// bench/dispatch_bench.cc); the liveness probe uses idx_node_liveness (node_address,
-// status, last_heartbeat_time) of the registry. Liveness in any service: an event is
-// never taken from a node alive under another service name.
-constexpr const char* kSelectOrphaned = R"(
-SELECT e.id, e.version, e.status, e.node_address, e.code, e.trace_id, e.topic,
-       TIMESTAMPDIFF(MICROSECOND, e.modifier_time, NOW(3))
-FROM distribute_event e FORCE INDEX (idx_due)
-WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING')
-  AND NOT EXISTS (
-    SELECT 1 FROM distribute_node_registry r
-    WHERE r.node_address = e.node_address AND r.status IN (1, 2)
-      AND r.last_heartbeat_time >= NOW(3) - INTERVAL ? MICROSECOND)
-ORDER BY e.id
-LIMIT ?)";
-
-// Params: timeout in microseconds, topics with that timeout (comma list),
-// include unconfigured topics (bool), every configured topic (comma list), limit.
-// The running range of idx_due, as above (V007 dropped idx_status_modifier_time:
-// rewritten on every write of an event, it cost more than these reads of the
-// in-flight rows do).
-constexpr const char* kSelectTimedOut = R"(
-SELECT id, version, status, node_address, code, trace_id, topic,
-       TIMESTAMPDIFF(MICROSECOND, modifier_time, NOW(3))
-FROM distribute_event FORCE INDEX (idx_due)
-WHERE status IN ('RUNNING', 'COMPENSATING')
-  AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND
-  AND (FIND_IN_SET(topic, ?) > 0 OR (? AND FIND_IN_SET(topic, ?) = 0))
-ORDER BY modifier_time
-LIMIT ?)";
-
-// Params: id. Takes the event's row lock, or returns no row at once when another
-// session holds it (MariaDB >= 10.6, MySQL >= 8.0).
-constexpr const char* kLockEventIfFree = "SELECT id FROM distribute_event WHERE id = ? FOR UPDATE SKIP LOCKED";
-
-int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
-
-}  // namespace
 
 const char* ResetReasonName(ResetReason r) {
   return r == ResetReason::kTimedOut ? "timed_out" : "node_offline";
@@ -85,19 +41,20 @@ EventSweeper::EventSweeper(storage::ConnectionPool& pool, SweeperOptions options
 
 namespace {
 
-template <class Rs>
-std::vector<ResetCandidate> Candidates(Rs& rs, ResetReason reason, Millis timeout) {
+std::vector<ResetCandidate> Candidates(std::vector<events::InFlightEvent> rows, ResetReason reason,
+                                       Millis timeout) {
   std::vector<ResetCandidate> out;
-  while (rs->next()) {
+  out.reserve(rows.size());
+  for (auto& row : rows) {
     ResetCandidate c;
-    c.id = rs->getInt64(1);
-    c.version = rs->getInt64(2);
-    c.status = rs->getString(3);
-    if (!rs->isNull(4)) c.node_address = rs->getString(4);
-    c.code = rs->getString(5);
-    if (!rs->isNull(6)) c.trace_id = rs->getString(6);
-    c.topic = rs->getString(7);
-    c.idle = Millis(rs->isNull(8) ? 0 : rs->getInt64(8) / 1000);
+    c.id = row.id;
+    c.version = row.version;
+    c.status = std::move(row.status);
+    c.node_address = std::move(row.node_address);
+    c.code = std::move(row.code);
+    c.trace_id = std::move(row.trace_id);
+    c.topic = std::move(row.topic);
+    c.idle = row.idle;
     c.reason = reason;
     c.timeout = timeout;
     out.push_back(std::move(c));
@@ -109,8 +66,8 @@ std::vector<ResetCandidate> Candidates(Rs& rs, ResetReason reason, Millis timeou
 
 std::vector<ResetCandidate> EventSweeper::FindOrphaned(int limit) {
   return pool_.Run("find orphaned events", [&](storage::Connection& c) {
-    auto rs = c.Query(kSelectOrphaned, Micros(options_.offline_timeout), limit);
-    return Candidates(rs, ResetReason::kNodeOffline, Millis(0));
+    return Candidates(events::ReadOrphaned(c, options_.offline_timeout, limit), ResetReason::kNodeOffline,
+                      Millis(0));
   });
 }
 
@@ -118,9 +75,8 @@ std::vector<ResetCandidate> EventSweeper::FindTimedOut(int limit) {
   std::vector<ResetCandidate> out;
   for (const TimeoutGroup& g : groups_) {
     auto part = pool_.Run("find timed-out events", [&](storage::Connection& c) {
-      auto rs = c.Query(kSelectTimedOut, Micros(g.timeout), g.topics, g.unconfigured,
-                        configured_topics_, limit);
-      return Candidates(rs, ResetReason::kTimedOut, g.timeout);
+      return Candidates(events::ReadTimedOut(c, g.timeout, g.topics, g.unconfigured, configured_topics_, limit),
+                        ResetReason::kTimedOut, g.timeout);
     });
     out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
   }
@@ -141,10 +97,10 @@ bool EventSweeper::Reset(const ResetCandidate& c) {
   // (found by tests/chaos).
   bool locked = false;
   bool applied = pool_.Transact("reset event", [&](storage::Connection& conn) {
-    locked = !conn.QueryInt(kLockEventIfFree, c.id).has_value();
+    locked = !events::LockEventIfFree(conn, c.id);
     if (locked) return false;
-    HeldEvent held{c.id, c.version, c.status, c.code};
-    return ResetEvent(conn, held, error,
+    events::HeldEvent held{c.id, c.version, c.status, c.code};
+    return events::ResetEvent(conn, held, error,
                       c.reason == ResetReason::kTimedOut ? std::optional<Millis>(c.timeout) : std::nullopt);
   });
   {

@@ -10,14 +10,9 @@
 //      time) is older than the topic's max_processing_time (topics missing from the
 //      config: the default, 300 s).
 //
-// Every reset is the lifecycle's conditional reset (docs/event-lifecycle.md item 6) on
-// the (version, status) read in the same pass, so an event that completed, was
-// claimed or changed hands in between is never overwritten:
-//
-//   UPDATE distribute_event
-//   SET status='PENDING', node_address=NULL, version=version+1, next_run_time=NOW(3),
-//       last_error=?, retry_count=retry_count+?
-//   WHERE id=? AND version=? AND status=?
+// Every reset is the lifecycle's conditional reset (docs/event-lifecycle.md item 6,
+// events/reset.h) on the (version, status) read in the same pass, so an event that
+// completed, was claimed or changed hands in between is never overwritten.
 //
 // retry_count + 1 only for a RUNNING event (a poison event that kills its node must
 // not loop forever); ASSIGNED and COMPENSATING resets add 0. phase is unchanged, so a

@@ -66,6 +66,8 @@ uint64_t Fnv1a(const std::string& text) {
 
 }  // namespace
 
+const char* LeaseFenceSql() { return kCheckLeaseFence; }
+
 std::string MakeLeaseOwnerId() {
   std::random_device rd;
   uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();

@@ -73,9 +73,12 @@ std::string DispatcherLockName(const std::string& service);
 
 // Last statement before the COMMIT of a transaction that writes under the lease: true
 // when `fence` still holds the lease for at least fence.margin more (database clock).
-// A plain read, no lock (see above). Throws sql::SQLException (inside Transact) like
+// A plain read, no lock (see above). Throws DbError (inside Transact) like
 // any statement.
 bool HoldsLease(storage::Connection& c, const LeaseFence& fence);
+// Its statement, for bench/dispatch_bench.cc's EXPLAIN. Params: lock_name, owner,
+// token, margin (µs).
+const char* LeaseFenceSql();
 
 // The SQL strategy on distribute_lease_lock (table in V001).
 class LeaseLock final : public LeaseStrategy {

@@ -34,6 +34,8 @@ struct RawRow {
 
 }  // namespace
 
+const char* LiveNodesSql() { return kSelectLiveNodes; }
+
 NodeDirectory::NodeDirectory(storage::ConnectionPool& pool, std::string service_name,
                              Millis offline_timeout)
     : pool_(pool), service_name_(std::move(service_name)), offline_timeout_(offline_timeout) {}

@@ -29,6 +29,10 @@ struct NodeInfo {
   Millis heartbeat_age{0};  // NOW(3) - last_heartbeat_time on the database clock
 };
 
+// The live-node SELECT, for bench/dispatch_bench.cc's EXPLAIN. Params: service,
+// offline timeout (µs).
+const char* LiveNodesSql();
+
 class NodeDirectory {
  public:
   NodeDirectory(storage::ConnectionPool& pool, std::string service_name, Millis offline_timeout);

@@ -20,6 +20,8 @@ int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
 
 }  // namespace
 
+const char* MarkStaleOfflineSql() { return kMarkStaleOffline; }
+
 OfflineSweeper::OfflineSweeper(storage::ConnectionPool& pool, Millis offline_timeout,
                                Millis purge_after)
     : pool_(pool), offline_timeout_(offline_timeout), purge_after_(purge_after) {}

@@ -23,6 +23,9 @@ struct SweepResult {
   uint64_t purged = 0;
 };
 
+// The stale-node UPDATE, for bench/dispatch_bench.cc's EXPLAIN. Params: timeout (µs).
+const char* MarkStaleOfflineSql();
+
 class OfflineSweeper {
  public:
   OfflineSweeper(storage::ConnectionPool& pool, Millis offline_timeout, Millis purge_after);

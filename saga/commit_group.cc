@@ -6,16 +6,18 @@
 
 #include "core/error.h"
 #include "saga/step_handler.h"
+#include "storage/transaction.h"
 
 namespace dsync::saga {
 
 struct CommitGroups::Group {
   std::optional<storage::ConnectionPool::Lease> lease;  // borrowed by the first that needs it
+  std::optional<storage::Transaction> tx;               // on `lease`, once begun
   bool begun = false;
   bool turn_taken = false;
   bool poisoned = false;  // a member failed after writing, or a statement failed
   int members = 0;        // joined (with or without a turn)
-  std::vector<store::StepSuccess> successes;
+  std::vector<events::StepSuccess> successes;
   // The outcome, once done.
   bool done = false;
   bool rolled_back = false;
@@ -56,7 +58,8 @@ void CommitGroups::BeginGroup(storage::ConnectionPool& pool, Group& g) {
   if (!g.lease) g.lease.emplace(pool.Borrow());
   if (!g.begun) {
     (*g.lease)->ExecuteDdl("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
-    (*g.lease)->Begin();
+    if (!g.tx) g.tx.emplace(**g.lease, "begin group transaction");
+    g.tx->Begin();
     g.begun = true;
   }
 }
@@ -69,11 +72,10 @@ std::unique_ptr<CommitGroups::Member> CommitGroups::Join() {
   }
   try {
     BeginGroup(pool_, *g);
-  } catch (const sql::SQLException& e) {
-    DbError err = storage::TranslateSqlException(e, "begin group transaction");
-    if (err.kind() == DbError::Kind::kConnectionLost && g->lease) (*g->lease)->mark_broken();
+  } catch (const storage::StatementError& e) {
+    if (e.kind() == DbError::Kind::kConnectionLost && g->lease) (*g->lease)->mark_broken();
     GiveBackTurn(*g, /*poison=*/true);
-    throw err;
+    throw e.WithContext("begin group transaction");
   } catch (...) {
     GiveBackTurn(*g, /*poison=*/true);
     throw;
@@ -91,11 +93,11 @@ void CommitGroups::GiveBackTurn(Group& g, bool poison) {
   committer_cv_.notify_one();
 }
 
-void CommitGroups::Commit(std::unique_ptr<Member> member, store::StepSuccess success) {
+void CommitGroups::Commit(std::unique_ptr<Member> member, events::StepSuccess success) {
   Wait(Submit(std::move(member), std::move(success)));
 }
 
-CommitGroups::Ticket CommitGroups::Submit(std::unique_ptr<Member> member, store::StepSuccess success) {
+CommitGroups::Ticket CommitGroups::Submit(std::unique_ptr<Member> member, events::StepSuccess success) {
   Ticket ticket;
   ticket.event_id_ = success.event_id;
   {
@@ -150,6 +152,7 @@ void CommitGroups::CommitterLoop(std::stop_token stop) {
     stats_.groups++;
     stats_.members += static_cast<uint64_t>(g->members);
     if (g->rolled_back) stats_.rolled_back++;
+    g->tx.reset();     // rolled back if still open
     g->lease.reset();  // back to the pool (a broken one is dropped there)
     g->done_cv.notify_all();
   }
@@ -157,7 +160,7 @@ void CommitGroups::CommitterLoop(std::stop_token stop) {
 
 void CommitGroups::Finish(Group& g) {
   auto roll_back = [&] {
-    if (g.lease && g.begun) (*g.lease)->Rollback();
+    if (g.tx) g.tx->Rollback();
     g.rolled_back = true;
   };
   if (g.poisoned || g.successes.empty()) return roll_back();
@@ -167,7 +170,7 @@ void CommitGroups::Finish(Group& g) {
     // 1. The fence, for every member at once (held until COMMIT).
     std::vector<int64_t> ids;
     for (const auto& s : g.successes) ids.push_back(s.event_id);
-    std::map<int64_t, int> versions = store::LockEvents(c, ids);
+    std::map<int64_t, int> versions = events::LockEvents(c, ids);
     for (const auto& s : g.successes) {
       auto it = versions.find(s.event_id);
       if (it == versions.end() || it->second != s.version) g.lost.insert(s.event_id);
@@ -178,12 +181,12 @@ void CommitGroups::Finish(Group& g) {
       return roll_back();
     }
     // 2. The engine's writes.
-    if (!store::ApplyStepSuccesses(c, g.successes, node_)) {
+    if (!events::ApplyStepSuccesses(c, g.successes, node_)) {
       spdlog::error("GROUP_FENCE_MISMATCH node={} members={} (rolled back; they run again)", node_, g.members);
       return roll_back();
     }
-  } catch (const sql::SQLException& e) {
-    DbError err = storage::TranslateSqlException(e, "group commit");
+  } catch (const storage::StatementError& e) {
+    DbError err = g.tx ? g.tx->Fail(e, "group commit") : e.WithContext("group commit");
     spdlog::warn("GROUP_ROLLED_BACK node={} members={} err={}", node_, g.members, err.what());
     if (err.kind() == DbError::Kind::kConnectionLost) {
       (*g.lease)->mark_broken();
@@ -196,18 +199,11 @@ void CommitGroups::Finish(Group& g) {
     return roll_back();
   }
   // 3. COMMIT.
-  storage::Connection& c = **g.lease;
   try {
-    c.Commit();
-  } catch (const sql::SQLException& e) {
-    DbError err = storage::TranslateSqlException(e, "group commit");
-    if (err.kind() == DbError::Kind::kConnectionLost) {
-      c.mark_broken();
-      g.error = DbError(DbError::Kind::kCommitUnknown, err.code(),
-                        "commit step successes: connection lost during COMMIT; outcome unknown");
-    } else {
-      roll_back();
-    }
+    g.tx->Commit("commit step successes");
+  } catch (const DbError& err) {
+    if (err.kind() == DbError::Kind::kCommitUnknown) g.error = err;  // the connection is marked broken
+    else roll_back();
   }
 }
 

@@ -20,7 +20,7 @@
 //   1. the fence for every member at once: `SELECT id, version … FOR UPDATE`. From
 //      here to COMMIT nobody can change those events, so if each is still at its
 //      owner's version, every write of the group is the owners';
-//   2. the engine's writes for all members (store::ApplyStepSuccesses, <= 4
+//   2. the engine's writes for all members (events::ApplyStepSuccesses, <= 4
 //      multi-row statements);
 //   3. COMMIT.
 // While one group waits for its fsync the next one fills, so under load one COMMIT
@@ -51,7 +51,7 @@
 #include <thread>
 #include <vector>
 
-#include "saga/step_store.h"
+#include "events/transitions.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::saga {
@@ -102,12 +102,12 @@ class CommitGroups {
   // gives the turn back (if `member`) and waits for the group's end. Throws
   // OwnershipLostError (the event was not at that version), GroupRolledBack, or
   // DbError kCommitUnknown.
-  void Commit(std::unique_ptr<Member> member, store::StepSuccess success);
+  void Commit(std::unique_ptr<Member> member, events::StepSuccess success);
   // Commit in two halves, so that one thread can queue the successes of several
   // events (SagaEngine::RunBatch) and then wait for them: Submit queues and gives the
   // turn back without waiting (it may wait for room in a full group); Wait blocks until
   // that group ended and throws what Commit throws.
-  Ticket Submit(std::unique_ptr<Member> member, store::StepSuccess success);
+  Ticket Submit(std::unique_ptr<Member> member, events::StepSuccess success);
   void Wait(const Ticket& ticket);
   // The member's step failed: the group will roll back. Does not wait. The event's
   // row stays locked until then (the caller's next write to it waits briefly).

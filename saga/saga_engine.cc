@@ -11,7 +11,7 @@
 #include "saga/backoff.h"
 #include "saga/commit_group.h"
 #include "saga/deadline_timer.h"
-#include "saga/step_store.h"
+#include "events/transitions.h"
 
 namespace dsync::saga {
 
@@ -152,65 +152,38 @@ std::vector<size_t> CompensationOrder(const std::vector<StepState>& steps) {
   return order;
 }
 
-// A transaction on one leased connection whose statements run partly inside a step
-// handler (StepContext::tx()). Translates sql::SQLException into DbError here, the
-// way ConnectionPool::Transact does; rolls back unless committed.
+// A storage::Transaction on one leased connection whose statements run partly inside
+// a step handler (StepContext::tx()); rolls back unless committed.
 class StepTx {
  public:
-  explicit StepTx(storage::ConnectionPool& pool) : lease_(pool.Borrow()) {}
-  ~StepTx() { Rollback(); }
+  explicit StepTx(storage::ConnectionPool& pool) : lease_(pool.Borrow()), tx_(*lease_, "step transaction") {}
   StepTx(const StepTx&) = delete;
   StepTx& operator=(const StepTx&) = delete;
 
   storage::Connection& conn() { return *lease_; }
 
+  // `fn`'s statement errors as DbError named `what` (a lost connection closes it).
   template <class F>
   auto Do(std::string_view what, F&& fn) -> decltype(fn(std::declval<storage::Connection&>())) {
     try {
       return fn(*lease_);
-    } catch (const sql::SQLException& e) {
+    } catch (const storage::StatementError& e) {
       throw Translate(e, what);
     }
   }
 
-  void Begin() {
-    Do("begin step transaction", [](storage::Connection& c) { c.Begin(); });
-    open_ = true;
-  }
+  void Begin() { tx_.Begin(); }
 
   // kCommitUnknown when the connection died during COMMIT (it may have applied).
-  void Commit(std::string_view what) {
-    try {
-      lease_->Commit();
-      open_ = false;
-    } catch (const sql::SQLException& e) {
-      DbError err = Translate(e, what);
-      if (err.kind() == DbError::Kind::kConnectionLost) {
-        open_ = false;
-        throw DbError(DbError::Kind::kCommitUnknown, err.code(),
-                      std::string(what) + ": connection lost during COMMIT; outcome unknown");
-      }
-      throw err;
-    }
-  }
+  void Commit(std::string_view what) { tx_.Commit(what); }
 
-  void Rollback() noexcept {
-    if (open_) lease_->Rollback();
-    open_ = false;
-  }
+  void Rollback() noexcept { tx_.Rollback(); }
 
-  DbError Translate(const sql::SQLException& e, std::string_view what) {
-    DbError err = storage::TranslateSqlException(e, what);
-    if (err.kind() == DbError::Kind::kConnectionLost) {
-      lease_->mark_broken();
-      open_ = false;  // the server rolled it back
-    }
-    return err;
-  }
+  DbError Translate(const storage::StatementError& e, std::string_view what) { return tx_.Fail(e, what); }
 
  private:
   storage::ConnectionPool::Lease lease_;
-  bool open_ = false;
+  storage::Transaction tx_;
 };
 
 [[noreturn]] void ThrowLost(const std::string& at) { throw OwnershipLostError(at); }
@@ -221,8 +194,14 @@ class ClaimRulesNeeded : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-void Fence(bool matched, const char* at) {
+void Require(bool matched, const char* at) {
   if (!matched) ThrowLost(at);
+}
+
+// A fenced transition's result: the fence it left the event at, or lost ownership.
+events::Fence Held(std::optional<events::Fence> after, const char* at) {
+  if (!after) ThrowLost(at);
+  return *after;
 }
 
 struct Deps {
@@ -233,13 +212,13 @@ struct Deps {
   SagaStats& stats;
   DeadlineTimer& timer;
   std::function<Millis(Millis, Millis, int)> backoff;
-  CommitGroups* groups;  // null: every step commits on its own
+  CommitGroups& groups;  // forward steps commit through it
 };
 
 // The plan's step rows for an event's first claim (codes "<event code>#<n>").
-store::NewStep PlanRow(const Plans::Plan& plan, const AssignedEvent& ev, size_t i, bool executing) {
+events::NewStep PlanRow(const Plans::Plan& plan, const AssignedEvent& ev, size_t i, bool executing) {
   const StepSpec& spec = plan.steps[i].spec;
-  return store::NewStep{
+  return events::NewStep{
       .code = ev.code + "#" + std::to_string(i + 1),
       .job_code = ev.code,
       .tenant_id = ev.tenant_id,
@@ -252,7 +231,7 @@ store::NewStep PlanRow(const Plans::Plan& plan, const AssignedEvent& ev, size_t 
   };
 }
 
-StepState PlanState(const Plans::Plan& plan, const store::NewStep& row, size_t i) {
+StepState PlanState(const Plans::Plan& plan, const events::NewStep& row, size_t i) {
   StepState s;
   s.code = row.code;
   s.key = {static_cast<int>(i + 1)};
@@ -271,17 +250,17 @@ StepState PlanState(const Plans::Plan& plan, const store::NewStep& row, size_t i
 // claimed event's code exist (the claim was written: the caller rolls back).
 std::set<int64_t> ClaimWithPlanRows(storage::Connection& c, const Plans& plans,
                                     const std::vector<const AssignedEvent*>& events, const std::string& node) {
-  std::vector<store::ClaimRow> claims;
+  std::vector<events::ClaimRow> claims;
   for (const AssignedEvent* e : events) claims.push_back({e->id, e->version});
-  std::vector<int64_t> ids = store::ClaimFirstAttempts(c, claims, node);
+  std::vector<int64_t> ids = events::ClaimFirstAttempts(c, claims, node);
   std::set<int64_t> claimed(ids.begin(), ids.end());
-  std::vector<store::NewStep> rows;
+  std::vector<events::NewStep> rows;
   for (const AssignedEvent* e : events) {
     if (!claimed.count(e->id)) continue;
     const Plans::Plan& plan = *plans.Find(e->topic);
     for (size_t i = 0; i < plan.steps.size(); ++i) rows.push_back(PlanRow(plan, *e, i, i == 0));
   }
-  if (store::InsertSteps(c, rows, node, 1) != rows.size()) throw ClaimRulesNeeded("step rows exist already");
+  if (events::InsertSteps(c, rows, node, 1) != rows.size()) throw ClaimRulesNeeded("step rows exist already");
   return claimed;
 }
 
@@ -334,15 +313,14 @@ class EngineContext final : public StepContext {
   StepTx& open_tx() { return *tx_; }
   void ReleaseTx() { tx_.reset(); }
   const std::vector<nlohmann::json>& children() const { return children_; }
-  std::vector<store::DeferredRow> TakeRows() { return std::move(rows_); }
-  void OnSqlError(const sql::SQLException& e, std::string& message) {
+  std::vector<events::DeferredRow> TakeRows() { return std::move(rows_); }
+  void OnSqlError(const storage::StatementError& e, std::string& message) {
     if (tx_) {
       message = tx_->Translate(e, "step statement").what();
       return;
     }
-    DbError err = storage::TranslateSqlException(e, "step statement");
-    if (member_ && err.kind() == DbError::Kind::kConnectionLost) member_->conn().mark_broken();
-    message = err.what();
+    if (member_ && e.kind() == DbError::Kind::kConnectionLost) member_->conn().mark_broken();
+    message = e.WithContext("step statement").what();
   }
 
  private:
@@ -356,14 +334,14 @@ class EngineContext final : public StepContext {
   std::unique_ptr<CommitGroups::Member> member_;
   bool lost_ = false;
   std::vector<nlohmann::json> children_;
-  std::vector<store::DeferredRow> rows_;  // InsertAtCommit, grouped steps
+  std::vector<events::DeferredRow> rows_;  // InsertAtCommit, grouped steps
 };
 
 class EventRun {
  public:
   EventRun(Deps deps, const Plans& plans, const AssignedEvent& ev, std::stop_token stop)
       : d_(std::move(deps)), plans_(plans), ev_(ev), stop_(std::move(stop)),
-        trace_(ev.trace_id.empty() ? ev.code : ev.trace_id), version_(ev.version),
+        trace_(ev.trace_id.empty() ? ev.code : ev.trace_id), fence_{ev.id, ev.version},
         attempt_(ev.attempt + 1) {}
 
   Outcome Go();
@@ -388,7 +366,7 @@ class EventRun {
   Deps& deps() { return d_; }
   const AssignedEvent& event() const { return ev_; }
   const nlohmann::json& payload() const { return payload_; }
-  int version() const { return version_; }
+  const events::Fence& fence() const { return fence_; }
   int attempt() const { return attempt_; }
 
  private:
@@ -417,13 +395,13 @@ class EventRun {
   // nullopt only with a success staged for EndStep).
   std::optional<Outcome> RerunClaimed(const std::string& why);
   void LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing, bool& first_marked);
-  std::vector<StepState> FromRows(const std::vector<store::StepRow>& rows) const;
+  std::vector<StepState> FromRows(const std::vector<events::StepRow>& rows) const;
   // In the caller's transaction, after a fenced write: RUNNING -> COMPENSATING with
   // the original failure, a step left EXECUTING by a lost owner settled FAILED, then
   // the first compensation marked, or COMPENSATED at once when nothing needs undoing.
   // `steps` is the state after the failure, updated here. Returns true when the event
   // is COMPENSATED already.
-  bool StartCompensationIn(storage::Connection& c, std::vector<StepState>& steps,
+  bool StartCompensationIn(storage::Connection& c, events::Fence& fence, std::vector<StepState>& steps,
                            const nlohmann::json& result, const std::string& error);
 
   Outcome RunForward();
@@ -439,6 +417,10 @@ class EventRun {
     bool touch = false;  // the event's progress and modifier_time written too
     Clock::TimePoint now{};
     std::optional<CommitGroups::Ticket> ticket;
+    // The fence once committed: the group's statements change the status of a last
+    // step's event (-> SUCCESS) and of a deferred claim (ASSIGNED -> RUNNING, or
+    // SUCCESS with its last step), one version each (events::ApplyStepSuccesses).
+    events::Fence fence_after;
   };
   StagedSuccess StageStepSuccess(size_t i, EngineContext& ctx, const StepResult& result);
   // After the commit: the step SUCCESS here too; returns the next step's index.
@@ -472,7 +454,7 @@ class EventRun {
   const AssignedEvent& ev_;
   const std::stop_token stop_;
   const std::string trace_;
-  int version_;        // the fence: the event's version while this run owns it
+  events::Fence fence_;  // while this run owns the event; replaced by what each transition returns
   ClaimState claim_ = ClaimState::kClaimed;
   const int attempt_;  // this claim's attempt
   Clock::TimePoint started_{};
@@ -506,27 +488,26 @@ StepTx& EngineContext::OpenTx() {
   return *tx_;
 }
 
-bool EngineContext::grouped() const { return !compensating_ && run_.deps().groups != nullptr; }
+bool EngineContext::grouped() const { return !compensating_; }
 
 void EngineContext::JoinGroup() {
-  member_ = run_.deps().groups->Join();
+  member_ = run_.deps().groups.Join();
   if (!run_.claim_deferred()) return;
   // The step writes before its claim committed: the claim and the plan's rows go
   // first, into the group's transaction (EventRun::ClaimInGroup).
   bool claimed = false;
   try {
     claimed = run_.ClaimInGroup(member_->conn());
-  } catch (const sql::SQLException& e) {
-    DbError err = storage::TranslateSqlException(e, "claim in group");
-    if (err.kind() == DbError::Kind::kConnectionLost) member_->conn().mark_broken();
+  } catch (const storage::StatementError& e) {
+    if (e.kind() == DbError::Kind::kConnectionLost) member_->conn().mark_broken();
     LeaveGroup();
-    throw err;
+    throw e.WithContext("claim in group");
   } catch (...) {
     LeaveGroup();  // the claim was written: the group rolls back
     throw;
   }
   if (!claimed) {  // nothing was written
-    run_.deps().groups->Leave(std::move(member_));
+    run_.deps().groups.Leave(std::move(member_));
     lost_ = true;
     throw OwnershipLostError("event " + run_.event().code + " was taken away from this node (claim)");
   }
@@ -536,11 +517,11 @@ void EngineContext::InsertAtCommit(std::string_view head, std::string_view tail,
                                    std::vector<storage::Value> row) {
   if (lost_) throw OwnershipLostError("event " + run_.event().code + " was taken away from this node");
   if (!grouped()) return StepContext::InsertAtCommit(head, tail, std::move(row));
-  rows_.push_back(store::DeferredRow{std::string(head), std::string(tail), std::move(row)});
+  rows_.push_back(events::DeferredRow{std::string(head), std::string(tail), std::move(row)});
 }
 
 void EngineContext::LeaveGroup() noexcept {
-  if (member_) run_.deps().groups->Abandon(std::move(member_));
+  if (member_) run_.deps().groups.Abandon(std::move(member_));
 }
 
 storage::Connection& EngineContext::tx() {
@@ -552,7 +533,7 @@ storage::Connection& EngineContext::tx() {
   if (!tx_) {
     OpenTx();
     bool owner = tx_->Do("step fence", [&](storage::Connection& c) {
-      return store::TouchEvent(c, run_.event().id, run_.version(), progress_);
+      return events::TouchEvent(c, run_.fence(), progress_);
     });
     if (!owner) {
       lost_ = true;
@@ -565,20 +546,19 @@ storage::Connection& EngineContext::tx() {
 
 bool EngineContext::StillOwner() {
   if (lost_) return false;
-  const int64_t id = run_.event().id;
-  const int version = run_.version();
+  const events::Fence fence = run_.fence();
   if (member_) {
     try {
-      if (!store::OwnsEvent(member_->conn(), id, version)) lost_ = true;
-    } catch (const sql::SQLException& e) {
-      throw storage::TranslateSqlException(e, "ownership check");
+      if (!events::OwnsEvent(member_->conn(), fence)) lost_ = true;
+    } catch (const storage::StatementError& e) {
+      throw e.WithContext("ownership check");
     }
     return !lost_;
   }
   bool owner = tx_ ? tx_->Do("ownership check",
-                             [&](storage::Connection& c) { return store::OwnsEvent(c, id, version); })
+                             [&](storage::Connection& c) { return events::OwnsEvent(c, fence); })
                    : run_.deps().pool.Run("ownership check", [&](storage::Connection& c) {
-                       return store::OwnsEvent(c, id, version);
+                       return events::OwnsEvent(c, fence);
                      });
   if (!owner) lost_ = true;
   return owner;
@@ -613,7 +593,7 @@ std::optional<Outcome> EventRun::StartClaimed() {
   // the plan's rows written with the first step EXECUTING. Or its claim is deferred:
   // ASSIGNED at its version, no rows; the first step's commit claims it.
   const std::string reject = Prepare();
-  const bool deferred = !ev_.claimed && ev_.claim_deferred && d_.groups != nullptr;
+  const bool deferred = !ev_.claimed && ev_.claim_deferred;
   if (!(ev_.claimed || deferred) || plan_ == nullptr || !reject.empty()) {
     return Abandon("batch-claimed event cannot run: " + (ev_.claimed || deferred ? reject : "not claimed"));
   }
@@ -621,11 +601,12 @@ std::optional<Outcome> EventRun::StartClaimed() {
   for (size_t i = 0; i < plan_->steps.size(); ++i) {
     steps_.push_back(PlanState(*plan_, PlanRow(*plan_, ev_, i, i == 0), i));
   }
+  const events::Fence assigned{ev_.id, ev_.version};
   if (deferred) {
-    version_ = ev_.version;
+    fence_ = assigned;
     claim_ = ClaimState::kDeferred;
   } else {
-    version_ = ev_.version + 1;
+    fence_ = assigned.Next();  // ClaimBatch's claim (ClaimFirstAttempts) committed
     d_.stats.claimed++;
   }
   return std::nullopt;  // next_ is 0: a fresh plan starts at its first step
@@ -633,7 +614,7 @@ std::optional<Outcome> EventRun::StartClaimed() {
 
 bool EventRun::ClaimInGroup(storage::Connection& c) {
   if (ClaimWithPlanRows(c, plans_, {&ev_}, d_.node).empty()) return false;
-  version_ = ev_.version + 1;
+  fence_ = events::Fence{ev_.id, ev_.version}.Next();  // claimed, in the group's transaction
   claim_ = ClaimState::kInGroup;
   return true;
 }
@@ -651,7 +632,7 @@ std::optional<Outcome> EventRun::ClaimAndRerun(const std::string& why) {
 }
 
 Outcome EventRun::Go() {
-  if (ev_.claimed || (ev_.claim_deferred && d_.groups != nullptr)) {
+  if (ev_.claimed || ev_.claim_deferred) {
     if (std::optional<Outcome> done = StartClaimed()) return *done;
     return RunForward();
   }
@@ -703,7 +684,8 @@ std::optional<Outcome> EventRun::Claimed(Claim claim, const std::string& reject)
 
 EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& reject) {
   // Transact may run this again from BEGIN (deadlock): start from the polled state.
-  version_ = ev_.version;
+  const events::Fence assigned{ev_.id, ev_.version};
+  fence_ = assigned;
   steps_.clear();
   compensation_started_at_claim_ = false;
   // phase and retry_count cannot change without a version bump, so the polled values
@@ -711,7 +693,7 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
   std::string phase = ev_.phase;
   retry_count_ = ev_.retry_count;
   if (phase.empty()) {
-    auto state = store::ReadClaimState(c, ev_.id, version_);
+    auto state = events::ReadClaimState(c, assigned);
     if (!state) return Claim::kNotClaimed;
     phase = state->phase;
     retry_count_ = state->retry_count;
@@ -720,16 +702,13 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
   const bool poison = reject.empty() && phase_ == kForward && retry_count_ >= topic().max_retry;
 
   const std::string to = phase_ == kCompensate ? "COMPENSATING" : "RUNNING";
-  if (!store::ClaimEvent(c, ev_.id, version_, d_.node, phase_, to,
-                         "claimed, attempt " + std::to_string(attempt_))) {
-    return Claim::kNotClaimed;
-  }
-  ++version_;
+  std::optional<events::Fence> claimed =
+      events::ClaimEvent(c, assigned, d_.node, phase_, to, "claimed, attempt " + std::to_string(attempt_));
+  if (!claimed) return Claim::kNotClaimed;
+  fence_ = *claimed;
   if (!reject.empty()) {
-    Fence(store::FailEvent(c, ev_.id, version_, d_.node,
-                           nlohmann::json{{"error", reject}}.dump(), reject),
-          "reject event");
-    ++version_;
+    fence_ = Held(events::FailEvent(c, fence_, d_.node, nlohmann::json{{"error", reject}}.dump(), reject),
+                  "reject event");
     return Claim::kRejected;
   }
   bool first_marked = false;
@@ -745,7 +724,7 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
                              {"error", error}};
     spdlog::warn("EVENT_COMPENSATING event={} node={} trace={} reason=\"{}\"", ev_.code, d_.node,
                  trace_, error);
-    bool done = StartCompensationIn(c, steps_, result, error);
+    bool done = StartCompensationIn(c, fence_, steps_, result, error);
     compensation_started_at_claim_ = true;
     return done ? Claim::kSettled : Claim::kRun;
   }
@@ -753,25 +732,22 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
   if (phase_ == kForward) {
     size_t next = NextNotSucceeded(0);
     if (next == steps_.size()) {  // every step already SUCCESS (e.g. a plan that shrank)
-      Fence(store::SucceedEvent(c, ev_.id, version_, d_.node,
-                                nlohmann::json{{"steps", steps_.size()}}.dump()),
-            "succeed event");
-      ++version_;
+      fence_ = Held(events::SucceedEvent(c, fence_, d_.node, nlohmann::json{{"steps", steps_.size()}}.dump()),
+                    "succeed event");
       return Claim::kSettled;
     }
-    if (!first_marked) store::MarkStepExecuting(c, steps_[next].code, d_.node, attempt_);
+    if (!first_marked) events::MarkStepExecuting(c, steps_[next].code, d_.node, attempt_);
     steps_[next].status = "EXECUTING";
     return Claim::kRun;
   }
 
   std::vector<size_t> order = CompensationOrder(steps_);
   if (order.empty()) {
-    Fence(store::CompleteCompensation(c, ev_.id, version_, d_.node, Progress(Succeeded(), steps_.size())),
-          "complete compensation");
-    ++version_;
+    fence_ = Held(events::CompleteCompensation(c, fence_, d_.node, Progress(Succeeded(), steps_.size())),
+                  "complete compensation");
     return Claim::kSettled;
   }
-  store::MarkStepCompensating(c, steps_[order.front()].code, d_.node, attempt_);
+  events::MarkStepCompensating(c, steps_[order.front()].code, d_.node, attempt_);
   steps_[order.front()].status = "COMPENSATING";
   return Claim::kRun;
 }
@@ -780,13 +756,13 @@ void EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executi
                                  bool& first_marked) {
   const auto& plan_steps = plan_->steps;
   auto new_row = [&](size_t i, bool executing) { return PlanRow(*plan_, ev_, i, executing); };
-  auto state_of = [&](const store::NewStep& row, size_t i) { return PlanState(*plan_, row, i); };
+  auto state_of = [&](const events::NewStep& row, size_t i) { return PlanState(*plan_, row, i); };
 
   if (ev_.attempt == 0) {
     // First claim: the whole plan, the first step already EXECUTING.
-    std::vector<store::NewStep> rows;
+    std::vector<events::NewStep> rows;
     for (size_t i = 0; i < plan_steps.size(); ++i) rows.push_back(new_row(i, mark_first_executing && i == 0));
-    if (store::InsertSteps(c, rows, d_.node, attempt_) == rows.size()) {
+    if (events::InsertSteps(c, rows, d_.node, attempt_) == rows.size()) {
       for (size_t i = 0; i < rows.size(); ++i) steps_.push_back(state_of(rows[i], i));
       first_marked = mark_first_executing;
       return;
@@ -794,13 +770,13 @@ void EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executi
     // Rows of this code existed already (e.g. an event re-produced under an old
     // code): their recorded state wins.
   }
-  steps_ = FromRows(store::LoadSteps(c, ev_.code));
+  steps_ = FromRows(events::LoadSteps(c, ev_.code));
   // Plan positions without a row (the plan grew since): add them PENDING.
   std::vector<bool> present(plan_steps.size(), false);
   for (const StepState& s : steps_) {
     if (s.key.size() == 1 && s.key[0] <= static_cast<int>(plan_steps.size())) present[s.key[0] - 1] = true;
   }
-  std::vector<store::NewStep> missing;
+  std::vector<events::NewStep> missing;
   std::vector<size_t> missing_index;
   for (size_t i = 0; i < plan_steps.size(); ++i) {
     if (!present[i]) {
@@ -809,16 +785,16 @@ void EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executi
     }
   }
   if (!missing.empty()) {
-    store::InsertSteps(c, missing, d_.node, attempt_);
+    events::InsertSteps(c, missing, d_.node, attempt_);
     for (size_t j = 0; j < missing.size(); ++j) steps_.push_back(state_of(missing[j], missing_index[j]));
     std::sort(steps_.begin(), steps_.end(),
               [](const StepState& a, const StepState& b) { return a.key < b.key; });
   }
 }
 
-std::vector<StepState> EventRun::FromRows(const std::vector<store::StepRow>& rows) const {
+std::vector<StepState> EventRun::FromRows(const std::vector<events::StepRow>& rows) const {
   std::vector<StepState> steps;
-  for (const store::StepRow& r : rows) {
+  for (const events::StepRow& r : rows) {
     StepState s;
     s.code = r.code;
     s.key = TreeKey(r.code);
@@ -840,13 +816,12 @@ std::vector<StepState> EventRun::FromRows(const std::vector<store::StepRow>& row
   return steps;
 }
 
-bool EventRun::StartCompensationIn(storage::Connection& c, std::vector<StepState>& steps,
+bool EventRun::StartCompensationIn(storage::Connection& c, events::Fence& fence, std::vector<StepState>& steps,
                                    const nlohmann::json& result, const std::string& error) {
-  Fence(store::StartCompensation(c, ev_.id, version_, d_.node, result.dump(), error),
-        "start compensation");
+  fence = Held(events::StartCompensation(c, fence, d_.node, result.dump(), error), "start compensation");
   for (StepState& s : steps) {
     if (s.status == "EXECUTING" && s.compensation_data.is_null()) {
-      store::MarkStepInterrupted(c, s.code,
+      events::MarkStepInterrupted(c, s.code,
                                  "interrupted (its node lost the event) and not re-run: the event "
                                  "turned to compensation; never reached SUCCESS, not compensated");
       s.status = "FAILED";
@@ -854,13 +829,11 @@ bool EventRun::StartCompensationIn(storage::Connection& c, std::vector<StepState
   }
   std::vector<size_t> order = CompensationOrder(steps);
   if (order.empty()) {
-    Fence(store::CompleteCompensation(c, ev_.id, version_ + 1, d_.node, 0), "complete compensation");
-    version_ += 2;
+    fence = Held(events::CompleteCompensation(c, fence, d_.node, 0), "complete compensation");
     phase_ = kCompensate;
     return true;
   }
-  store::MarkStepCompensating(c, steps[order.front()].code, d_.node, attempt_);
-  ++version_;
+  events::MarkStepCompensating(c, steps[order.front()].code, d_.node, attempt_);
   phase_ = kCompensate;
   return false;
 }
@@ -896,7 +869,7 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
     a.result = StepResult::Transient(e.what());
   } catch (const PermanentStepError& e) {
     a.result = StepResult::Permanent(OneLine(e.what()));
-  } catch (const sql::SQLException& e) {
+  } catch (const storage::StatementError& e) {
     std::string message;
     a.ctx->OnSqlError(e, message);
     a.result = StepResult::Transient(message);
@@ -971,7 +944,7 @@ std::optional<Outcome> EventRun::RerunClaimed(const std::string& why) {
 std::optional<Outcome> EventRun::EndStep() {
   const size_t i = next_;
   try {
-    if (staged_->ticket) d_.groups->Wait(*staged_->ticket);  // GroupRolledBack, DbError, lost
+    if (staged_->ticket) d_.groups.Wait(*staged_->ticket);  // GroupRolledBack, DbError, lost
   } catch (const GroupRolledBack& e) {
     // Another member's failure (or a statement error) rolled the whole group back:
     // nothing of this step was written, so it runs again.
@@ -988,9 +961,7 @@ std::optional<Outcome> EventRun::EndStep() {
     return RecordFailed(i, e);
   }
   if (claim_ != ClaimState::kClaimed) {
-    // Committed with this step: ASSIGNED -> RUNNING (version + 1), or -> SUCCESS
-    // (ApplyStepSuccess counts that one bump); kInGroup counted its claim already.
-    if (claim_ == ClaimState::kDeferred && !staged_->last) ++version_;
+    // Committed with this step (StagedSuccess::fence_after holds the claim's bump).
     claim_ = ClaimState::kClaimed;
     d_.stats.claimed++;
     d_.stats.claimed_at_commit++;
@@ -1017,7 +988,7 @@ EventRun::StagedSuccess EventRun::StageStepSuccess(size_t i, EngineContext& ctx,
   StepState& step = steps_[i];
   StagedSuccess staged;
   std::vector<StepState>& children = staged.children;
-  std::vector<store::NewStep> child_rows;
+  std::vector<events::NewStep> child_rows;
   for (size_t n = 0; n < ctx.children().size(); ++n) {
     StepState child;
     child.code = step.code + "." + std::to_string(n + 1);
@@ -1029,7 +1000,7 @@ EventRun::StagedSuccess EventRun::StageStepSuccess(size_t i, EngineContext& ctx,
     child.max_retry = step.max_retry;
     child.child_params = ctx.children()[n];
     child.plan_step = step.plan_step;
-    child_rows.push_back(store::NewStep{.code = child.code, .job_code = ev_.code,
+    child_rows.push_back(events::NewStep{.code = child.code, .job_code = ev_.code,
                                         .tenant_id = ev_.tenant_id, .sort = child.sort,
                                         .type = child.type, .name = child.name,
                                         .max_retry = child.max_retry,
@@ -1051,70 +1022,50 @@ EventRun::StagedSuccess EventRun::StageStepSuccess(size_t i, EngineContext& ctx,
       result.compensation_data ? std::optional<std::string>(result.compensation_data->dump())
                                : std::nullopt;
 
-  if (ctx.grouped()) {
-    // The group fences every member at its COMMIT (commit_group.h).
-    if (has_children && !ctx.has_tx()) ctx.JoinGroup();
-    std::unique_ptr<CommitGroups::Member> member = ctx.TakeMember();  // null: wrote nothing
-    if (has_children) {
-      try {
-        store::InsertChildSteps(member->conn(), step.code, child_rows);
-      } catch (const sql::SQLException& e) {
-        DbError err = storage::TranslateSqlException(e, "record child steps");
-        if (err.kind() == DbError::Kind::kConnectionLost) member->conn().mark_broken();
-        d_.groups->Abandon(std::move(member));
-        throw err;
-      }
+  // Forward steps always commit through the node's commit group, which fences every
+  // member at its COMMIT (commit_group.h).
+  if (has_children && !ctx.has_tx()) ctx.JoinGroup();
+  std::unique_ptr<CommitGroups::Member> member = ctx.TakeMember();  // null: wrote nothing
+  if (has_children) {
+    try {
+      events::InsertChildSteps(member->conn(), step.code, child_rows);
+    } catch (const storage::StatementError& e) {
+      if (e.kind() == DbError::Kind::kConnectionLost) member->conn().mark_broken();
+      d_.groups.Abandon(std::move(member));
+      throw e.WithContext("record child steps");
     }
-    store::StepSuccess success;
-    success.event_id = ev_.id;
-    success.version = version_;
-    success.step_code = step.code;
-    success.output = output;
-    success.compensation = compensation;
-    success.next_code = last ? "" : next_code;
-    success.attempt = attempt_;
-    success.finish = last;
-    success.result_json = last ? nlohmann::json{{"steps", steps_.size()}}.dump() : "";
-    success.progress = Progress(Succeeded() + 1, total);
-    // Progress and modifier_time (the sweeper's activity clock) are written at most
-    // every TouchInterval: a fast event's intermediate steps skip that row write.
-    staged.now = d_.clock.Now();
-    staged.touch = staged.now - last_touch_ >= TouchInterval();
-    success.touch = staged.touch;
-    success.rows = ctx.TakeRows();
-    if (claim_ == ClaimState::kDeferred) {  // nothing written yet: the claim comes with it
-      success.claim = true;
-      for (size_t j = 0; j < steps_.size(); ++j) {
-        store::NewStep row = PlanRow(*plan_, ev_, j, !last && j == staged.next_existing);
-        if (j == i) {
-          row.succeeded = true;
-          row.output = output;
-          row.compensation = compensation;
-        }
-        success.plan.push_back(std::move(row));
-      }
-    }
-    staged.ticket = d_.groups->Submit(std::move(member), std::move(success));  // EndStep waits
-    return staged;
   }
-  // The transaction's first statement is the fence: the handler's (tx() touched the
-  // event), else the event's status change (last step) or a touch.
-  const bool handler_fenced = ctx.has_tx();
-  StepTx& tx = handler_fenced ? ctx.open_tx() : ctx.OpenTx();
-  tx.Do("record step success", [&](storage::Connection& c) {
-    if (last) {
-      Fence(store::SucceedEvent(c, ev_.id, version_, d_.node,
-                                nlohmann::json{{"steps", steps_.size()}}.dump()),
-            "succeed event");
-    } else if (!handler_fenced) {
-      Fence(store::TouchEvent(c, ev_.id, version_, Progress(Succeeded() + 1, total)), "step success");
+  events::StepSuccess success;
+  success.event_id = ev_.id;
+  success.version = fence_.version;
+  success.step_code = step.code;
+  success.output = output;
+  success.compensation = compensation;
+  success.next_code = last ? "" : next_code;
+  success.attempt = attempt_;
+  success.finish = last;
+  success.result_json = last ? nlohmann::json{{"steps", steps_.size()}}.dump() : "";
+  success.progress = Progress(Succeeded() + 1, total);
+  // Progress and modifier_time (the sweeper's activity clock) are written at most
+  // every TouchInterval: a fast event's intermediate steps skip that row write.
+  staged.now = d_.clock.Now();
+  staged.touch = staged.now - last_touch_ >= TouchInterval();
+  success.touch = staged.touch;
+  success.rows = ctx.TakeRows();
+  if (claim_ == ClaimState::kDeferred) {  // nothing written yet: the claim comes with it
+    success.claim = true;
+    for (size_t j = 0; j < steps_.size(); ++j) {
+      events::NewStep row = PlanRow(*plan_, ev_, j, !last && j == staged.next_existing);
+      if (j == i) {
+        row.succeeded = true;
+        row.output = output;
+        row.compensation = compensation;
+      }
+      success.plan.push_back(std::move(row));
     }
-    store::MarkStepSucceeded(c, step.code, output, compensation);
-    if (has_children) store::InsertChildSteps(c, step.code, child_rows);
-    if (!last) store::MarkStepExecuting(c, next_code, d_.node, attempt_);
-  });
-  tx.Commit("commit step success");
-  ctx.ReleaseTx();
+  }
+  staged.fence_after = last || claim_ == ClaimState::kDeferred ? fence_.Next() : fence_;
+  staged.ticket = d_.groups.Submit(std::move(member), std::move(success));  // EndStep waits
   return staged;
 }
 
@@ -1123,10 +1074,8 @@ size_t EventRun::ApplyStepSuccess(size_t i, StagedSuccess& staged, const StepRes
   if (staged.touch) last_touch_ = staged.now;
   step.status = "SUCCESS";
   step.compensation_data = result.compensation_data.value_or(nullptr);
-  if (staged.last) {
-    ++version_;
-    return steps_.size();
-  }
+  fence_ = staged.fence_after;
+  if (staged.last) return steps_.size();
   if (!staged.children.empty()) {
     steps_.insert(steps_.begin() + static_cast<std::ptrdiff_t>(i + 1),
                   std::make_move_iterator(staged.children.begin()),
@@ -1157,12 +1106,12 @@ Outcome EventRun::ForwardFailure(size_t i, const StepResult& result) {
     const std::string why = "step '" + step.name + "' failed (retry " +
                             std::to_string(step.retry_count + 1) + " of " +
                             std::to_string(step.max_retry) + "): " + result.error;
-    d_.pool.Transact("schedule retry", [&](storage::Connection& c) {
-      Fence(store::ScheduleEventRetry(c, ev_.id, version_, d_.node, 1, backoff, why, why),
-            "schedule retry");
-      store::RecordStepFailure(c, step.code, result.error, compensation);
+    fence_ = d_.pool.Transact("schedule retry", [&, held = fence_](storage::Connection& c) {
+      events::Fence after =
+          Held(events::ScheduleEventRetry(c, held, d_.node, 1, backoff, why, why), "schedule retry");
+      events::RecordStepFailure(c, step.code, result.error, compensation);
+      return after;
     });
-    ++version_;
     d_.stats.retries++;
     spdlog::info("EVENT_RETRY_SCHEDULED event={} node={} trace={} phase=FORWARD step={} "
                  "retry_count={} backoff_ms={}",
@@ -1186,15 +1135,17 @@ Outcome EventRun::ForwardFailure(size_t i, const StepResult& result) {
 
   spdlog::warn("EVENT_COMPENSATING event={} node={} trace={} failed_step={} reason=\"{}\"", ev_.code,
                d_.node, trace_, step.name, error);
-  const int version_before = version_;
   std::vector<StepState> staged;
+  events::Fence fence_after;
   bool done = d_.pool.Transact("start compensation", [&](storage::Connection& c) {
-    version_ = version_before;  // Transact may run this again from BEGIN
+    // Transact may run this again from BEGIN: from copies of what this run holds.
+    fence_after = fence_;
     staged = after;
-    bool completed = StartCompensationIn(c, staged, original, error);
-    store::RecordStepFailure(c, step.code, result.error, compensation);
+    bool completed = StartCompensationIn(c, fence_after, staged, original, error);
+    events::RecordStepFailure(c, step.code, result.error, compensation);
     return completed;
   });
+  fence_ = fence_after;
   steps_ = std::move(staged);
   d_.stats.compensations_started++;
   std::vector<size_t> order = CompensationOrder(steps_);
@@ -1242,24 +1193,22 @@ void EventRun::CommitCompensated(const std::vector<size_t>& order, size_t k, Eng
   const int progress = Progress(Succeeded() - (step.status == "SUCCESS" ? 1 : 0), steps_.size());
   const bool handler_fenced = ctx.has_tx();
   StepTx& tx = handler_fenced ? ctx.open_tx() : ctx.OpenTx();
+  events::Fence fence_after = fence_;
   tx.Do("record step compensated", [&](storage::Connection& c) {
     if (last) {
-      Fence(store::CompleteCompensation(c, ev_.id, version_, d_.node, progress), "complete compensation");
+      fence_after = Held(events::CompleteCompensation(c, fence_, d_.node, progress), "complete compensation");
     } else if (!handler_fenced) {
-      Fence(store::TouchEvent(c, ev_.id, version_, progress), "step compensated");
+      Require(events::TouchEvent(c, fence_, progress), "step compensated");
     }
-    store::MarkStepCompensated(c, step.code);
-    if (!last) store::MarkStepCompensating(c, steps_[order[k + 1]].code, d_.node, attempt_);
+    events::MarkStepCompensated(c, step.code);
+    if (!last) events::MarkStepCompensating(c, steps_[order[k + 1]].code, d_.node, attempt_);
   });
   tx.Commit("commit step compensated");
   ctx.ReleaseTx();
+  fence_ = fence_after;
   step.status = "COMPENSATED";
   d_.stats.steps_compensated++;
-  if (last) {
-    ++version_;
-  } else {
-    steps_[order[k + 1]].status = "COMPENSATING";
-  }
+  if (!last) steps_[order[k + 1]].status = "COMPENSATING";
 }
 
 Outcome EventRun::CompensationFailure(size_t i, const StepResult& result) {
@@ -1276,12 +1225,12 @@ Outcome EventRun::CompensationFailure(size_t i, const StepResult& result) {
     const std::string why = "compensation of '" + step.name + "' failed (retry " +
                             std::to_string(step.compensation_retry_count + 1) + " of " +
                             std::to_string(topic().max_retry) + "): " + result.error;
-    d_.pool.Transact("schedule compensation retry", [&](storage::Connection& c) {
-      Fence(store::ScheduleEventRetry(c, ev_.id, version_, d_.node, 0, backoff, why, why),
-            "schedule compensation retry");
-      store::RecordCompensationFailure(c, step.code, result.error);
+    fence_ = d_.pool.Transact("schedule compensation retry", [&, held = fence_](storage::Connection& c) {
+      events::Fence after = Held(events::ScheduleEventRetry(c, held, d_.node, 0, backoff, why, why),
+                                 "schedule compensation retry");
+      events::RecordCompensationFailure(c, step.code, result.error);
+      return after;
     });
-    ++version_;
     d_.stats.retries++;
     spdlog::info("EVENT_RETRY_SCHEDULED event={} node={} trace={} phase=COMPENSATE step={} "
                  "compensation_retry_count={} backoff_ms={}",
@@ -1295,12 +1244,11 @@ Outcome EventRun::CompensationFailure(size_t i, const StepResult& result) {
                 : "compensation retries exhausted (" +
                       std::to_string(step.compensation_retry_count + 1) + " failures): " +
                       result.error;
-  d_.pool.Transact("fail compensation", [&](storage::Connection& c) {
-    Fence(store::FailCompensation(c, ev_.id, version_, d_.node, step.name, error),
-          "fail compensation");
-    store::RecordCompensationFailure(c, step.code, result.error);
+  fence_ = d_.pool.Transact("fail compensation", [&, held = fence_](storage::Connection& c) {
+    events::Fence after = Held(events::FailCompensation(c, held, d_.node, step.name, error), "fail compensation");
+    events::RecordCompensationFailure(c, step.code, result.error);
+    return after;
   });
-  ++version_;
   d_.stats.failed++;
   spdlog::error("EVENT_FAILED event={} node={} trace={} step={} ms={} reason=\"compensation of '{}' "
                 "failed: {}\"",
@@ -1310,7 +1258,7 @@ Outcome EventRun::CompensationFailure(size_t i, const StepResult& result) {
 
 Outcome EventRun::Abandon(const std::string& why) {
   spdlog::warn("EVENT_ABANDONED event={} node={} trace={} version={} reason=\"{}\"", ev_.code, d_.node,
-               trace_, version_, OneLine(why));
+               trace_, fence_.version, OneLine(why));
   return Outcome::kAbandoned;
 }
 
@@ -1355,7 +1303,7 @@ auto SagaEngine::Guarded(const AssignedEvent& event, F&& run) -> decltype(run())
 Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop) {
   Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
             [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
-            groups_.get()};
+            *groups_};
   EventRun run(std::move(deps), plans_, event, std::move(stop));
   return Guarded(event, [&] { return run.Go(); });
 }
@@ -1375,7 +1323,7 @@ std::vector<Outcome> SagaEngine::RunBatch(const std::vector<const AssignedEvent*
   };
   const Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
                   [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
-                  groups_.get()};
+                  *groups_};
   std::vector<Slot> slots;
   slots.reserve(events.size());
   for (const AssignedEvent* e : events) {

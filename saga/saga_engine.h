@@ -78,45 +78,14 @@
 #include "config/settings.h"
 #include "core/clock.h"
 #include "core/metrics.h"
+#include "events/poll.h"
 #include "saga/step_handler.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::saga {
 
-// An event as the consumer polled it (ASSIGNED to this node).
-struct AssignedEvent {
-  int64_t id = 0;
-  std::string code;
-  std::string tenant_id;
-  std::string data_id;
-  std::string topic;
-  std::string payload;       // raw text; may be malformed
-  // FORWARD | COMPENSATE, as polled: the claim is fenced by it too (a wrong phase
-  // claims nothing). Empty: read in the claim transaction (one more round trip),
-  // together with retry_count.
-  std::string phase;
-  std::string trace_id;      // empty: the engine uses the event code
-  int version = 0;           // as assigned; the claim bumps it
-  int attempt = 0;
-  int retry_count = 0;       // as polled: the claim-time poison guard uses it
-  // For the claim-latency metric: NOW(3) - assigned_time when polled (database clock)
-  // and when it was polled (the engine's clock); the latency is their sum at the
-  // claim's commit. Negative: unknown (not observed).
-  std::chrono::microseconds assigned_age{-1};
-  Clock::TimePoint polled_at{};
-  // Set by SagaEngine::ClaimBatch: this node claimed it (the fields above are still
-  // as polled: version and attempt before the claim); Run() starts at the first step.
-  bool claimed = false;
-  // Set by SagaEngine::ClaimBatch instead, for a plan whose steps are fast: still
-  // ASSIGNED, no step rows; the first step runs unclaimed and its success commits the
-  // claim with it (ASSIGNED -> SUCCESS or RUNNING, attempt 1, the plan's rows; one
-  // transaction and two row writes less). The commit is fenced by the assigned
-  // version, so a reassigned event commits nothing. A step that writes through tx()
-  // has the claim written first, in its group's transaction, so it sees the event
-  // RUNNING. A failure, or a group that rolls back, is not recorded unclaimed: the
-  // event is then claimed on its own and the step runs again.
-  bool claim_deferred = false;
-};
+// An event as the consumer polled it (ASSIGNED to this node): events/poll.h.
+using AssignedEvent = events::AssignedEvent;
 
 enum class Outcome {
   kNotClaimed,      // the claim lost (reassigned or reset meanwhile)

@@ -1,7 +1,7 @@
 #include "saga/step_handler.h"
 
 #include "core/error.h"
-#include "saga/step_store.h"
+#include "events/transitions.h"
 #include "saga/steps/demo_step.h"
 #include "saga/steps/table_steps.h"
 #include "storage/db_url.h"
@@ -9,7 +9,7 @@
 namespace dsync::saga {
 
 void StepContext::InsertAtCommit(std::string_view head, std::string_view tail, std::vector<storage::Value> row) {
-  store::InsertDeferredRow(tx(), store::DeferredRow{std::string(head), std::string(tail), std::move(row)});
+  events::InsertDeferredRow(tx(), events::DeferredRow{std::string(head), std::string(tail), std::move(row)});
 }
 
 Datasources::Datasources(std::map<std::string, std::string> urls) : urls_(std::move(urls)) {}

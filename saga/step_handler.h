@@ -119,7 +119,7 @@ class StepContext {
   // with the fence (throws OwnershipLostError if the event was taken away). Either
   // way keep work after the first tx() call short: the connection (and, for
   // compensation, the event's row lock) is held until the handler returns; do slow
-  // work (sleeps, remote calls) before it. Statements throw sql::SQLException.
+  // work (sleeps, remote calls) before it. Statements throw DbError (storage::StatementError).
   virtual storage::Connection& tx() = 0;
   // A fenced read: true while this node still owns the event at its claimed version.
   virtual bool StillOwner() = 0;

@@ -2,6 +2,7 @@
 
 #include <mysql_driver.h>
 
+#include <cppconn/resultset_metadata.h>
 #include <cppconn/statement.h>
 
 namespace dsync::storage {
@@ -69,12 +70,27 @@ int One(sql::PreparedStatement& ps, int i, const ValueList& list) {
 
 }  // namespace bind
 
-DbError TranslateSqlException(const sql::SQLException& e, std::string_view context) {
+StatementError Translate(const sql::SQLException& e) {
   int code = e.getErrorCode();
   std::string what = OneLine(e.what());
   if (what.empty()) what = "error " + std::to_string(code);
-  return DbError(KindOf(code), code,
-                 std::string(context) + ": " + what + " (" + std::to_string(code) + ")");
+  return StatementError(KindOf(code), code, what + " (" + std::to_string(code) + ")");
+}
+
+DbError StatementError::WithContext(std::string_view context) const {
+  return DbError(kind(), code(), std::string(context) + ": " + what());
+}
+
+DbError TranslateSqlException(const sql::SQLException& e, std::string_view context) {
+  return Translate(e).WithContext(context);
+}
+
+int ResultSet::columnCount() const {
+  return Guard([&] { return static_cast<int>(rs_->getMetaData()->getColumnCount()); });
+}
+
+std::string ResultSet::columnLabel(int col) const {
+  return Guard([&] { return std::string(rs_->getMetaData()->getColumnLabel(col)); });
 }
 
 Connection::Connection(const DbUrl& url) {
@@ -145,12 +161,20 @@ sql::PreparedStatement& Connection::Prepared(std::string_view sql) {
   return ref;
 }
 
-void Connection::ExecuteDdl(const std::string& ddl) { Text().execute(ddl); }
+void Connection::ExecuteDdl(const std::string& ddl) { RunText(ddl); }
 
 // Transaction control goes over the text protocol (not every server prepares it).
-void Connection::Begin() { Text().execute("START TRANSACTION"); }
+void Connection::Begin() { RunText("START TRANSACTION"); }
 
-void Connection::Commit() { Text().execute("COMMIT"); }
+void Connection::Commit() { RunText("COMMIT"); }
+
+void Connection::RunText(const std::string& text) {
+  try {
+    Text().execute(text);
+  } catch (const sql::SQLException& e) {
+    throw Translate(e);
+  }
+}
 
 void Connection::Rollback() noexcept {
   try {

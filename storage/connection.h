@@ -4,8 +4,9 @@
 // arguments; there is no API for splicing values into SQL text. The only raw text
 // execution is ExecuteDdl, used for the migrations in sql/.
 //
-// Errors: every sql::SQLException thrown below this layer is translated into
-// dsync::DbError by TranslateSqlException (here, once). Callers see DbError only.
+// Errors: every failure of the driver below this layer is translated here, once, into
+// StatementError (storage/result_set.h), a dsync::DbError; callers never see the
+// driver's types (Query returns a storage::ResultSet).
 //
 // Thread safety: a Connection is used by one thread at a time (the pool lends it out
 // exclusively).
@@ -29,11 +30,9 @@
 
 #include "core/error.h"
 #include "storage/db_url.h"
+#include "storage/result_set.h"
 
 namespace dsync::storage {
-
-// sql::SQLException -> DbError with its Kind. `context` names the operation.
-DbError TranslateSqlException(const sql::SQLException& e, std::string_view context);
 
 // A value for one `?` when the number of values is known only at run time
 // (multi-row VALUES, IN lists): monostate is NULL.
@@ -91,18 +90,27 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   // Runs a statement; returns affected rows (rows *matched* for UPDATE, as the
-  // connection sets CLIENT_FOUND_ROWS).
+  // connection sets CLIENT_FOUND_ROWS). Throws StatementError.
   template <class... Args>
   uint64_t Execute(std::string_view sql, const Args&... args) {
-    auto& ps = Bound(sql, args...);
-    return static_cast<uint64_t>(ps.executeUpdate());
+    try {
+      auto& ps = Bound(sql, args...);
+      return static_cast<uint64_t>(ps.executeUpdate());
+    } catch (const sql::SQLException& e) {
+      throw Translate(e);
+    }
   }
 
   // Runs a query; the result set is read before the next statement on this connection.
+  // Throws StatementError.
   template <class... Args>
-  std::unique_ptr<sql::ResultSet> Query(std::string_view sql, const Args&... args) {
-    auto& ps = Bound(sql, args...);
-    return std::unique_ptr<sql::ResultSet>(ps.executeQuery());
+  std::unique_ptr<ResultSet> Query(std::string_view sql, const Args&... args) {
+    try {
+      auto& ps = Bound(sql, args...);
+      return std::make_unique<ResultSet>(std::unique_ptr<sql::ResultSet>(ps.executeQuery()));
+    } catch (const sql::SQLException& e) {
+      throw Translate(e);
+    }
   }
 
   // A single-value query; nullopt when there is no row or the value is NULL.
@@ -116,12 +124,13 @@ class Connection {
   std::optional<std::string> QueryString(std::string_view sql, const Args&... args) {
     auto rs = Query(sql, args...);
     if (!rs->next() || rs->isNull(1)) return std::nullopt;
-    return std::string(rs->getString(1));
+    return rs->getString(1);
   }
 
-  // Trusted DDL text from sql/ migrations only; never user input.
+  // Trusted DDL text from sql/ migrations only; never user input. Throws StatementError.
   void ExecuteDdl(const std::string& ddl);
 
+  // Transaction control (storage::Transaction is the usual way). Throw StatementError.
   void Begin();
   void Commit();
   void Rollback() noexcept;  // best effort; marks the connection broken if it fails
@@ -146,6 +155,7 @@ class Connection {
   }
   sql::PreparedStatement& Prepared(std::string_view sql);
   sql::Statement& Text();
+  void RunText(const std::string& text);  // throws StatementError
 
   std::unique_ptr<sql::Connection> conn_;
   // Prepared statements by SQL text, least recently used first in lru_. Bounded:

@@ -17,7 +17,8 @@
 //   - Transact: deadlock (1213), lock-wait timeout (1205) and a connection lost
 //     before COMMIT are retried from BEGIN. A connection lost *during* COMMIT is not
 //     retried: it throws DbError{kCommitUnknown}, since the commit may have applied.
-// Anything else propagates at once as DbError. sql::SQLException never escapes.
+// Anything else propagates at once as DbError (storage::Transaction words the
+// failures; no driver type escapes).
 //
 // Thread safety: all members are thread-safe. Leases are used by one thread.
 #pragma once
@@ -39,6 +40,7 @@
 #include "core/error.h"
 #include "storage/connection.h"
 #include "storage/db_url.h"
+#include "storage/transaction.h"
 
 namespace dsync::storage {
 
@@ -111,34 +113,30 @@ class ConnectionPool {
   auto WithRetry(std::string_view what, bool transaction, F& fn)
       -> std::invoke_result_t<F&, Connection&> {
     for (int attempt = 1;; ++attempt) {
-      bool committing = false;
       try {
         Lease c = Borrow();
+        if (!transaction) {
+          try {
+            return fn(*c);
+          } catch (const StatementError& e) {
+            if (e.kind() == DbError::Kind::kConnectionLost) c->mark_broken();
+            throw e.WithContext(what);
+          }
+        }
+        Transaction tx(*c, std::string(what));  // rolls back unless committed
         try {
-          if (!transaction) return fn(*c);
-          c->Begin();
+          tx.Begin();
           if constexpr (std::is_void_v<std::invoke_result_t<F&, Connection&>>) {
             fn(*c);
-            committing = true;
-            c->Commit();
+            tx.Commit();
             return;
           } else {
             auto result = fn(*c);
-            committing = true;
-            c->Commit();
+            tx.Commit();
             return result;
           }
-        } catch (const sql::SQLException& e) {
-          DbError err = TranslateSqlException(e, what);
-          if (err.kind() == DbError::Kind::kConnectionLost) c->mark_broken();
-          else if (transaction) c->Rollback();
-          if (committing && err.kind() == DbError::Kind::kConnectionLost)
-            throw DbError(DbError::Kind::kCommitUnknown, err.code(),
-                          std::string(what) + ": connection lost during COMMIT; outcome unknown");
-          throw err;
-        } catch (...) {
-          if (transaction) c->Rollback();
-          throw;
+        } catch (const StatementError& e) {
+          throw tx.Fail(e);
         }
       } catch (const DbError& err) {
         bool retryable = err.kind() == DbError::Kind::kConnectionLost ||

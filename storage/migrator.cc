@@ -99,8 +99,8 @@ bool Migrator::CreateSchemaIfMissing() {
       spdlog::info("SCHEMA_CREATED schema={}", name);
     }
     return !existed;
-  } catch (const sql::SQLException& e) {
-    throw TranslateSqlException(e, "create schema " + name);
+  } catch (const StatementError& e) {
+    throw e.WithContext("create schema " + name);
   }
 }
 
@@ -157,13 +157,13 @@ MigrateResult Migrator::Migrate(Millis lock_timeout) {
       for (const std::string& statement : SplitSqlStatements(m.text)) {
         try {
           conn->ExecuteDdl(statement);
-        } catch (const sql::SQLException& e) {
+        } catch (const StatementError& e) {
           // A run interrupted between a statement and the version row left this
           // statement applied; MySQL has no ADD COLUMN IF NOT EXISTS (nor DROP INDEX
           // IF EXISTS), so accept "already exists" and "already gone" as done.
-          if (!IsAlreadyApplied(e.getErrorCode())) throw;
+          if (!IsAlreadyApplied(e.code())) throw;
           spdlog::info("MIGRATION_STATEMENT_ALREADY_APPLIED version={} code={}", m.version,
-                       e.getErrorCode());
+                       e.code());
         }
       }
       conn->Execute(kInsertVersion, m.version, m.name, Checksum(m.text), HostAndPid());
@@ -171,9 +171,9 @@ MigrateResult Migrator::Migrate(Millis lock_timeout) {
       result.to_version = m.version;
     }
     return result;
-  } catch (const sql::SQLException& e) {
-    if (TranslateSqlException(e, "").kind() == DbError::Kind::kConnectionLost) conn->mark_broken();
-    throw TranslateSqlException(e, "migrate");
+  } catch (const StatementError& e) {
+    if (e.kind() == DbError::Kind::kConnectionLost) conn->mark_broken();
+    throw e.WithContext("migrate");
   }
 }
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "events/rows.h"
 
 namespace dsync::saga {
 namespace {
@@ -16,19 +17,20 @@ constexpr const char* kLedgerTail = "ON DUPLICATE KEY UPDATE applications = appl
 constexpr const char* kDeleteLedger = "DELETE FROM demo_ledger WHERE idempotency_key = ?";
 
 // Params: event code, step name, idempotency key, op, writer attempt, writer pid,
-// event code. The owner columns are read in the same statement, inside the step's
-// fenced transaction (which holds the event's row lock): the owner as the database
-// sees it at the moment of the write. The derived one-row table keeps the audit row
-// even if the event row were missing (owner columns NULL then).
+// owner attempt, owner status, owner node. The owner columns are read just before
+// (events::ReadOwner), inside the step's fenced transaction (which holds the event's
+// row lock): the owner as the database sees it at the moment of the write (NULL if
+// the event row were missing).
 constexpr const char* kAudit = R"(
 INSERT INTO demo_ledger_audit (event_code, step_name, idempotency_key, op, writer_attempt,
                                writer_pid, owner_attempt, owner_status, owner_node)
-SELECT ?, ?, ?, ?, ?, ?, e.attempt, e.status, e.node_address
-FROM (SELECT 1 AS one) AS d LEFT JOIN distribute_event e ON e.code = ?)";
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?))";
 
 void Audit(StepContext& ctx, const char* op) {
-  ctx.tx().Execute(kAudit, ctx.event_code(), ctx.step_name(), ctx.idempotency_key(), op,
-                   ctx.attempt(), static_cast<int>(::getpid()), ctx.event_code());
+  storage::Connection& c = ctx.tx();
+  const events::EventOwner owner = events::ReadOwner(c, ctx.event_code());
+  c.Execute(kAudit, ctx.event_code(), ctx.step_name(), ctx.idempotency_key(), op, ctx.attempt(),
+            static_cast<int>(::getpid()), owner.attempt, owner.status, owner.node_address);
 }
 
 [[noreturn]] void Bad(const std::string& path, const std::string& why) {

@@ -5,7 +5,6 @@
 #include <set>
 #include <stdexcept>
 
-#include <cppconn/datatype.h>
 
 namespace dsync::saga::table {
 namespace {
@@ -208,7 +207,7 @@ std::string ColumnSet::NameList() const {
 
 std::string ColumnSet::OrderBy() const { return NameList(); }
 
-std::vector<Row> ColumnSet::ReadAll(sql::ResultSet& rs) const {
+std::vector<Row> ColumnSet::ReadAll(storage::ResultSet& rs) const {
   std::vector<Row> rows;
   while (rs.next()) {
     Row row;

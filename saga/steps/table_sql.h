@@ -24,8 +24,6 @@
 #include <variant>
 #include <vector>
 
-#include <cppconn/prepared_statement.h>
-#include <cppconn/resultset.h>
 #include <nlohmann/json.hpp>
 
 #include "storage/connection.h"
@@ -55,7 +53,7 @@ struct TableSchema {
 };
 
 // Reads the table's columns and primary key from the connection's schema.
-// nullopt: no such table. Throws sql::SQLException (callers run it in a pool).
+// nullopt: no such table. Throws DbError (callers run it in a pool).
 std::optional<TableSchema> DescribeTable(storage::Connection& c, const std::string& datasource,
                                          const std::string& table);
 
@@ -79,7 +77,7 @@ class ColumnSet {
 
   std::string SelectList() const;                        // "CAST(`a` AS CHAR), HEX(`b`)"
   std::string NameList() const;                          // "`a`, `b`"
-  std::vector<Row> ReadAll(sql::ResultSet& rs) const;    // every row of rs
+  std::vector<Row> ReadAll(storage::ResultSet& rs) const;    // every row of rs
 
   // Values of `row` (one cell per column, in order) for an INSERT tuple.
   void AppendValues(const Row& row, std::vector<SqlValue>& out) const;

@@ -118,7 +118,10 @@ out=$(dsync retry poison)
 wait_for '[[ $(event_status poison) == COMPENSATED && $(sql "SELECT attempt FROM distribute_event WHERE code = '"'poison'"'") == 2 ]]' 20 "retried poison compensated again"
 expect_eq "$(sql "SELECT COUNT(*) FROM demo_ledger WHERE event_code = 'poison'")" 0 "compensated again: no ledger rows"
 (( $(sql "SELECT version FROM distribute_event WHERE code = 'poison'") > v_before )) || fail "version did not grow"
-expect_eq "$(sql "SELECT JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[3].why')) FROM distribute_event WHERE code = 'poison'")" \
+# process_log: assigned, claimed, compensating, compensated, then the operator's retry.
+expect_eq "$(sql "SELECT JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[0].to')) FROM distribute_event WHERE code = 'poison'")" \
+  "ASSIGNED" "the assignment is in process_log"
+expect_eq "$(sql "SELECT JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[4].why')) FROM distribute_event WHERE code = 'poison'")" \
   "operator retry from the failed step" "the retry is in process_log"
 
 # Fix the payload (an operator correcting data) and retry from the start: SUCCESS.

@@ -29,7 +29,7 @@
 #include "core/error.h"
 #include "saga/commit_group.h"
 #include "saga/step_handler.h"
-#include "saga/step_store.h"
+#include "events/transitions.h"
 #include "tests/support/saga_invariants.h"
 #include "tests/support/test_db.h"
 
@@ -128,8 +128,8 @@ class CommitGroupTest : public ::testing::Test {
   }
 
   // The event's only step succeeded and it was the last: the event turns SUCCESS.
-  static store::StepSuccess Success(const Event& e) {
-    store::StepSuccess s;
+  static events::StepSuccess Success(const Event& e) {
+    events::StepSuccess s;
     s.event_id = e.id;
     s.version = e.version;
     s.step_code = e.step_code();
@@ -191,7 +191,7 @@ class CommitGroupTest : public ::testing::Test {
 class CommitterHold {
  public:
   CommitterHold(storage::ConnectionPool& pool, CommitGroups& groups, Event spare,
-                store::StepSuccess success)
+                events::StepSuccess success)
       : spare_(std::move(spare)) {
     lock_.emplace(pool.Borrow());
     (*lock_)->Begin();

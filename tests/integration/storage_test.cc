@@ -106,8 +106,8 @@ TEST(Storage, IdleTransactionIsEndedByTheServer) {
   try {
     frozen.Commit();
     ADD_FAILURE() << "the idle transaction survived its timeout";
-  } catch (const sql::SQLException& e) {
-    EXPECT_EQ(storage::TranslateSqlException(e, "commit").kind(), DbError::Kind::kConnectionLost) << e.what();
+  } catch (const storage::StatementError& e) {
+    EXPECT_EQ(e.kind(), DbError::Kind::kConnectionLost) << e.what();
   }
   EXPECT_EQ(db.QueryInt("SELECT v FROM idle_t WHERE id = 1"), 2);  // the frozen write never landed
 }

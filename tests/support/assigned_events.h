@@ -1,6 +1,6 @@
 // The consumer's poll as the saga tests need it: every event ASSIGNED to a node, read
-// the way ConsumerNode::PollOnce reads them (consumer::ReadAssignedEvent; without its
-// LIMIT and latency column), for
+// the way ConsumerNode::PollOnce reads them (events::PollAssigned, without a limit
+// and with the latency left unobserved), for
 // tests that drive SagaEngine::ClaimBatch / RunBatch without a node.
 //
 //   std::vector<saga::AssignedEvent> polled = testing::PollAssigned(db.pool(), "10.0.0.1:7001");

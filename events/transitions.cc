@@ -1,4 +1,4 @@
-#include "saga/step_store.h"
+#include "events/transitions.h"
 
 #include <bit>
 #include <map>
@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "saga/process_log_sql.h"
+#include "events/process_log.h"
 
-namespace dsync::saga::store {
+namespace dsync::events {
 namespace {
 
 static_assert(kProcessLogSize == 20, "DSYNC_APPEND_PROCESS_LOG hard-codes 20");
@@ -77,12 +77,6 @@ WHERE id = ? AND version = ?)";
 constexpr const char* kStepId = "SELECT id FROM distribute_event_step WHERE code = ?";
 
 // Params: job code. Uses idx_job_code.
-constexpr const char* kLoadSteps = R"(
-SELECT id, code, parent_step_id, sort, step_name, step_type, status, retry_count,
-       compensation_retry_count, max_retry, attempt, executed_at IS NOT NULL,
-       compensation_data, payload
-FROM distribute_event_step WHERE job_code = ?)";
-
 // Params: node, attempt, code.
 constexpr const char* kMarkStepExecuting = R"(
 UPDATE distribute_event_step SET status = 'EXECUTING', node_address = ?, attempt = ?,
@@ -122,6 +116,11 @@ UPDATE distribute_event_step SET error_details = ?,
 WHERE code = ?)";
 
 int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
+
+// A status change's result: the fence after it when its one row matched.
+std::optional<Fence> Matched(uint64_t rows, const Fence& before) {
+  return rows == 1 ? std::optional<Fence>(before.Next()) : std::nullopt;
+}
 
 // The plan's (or a parent's children's) rows in one multi-row INSERT IGNORE, so a
 // plan of any size is one round trip; the text depends only on the row count, so the
@@ -186,58 +185,62 @@ std::vector<storage::Value> StepValues(std::span<const NewStep> steps, const std
 
 }  // namespace
 
-bool ClaimEvent(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> ClaimEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                 const std::string& phase, const std::string& to, const std::string& why) {
-  return c.Execute(kClaimEvent, node, to, why, id, version, node, phase) == 1;
+  return Matched(c.Execute(kClaimEvent, node, to, why, fence.id, fence.version, node, phase), fence);
 }
 
-std::optional<ClaimState> ReadClaimState(storage::Connection& c, int64_t id, int version) {
-  auto rs = c.Query(kReadClaimState, id, version);
+std::optional<ClaimState> ReadClaimState(storage::Connection& c, const Fence& fence) {
+  auto rs = c.Query(kReadClaimState, fence.id, fence.version);
   if (!rs->next()) return std::nullopt;
   return ClaimState{std::string(rs->getString(1)), rs->getInt(2)};
 }
 
-bool TouchEvent(storage::Connection& c, int64_t id, int version, int progress) {
-  return c.Execute(kTouchEvent, progress, id, version) == 1;
+bool TouchEvent(storage::Connection& c, const Fence& fence, int progress) {
+  return c.Execute(kTouchEvent, progress, fence.id, fence.version) == 1;
 }
 
-bool OwnsEvent(storage::Connection& c, int64_t id, int version) {
-  return c.QueryInt(kOwnsEvent, id, version).has_value();
+bool OwnsEvent(storage::Connection& c, const Fence& fence) {
+  return c.QueryInt(kOwnsEvent, fence.id, fence.version).has_value();
 }
 
-bool SucceedEvent(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> SucceedEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                   const std::string& result_json) {
-  return c.Execute(kSucceedEvent, node, "SUCCESS", "all steps succeeded", result_json, id,
-                   version) == 1;
+  return Matched(c.Execute(kSucceedEvent, node, "SUCCESS", "all steps succeeded", result_json, fence.id,
+                           fence.version),
+                 fence);
 }
 
-bool ScheduleEventRetry(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> ScheduleEventRetry(storage::Connection& c, const Fence& fence, const std::string& node,
                         int retry_increment, Millis backoff, const std::string& error,
                         const std::string& why) {
-  return c.Execute(kScheduleEventRetry, node, "PENDING", why, retry_increment, Micros(backoff),
-                   error, id, version) == 1;
+  return Matched(c.Execute(kScheduleEventRetry, node, "PENDING", why, retry_increment, Micros(backoff),
+                           error, fence.id, fence.version),
+                 fence);
 }
 
-bool StartCompensation(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> StartCompensation(storage::Connection& c, const Fence& fence, const std::string& node,
                        const std::string& result_json, const std::string& error) {
-  return c.Execute(kStartCompensation, node, "COMPENSATING", error, result_json, error, id,
-                   version) == 1;
+  return Matched(c.Execute(kStartCompensation, node, "COMPENSATING", error, result_json, error, fence.id,
+                           fence.version),
+                 fence);
 }
 
-bool CompleteCompensation(storage::Connection& c, int64_t id, int version,
+std::optional<Fence> CompleteCompensation(storage::Connection& c, const Fence& fence,
                           const std::string& node, int progress) {
-  return c.Execute(kCompleteCompensation, node, "COMPENSATED", "every completed step compensated",
-                   progress, id, version) == 1;
+  return Matched(c.Execute(kCompleteCompensation, node, "COMPENSATED", "every completed step compensated",
+                           progress, fence.id, fence.version),
+                 fence);
 }
 
-bool LockEvent(storage::Connection& c, int64_t id, int version) {
-  std::optional<int64_t> v = c.QueryInt("SELECT version FROM distribute_event WHERE id = ? FOR UPDATE", id);
-  return v && *v == version;
+bool LockEvent(storage::Connection& c, const Fence& fence) {
+  std::optional<int64_t> v = c.QueryInt("SELECT version FROM distribute_event WHERE id = ? FOR UPDATE", fence.id);
+  return v && *v == fence.version;
 }
 
 namespace {
 
-// Batched statements (step_store.h): lists padded to a power of two by repeating
+// Batched statements (transitions.h): lists padded to a power of two by repeating
 // the last entry, so a connection caches one statement text per size class.
 size_t SizeClass(size_t n) {
   size_t p = 1;
@@ -503,15 +506,18 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
                claim_run_progress);
 }
 
-bool FailEvent(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> FailEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                const std::string& result_json, const std::string& error) {
-  return c.Execute(kFailEvent, node, "FAILED", error, result_json, error, id, version) == 1;
+  return Matched(c.Execute(kFailEvent, node, "FAILED", error, result_json, error, fence.id, fence.version),
+                 fence);
 }
 
-bool FailCompensation(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> FailCompensation(storage::Connection& c, const Fence& fence, const std::string& node,
                       const std::string& step_name, const std::string& error) {
   std::string why = "compensation of '" + step_name + "' failed: " + error;
-  return c.Execute(kFailCompensation, node, "FAILED", why, step_name, error, why, id, version) == 1;
+  return Matched(c.Execute(kFailCompensation, node, "FAILED", why, step_name, error, why, fence.id,
+                           fence.version),
+                 fence);
 }
 
 uint64_t InsertSteps(storage::Connection& c, const std::vector<NewStep>& steps,
@@ -530,30 +536,6 @@ uint64_t InsertChildSteps(storage::Connection& c, const std::string& parent_code
   std::optional<int64_t> parent_id = c.QueryInt(kStepId, parent_code);
   return c.Execute(InsertStepsSql(children.size()),
                    storage::Values(StepValues(children, "", 0, parent_id)));
-}
-
-std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_code) {
-  std::vector<StepRow> rows;
-  auto rs = c.Query(kLoadSteps, event_code);
-  while (rs->next()) {
-    StepRow r;
-    r.id = rs->getInt64(1);
-    r.code = rs->getString(2);
-    if (!rs->isNull(3)) r.parent_step_id = rs->getInt64(3);
-    r.sort = rs->getInt(4);
-    r.name = rs->getString(5);
-    r.type = rs->getString(6);
-    r.status = rs->getString(7);
-    r.retry_count = rs->getInt(8);
-    r.compensation_retry_count = rs->getInt(9);
-    r.max_retry = rs->getInt(10);
-    r.attempt = rs->getInt(11);
-    r.executed = rs->getInt(12) != 0;
-    if (!rs->isNull(13)) r.compensation_data = std::string(rs->getString(13));
-    if (!rs->isNull(14)) r.payload = std::string(rs->getString(14));
-    rows.push_back(std::move(r));
-  }
-  return rows;
 }
 
 void MarkStepExecuting(storage::Connection& c, const std::string& code, const std::string& node,
@@ -590,4 +572,4 @@ void RecordCompensationFailure(storage::Connection& c, const std::string& code,
   c.Execute(kRecordCompensationFailure, error, code);
 }
 
-}  // namespace dsync::saga::store
+}  // namespace dsync::events

@@ -1,9 +1,14 @@
-// The saga engine's SQL: one named function per statement on distribute_event and
-// distribute_event_step, each taking the connection of the caller's transaction.
+// The owner's transitions (docs/event-lifecycle.md items 3-5): claim, step success and
+// failure, compensate, retry with backoff, fail; and the step rows' statements. One
+// named function per statement on distribute_event and distribute_event_step, each
+// taking the connection of the caller's transaction. Used by the saga engine and its
+// commit groups (saga/).
 //
-// Fencing (docs/event-lifecycle.md): every event statement below except ClaimEvent is
-// conditional on `id = ? AND version = ?` and returns false when it matched no row,
-// i.e. the caller no longer owns the event at that version and must roll back.
+// Fencing (docs/event-lifecycle.md): every event statement below is conditional on
+// the Fence (`id = ? AND version = ?`, events/fence.h). A status change returns the
+// fence it leaves the event at (version + 1) and nullopt when it matched no row, i.e.
+// the caller no longer owns the event at that version and must roll back; the other
+// fenced statements return false then. ClaimEvent takes the assigned fence.
 // Step statements carry no fence of their own: callers run them only inside a
 // transaction whose first statement was a fenced event statement (which also holds
 // the event's row lock until commit).
@@ -11,8 +16,9 @@
 // Status changes append {"at","node","from","to","why"} to the event's process_log
 // (a JSON array trimmed to the last kProcessLogSize entries) in the same statement.
 //
-// Statements throw sql::SQLException (callers translate at their transaction
-// boundary: storage::ConnectionPool::Transact or the engine's own step transaction).
+// REQUIRES: every function runs inside the caller's transaction
+// (storage::ConnectionPool::Transact or a storage::Transaction); statements throw
+// DbError.
 //
 // Thread safety: stateless functions; a Connection is used by one thread at a time.
 #pragma once
@@ -24,11 +30,13 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "events/fence.h"
+#include "events/process_log.h"
+#include "events/rows.h"
 #include "storage/connection.h"
 
-namespace dsync::saga::store {
+namespace dsync::events {
 
-inline constexpr int kProcessLogSize = 20;
 
 // ---- distribute_event ------------------------------------------------------------
 
@@ -36,7 +44,7 @@ inline constexpr int kProcessLogSize = 20;
 // attempt+1, started_time and modifier_time = NOW(3), only while the phase is
 // `phase` (the caller acts on it; `to` is the matching status, for the log).
 // False: not ASSIGNED to `node` at `version` in that phase any more.
-bool ClaimEvent(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> ClaimEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                 const std::string& phase, const std::string& to, const std::string& why);
 
 // phase and retry_count at `version` (a plain read), for callers that did not poll them.
@@ -44,49 +52,49 @@ struct ClaimState {
   std::string phase;
   int retry_count = 0;
 };
-std::optional<ClaimState> ReadClaimState(storage::Connection& c, int64_t id, int version);
+std::optional<ClaimState> ReadClaimState(storage::Connection& c, const Fence& fence);
 
 // The owner's fence: modifier_time = NOW(3), progress = `progress`.
-bool TouchEvent(storage::Connection& c, int64_t id, int version, int progress);
+bool TouchEvent(storage::Connection& c, const Fence& fence, int progress);
 
 // A fenced read (no write): true while the event is still at `version`.
-bool OwnsEvent(storage::Connection& c, int64_t id, int version);
+bool OwnsEvent(storage::Connection& c, const Fence& fence);
 
 // RUNNING -> SUCCESS: version+1, finished_time, progress 100, result.
-bool SucceedEvent(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> SucceedEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                   const std::string& result_json);
 
 // RUNNING or COMPENSATING -> PENDING with next_run_time = NOW(3) + backoff, node
 // cleared, version+1, retry_count + `retry_increment` (1 forward, 0 compensation),
 // last_error. The phase is unchanged.
-bool ScheduleEventRetry(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> ScheduleEventRetry(storage::Connection& c, const Fence& fence, const std::string& node,
                         int retry_increment, Millis backoff, const std::string& error,
                         const std::string& why);
 
 // RUNNING -> COMPENSATING, phase COMPENSATE, version+1; `result_json` records the
 // original failure ({"failed_step":..., "error":...}); last_error = `error`.
-bool StartCompensation(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> StartCompensation(storage::Connection& c, const Fence& fence, const std::string& node,
                        const std::string& result_json, const std::string& error);
 
 // COMPENSATING -> COMPENSATED: version+1, finished_time, progress; result unchanged
 // (it still holds the original failure).
-bool CompleteCompensation(storage::Connection& c, int64_t id, int version,
+std::optional<Fence> CompleteCompensation(storage::Connection& c, const Fence& fence,
                           const std::string& node, int progress);
 
 // -> FAILED: version+1, finished_time, result, last_error. For events rejected before
 // any step ran (unknown topic, payload not JSON).
-bool FailEvent(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> FailEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                const std::string& result_json, const std::string& error);
 
 // COMPENSATING -> FAILED: compensation gave up. Adds compensation_failed_step and
 // compensation_error to the result that holds the original failure.
-bool FailCompensation(storage::Connection& c, int64_t id, int version, const std::string& node,
+std::optional<Fence> FailCompensation(storage::Connection& c, const Fence& fence, const std::string& node,
                       const std::string& step_name, const std::string& error);
 
 // The fence as a locking read: true while the event is at `version`; its row then
 // stays locked (no one can change it) until the caller's transaction ends. Cheaper
 // than TouchEvent (no row write); the group commit's fence.
-bool LockEvent(storage::Connection& c, int64_t id, int version);
+bool LockEvent(storage::Connection& c, const Fence& fence);
 
 // ---- batched: many events per statement ------------------------------------------
 //
@@ -180,26 +188,6 @@ uint64_t InsertSteps(storage::Connection& c, const std::vector<NewStep>& steps,
 uint64_t InsertChildSteps(storage::Connection& c, const std::string& parent_code,
                           const std::vector<NewStep>& children);
 
-struct StepRow {
-  int64_t id = 0;
-  std::string code;
-  std::optional<int64_t> parent_step_id;
-  int sort = 0;
-  std::string name;
-  std::string type;
-  std::string status;
-  int retry_count = 0;
-  int compensation_retry_count = 0;
-  int max_retry = 0;
-  int attempt = 0;
-  bool executed = false;  // executed_at IS NOT NULL
-  std::optional<std::string> compensation_data;
-  std::optional<std::string> payload;
-};
-
-// Every step row of an event (any order; the engine orders them by code).
-std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_code);
-
 // PENDING/EXECUTING/FAILED -> EXECUTING (node, attempt, started_at). Never a SUCCESS step.
 void MarkStepExecuting(storage::Connection& c, const std::string& code, const std::string& node,
                        int attempt);
@@ -230,4 +218,4 @@ void MarkStepCompensated(storage::Connection& c, const std::string& code);
 void RecordCompensationFailure(storage::Connection& c, const std::string& code,
                                const std::string& error);
 
-}  // namespace dsync::saga::store
+}  // namespace dsync::events

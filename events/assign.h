@@ -1,0 +1,81 @@
+// Assign (docs/event-lifecycle.md item 2), the dispatcher leader's transition, and the
+// reads that plan it: in-flight counts per node and the due PENDING events.
+//
+//   UPDATE distribute_event
+//   SET node_address=?, process_log=<append {node, PENDING -> ASSIGNED}>,
+//       status='ASSIGNED', version=version+1, assigned_time=NOW(3)
+//   WHERE id=? AND version=? AND status='PENDING'
+//
+// written for 64 events per statement (AssignEvents). Reads, each one statement served
+// by an index that never visits terminal rows (see each function).
+//
+// Thread safety: stateless functions; a Connection is used by one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "storage/connection.h"
+
+namespace dsync::events {
+
+// In-flight events (ASSIGNED, RUNNING, COMPENSATING) per node, for the given node
+// addresses; an address holding none is absent from the map. Reads only in-flight rows
+// (a covering range of idx_node_address), however many finished events the table holds.
+// Throws DbError (run it inside ConnectionPool::Run).
+std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::vector<std::string>& addresses);
+
+// A due PENDING event as the dispatcher reads it.
+struct DueEvent {
+  int64_t id = 0;
+  int64_t version = 0;
+  std::string topic;
+  std::string tenant_id;
+  std::string data_id;
+  int priority = 0;
+  // How long it had been due when read (NOW(3) - max(next_run_time, modifier_time)).
+  std::chrono::microseconds due_age{0};
+};
+
+// What a page of due events may hold (the planner's PageFilter, as statement params).
+struct DueFilter {
+  int64_t after_priority = 0;  // keyset cursor: events after (priority, id)
+  int64_t after_id = 0;
+  bool any_topic = false;      // else only `served` topics
+  std::string served;          // comma lists of topics
+  std::string exhausted;       // topics at their batch_limit: none of theirs
+  std::string unordered;       // topics without the ordering rule
+  int limit = 0;
+};
+
+// Due PENDING events in (priority, id) order after the cursor, restricted in SQL to the
+// filter's topics and (ordered topics) to events with no earlier non-terminal event of
+// the same (tenant_id, data_id). Throws DbError.
+std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& filter);
+
+// One assignment to write: the event at the version read, to `node`.
+struct AssignRow {
+  int64_t id = 0;
+  int64_t version = 0;
+  std::string node;
+};
+
+// The assignment of every row, in the order given (the caller orders rows by id, so
+// that two writers cannot deadlock); per row true when it won (the event was still
+// PENDING at that version), false for a lost race. One statement per 64 rows, plus a
+// read-back of each row of a chunk that matched fewer rows than it named.
+// REQUIRES: inside the caller's transaction (the dispatcher's page transaction, which
+// checks its lease before COMMIT). Throws DbError.
+std::vector<bool> AssignEvents(storage::Connection& c, const std::vector<AssignRow>& rows);
+
+// The statements, for bench/dispatch_bench.cc's EXPLAINs.
+std::string CountInFlightSql(size_t nodes);
+const char* DueEventsSql();
+const std::string& AssignChunkSql();  // kAssignChunkSize rows: ids, nodes, ids, ids, versions
+const char* ReadAssignedSql();          // the read-back after a lost race. Params: id
+inline constexpr size_t kAssignChunkSize = 64;
+
+}  // namespace dsync::events

@@ -1,0 +1,63 @@
+#include "events/produce.h"
+
+#include <algorithm>
+
+namespace dsync::events {
+namespace {
+
+constexpr size_t kInsertChunk = 500;
+
+// Params: tenant_id, code, data_id, topic, payload, priority, max_retry, delay (µs)
+// twice, trace_id, batch_code.
+#define DSYNC_INSERT_EVENT_HEAD                                                                   \
+  "INSERT INTO distribute_event\n"                                                                \
+  "  (tenant_id, code, data_id, topic, payload, priority, max_retry, next_run_time, trace_id, "   \
+  "batch_code)\nVALUES "
+#define DSYNC_INSERT_EVENT_ROW \
+  "(?, ?, ?, ?, ?, ?, ?, IF(? > 0, NOW(3) + INTERVAL ? MICROSECOND, '1970-01-01 00:00:00.000'), ?, ?)"
+constexpr const char* kInsertEvent = DSYNC_INSERT_EVENT_HEAD DSYNC_INSERT_EVENT_ROW;
+
+void AppendValues(std::vector<storage::Value>& out, const NewEventRow& e) {
+  auto optional = [](const std::string& s) { return s.empty() ? storage::Value{} : storage::Value{s}; };
+  out.insert(out.end(), {e.tenant_id, e.code, e.data_id, e.topic, e.payload, e.priority, e.max_retry,
+                         e.delay_us, e.delay_us, optional(e.trace_id), optional(e.batch_code)});
+}
+
+}  // namespace
+
+bool InsertEvent(storage::Connection& c, const NewEventRow& e) {
+  std::vector<storage::Value> values;
+  AppendValues(values, e);
+  try {
+    c.Execute(kInsertEvent, storage::Values(values));
+    return true;
+  } catch (const storage::StatementError& err) {
+    if (err.kind() != DbError::Kind::kDuplicateKey) throw;
+    return false;
+  }
+}
+
+int InsertEvents(storage::Connection& c, const std::vector<NewEventRow>& events) {
+  int existing = 0;
+  for (size_t start = 0; start < events.size(); start += kInsertChunk) {
+    const size_t n = std::min(kInsertChunk, events.size() - start);
+    std::vector<storage::Value> codes;
+    for (size_t i = 0; i < n; ++i) codes.emplace_back(events[start + i].code);
+    auto rs = c.Query("SELECT COUNT(*) FROM distribute_event WHERE code IN (" + storage::Marks(n) + ")",
+                      storage::Values(codes));
+    existing += rs->next() ? rs->getInt(1) : 0;
+
+    std::string sql = DSYNC_INSERT_EVENT_HEAD;
+    std::vector<storage::Value> values;
+    for (size_t i = 0; i < n; ++i) {
+      sql += i ? ", " : "";
+      sql += DSYNC_INSERT_EVENT_ROW;
+      AppendValues(values, events[start + i]);
+    }
+    sql += " ON DUPLICATE KEY UPDATE id = id";
+    c.Execute(sql, storage::Values(values));
+  }
+  return existing;
+}
+
+}  // namespace dsync::events

@@ -1,0 +1,159 @@
+#include "events/reset.h"
+
+#include "events/process_log.h"
+
+namespace dsync::events {
+namespace {
+
+// The reset's SET list: last_error first, so that the process_log entry (which must
+// come before `status`, to read the old one) can name the reason without a second
+// parameter, and the holder from node_address before it is cleared.
+#define DSYNC_RESET_SET                                                                     \
+  "UPDATE distribute_event\nSET last_error = ?, " DSYNC_PROCESS_LOG_ENTRY(                  \
+      "node_address", "'PENDING'", "last_error") ",\n"                                      \
+  "    status = 'PENDING', node_address = NULL, version = version + 1, "                    \
+  "next_run_time = NOW(3),\n    retry_count = retry_count + ?\n"
+
+// Params: last_error, retry_count increment, id, version, status.
+constexpr const char* kResetEvent = DSYNC_RESET_SET "WHERE id = ? AND version = ? AND status = ?";
+
+// Params: as kResetEvent, then the idle time in microseconds.
+constexpr const char* kResetIdleEvent = DSYNC_RESET_SET
+    "WHERE id = ? AND version = ? AND status = ?\n"
+    "  AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND";
+
+// Params: node_address. Everything this address holds, for the hand-back at start.
+constexpr const char* kSelectHeld = R"(
+SELECT id, version, status, code FROM distribute_event
+WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
+
+// Params: id, node_address. One event still held here after its run was abandoned
+// (ASSIGNED: its claim was deferred, AssignedEvent::claim_deferred).
+constexpr const char* kSelectHeldById = R"(
+SELECT id, version, status, code FROM distribute_event
+WHERE id = ? AND node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
+
+// Params: node_address. What is assigned here but unclaimed, for the drain.
+constexpr const char* kSelectUnclaimed = R"(
+SELECT id, version, status, code FROM distribute_event
+WHERE node_address = ? AND status = 'ASSIGNED')";
+
+// Params: offline timeout in microseconds, limit.
+// The in-flight statuses are a range of idx_due (status, ...): terminal rows are never
+// visited, and in-flight rows are bounded by the nodes' capacity + prefetch; then a
+// sort of the few candidates. Forced: with ORDER BY id LIMIT, MariaDB otherwise walks
+// the primary key, reading every terminal row (1.19 s per sweep with 1M of them,
+// bench/dispatch_bench.cc); the liveness probe uses idx_node_liveness (node_address,
+// status, last_heartbeat_time) of the registry. Liveness in any service: an event is
+// never taken from a node alive under another service name.
+constexpr const char* kSelectOrphaned = R"(
+SELECT e.id, e.version, e.status, e.node_address, e.code, e.trace_id, e.topic,
+       TIMESTAMPDIFF(MICROSECOND, e.modifier_time, NOW(3))
+FROM distribute_event e FORCE INDEX (idx_due)
+WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING')
+  AND NOT EXISTS (
+    SELECT 1 FROM distribute_node_registry r
+    WHERE r.node_address = e.node_address AND r.status IN (1, 2)
+      AND r.last_heartbeat_time >= NOW(3) - INTERVAL ? MICROSECOND)
+ORDER BY e.id
+LIMIT ?)";
+
+// Params: timeout in microseconds, topics with that timeout (comma list),
+// include unconfigured topics (bool), every configured topic (comma list), limit.
+// The running range of idx_due, as above (V007 dropped idx_status_modifier_time:
+// rewritten on every write of an event, it cost more than these reads of the
+// in-flight rows do).
+constexpr const char* kSelectTimedOut = R"(
+SELECT id, version, status, node_address, code, trace_id, topic,
+       TIMESTAMPDIFF(MICROSECOND, modifier_time, NOW(3))
+FROM distribute_event FORCE INDEX (idx_due)
+WHERE status IN ('RUNNING', 'COMPENSATING')
+  AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND
+  AND (FIND_IN_SET(topic, ?) > 0 OR (? AND FIND_IN_SET(topic, ?) = 0))
+ORDER BY modifier_time
+LIMIT ?)";
+
+// Params: id. Takes the event's row lock, or returns no row at once when another
+// session holds it (MariaDB >= 10.6, MySQL >= 8.0).
+constexpr const char* kLockEventIfFree = "SELECT id FROM distribute_event WHERE id = ? FOR UPDATE SKIP LOCKED";
+
+int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
+
+HeldEvent ReadHeldRow(storage::ResultSet& rs) {
+  return HeldEvent{rs.getInt64(1), rs.getInt64(2), rs.getString(3), rs.getString(4)};
+}
+
+std::vector<HeldEvent> ReadHeldRows(storage::Connection& c, const char* sql, const std::string& node,
+                                    const std::set<int64_t>& skip) {
+  std::vector<HeldEvent> out;
+  auto rs = c.Query(sql, node);
+  while (rs->next()) {
+    if (skip.count(rs->getInt64(1))) continue;
+    out.push_back(ReadHeldRow(*rs));
+  }
+  return out;
+}
+
+std::vector<InFlightEvent> ReadInFlightRows(storage::ResultSet& rs) {
+  std::vector<InFlightEvent> out;
+  while (rs.next()) {
+    InFlightEvent c;
+    c.id = rs.getInt64(1);
+    c.version = rs.getInt64(2);
+    c.status = rs.getString(3);
+    if (!rs.isNull(4)) c.node_address = rs.getString(4);
+    c.code = rs.getString(5);
+    if (!rs.isNull(6)) c.trace_id = rs.getString(6);
+    c.topic = rs.getString(7);
+    c.idle = Millis(rs.isNull(8) ? 0 : rs.getInt64(8) / 1000);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* ResetEventSql() { return kResetEvent; }
+const char* OrphanedSql() { return kSelectOrphaned; }
+const char* TimedOutSql() { return kSelectTimedOut; }
+
+bool ResetEvent(storage::Connection& c, const HeldEvent& e, const std::string& why,
+                std::optional<Millis> idle_for) {
+  const int retry = e.status == "RUNNING" ? 1 : 0;
+  uint64_t rows = idle_for ? c.Execute(kResetIdleEvent, why, retry, e.id, e.version, e.status,
+                                       static_cast<int64_t>(idle_for->count()) * 1000)
+                           : c.Execute(kResetEvent, why, retry, e.id, e.version, e.status);
+  return rows == 1;
+}
+
+std::vector<HeldEvent> ReadHeld(storage::Connection& c, const std::string& node, const std::set<int64_t>& skip) {
+  return ReadHeldRows(c, kSelectHeld, node, skip);
+}
+
+std::vector<HeldEvent> ReadUnclaimed(storage::Connection& c, const std::string& node,
+                                     const std::set<int64_t>& skip) {
+  return ReadHeldRows(c, kSelectUnclaimed, node, skip);
+}
+
+std::optional<HeldEvent> ReadHeldById(storage::Connection& c, int64_t id, const std::string& node) {
+  auto rs = c.Query(kSelectHeldById, id, node);
+  if (!rs->next()) return std::nullopt;
+  return ReadHeldRow(*rs);
+}
+
+std::vector<InFlightEvent> ReadOrphaned(storage::Connection& c, Millis offline_timeout, int limit) {
+  auto rs = c.Query(kSelectOrphaned, Micros(offline_timeout), limit);
+  return ReadInFlightRows(*rs);
+}
+
+std::vector<InFlightEvent> ReadTimedOut(storage::Connection& c, Millis timeout, const std::string& topics,
+                                        bool unconfigured, const std::string& configured, int limit) {
+  auto rs = c.Query(kSelectTimedOut, Micros(timeout), topics, unconfigured, configured, limit);
+  return ReadInFlightRows(*rs);
+}
+
+bool LockEventIfFree(storage::Connection& c, int64_t id) {
+  return c.QueryInt(kLockEventIfFree, id).has_value();
+}
+
+}  // namespace dsync::events

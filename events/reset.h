@@ -1,0 +1,91 @@
+// Reset and hand back: an owned event back to PENDING (docs/event-lifecycle.md item 6),
+// the one implementation used by the sweeper (dead node, idle too long), a node
+// restarting under its address (orphans of its previous process), a draining node (its
+// unclaimed events) and a node handing back a run it abandoned; and the reads that find
+// those events.
+//
+//   UPDATE distribute_event
+//   SET last_error=?, process_log=<append {node_address, status -> PENDING, last_error}>,
+//       status='PENDING', node_address=NULL, version=version+1, next_run_time=NOW(3),
+//       retry_count=retry_count+?
+//   WHERE id=? AND version=? AND status=?   [AND modifier_time < NOW(3) - INTERVAL ?]
+//
+// Conditional on the (version, status) the caller read, so an event that completed,
+// was claimed or changed hands since is never overwritten. retry_count grows by one
+// only for a RUNNING event (a poison event that kills its node must not loop
+// forever); phase is unchanged, so a compensation resumes as a compensation. The
+// process_log entry names the node that held the event and gives the reason.
+//
+// Thread safety: stateless functions; a Connection is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "storage/connection.h"
+
+namespace dsync::events {
+
+// An in-flight event as read, with the (version, status) its reset is conditional on.
+struct HeldEvent {
+  int64_t id = 0;
+  int64_t version = 0;
+  std::string status;  // ASSIGNED, RUNNING or COMPENSATING
+  std::string code;
+};
+
+// Returns true when the reset applied. With `idle_for`, also requires that the event
+// has had no activity (modifier_time) for that long: an owner's fenced writes refresh
+// it without changing the version. Throws DbError (run it inside
+// ConnectionPool::Run / Transact).
+bool ResetEvent(storage::Connection& c, const HeldEvent& event, const std::string& why,
+                std::optional<Millis> idle_for = std::nullopt);
+
+// What a node address holds, for the hand-backs (consumer/). Each throws DbError.
+// Everything ASSIGNED, RUNNING or COMPENSATING there (a restart's hand-back), except
+// the ids in `skip`.
+std::vector<HeldEvent> ReadHeld(storage::Connection& c, const std::string& node,
+                                const std::set<int64_t>& skip = {});
+// Only what is ASSIGNED there (a drain's hand-back), except the ids in `skip`.
+std::vector<HeldEvent> ReadUnclaimed(storage::Connection& c, const std::string& node,
+                                     const std::set<int64_t>& skip = {});
+// One event still held there (a run abandoned by the node); nullopt when it is not.
+std::optional<HeldEvent> ReadHeldById(storage::Connection& c, int64_t id, const std::string& node);
+
+// An in-flight event the sweeper may reset (dispatcher/event_sweeper.h).
+struct InFlightEvent {
+  int64_t id = 0;
+  int64_t version = 0;
+  std::string status;        // ASSIGNED, RUNNING or COMPENSATING
+  std::string node_address;  // empty when NULL
+  std::string code;
+  std::string trace_id;      // empty when NULL
+  std::string topic;
+  Millis idle{0};            // NOW(3) - modifier_time when read
+};
+
+// In-flight events whose node is not live (status 1 or 2 with a heartbeat within
+// `offline_timeout` by the database clock, in any service), by id, at most `limit`.
+std::vector<InFlightEvent> ReadOrphaned(storage::Connection& c, Millis offline_timeout, int limit);
+
+// RUNNING / COMPENSATING events idle longer than `timeout` whose topic is in `topics`
+// (comma list), or, with `unconfigured`, not in `configured` (comma list); oldest
+// activity first, at most `limit`.
+std::vector<InFlightEvent> ReadTimedOut(storage::Connection& c, Millis timeout, const std::string& topics,
+                                        bool unconfigured, const std::string& configured, int limit);
+
+// Takes the event's row lock, or returns false at once when another session holds it
+// (SKIP LOCKED; MariaDB >= 10.6, MySQL >= 8.0) or the row is gone.
+// REQUIRES: inside the caller's transaction (the lock lasts until it ends).
+bool LockEventIfFree(storage::Connection& c, int64_t id);
+
+// The statements, for bench/dispatch_bench.cc's EXPLAINs (params as the functions').
+const char* ResetEventSql();  // without the idle condition
+const char* OrphanedSql();
+const char* TimedOutSql();
+
+}  // namespace dsync::events

@@ -1,0 +1,93 @@
+// The row readers: one for an event row (EventRow) and one for a step row (StepRow),
+// used by everyone who reads them (the API and operator commands, the saga engine),
+// and the read-only queries over the event table (lists, counts, the process log).
+//
+// Thread safety: stateless functions; a Connection is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "storage/connection.h"
+
+namespace dsync::events {
+
+// distribute_event as read for people (times as UTC text).
+struct EventRow {
+  int64_t id = 0;
+  std::string code, topic, tenant_id, data_id, status, phase;
+  std::string node_address;  // empty when unowned
+  int priority = 0, version = 0, attempt = 0, retry_count = 0, max_retry = 0;
+  std::optional<int> progress;
+  std::string batch_code, trace_id;
+  std::string payload;  // raw text as stored
+  std::string result;   // raw JSON text, empty when none
+  std::string last_error;
+  std::string create_time, next_run_time, assigned_time, started_time, finished_time,
+      modifier_time;  // "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC); empty when NULL
+};
+
+// The event with that code; nullopt when there is none. Throws DbError.
+std::optional<EventRow> ReadEvent(storage::Connection& c, const std::string& code);
+
+// Events newest first (id descending) with id below `before`, of `topic` and `status`
+// when not empty, at most `limit`. Throws DbError.
+std::vector<EventRow> ListEvents(storage::Connection& c, int64_t before, const std::string& topic,
+                                 const std::string& status, int limit);
+
+// distribute_event_step, every column the engine and people need.
+struct StepRow {
+  int64_t id = 0;
+  std::string code;
+  std::optional<int64_t> parent_step_id;
+  int sort = 0;
+  std::string name;
+  std::string type;
+  std::string status;
+  std::string node_address;  // empty when NULL
+  int retry_count = 0;
+  int compensation_retry_count = 0;
+  int max_retry = 0;
+  int attempt = 0;
+  bool executed = false;  // executed_at IS NOT NULL
+  std::string started_at, executed_at, compensated_at;  // UTC text; empty when NULL
+  std::string error_details, output;                    // empty when NULL
+  std::optional<std::string> compensation_data;
+  std::optional<std::string> payload;
+};
+
+// Who holds the event as the database sees it now (demo step audits); every field
+// empty when there is no such event (or the column is NULL).
+struct EventOwner {
+  std::optional<int> attempt;
+  std::optional<std::string> status;
+  std::optional<std::string> node_address;
+};
+EventOwner ReadOwner(storage::Connection& c, const std::string& code);
+
+// Every step row of an event in plan order: position, then children after their
+// parent. Throws DbError.
+std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_code);
+
+// One action of the timeline (v_step_history): EXECUTE or COMPENSATE, in run order.
+struct TimelineEntry {
+  std::string action, step_code, step_name, status, started_at, finished_at, node_address, error;
+  int failures = 0, attempt = 0;
+};
+// The event's timeline: forward actions, then compensations as they ran.
+std::vector<TimelineEntry> ReadTimeline(storage::Connection& c, const std::string& event_code);
+
+// The event's process_log text; nullopt when there is no such event or it is NULL.
+std::optional<std::string> ReadProcessLog(storage::Connection& c, const std::string& code);
+
+// Events of a batch by status (only statuses present). Throws DbError.
+std::map<std::string, int64_t> CountBatchByStatus(storage::Connection& c, const std::string& batch_code);
+
+// Event counts by (topic, status): one index-only GROUP BY. Throws DbError.
+std::vector<std::tuple<std::string, std::string, int64_t>> CountByTopicStatus(storage::Connection& c);
+
+}  // namespace dsync::events
