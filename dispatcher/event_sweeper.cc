@@ -47,14 +47,7 @@ std::vector<ResetCandidate> Candidates(std::vector<events::InFlightEvent> rows, 
   out.reserve(rows.size());
   for (auto& row : rows) {
     ResetCandidate c;
-    c.id = row.id;
-    c.version = row.version;
-    c.status = std::move(row.status);
-    c.node_address = std::move(row.node_address);
-    c.code = std::move(row.code);
-    c.trace_id = std::move(row.trace_id);
-    c.topic = std::move(row.topic);
-    c.idle = row.idle;
+    static_cast<events::InFlightEvent&>(c) = std::move(row);
     c.reason = reason;
     c.timeout = timeout;
     out.push_back(std::move(c));

@@ -32,6 +32,7 @@
 
 #include "config/settings.h"
 #include "core/clock.h"
+#include "events/reset.h"
 #include "registry/offline_sweeper.h"
 #include "storage/connection_pool.h"
 
@@ -40,17 +41,10 @@ namespace dsync::dispatcher {
 enum class ResetReason { kNodeOffline, kTimedOut };
 const char* ResetReasonName(ResetReason r);  // "node_offline", "timed_out"
 
-// An event found resettable, with the (version, status) its reset is conditional on.
-struct ResetCandidate {
-  int64_t id = 0;
-  int64_t version = 0;
-  std::string status;        // ASSIGNED, RUNNING or COMPENSATING
-  std::string node_address;  // empty when NULL
-  std::string code;
-  std::string trace_id;      // empty when NULL
-  std::string topic;
+// An event found resettable (events::InFlightEvent: the (version, status) its reset
+// is conditional on, its holder, its idle time), and why.
+struct ResetCandidate : events::InFlightEvent {
   ResetReason reason = ResetReason::kNodeOffline;
-  Millis idle{0};            // NOW(3) - modifier_time when read
   Millis timeout{0};         // kTimedOut: the max_processing_time applied
 };
 

@@ -98,6 +98,9 @@ enum class Outcome {
 };
 const char* OutcomeName(Outcome o);
 
+// The widths of distribute_event_step.step_name / step_type.
+inline constexpr size_t kMaxStepNameLength = 50;
+
 // A topic's plan: handlers built once from the config at start.
 class Plans {
  public:

@@ -1,0 +1,797 @@
+#include "saga/event_run.h"
+
+#include <spdlog/spdlog.h>
+
+namespace dsync::saga::run {
+
+EngineContext::EngineContext(EventRun& run, const StepState& step, bool compensating,
+                             Clock::TimePoint deadline, std::stop_token stop, int progress)
+    : run_(run), step_(step), compensating_(compensating), deadline_(deadline),
+      stop_(std::move(stop)), progress_(progress) {}
+
+const std::string& EngineContext::event_code() const { return run_.event().code; }
+const nlohmann::json& EngineContext::payload() const { return run_.payload(); }
+int EngineContext::attempt() const { return run_.attempt(); }
+Datasources& EngineContext::datasources() { return run_.deps().datasources; }
+
+StepTx& EngineContext::OpenTx() {
+  tx_.emplace(run_.deps().pool);
+  tx_->Begin();
+  return *tx_;
+}
+
+bool EngineContext::grouped() const { return !compensating_; }
+
+void EngineContext::JoinGroup() {
+  member_ = run_.deps().groups.Join();
+  if (!run_.claim_deferred()) return;
+  // The step writes before its claim committed: the claim and the plan's rows go
+  // first, into the group's transaction (EventRun::ClaimInGroup).
+  bool claimed = false;
+  try {
+    claimed = run_.ClaimInGroup(member_->conn());
+  } catch (const storage::StatementError& e) {
+    if (e.kind() == DbError::Kind::kConnectionLost) member_->conn().mark_broken();
+    LeaveGroup();
+    throw e.WithContext("claim in group");
+  } catch (...) {
+    LeaveGroup();  // the claim was written: the group rolls back
+    throw;
+  }
+  if (!claimed) {  // nothing was written
+    run_.deps().groups.Leave(std::move(member_));
+    lost_ = true;
+    throw OwnershipLostError("event " + run_.event().code + " was taken away from this node (claim)");
+  }
+}
+
+void EngineContext::InsertAtCommit(std::string_view head, std::string_view tail,
+                                   std::vector<storage::Value> row) {
+  if (lost_) throw OwnershipLostError("event " + run_.event().code + " was taken away from this node");
+  if (!grouped()) return StepContext::InsertAtCommit(head, tail, std::move(row));
+  rows_.push_back(events::DeferredRow{std::string(head), std::string(tail), std::move(row)});
+}
+
+void EngineContext::LeaveGroup() noexcept {
+  if (member_) run_.deps().groups.Abandon(std::move(member_));
+}
+
+storage::Connection& EngineContext::tx() {
+  if (lost_) throw OwnershipLostError("event " + run_.event().code + " was taken away from this node");
+  if (grouped()) {
+    if (!member_) JoinGroup();
+    return member_->conn();
+  }
+  if (!tx_) {
+    OpenTx();
+    bool owner = tx_->Do("step fence", [&](storage::Connection& c) {
+      return events::TouchEvent(c, run_.fence(), progress_);
+    });
+    if (!owner) {
+      lost_ = true;
+      tx_.reset();
+      throw OwnershipLostError("event " + run_.event().code + " was taken away from this node");
+    }
+  }
+  return tx_->conn();
+}
+
+bool EngineContext::StillOwner() {
+  if (lost_) return false;
+  const events::Fence fence = run_.fence();
+  if (member_) {
+    try {
+      if (!events::OwnsEvent(member_->conn(), fence)) lost_ = true;
+    } catch (const storage::StatementError& e) {
+      throw e.WithContext("ownership check");
+    }
+    return !lost_;
+  }
+  bool owner = tx_ ? tx_->Do("ownership check",
+                             [&](storage::Connection& c) { return events::OwnsEvent(c, fence); })
+                   : run_.deps().pool.Run("ownership check", [&](storage::Connection& c) {
+                       return events::OwnsEvent(c, fence);
+                     });
+  if (!owner) lost_ = true;
+  return owner;
+}
+
+// ---- claim ---------------------------------------------------------------------
+
+std::string EventRun::Prepare() {
+  started_ = d_.clock.Now();
+  last_touch_ = started_;
+  plan_ = plans_.Find(ev_.topic);
+  std::string reject;
+  if (plan_ == nullptr) {
+    reject = "unknown topic '" + ev_.topic + "'";
+  } else if (ev_.payload.find_first_not_of(" \t\r\n") == std::string::npos) {
+    payload_ = nlohmann::json::object();  // a NULL/empty payload is an empty object
+  } else {
+    try {
+      payload_ = nlohmann::json::parse(ev_.payload);
+    } catch (const nlohmann::json::parse_error& e) {
+      std::string what = e.what();
+      auto bracket = what.find("] ");  // drop "[json.exception.parse_error.101] "
+      reject = "payload is not valid JSON: " +
+               OneLine(bracket == std::string::npos ? what : what.substr(bracket + 2));
+    }
+  }
+  return reject;
+}
+
+std::optional<Outcome> EventRun::StartClaimed() {
+  // Claimed already by SagaEngine::ClaimBatch: RUNNING at attempt 1, version + 1,
+  // the plan's rows written with the first step EXECUTING. Or its claim is deferred:
+  // ASSIGNED at its version, no rows; the first step's commit claims it.
+  const std::string reject = Prepare();
+  const bool deferred = !ev_.claimed && ev_.claim_deferred;
+  if (!(ev_.claimed || deferred) || plan_ == nullptr || !reject.empty()) {
+    return Abandon("batch-claimed event cannot run: " + (ev_.claimed || deferred ? reject : "not claimed"));
+  }
+  retry_count_ = ev_.retry_count;
+  for (size_t i = 0; i < plan_->steps.size(); ++i) {
+    steps_.push_back(PlanState(*plan_, PlanRow(*plan_, ev_, i, i == 0), i));
+  }
+  const events::Fence assigned{ev_.id, ev_.version};
+  if (deferred) {
+    fence_ = assigned;
+    claim_ = ClaimState::kDeferred;
+  } else {
+    fence_ = assigned.Next();  // ClaimBatch's claim (ClaimFirstAttempts) committed
+    d_.stats.claimed++;
+  }
+  return std::nullopt;  // next_ is 0: a fresh plan starts at its first step
+}
+
+bool EventRun::ClaimInGroup(storage::Connection& c) {
+  if (ClaimWithPlanRows(c, plans_, {&ev_}, d_.node).empty()) return false;
+  fence_ = events::Fence{ev_.id, ev_.version}.Next();  // claimed, in the group's transaction
+  claim_ = ClaimState::kInGroup;
+  return true;
+}
+
+std::optional<Outcome> EventRun::ClaimAndRerun(const std::string& why) {
+  spdlog::debug("EVENT_CLAIM_ALONE event={} node={} trace={} why=\"{}\"", ev_.code, d_.node, trace_, OneLine(why));
+  pending_.ctx.reset();
+  staged_.reset();
+  claim_ = ClaimState::kClaimed;  // from here on, the usual rules
+  Claim claim = d_.pool.Transact("claim event", [&](storage::Connection& c) { return ClaimTx(c, ""); });
+  if (std::optional<Outcome> done = Claimed(claim, "")) return done;
+  if (phase_ == kCompensate) return RunCompensation();
+  BeginForward();
+  return std::nullopt;
+}
+
+Outcome EventRun::Go() {
+  if (ev_.claimed || ev_.claim_deferred) {
+    if (std::optional<Outcome> done = StartClaimed()) return *done;
+    return RunForward();
+  }
+  const std::string reject = Prepare();
+  Claim claim = d_.pool.Transact("claim event", [&](storage::Connection& c) {
+    return ClaimTx(c, reject);
+  });
+  if (std::optional<Outcome> done = Claimed(claim, reject)) return *done;
+  return phase_ == kForward ? RunForward() : RunCompensation();
+}
+
+std::optional<Outcome> EventRun::Claimed(Claim claim, const std::string& reject) {
+  if (claim != Claim::kNotClaimed) {
+    if (ev_.assigned_age.count() >= 0) {
+      d_.stats.claim_latency.Observe(ev_.assigned_age + (d_.clock.Now() - ev_.polled_at));
+    }
+    if (compensation_started_at_claim_) d_.stats.compensations_started++;
+  }
+  switch (claim) {
+    case Claim::kNotClaimed:
+      d_.stats.not_claimed++;
+      spdlog::debug("EVENT_NOT_CLAIMED event={} node={} trace={} version={}", ev_.code, d_.node,
+                    trace_, ev_.version);
+      return Outcome::kNotClaimed;
+    case Claim::kRejected:
+      d_.stats.claimed++;
+      d_.stats.failed++;
+      spdlog::warn("EVENT_FAILED event={} node={} trace={} steps=0 ms={} reason=\"{}\"", ev_.code,
+                   d_.node, trace_, ElapsedMs(), reject);
+      return Outcome::kFailed;
+    case Claim::kSettled:  // nothing was left to run: settled inside the claim
+      d_.stats.claimed++;
+      if (phase_ == kCompensate) {
+        d_.stats.compensated++;
+        spdlog::info("EVENT_COMPENSATED event={} node={} trace={} steps=0 ms={}", ev_.code, d_.node,
+                     trace_, ElapsedMs());
+        return Outcome::kCompensated;
+      }
+      d_.stats.succeeded++;
+      spdlog::info("EVENT_SUCCEEDED event={} node={} trace={} steps={} ms={}", ev_.code, d_.node,
+                   trace_, steps_.size(), ElapsedMs());
+      return Outcome::kSucceeded;
+    case Claim::kRun:
+      break;
+  }
+  d_.stats.claimed++;
+  return std::nullopt;
+}
+
+EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& reject) {
+  // Transact may run this again from BEGIN (deadlock): start from the polled state.
+  const events::Fence assigned{ev_.id, ev_.version};
+  fence_ = assigned;
+  steps_.clear();
+  compensation_started_at_claim_ = false;
+  // phase and retry_count cannot change without a version bump, so the polled values
+  // hold at this version; a caller that did not poll them gets them read here.
+  std::string phase = ev_.phase;
+  retry_count_ = ev_.retry_count;
+  if (phase.empty()) {
+    auto state = events::ReadClaimState(c, assigned);
+    if (!state) return Claim::kNotClaimed;
+    phase = state->phase;
+    retry_count_ = state->retry_count;
+  }
+  phase_ = phase == kCompensate ? kCompensate : kForward;
+  const bool poison = reject.empty() && phase_ == kForward && retry_count_ >= topic().max_retry;
+
+  const std::string to = phase_ == kCompensate ? "COMPENSATING" : "RUNNING";
+  std::optional<events::Fence> claimed =
+      events::ClaimEvent(c, assigned, d_.node, phase_, to, "claimed, attempt " + std::to_string(attempt_));
+  if (!claimed) return Claim::kNotClaimed;
+  fence_ = *claimed;
+  if (!reject.empty()) {
+    fence_ = Held(events::FailEvent(c, fence_, d_.node, nlohmann::json{{"error", reject}}.dump(), reject),
+                  "reject event");
+    return Claim::kRejected;
+  }
+  bool first_marked = false;
+  LoadOrInsertSteps(c, phase_ == kForward && !poison, first_marked);
+
+  if (poison) {
+    size_t failing = NextNotSucceeded(0);
+    std::string error = "retries exhausted (retry_count " + std::to_string(retry_count_) +
+                        " >= max_retry " + std::to_string(topic().max_retry) + ")";
+    nlohmann::json result = {{"failed_step", failing < steps_.size()
+                                                 ? nlohmann::json(steps_[failing].name)
+                                                 : nlohmann::json(nullptr)},
+                             {"error", error}};
+    spdlog::warn("EVENT_COMPENSATING event={} node={} trace={} reason=\"{}\"", ev_.code, d_.node,
+                 trace_, error);
+    bool done = StartCompensationIn(c, fence_, steps_, result, error);
+    compensation_started_at_claim_ = true;
+    return done ? Claim::kSettled : Claim::kRun;
+  }
+
+  if (phase_ == kForward) {
+    size_t next = NextNotSucceeded(0);
+    if (next == steps_.size()) {  // every step already SUCCESS (e.g. a plan that shrank)
+      fence_ = Held(events::SucceedEvent(c, fence_, d_.node, nlohmann::json{{"steps", steps_.size()}}.dump()),
+                    "succeed event");
+      return Claim::kSettled;
+    }
+    if (!first_marked) events::MarkStepExecuting(c, steps_[next].code, d_.node, attempt_);
+    steps_[next].status = "EXECUTING";
+    return Claim::kRun;
+  }
+
+  std::vector<size_t> order = CompensationOrder(steps_);
+  if (order.empty()) {
+    fence_ = Held(events::CompleteCompensation(c, fence_, d_.node, Progress(Succeeded(), steps_.size())),
+                  "complete compensation");
+    return Claim::kSettled;
+  }
+  events::MarkStepCompensating(c, steps_[order.front()].code, d_.node, attempt_);
+  steps_[order.front()].status = "COMPENSATING";
+  return Claim::kRun;
+}
+
+void EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing,
+                                 bool& first_marked) {
+  const auto& plan_steps = plan_->steps;
+  auto new_row = [&](size_t i, bool executing) { return PlanRow(*plan_, ev_, i, executing); };
+  auto state_of = [&](const events::NewStep& row, size_t i) { return PlanState(*plan_, row, i); };
+
+  if (ev_.attempt == 0) {
+    // First claim: the whole plan, the first step already EXECUTING.
+    std::vector<events::NewStep> rows;
+    for (size_t i = 0; i < plan_steps.size(); ++i) rows.push_back(new_row(i, mark_first_executing && i == 0));
+    if (events::InsertSteps(c, rows, d_.node, attempt_) == rows.size()) {
+      for (size_t i = 0; i < rows.size(); ++i) steps_.push_back(state_of(rows[i], i));
+      first_marked = mark_first_executing;
+      return;
+    }
+    // Rows of this code existed already (e.g. an event re-produced under an old
+    // code): their recorded state wins.
+  }
+  steps_ = FromRows(events::LoadSteps(c, ev_.code));
+  // Plan positions without a row (the plan grew since): add them PENDING.
+  std::vector<bool> present(plan_steps.size(), false);
+  for (const StepState& s : steps_) {
+    if (s.key.size() == 1 && s.key[0] <= static_cast<int>(plan_steps.size())) present[s.key[0] - 1] = true;
+  }
+  std::vector<events::NewStep> missing;
+  std::vector<size_t> missing_index;
+  for (size_t i = 0; i < plan_steps.size(); ++i) {
+    if (!present[i]) {
+      missing.push_back(new_row(i, false));
+      missing_index.push_back(i);
+    }
+  }
+  if (!missing.empty()) {
+    events::InsertSteps(c, missing, d_.node, attempt_);
+    for (size_t j = 0; j < missing.size(); ++j) steps_.push_back(state_of(missing[j], missing_index[j]));
+    std::sort(steps_.begin(), steps_.end(),
+              [](const StepState& a, const StepState& b) { return a.key < b.key; });
+  }
+}
+
+std::vector<StepState> EventRun::FromRows(const std::vector<events::StepRow>& rows) const {
+  std::vector<StepState> steps;
+  for (const events::StepRow& r : rows) {
+    StepState s;
+    s.code = r.code;
+    s.key = TreeKey(r.code);
+    if (s.key.empty()) continue;  // not a code this engine writes
+    s.name = r.name;
+    s.type = r.type;
+    s.status = r.status;
+    s.sort = r.sort;
+    s.retry_count = r.retry_count;
+    s.compensation_retry_count = r.compensation_retry_count;
+    s.max_retry = r.max_retry;
+    s.compensation_data = ParseOrString(r.compensation_data);
+    if (s.key.size() > 1) s.child_params = ParseOrString(r.payload);
+    if (s.key[0] <= static_cast<int>(plan_->steps.size())) s.plan_step = &plan_->steps[s.key[0] - 1];
+    steps.push_back(std::move(s));
+  }
+  std::sort(steps.begin(), steps.end(),
+            [](const StepState& a, const StepState& b) { return a.key < b.key; });
+  return steps;
+}
+
+bool EventRun::StartCompensationIn(storage::Connection& c, events::Fence& fence, std::vector<StepState>& steps,
+                                   const nlohmann::json& result, const std::string& error) {
+  fence = Held(events::StartCompensation(c, fence, d_.node, result.dump(), error), "start compensation");
+  for (StepState& s : steps) {
+    if (s.status == "EXECUTING" && s.compensation_data.is_null()) {
+      events::MarkStepInterrupted(c, s.code,
+                                 "interrupted (its node lost the event) and not re-run: the event "
+                                 "turned to compensation; never reached SUCCESS, not compensated");
+      s.status = "FAILED";
+    }
+  }
+  std::vector<size_t> order = CompensationOrder(steps);
+  if (order.empty()) {
+    fence = Held(events::CompleteCompensation(c, fence, d_.node, 0), "complete compensation");
+    phase_ = kCompensate;
+    return true;
+  }
+  events::MarkStepCompensating(c, steps[order.front()].code, d_.node, attempt_);
+  phase_ = kCompensate;
+  return false;
+}
+
+// ---- forward -------------------------------------------------------------------
+
+EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
+  Attempt a;
+  if (step.plan_step == nullptr) {
+    a.result = StepResult::Permanent("step '" + step.name + "' (" + step.code +
+                                     ") is no longer in the plan of topic '" + ev_.topic + "'");
+    return a;
+  }
+  const StepSpec& spec = step.plan_step->spec;
+  const Millis timeout = spec.timeout.count() > 0 ? spec.timeout : topic().max_processing_time;
+  const Clock::TimePoint deadline = d_.clock.Now() + timeout;
+  std::stop_source source;
+  std::stop_callback on_shutdown(stop_, [&source] { source.request_stop(); });
+  auto ticket = d_.timer.Arm(deadline, source);
+
+  // The progress the step's fence writes: what it will be once this step commits.
+  const int succeeded_after = Succeeded() + (compensate ? -1 : 1);
+  a.ctx = std::make_unique<EngineContext>(*this, step, compensate, deadline, source.get_token(),
+                                          Progress(std::max(0, succeeded_after), steps_.size()));
+  StepHandler& handler = *step.plan_step->handler;
+  const Clock::TimePoint invoked = d_.clock.Now();
+  try {
+    a.result = compensate ? handler.Compensate(*a.ctx) : handler.Execute(*a.ctx);
+    if (a.result.kind != StepResult::Kind::kOk && a.result.error.empty()) {
+      a.result.error = "step reported failure without a reason";
+    }
+  } catch (const OwnershipLostError& e) {
+    a.result = StepResult::Transient(e.what());
+  } catch (const PermanentStepError& e) {
+    a.result = StepResult::Permanent(OneLine(e.what()));
+  } catch (const storage::StatementError& e) {
+    std::string message;
+    a.ctx->OnSqlError(e, message);
+    a.result = StepResult::Transient(message);
+  } catch (const std::exception& e) {
+    a.result = StepResult::Transient(OneLine(e.what()));
+  } catch (...) {
+    a.result = StepResult::Transient("step threw a non-standard exception");
+  }
+  const auto took = d_.clock.Now() - invoked;
+  (compensate ? d_.stats.compensation_duration : d_.stats.step_duration).Observe(took);
+  if (!compensate) plan_->speed->Observe(std::chrono::duration_cast<std::chrono::microseconds>(took));
+  if (a.result.kind != StepResult::Kind::kOk && d_.clock.Now() >= deadline) {
+    a.result = StepResult{StepResult::Kind::kTransient, nullptr, a.result.compensation_data,
+                          "timed out after " + std::to_string(timeout.count()) + " ms: " +
+                              a.result.error};
+  }
+  if (!compensate) d_.stats.steps_executed++;
+  return a;
+}
+
+Outcome EventRun::RunForward() {
+  BeginForward();
+  while (true) {
+    if (std::optional<Outcome> done = BeginStep()) return *done;
+    if (std::optional<Outcome> done = EndStep()) return *done;
+  }
+}
+
+void EventRun::BeginForward() {
+  next_ = NextNotSucceeded(0);
+  reruns_ = 0;
+}
+
+std::optional<Outcome> EventRun::BeginStep() {
+  const size_t i = next_;
+  if (i >= steps_.size()) {
+    d_.stats.succeeded++;
+    spdlog::info("EVENT_SUCCEEDED event={} node={} trace={} steps={} ms={}", ev_.code, d_.node, trace_,
+                 steps_.size(), ElapsedMs());
+    return Outcome::kSucceeded;
+  }
+  if (stop_.stop_requested()) return Abandon("stopped before step " + steps_[i].code);
+  pending_ = Invoke(steps_[i], /*compensate=*/false);
+  if (pending_.ctx && pending_.ctx->lost()) {
+    pending_.ctx.reset();  // gives back the group's turn its tx() took (RunBatch keeps this run)
+    ThrowLost("step " + steps_[i].code);
+  }
+  if (pending_.result.kind != StepResult::Kind::kOk) {
+    pending_.ctx.reset();  // rolls back whatever the handler wrote through tx()
+    if (stop_.stop_requested()) return Abandon("stopped during step " + steps_[i].code);
+    // Failures are recorded under a claim: this run is not recorded, the step runs
+    // again claimed (its effects through tx() were rolled back).
+    if (claim_ != ClaimState::kClaimed) return RerunClaimed(pending_.result.error);
+    return ForwardFailure(i, pending_.result);
+  }
+  try {
+    staged_ = StageStepSuccess(i, *pending_.ctx, pending_.result);
+  } catch (const ClaimRulesNeeded& e) {
+    return RerunClaimed(e.what());
+  } catch (const DbError& e) {
+    if (claim_ != ClaimState::kClaimed && e.kind() != DbError::Kind::kCommitUnknown) return RerunClaimed(e.what());
+    return RecordFailed(i, e);
+  }
+  return std::nullopt;
+}
+
+std::optional<Outcome> EventRun::RerunClaimed(const std::string& why) {
+  if (std::optional<Outcome> done = ClaimAndRerun(why)) return done;
+  return BeginStep();  // claimed now: the usual rules, no second deferral
+}
+
+std::optional<Outcome> EventRun::EndStep() {
+  const size_t i = next_;
+  try {
+    if (staged_->ticket) d_.groups.Wait(*staged_->ticket);  // GroupRolledBack, DbError, lost
+  } catch (const GroupRolledBack& e) {
+    // Another member's failure (or a statement error) rolled the whole group back:
+    // nothing of this step was written, so it runs again.
+    pending_.ctx.reset();
+    staged_.reset();
+    if (claim_ != ClaimState::kClaimed) return ClaimAndRerun(e.what());
+    if (++reruns_ <= kMaxGroupReruns) {
+      spdlog::debug("STEP_RERUN event={} node={} trace={} step={} why=\"{}\"", ev_.code, d_.node, trace_,
+                    steps_[i].code, e.what());
+      return std::nullopt;
+    }
+    return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
+  } catch (const DbError& e) {
+    return RecordFailed(i, e);
+  }
+  if (claim_ != ClaimState::kClaimed) {
+    // Committed with this step (StagedSuccess::fence_after holds the claim's bump).
+    claim_ = ClaimState::kClaimed;
+    d_.stats.claimed++;
+    d_.stats.claimed_at_commit++;
+    if (ev_.assigned_age.count() >= 0) {
+      d_.stats.claim_latency.Observe(ev_.assigned_age + (d_.clock.Now() - ev_.polled_at));
+    }
+  }
+  next_ = ApplyStepSuccess(i, *staged_, pending_.result);
+  reruns_ = 0;
+  pending_.ctx.reset();
+  staged_.reset();
+  return std::nullopt;
+}
+
+std::optional<Outcome> EventRun::RecordFailed(size_t i, const DbError& e) {
+  if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
+  pending_.ctx.reset();
+  staged_.reset();
+  if (claim_ != ClaimState::kClaimed) return ClaimAndRerun(e.what());
+  return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
+}
+
+EventRun::StagedSuccess EventRun::StageStepSuccess(size_t i, EngineContext& ctx, const StepResult& result) {
+  StepState& step = steps_[i];
+  StagedSuccess staged;
+  std::vector<StepState>& children = staged.children;
+  std::vector<events::NewStep> child_rows;
+  for (size_t n = 0; n < ctx.children().size(); ++n) {
+    StepState child;
+    child.code = step.code + "." + std::to_string(n + 1);
+    child.key = step.key;
+    child.key.push_back(static_cast<int>(n + 1));
+    child.name = (step.name + "." + std::to_string(n + 1)).substr(0, kMaxStepNameLength);
+    child.type = step.type;
+    child.sort = step.sort;
+    child.max_retry = step.max_retry;
+    child.child_params = ctx.children()[n];
+    child.plan_step = step.plan_step;
+    child_rows.push_back(events::NewStep{.code = child.code, .job_code = ev_.code,
+                                        .tenant_id = ev_.tenant_id, .sort = child.sort,
+                                        .type = child.type, .name = child.name,
+                                        .max_retry = child.max_retry,
+                                        .payload = child.child_params.dump(), .executing = false});
+    children.push_back(std::move(child));
+  }
+  // The next step: this one's first child, else the next not yet SUCCESS.
+  const bool has_children = !children.empty();
+  staged.next_existing = NextNotSucceeded(i + 1);
+  staged.last = !has_children && staged.next_existing == steps_.size();
+  const bool last = staged.last;
+  const std::string& next_code = has_children ? children.front().code
+                                 : last       ? step.code
+                                              : steps_[staged.next_existing].code;
+  const size_t total = steps_.size() + children.size();
+  std::optional<std::string> output =
+      result.output.is_null() ? std::nullopt : std::optional<std::string>(result.output.dump());
+  std::optional<std::string> compensation =
+      result.compensation_data ? std::optional<std::string>(result.compensation_data->dump())
+                               : std::nullopt;
+
+  // Forward steps always commit through the node's commit group, which fences every
+  // member at its COMMIT (commit_group.h).
+  if (has_children && !ctx.has_tx()) ctx.JoinGroup();
+  std::unique_ptr<CommitGroups::Member> member = ctx.TakeMember();  // null: wrote nothing
+  if (has_children) {
+    try {
+      events::InsertChildSteps(member->conn(), step.code, child_rows);
+    } catch (const storage::StatementError& e) {
+      if (e.kind() == DbError::Kind::kConnectionLost) member->conn().mark_broken();
+      d_.groups.Abandon(std::move(member));
+      throw e.WithContext("record child steps");
+    }
+  }
+  events::StepSuccess success;
+  success.event_id = ev_.id;
+  success.version = fence_.version;
+  success.step_code = step.code;
+  success.output = output;
+  success.compensation = compensation;
+  success.next_code = last ? "" : next_code;
+  success.attempt = attempt_;
+  success.finish = last;
+  success.result_json = last ? nlohmann::json{{"steps", steps_.size()}}.dump() : "";
+  success.progress = Progress(Succeeded() + 1, total);
+  // Progress and modifier_time (the sweeper's activity clock) are written at most
+  // every TouchInterval: a fast event's intermediate steps skip that row write.
+  staged.now = d_.clock.Now();
+  staged.touch = staged.now - last_touch_ >= TouchInterval();
+  success.touch = staged.touch;
+  success.rows = ctx.TakeRows();
+  if (claim_ == ClaimState::kDeferred) {  // nothing written yet: the claim comes with it
+    success.claim = true;
+    for (size_t j = 0; j < steps_.size(); ++j) {
+      events::NewStep row = PlanRow(*plan_, ev_, j, !last && j == staged.next_existing);
+      if (j == i) {
+        row.succeeded = true;
+        row.output = output;
+        row.compensation = compensation;
+      }
+      success.plan.push_back(std::move(row));
+    }
+  }
+  staged.fence_after = last || claim_ == ClaimState::kDeferred ? fence_.Next() : fence_;
+  staged.ticket = d_.groups.Submit(std::move(member), std::move(success));  // EndStep waits
+  return staged;
+}
+
+size_t EventRun::ApplyStepSuccess(size_t i, StagedSuccess& staged, const StepResult& result) {
+  StepState& step = steps_[i];
+  if (staged.touch) last_touch_ = staged.now;
+  step.status = "SUCCESS";
+  step.compensation_data = result.compensation_data.value_or(nullptr);
+  fence_ = staged.fence_after;
+  if (staged.last) return steps_.size();
+  if (!staged.children.empty()) {
+    steps_.insert(steps_.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                  std::make_move_iterator(staged.children.begin()),
+                  std::make_move_iterator(staged.children.end()));
+    steps_[i + 1].status = "EXECUTING";
+    return i + 1;
+  }
+  steps_[staged.next_existing].status = "EXECUTING";
+  return staged.next_existing;
+}
+
+Outcome EventRun::ForwardFailure(size_t i, const StepResult& result) {
+  StepState& step = steps_[i];
+  const bool permanent = result.kind == StepResult::Kind::kPermanent;
+  const bool step_retries_left = step.retry_count < step.max_retry;
+  // The claim that finds retry_count >= max_retry compensates (lifecycle, poison
+  // guard), so a retry that would reach it is not scheduled: compensate now.
+  const bool event_retries_left = retry_count_ + 1 < topic().max_retry;
+  std::optional<std::string> compensation =
+      result.compensation_data ? std::optional<std::string>(result.compensation_data->dump())
+                               : std::nullopt;
+  spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} kind={} retry_count={} err=\"{}\"",
+               ev_.code, d_.node, trace_, step.name, step.code,
+               permanent ? "permanent" : "transient", step.retry_count, result.error);
+
+  if (!permanent && step_retries_left && event_retries_left) {
+    const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, step.retry_count);
+    const std::string why = "step '" + step.name + "' failed (retry " +
+                            std::to_string(step.retry_count + 1) + " of " +
+                            std::to_string(step.max_retry) + "): " + result.error;
+    fence_ = d_.pool.Transact("schedule retry", [&, held = fence_](storage::Connection& c) {
+      events::Fence after =
+          Held(events::ScheduleEventRetry(c, held, d_.node, 1, backoff, why, why), "schedule retry");
+      events::RecordStepFailure(c, step.code, result.error, compensation);
+      return after;
+    });
+    d_.stats.retries++;
+    spdlog::info("EVENT_RETRY_SCHEDULED event={} node={} trace={} phase=FORWARD step={} "
+                 "retry_count={} backoff_ms={}",
+                 ev_.code, d_.node, trace_, step.name, retry_count_ + 1, backoff.count());
+    return Outcome::kRetryScheduled;
+  }
+
+  const std::string error =
+      permanent ? result.error
+                : "retries exhausted (step retries " + std::to_string(step.retry_count + 1) + "/" +
+                      std::to_string(step.max_retry) + ", event retries " +
+                      std::to_string(retry_count_) + "/" + std::to_string(topic().max_retry) +
+                      "): " + result.error;
+  nlohmann::json original = {{"failed_step", step.name}, {"step_code", step.code},
+                             {"error", result.error},
+                             {"kind", permanent ? "permanent" : "retries_exhausted"}};
+  std::vector<StepState> after = steps_;
+  after[i].status = "FAILED";
+  after[i].retry_count++;
+  if (result.compensation_data) after[i].compensation_data = *result.compensation_data;
+
+  spdlog::warn("EVENT_COMPENSATING event={} node={} trace={} failed_step={} reason=\"{}\"", ev_.code,
+               d_.node, trace_, step.name, error);
+  std::vector<StepState> staged;
+  events::Fence fence_after;
+  bool done = d_.pool.Transact("start compensation", [&](storage::Connection& c) {
+    // Transact may run this again from BEGIN: from copies of what this run holds.
+    fence_after = fence_;
+    staged = after;
+    bool completed = StartCompensationIn(c, fence_after, staged, original, error);
+    events::RecordStepFailure(c, step.code, result.error, compensation);
+    return completed;
+  });
+  fence_ = fence_after;
+  steps_ = std::move(staged);
+  d_.stats.compensations_started++;
+  std::vector<size_t> order = CompensationOrder(steps_);
+  if (done) {
+    d_.stats.compensated++;
+    spdlog::info("EVENT_COMPENSATED event={} node={} trace={} steps=0 ms={}", ev_.code, d_.node,
+                 trace_, ElapsedMs());
+    return Outcome::kCompensated;
+  }
+  steps_[order.front()].status = "COMPENSATING";
+  return RunCompensation();
+}
+
+// ---- compensation --------------------------------------------------------------
+
+Outcome EventRun::RunCompensation() {
+  const std::vector<size_t> order = CompensationOrder(steps_);
+  for (size_t k = 0; k < order.size(); ++k) {
+    StepState& step = steps_[order[k]];
+    if (stop_.stop_requested()) return Abandon("stopped before compensating " + step.code);
+    Attempt a = Invoke(step, /*compensate=*/true);
+    if (a.ctx && a.ctx->lost()) ThrowLost("compensation of " + step.code);
+    if (a.result.kind != StepResult::Kind::kOk) {
+      a.ctx.reset();
+      if (stop_.stop_requested()) return Abandon("stopped while compensating " + step.code);
+      return CompensationFailure(order[k], a.result);
+    }
+    try {
+      CommitCompensated(order, k, *a.ctx);
+    } catch (const DbError& e) {
+      if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
+      a.ctx.reset();
+      return CompensationFailure(order[k], StepResult::Transient(std::string("could not record compensation: ") + e.what()));
+    }
+  }
+  d_.stats.compensated++;
+  spdlog::info("EVENT_COMPENSATED event={} node={} trace={} steps={} ms={}", ev_.code, d_.node,
+               trace_, order.size(), ElapsedMs());
+  return Outcome::kCompensated;
+}
+
+void EventRun::CommitCompensated(const std::vector<size_t>& order, size_t k, EngineContext& ctx) {
+  StepState& step = steps_[order[k]];
+  const bool last = k + 1 == order.size();
+  const int progress = Progress(Succeeded() - (step.status == "SUCCESS" ? 1 : 0), steps_.size());
+  const bool handler_fenced = ctx.has_tx();
+  StepTx& tx = handler_fenced ? ctx.open_tx() : ctx.OpenTx();
+  events::Fence fence_after = fence_;
+  tx.Do("record step compensated", [&](storage::Connection& c) {
+    if (last) {
+      fence_after = Held(events::CompleteCompensation(c, fence_, d_.node, progress), "complete compensation");
+    } else if (!handler_fenced) {
+      Require(events::TouchEvent(c, fence_, progress), "step compensated");
+    }
+    events::MarkStepCompensated(c, step.code);
+    if (!last) events::MarkStepCompensating(c, steps_[order[k + 1]].code, d_.node, attempt_);
+  });
+  tx.Commit("commit step compensated");
+  ctx.ReleaseTx();
+  fence_ = fence_after;
+  step.status = "COMPENSATED";
+  d_.stats.steps_compensated++;
+  if (!last) steps_[order[k + 1]].status = "COMPENSATING";
+}
+
+Outcome EventRun::CompensationFailure(size_t i, const StepResult& result) {
+  StepState& step = steps_[i];
+  const bool permanent = result.kind == StepResult::Kind::kPermanent;
+  spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} phase=COMPENSATE kind={} "
+               "compensation_retry_count={} err=\"{}\"",
+               ev_.code, d_.node, trace_, step.name, step.code, permanent ? "permanent" : "transient",
+               step.compensation_retry_count, result.error);
+
+  if (!permanent && step.compensation_retry_count < topic().max_retry) {
+    const Millis backoff =
+        d_.backoff(topic().backoff_base, topic().backoff_max, step.compensation_retry_count);
+    const std::string why = "compensation of '" + step.name + "' failed (retry " +
+                            std::to_string(step.compensation_retry_count + 1) + " of " +
+                            std::to_string(topic().max_retry) + "): " + result.error;
+    fence_ = d_.pool.Transact("schedule compensation retry", [&, held = fence_](storage::Connection& c) {
+      events::Fence after = Held(events::ScheduleEventRetry(c, held, d_.node, 0, backoff, why, why),
+                                 "schedule compensation retry");
+      events::RecordCompensationFailure(c, step.code, result.error);
+      return after;
+    });
+    d_.stats.retries++;
+    spdlog::info("EVENT_RETRY_SCHEDULED event={} node={} trace={} phase=COMPENSATE step={} "
+                 "compensation_retry_count={} backoff_ms={}",
+                 ev_.code, d_.node, trace_, step.name, step.compensation_retry_count + 1,
+                 backoff.count());
+    return Outcome::kRetryScheduled;
+  }
+
+  const std::string error =
+      permanent ? result.error
+                : "compensation retries exhausted (" +
+                      std::to_string(step.compensation_retry_count + 1) + " failures): " +
+                      result.error;
+  fence_ = d_.pool.Transact("fail compensation", [&, held = fence_](storage::Connection& c) {
+    events::Fence after = Held(events::FailCompensation(c, held, d_.node, step.name, error), "fail compensation");
+    events::RecordCompensationFailure(c, step.code, result.error);
+    return after;
+  });
+  d_.stats.failed++;
+  spdlog::error("EVENT_FAILED event={} node={} trace={} step={} ms={} reason=\"compensation of '{}' "
+                "failed: {}\"",
+                ev_.code, d_.node, trace_, step.name, ElapsedMs(), step.name, error);
+  return Outcome::kFailed;
+}
+
+Outcome EventRun::Abandon(const std::string& why) {
+  spdlog::warn("EVENT_ABANDONED event={} node={} trace={} version={} reason=\"{}\"", ev_.code, d_.node,
+               trace_, fence_.version, OneLine(why));
+  return Outcome::kAbandoned;
+}
+
+}  // namespace dsync::saga::run
