@@ -11,7 +11,7 @@
 //                            [--tx-per-batch [--exact]] [--prefix P]
 //
 // produce: inserts N events (tenant `bench`, code `<prefix>-<i>`, data_id `d-<i>`, the
-//   topic, the payload) with the DESIGN.md producer statement
+//   topic, the payload) with the plain producer statement (README.md "Using it")
 //     INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES (...), ...
 //   K rows per statement [1: single INSERTs], each statement autocommitted, spread over C
 //   connections [1], each a thread with its own share of the codes. With --rate R

@@ -1,4 +1,4 @@
-// dsync configuration: the JSON file of DESIGN.md "CONTRACT: configuration file",
+// dsync configuration: the JSON file of docs/configuration.md,
 // then DSYNC_* environment overrides, then command-line flags (applied by the
 // caller). Loaded once in main into these structs; nothing reads JSON afterwards.
 //

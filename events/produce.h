@@ -1,6 +1,6 @@
 // Produce (docs/event-lifecycle.md item 1): new events enter PENDING, phase FORWARD,
 // version 1, through the same INSERT a producer in any language may write by hand
-// (DESIGN.md's plain-SQL contract). Idempotent by code (uk_code).
+// (README.md "Using it": a plain INSERT). Idempotent by code (uk_code).
 //
 // Thread safety: stateless functions; a Connection is used by one thread at a time.
 #pragma once

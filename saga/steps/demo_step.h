@@ -1,4 +1,4 @@
-// The built-in `demo` step (DESIGN.md "CONTRACT: built-in step types"): a no-op for
+// The built-in `demo` step (README.md "Built-in steps"): a no-op for
 // tests, demos and benchmarks, driven by the event payload's optional "demo" object:
 //
 //   {"demo": {"sleep_ms": 300,

@@ -73,7 +73,7 @@ start_bg() {
   eval "PID_$name=$pid"
 }
 
-# The saga-order invariant (DESIGN.md invariant 3) over every event of the schema,
+# The saga-order invariant (docs/event-lifecycle.md "Invariants checked by tests") over every event of the schema,
 # in SQL: prints the number of violating (event, rule) rows; 0 is good.
 #  - a SUCCESS event has only SUCCESS steps;
 #  - a COMPENSATED event has no step left SUCCESS/EXECUTING/COMPENSATING;

@@ -1,4 +1,4 @@
-// The saga-order invariant (DESIGN.md invariant 3), checked with SQL over every event
+// The saga-order invariant (docs/event-lifecycle.md "Invariants checked by tests"), checked with SQL over every event
 // of a schema. For the saga engine's integration tests, the consumer's end-to-end
 // tests and the chaos suite:
 //
