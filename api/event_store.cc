@@ -105,6 +105,24 @@ FROM distribute_lease_lock WHERE lock_name = ?)";
 
 constexpr const char* kSchemaVersion = "SELECT MAX(version) FROM dsync_schema_version";
 
+// Events needing attention, by the rules of v_events_needing_attention, one reason per
+// part so that each reads its own range of idx_due (status first). Params: limit three
+// times.
+#define DSYNC_ATTENTION_COLUMNS                                                              \
+  "code, topic, status, phase, IFNULL(node_address, ''), attempt, retry_count, "             \
+  DSYNC_ISO("modifier_time") ", TIMESTAMPDIFF(SECOND, modifier_time, NOW(3)), IFNULL(last_error, '')"
+constexpr const char* kNeedingAttention =
+    "(SELECT 'failed', " DSYNC_ATTENTION_COLUMNS " FROM distribute_event WHERE status = 'FAILED' "
+    "ORDER BY id DESC LIMIT ?) "
+    "UNION ALL (SELECT 'stuck', " DSYNC_ATTENTION_COLUMNS " FROM distribute_event "
+    "WHERE status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND modifier_time < NOW(3) - INTERVAL 5 MINUTE "
+    "ORDER BY id LIMIT ?) "
+    "UNION ALL (SELECT 'compensation_retrying', " DSYNC_ATTENTION_COLUMNS " FROM distribute_event e "
+    "WHERE e.phase = 'COMPENSATE' AND e.status IN ('PENDING', 'ASSIGNED', 'COMPENSATING') "
+    "AND NOT (e.status <> 'PENDING' AND e.modifier_time < NOW(3) - INTERVAL 5 MINUTE) "
+    "AND EXISTS (SELECT 1 FROM distribute_event_step s WHERE s.job_code = e.code AND s.status = 'COMPENSATING' "
+    "AND s.compensation_retry_count > 0) ORDER BY e.id LIMIT ?)";
+
 constexpr const char* kCountByTopicStatus =
     "SELECT topic, status, COUNT(*) FROM distribute_event GROUP BY topic, status";
 
@@ -383,6 +401,20 @@ nlohmann::json ToJson(const NodeView& n) {
           {"incarnation", n.incarnation}};
 }
 
+nlohmann::json ToJson(const AttentionRow& a) {
+  return {{"code", a.code},
+          {"topic", a.topic},
+          {"status", a.status},
+          {"phase", a.phase},
+          {"reason", a.reason},
+          {"node_address", TextOrNull(a.node_address)},
+          {"attempt", a.attempt},
+          {"retry_count", a.retry_count},
+          {"modifier_time", TextOrNull(a.modifier_time)},
+          {"idle_s", a.idle_s},
+          {"last_error", TextOrNull(a.last_error)}};
+}
+
 nlohmann::json ToJson(const Health& h) {
   return {{"status", h.database_ok ? "ok" : "unavailable"},
           {"database", {{"ok", h.database_ok}, {"error", TextOrNull(h.database_error)}}},
@@ -575,6 +607,9 @@ EventPage EventStore::List(const EventFilter& f) {
                      " (one of PENDING, ASSIGNED, RUNNING, SUCCESS, FAILED, COMPENSATING, COMPENSATED)");
   }
   if (!f.topic.empty()) RequireText("topic", f.topic, 1, 50);
+  if (!f.batch_code.empty()) RequireText("batch", f.batch_code, 1, 64);
+  if (!f.tenant_id.empty()) RequireText("tenant_id", f.tenant_id, 1, 30);
+  if (!f.code_prefix.empty()) RequireText("code prefix", f.code_prefix, 1, 64);
   if (f.limit < 1 || f.limit > 1000) throw UsageError("limit must be from 1 to 1000");
   // Only fixed fragments go into the text; every value is bound.
   std::string sql = "SELECT " DSYNC_EVENT_COLUMNS " FROM distribute_event WHERE id < ?";
@@ -586,6 +621,23 @@ EventPage EventStore::List(const EventFilter& f) {
   if (!f.status.empty()) {
     sql += " AND status = ?";
     values.emplace_back(f.status);
+  }
+  if (!f.batch_code.empty()) {
+    sql += " AND batch_code = ?";
+    values.emplace_back(f.batch_code);
+  }
+  if (!f.tenant_id.empty()) {
+    sql += " AND tenant_id = ?";
+    values.emplace_back(f.tenant_id);
+  }
+  if (!f.code_prefix.empty()) {
+    std::string pattern;  // LIKE's wildcards and the escape character '!', taken literally
+    for (char ch : f.code_prefix) {
+      if (ch == '%' || ch == '_' || ch == '!') pattern += '!';
+      pattern += ch;
+    }
+    sql += " AND code LIKE ? ESCAPE '!'";
+    values.emplace_back(pattern + "%");
   }
   sql += " ORDER BY id DESC LIMIT ?";
   values.emplace_back(static_cast<int64_t>(f.limit) + 1);  // one more: is there a next page?
@@ -679,6 +731,32 @@ Health EventStore::CheckHealth() {
     h.database_error = e.what();
   }
   return h;
+}
+
+std::vector<AttentionRow> EventStore::NeedingAttention(int limit_per_reason) {
+  if (limit_per_reason < 1 || limit_per_reason > 1000) throw UsageError("limit must be from 1 to 1000");
+  const int64_t n = limit_per_reason;
+  std::vector<AttentionRow> out;
+  pool_.Run("events needing attention", [&](storage::Connection& c) {
+    out.clear();
+    auto rs = c.Query(kNeedingAttention, n, n, n);
+    while (rs->next()) {
+      AttentionRow a;
+      a.reason = rs->getString(1);
+      a.code = rs->getString(2);
+      a.topic = rs->getString(3);
+      a.status = rs->getString(4);
+      a.phase = rs->getString(5);
+      a.node_address = rs->getString(6);
+      a.attempt = rs->getInt(7);
+      a.retry_count = rs->getInt(8);
+      a.modifier_time = rs->getString(9);
+      a.idle_s = rs->getInt64(10);
+      a.last_error = rs->getString(11);
+      out.push_back(std::move(a));
+    }
+  });
+  return out;
 }
 
 std::vector<std::tuple<std::string, std::string, int64_t>> EventStore::CountByTopicStatus() {

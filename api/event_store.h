@@ -126,6 +126,9 @@ nlohmann::json ToJson(const BatchProgress& b);
 struct EventFilter {
   std::string topic;   // empty: any
   std::string status;  // empty: any; else one of the 7 statuses (UsageError otherwise)
+  std::string batch_code;   // empty: any (idx_batch_code)
+  std::string tenant_id;    // empty: any (idx_entity_status)
+  std::string code_prefix;  // empty: any; codes starting with it, matched literally (uk_code)
   int limit = 50;      // 1..1000
   std::optional<int64_t> after;  // keyset cursor: only ids below it (newest first)
 };
@@ -136,6 +139,16 @@ struct EventPage {
 };
 
 enum class RetryFrom { kStart, kFailedStep };
+
+// An event that needs an operator's look (the rules of v_events_needing_attention):
+// reason "failed" (FAILED), "stuck" (ASSIGNED/RUNNING/COMPENSATING, no activity for
+// 5 minutes) or "compensation_retrying" (a compensation failed and is retried).
+struct AttentionRow {
+  std::string code, topic, status, phase, reason, node_address, modifier_time, last_error;
+  int attempt = 0, retry_count = 0;
+  int64_t idle_s = 0;
+};
+nlohmann::json ToJson(const AttentionRow& a);
 
 struct NodeView {
   std::string node_address, status;  // online | draining | offline
@@ -203,6 +216,11 @@ class EventStore {
 
   // Nodes of the service (all rows with `all`, else live only), with in-flight counts.
   std::vector<NodeView> Nodes(bool all);
+
+  // Events needing attention, at most `limit_per_reason` of each reason, failed first
+  // (newest first), then stuck, then compensations retrying. Three index range reads
+  // (idx_due by status), never a scan of finished events. Throws DbError.
+  std::vector<AttentionRow> NeedingAttention(int limit_per_reason);
 
   // Never throws: a database failure is reported in the result.
   Health CheckHealth();
