@@ -60,14 +60,20 @@ json ThroughputHistory::Series() {
   return out;
 }
 
-json Overview(EventStore& store, ThroughputHistory& history) {
+json Overview(EventStore& store, ThroughputHistory& history, bool by_topic) {
   constexpr int kAttentionPerReason = 20;
   json counts = json::object();
   std::map<std::string, int64_t> totals;
+  if (by_topic) {
+    for (const auto& [topic, status, n] : store.CountByTopicStatus()) {
+      counts[topic][status] = n;
+      totals[status] += n;
+    }
+  } else {
+    totals = store.CountByStatus();
+  }
   int64_t total = 0, finished = 0;
-  for (const auto& [topic, status, n] : store.CountByTopicStatus()) {
-    counts[topic][status] = n;
-    totals[status] += n;
+  for (const auto& [status, n] : totals) {
     total += n;
     if (IsTerminal(status)) finished += n;
   }
@@ -77,8 +83,7 @@ json Overview(EventStore& store, ThroughputHistory& history) {
   json nodes = json::array();
   for (const auto& n : store.Nodes(false)) nodes.push_back(ToJson(n));
   Health h = store.CheckHealth();
-  return {{"counts", std::move(counts)},
-          {"totals", totals},
+  json out = {{"totals", totals},
           {"total", total},
           {"attention", std::move(attention)},
           {"attention_limit", kAttentionPerReason},
@@ -89,6 +94,8 @@ json Overview(EventStore& store, ThroughputHistory& history) {
             {"token", h.lease.token},
             {"expires_in_ms", h.lease.expires_in_ms}}},
           {"throughput", history.Series()}};
+  if (by_topic) out["counts"] = std::move(counts);
+  return out;
 }
 
 }  // namespace dsync::api::console

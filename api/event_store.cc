@@ -123,6 +123,8 @@ constexpr const char* kNeedingAttention =
     "AND EXISTS (SELECT 1 FROM distribute_event_step s WHERE s.job_code = e.code AND s.status = 'COMPENSATING' "
     "AND s.compensation_retry_count > 0) ORDER BY e.id LIMIT ?)";
 
+constexpr const char* kCountByStatus = "SELECT status, COUNT(*) FROM distribute_event GROUP BY status";
+
 constexpr const char* kCountByTopicStatus =
     "SELECT topic, status, COUNT(*) FROM distribute_event GROUP BY topic, status";
 
@@ -755,6 +757,16 @@ std::vector<AttentionRow> EventStore::NeedingAttention(int limit_per_reason) {
       a.last_error = rs->getString(11);
       out.push_back(std::move(a));
     }
+  });
+  return out;
+}
+
+std::map<std::string, int64_t> EventStore::CountByStatus() {
+  std::map<std::string, int64_t> out;
+  pool_.Run("count events by status", [&](storage::Connection& c) {
+    out.clear();
+    auto rs = c.Query(kCountByStatus);
+    while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
   });
   return out;
 }

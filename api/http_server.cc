@@ -513,7 +513,7 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
   // Query parameters: each route takes a fixed set, each at most once.
   static const std::map<Route, std::set<std::string>> kQueryKeys = {
       {Route::kListEvents, {"topic", "status", "limit", "after", "batch", "tenant", "code"}},
-      {Route::kNodes, {"all"}}};
+      {Route::kNodes, {"all"}}, {Route::kOverview, {"topics"}}};
   if (!raw_query.empty()) {
     auto allowed = kQueryKeys.find(req.route);
     for (std::string_view pair : Split(raw_query, '&')) {
@@ -580,7 +580,14 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
     case Route::kDrainNode:
       if (!req.body.empty()) throw UsageError("a drain takes no body");
       return {200, Dump(ToJson(store_.Drain(req.code)))};
-    case Route::kOverview: return {200, Dump(console::Overview(store_, throughput_))};
+    case Route::kOverview: {
+      bool by_topic = false;
+      for (const auto& [key, value] : req.query) {
+        if (value == "true" || value == "1") by_topic = true;
+        else if (value != "false" && value != "0") throw UsageError(key + " must be true or false");
+      }
+      return {200, Dump(console::Overview(store_, throughput_, by_topic))};
+    }
     case Route::kConsole: return ConsoleAsset(raw, raw_path);
     case Route::kStreamEvent:
       StreamEvent(req.code, response);

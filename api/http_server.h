@@ -29,7 +29,8 @@
 //   GET  /v1/nodes?all=true        {nodes: [...]} (live nodes; all rows with all=true)
 //   POST /v1/nodes/{address}/drain the node drains (EventStore::Drain) -> 200 + the node;
 //                                  404 unless it is live (no body)
-//   GET  /v1/overview              the console's overview (console::Overview)
+//   GET  /v1/overview?topics=true  the console's overview (console::Overview); with
+//                                  topics=true also the counts by topic and status
 //   GET  /, /assets/{file}         the web console (api/console.h); no token needed,
 //                                  the files hold no data
 //   GET  /healthz                  200 when the database answers, else 503; lease state

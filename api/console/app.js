@@ -81,6 +81,7 @@ function live(fn, ms) {
   let stopped = false;
   const tick = async () => {
     if (stopped || gen !== generation) return;
+    const started = performance.now();
     try {
       await fn();
       setStatus('live · updated ' + new Date().toLocaleTimeString('en-GB'), 'ok');
@@ -89,7 +90,8 @@ function live(fn, ms) {
       if (e instanceof AuthError) return showLogin(token.get() ? 'The token was not accepted.' : '');
       setStatus('update failed: ' + e.message, 'bad');
     }
-    if (!stopped && gen === generation) timer = setTimeout(tick, ms);
+    // A slow answer (a huge table, a busy database) slows the refresh down with it.
+    if (!stopped && gen === generation) timer = setTimeout(tick, Math.max(ms, 4 * (performance.now() - started)));
   };
   tick();
   return () => {

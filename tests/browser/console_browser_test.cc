@@ -214,7 +214,9 @@ TEST_F(ConsoleBrowserTest, PagesShowTheDataSetAndActionsAskFirst) {
   EXPECT_EQ(count("PENDING"), "4");
   EXPECT_EQ(count("RUNNING"), "0");
   EXPECT_EQ(b.Eval("document.querySelector('[data-count-total]').textContent"), "9");
+  ASSERT_TRUE(b.WaitFor("document.querySelector('tr[data-topic=OTHER] td[data-status=PENDING]')"));
   EXPECT_EQ(b.Eval("document.querySelector('tr[data-topic=OTHER] td[data-status=PENDING]').textContent"), "4");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-topic=DEMO] td[data-status=COMPENSATED]').textContent"), "1");
   EXPECT_EQ(b.Eval("document.querySelector('tr[data-attention=failed] td.code').textContent"), kHostileCode);
   EXPECT_EQ(b.Eval("document.querySelector('tr[data-attention=failed] td.err').textContent"), kHostileError);
   EXPECT_EQ(b.Eval("document.querySelector('tr[data-node] th').textContent"), kNode);

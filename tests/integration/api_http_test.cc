@@ -984,8 +984,14 @@ TEST_F(ApiHttpTest, OverviewCountsAttentionNodesLeaseAndThroughput) {
   json o = r.Json();
   EXPECT_EQ(o["total"], 6);
   EXPECT_EQ(o["totals"], json({{"SUCCESS", 1}, {"FAILED", 1}, {"RUNNING", 1}, {"PENDING", 2}, {"COMPENSATED", 1}}));
-  EXPECT_EQ(o["counts"]["DEMO"]["PENDING"], 1);
-  EXPECT_EQ(o["counts"]["OTHER"]["PENDING"], 1);
+  EXPECT_FALSE(o.contains("counts")) << "by topic only when asked";
+  Response t = Get("/v1/overview?topics=true");
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json by_topic = t.Json();
+  EXPECT_EQ(by_topic["totals"], o["totals"]);
+  EXPECT_EQ(by_topic["counts"]["DEMO"], json({{"SUCCESS", 1}, {"FAILED", 1}, {"RUNNING", 1}, {"PENDING", 1},
+                                                {"COMPENSATED", 1}}));
+  EXPECT_EQ(by_topic["counts"]["OTHER"], json({{"PENDING", 1}}));
   ASSERT_EQ(o["attention"].size(), 2u) << o["attention"].dump();
   EXPECT_EQ(o["attention"][0]["reason"], "failed");
   EXPECT_EQ(o["attention"][0]["code"], "ov-1");
@@ -1003,7 +1009,8 @@ TEST_F(ApiHttpTest, OverviewCountsAttentionNodesLeaseAndThroughput) {
   EXPECT_EQ(o["throughput"][0]["finished"], 3);
 
   const std::string before = TableState();
-  ExpectRejected(Get("/v1/overview?x=1"), 400, before, "query on overview");
+  ExpectRejected(Get("/v1/overview?x=1"), 400, before, "junk query on overview");
+  ExpectRejected(Get("/v1/overview?topics=maybe"), 400, before, "topics=maybe");
   ExpectRejected(Post("/v1/overview", json::object()), 405, before, "POST overview");
 }
 
