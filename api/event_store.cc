@@ -461,7 +461,7 @@ void EventStore::Validate(const NewEvent& e) const {
 ProduceResult EventStore::Produce(const NewEvent& e) {
   Validate(e);
   const TopicSettings& topic = settings_.topics.at(e.topic);
-  return pool_.Run("produce event", [&](storage::Connection& c) {
+  ProduceResult result = pool_.Run("produce event", [&](storage::Connection& c) {
     try {
       c.Execute(kInsertEvent, storage::Values(EventValues(e, topic)));
       auto row = ReadEvent(c, e.code);
@@ -474,6 +474,8 @@ ProduceResult EventStore::Produce(const NewEvent& e) {
     if (!row) throw DbError(DbError::Kind::kOther, 0, "event " + Quote(e.code) + " exists but cannot be read");
     return ProduceResult{std::move(*row), false};
   });
+  if (result.created && on_produced_) on_produced_();  // wake-ups (issue 19)
+  return result;
 }
 
 BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<NewEvent> events) {
@@ -497,7 +499,7 @@ BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<
                        " repeats events[" + std::to_string(it->second) + "]");
     }
   }
-  return pool_.Transact("produce batch", [&](storage::Connection& c) {
+  BatchResult produced = pool_.Transact("produce batch", [&](storage::Connection& c) {
     BatchResult result{batch_code, 0, 0};
     for (size_t start = 0; start < events.size(); start += kInsertChunk) {
       const size_t n = std::min(kInsertChunk, events.size() - start);
@@ -527,6 +529,8 @@ BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<
     }
     return result;
   });
+  if (produced.created > 0 && on_produced_) on_produced_();  // wake-ups (issue 19)
+  return produced;
 }
 
 BatchProgress EventStore::GetBatch(const std::string& batch_code) {

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <optional>
@@ -196,6 +197,10 @@ class EventStore {
   // exist already are left untouched and counted as existing. At most 10,000 events.
   BatchResult ProduceBatch(const std::string& batch_code, std::vector<NewEvent> events);
 
+  // Called after Produce/ProduceBatch committed new events (the dispatcher's wake-up,
+  // dispatcher/dispatcher_waker.h). Set once, before use.
+  void OnProduced(std::function<void()> hook) { on_produced_ = std::move(hook); }
+
   // Progress of a batch by one GROUP BY. Throws NotFoundError when no event has it.
   BatchProgress GetBatch(const std::string& batch_code);
 
@@ -235,6 +240,7 @@ class EventStore {
  private:
   storage::ConnectionPool& pool_;
   const Settings& settings_;
+  std::function<void()> on_produced_;
 };
 
 }  // namespace dsync::api

@@ -24,6 +24,7 @@
 #include "consumer/consumer_node.h"
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/dispatcher_service.h"
+#include "dispatcher/dispatcher_waker.h"
 #include "saga/commit_group.h"
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
@@ -91,6 +92,8 @@ consumer::ConsumerOptions NodeOptions(const Invocation& inv, const Settings& s) 
   options.poll_interval = s.consumer.poll_interval;
   options.idle_interval = std::max(s.consumer.poll_interval, s.dispatcher.idle_interval);
   options.drain_timeout = s.consumer.drain_timeout;
+  options.wakeups = s.consumer.wakeups;
+  options.wakeup_listen = s.consumer.wakeup_listen;
   return options;
 }
 
@@ -127,12 +130,14 @@ int RunNode(const Invocation& inv) {
   bool clean = parts.node.Drain();
   const saga::CommitGroupStats& g = parts.engine.group_stats();
   spdlog::info("NODE_STOPPED node={} drained={} polls={} claimed={} claimed_at_commit={} batches={} "
-               "batched_events={} commit_groups={} group_members={} groups_rolled_back={}",
+               "batched_events={} commit_groups={} group_members={} groups_rolled_back={} wakeups_received={} "
+               "wakeups_acted={} dispatcher_wakes={}",
                options.node_address, clean ? "all" : "partially (rest left for the sweeper)",
                parts.node.stats().polls.load(), parts.engine.stats().claimed.load(),
                parts.engine.stats().claimed_at_commit.load(),
                parts.node.stats().batches.load(), parts.node.stats().batched_events.load(), g.groups.load(),
-               g.members.load(), g.rolled_back.load());
+               g.members.load(), g.rolled_back.load(), parts.node.wakeup_stats().received,
+               parts.node.wakeup_stats().acted, parts.node.wakeup_stats().dispatcher_wakes);
   return 0;
 }
 
@@ -166,6 +171,9 @@ int RunServe(const Invocation& inv) {
   auto pool = OpenDatabase(s, kApiThreads + 2);
   sigset_t signals = BlockStopSignals();
   api::EventStore store(*pool, s);
+  SystemClock clock;
+  dispatcher::DispatcherWaker waker(*pool, s.service, clock);  // wake-ups after producing
+  if (s.dispatcher.wakeups) store.OnProduced([&waker] { waker.Wake(); });
   api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
   http.threads = kApiThreads;
   api::HttpServer server(store, http, {.pool = pool.get()});
@@ -193,6 +201,8 @@ int RunAll(const Invocation& inv) {
   dispatcher::DispatcherService dispatcher(*pool, s, clock);
   NodeParts parts(*pool, s, clock, options);
   api::EventStore store(*pool, s);
+  dispatcher::DispatcherWaker waker(*pool, s.service, clock);  // wake-ups after producing
+  if (s.dispatcher.wakeups) store.OnProduced([&waker] { waker.Wake(); });
   api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
   http.threads = kApiThreads;
   api::HttpServer server(store, http,

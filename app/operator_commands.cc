@@ -13,8 +13,10 @@
 
 #include "api/event_store.h"
 #include "app/command_support.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dispatcher/dispatcher_waker.h"
 
 namespace dsync::app {
 namespace {
@@ -154,6 +156,10 @@ int RunProduceFile(const Invocation& inv, Store& s, const std::string& file) {
 
 int RunProduce(const Invocation& inv) {
   Store s = OpenStore(inv);
+  // Wake the leading dispatcher once the events are in (dispatcher/dispatcher_waker.h).
+  SystemClock clock;
+  dispatcher::DispatcherWaker waker(*s.pool, s.settings.service, clock);
+  if (s.settings.dispatcher.wakeups) s.store->OnProduced([&waker] { waker.Wake(); });
   if (auto file = inv.Get("file")) return RunProduceFile(inv, s, *file);
   if (inv.Get("batch") || inv.Get("batch-size")) throw UsageError("--batch and --batch-size need --file");
   api::NewEvent e = EventFromFlags(inv);

@@ -119,6 +119,18 @@ void ConsumerNode::Start() {
   for (int i = 0; i < options_.capacity; ++i) {
     workers_.emplace_back([this](std::stop_token stop) { WorkerLoop(stop); });
   }
+  // Wake-ups (consumer/node_wakeups.h): a datagram from the dispatcher polls at once.
+  wakeups_ = std::make_unique<NodeWakeups>(
+      pool_, clock_,
+      NodeWakeupOptions{options_.wakeups, options_.wakeup_listen, options_.node_address, options_.service,
+                        options_.poll_interval});
+  wakeups_->Start([this] {
+    {
+      std::lock_guard lock(mu_);
+      poll_now_ = true;
+    }
+    poll_cv_.notify_one();
+  });
   poller_ = std::jthread([this](std::stop_token stop) { PollLoop(stop); });
   spdlog::info("NODE_STARTED node={} service={} capacity={} orphans_handed_back={}", options_.node_address,
                options_.service, options_.capacity, orphans);
@@ -267,6 +279,14 @@ void ConsumerNode::PollLoop(std::stop_token stop) {
     } catch (const std::exception& e) {
       spdlog::warn("POLL_FAILED node={} err={}", options_.node_address, e.what());
     }
+    {  // wake-ups: feed the rate limit; wake the dispatcher when freed slots stay empty
+      bool slots_free;
+      {
+        std::lock_guard lock(mu_);
+        slots_free = accepting_ && static_cast<int>(known_.size()) < options_.capacity;
+      }
+      wakeups_->Polled(added > 0, slots_free);
+    }
     if (added > 0) {
       pause = options_.poll_interval;
       last_work_ = clock_.Now();
@@ -342,6 +362,7 @@ void ConsumerNode::WorkerLoop(std::stop_token stop) {
       }
       stats_.in_flight = static_cast<int>(known_.size());
       poll_now_ = true;  // slots are free: refill them without waiting for the pause
+      wakeups_->SlotsFreed();
     }
     poll_cv_.notify_one();
   }
@@ -370,6 +391,7 @@ bool ConsumerNode::Drain() {
     stats_.in_flight = static_cast<int>(known_.size());
   }
   poller_ = {};  // request_stop + join
+  if (wakeups_) wakeups_->Stop();
   bool clean = true;
   try {
     heartbeat_.MarkDraining();

@@ -20,18 +20,24 @@
 // (SagaEngine::ClaimBatch), or, for topics whose steps are fast, by their first step's
 // commit (AssignedEvent::claim_deferred); the rest by their worker.
 //
+// Wake-ups (consumer/node_wakeups.h): the dispatcher's datagram after an assignment
+// makes the poller look at once; a poll that leaves freed slots empty wakes the
+// dispatcher.
+//
 // Thread safety: Start/Drain from one controlling thread; stats() from any.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "consumer/node_wakeups.h"
 #include "core/clock.h"
 #include "registry/heartbeat_publisher.h"
 #include "saga/saga_engine.h"
@@ -49,6 +55,8 @@ struct ConsumerOptions {
   Millis poll_interval{200};                // pause after an empty poll, doubled up to idle_interval
   Millis idle_interval{1000};
   Millis drain_timeout{30000};
+  bool wakeups = true;                      // consumer.wakeups (consumer/node_wakeups.h)
+  std::string wakeup_listen;                // consumer.wakeup_listen; "": node_address
 };
 
 struct ConsumerStats {
@@ -81,6 +89,7 @@ class ConsumerNode {
 
   registry::NodeMetadata Metadata() const;
   ConsumerStats& stats() { return stats_; }
+  NodeWakeupStats wakeup_stats() const { return wakeups_ ? wakeups_->stats() : NodeWakeupStats{}; }
 
  private:
   void PollLoop(std::stop_token stop);
@@ -117,6 +126,7 @@ class ConsumerNode {
   std::stop_source work_stop_;            // cancels running events (drain timeout)
   std::jthread poller_;
   std::vector<std::jthread> workers_;
+  std::unique_ptr<NodeWakeups> wakeups_;  // set by Start(); last, so it stops first
 };
 
 }  // namespace dsync::consumer

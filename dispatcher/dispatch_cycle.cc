@@ -118,6 +118,16 @@ std::string CommaList(const std::vector<std::string>& items) {
   return out;
 }
 
+// The nodes of the assignments that won, each once, in first-assignment order.
+std::vector<std::string> WonNodes(const std::vector<Assignment>& assignments, const std::vector<bool>& won) {
+  std::vector<std::string> nodes;
+  for (size_t i = 0; i < won.size(); ++i) {
+    const std::string& n = assignments[i].node_address;
+    if (won[i] && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+  }
+  return nodes;
+}
+
 Millis Elapsed(Clock::TimePoint from, Clock::TimePoint to) {
   return std::chrono::duration_cast<Millis>(to - from);
 }
@@ -329,6 +339,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
                        plan.assignments[i].node_address);
         }
       }
+      if (on_assigned_ && r.assigned > 0) on_assigned_(WonNodes(plan.assignments, w.won));  // wake-ups
     }
     r.more_due = page_full;
     if (!page_full) break;  // every due event the filter allows was read

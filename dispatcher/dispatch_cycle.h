@@ -127,6 +127,12 @@ class DispatchCycle {
 
   CycleStats stats();
 
+  // Wake-ups (issue 19): called after each page's assignments committed, with the
+  // addresses of the nodes that got events (each once). Set before the first cycle.
+  void OnAssigned(std::function<void(const std::vector<std::string>& nodes)> hook) {
+    on_assigned_ = std::move(hook);
+  }
+
  private:
   struct Cursor {
     int64_t priority;
@@ -141,6 +147,7 @@ class DispatchCycle {
   registry::NodeDirectory directory_;
   AssignmentPlanner planner_;
   bool backlog_ = false;  // CycleResult::backlog of the last cycle; RunOnce's thread only
+  std::function<void(const std::vector<std::string>&)> on_assigned_;
 
   std::mutex mu_;
   CycleStats stats_;
