@@ -15,6 +15,13 @@ ENV_B="${SCHEMA}_b"
 root_sql() { MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "$1"; }
 drop_envs() { root_sql "DROP DATABASE IF EXISTS \`$ENV_A\`; DROP DATABASE IF EXISTS \`$ENV_B\`" 2>/dev/null || true; }
 trap 'drop_envs; cleanup' EXIT
+# On failure, show what the processes said.
+fail() {
+  echo "FAIL: $*" >&2
+  local f
+  for f in "$WORK"/*.log; do [[ -e $f ]] && { echo "--- $f" >&2; tail -n 15 "$f" >&2; }; done
+  exit 1
+}
 
 root_sql "CREATE DATABASE \`$ENV_A\`; CREATE DATABASE \`$ENV_B\`;
   CREATE TABLE \`$ENV_A\`.item (id INT PRIMARY KEY, name VARCHAR(50));
@@ -57,7 +64,9 @@ dsync migrate >/dev/null
 port=$(free_port)
 start_bg all "$DSYNC_BIN" all --config "$WORK/dsync.json" --listen "127.0.0.1:$port" \
   --node-address 127.0.0.1:7501 --datasources env_a
-wait_for "curl -sf http://127.0.0.1:$port/healthz >/dev/null" 15 "API up on $port"
+# 30 s: under a loaded machine (other suites in parallel) a start may take a while.
+wait_for "curl -sf http://127.0.0.1:$port/healthz >/dev/null || ! kill -0 $PID_all" 30 "API up on $port"
+kill -0 "$PID_all" || fail "dsync all exited at start: $(tail -5 "$WORK/all.log")"
 
 # --- node A: reaches env_a only, reports the bad topic, serves the others ---------
 wait_for '[[ $(metadata_of 127.0.0.1:7501) == *"\"datasources\":[\"env_a\"]"* ]]' 10 "node A reports datasources [env_a]"
