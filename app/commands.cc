@@ -128,7 +128,8 @@ std::map<std::string, TopicSettings> BuildableTopics(const Settings& s, consumer
       saga::Plans one(single, registry);
       good.emplace(name, topic);
     } catch (const ConfigError& e) {
-      options.bad_topics[name] = e.what();
+      // Into the registry row and logs: never a password (a step may name a URL).
+      options.bad_topics[name] = storage::MaskPasswords(e.what());
     }
   }
   if (options.bad_topics.empty()) return good;
