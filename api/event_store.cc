@@ -273,6 +273,9 @@ NodeView ToView(const registry::NodeInfo& n, int64_t in_flight) {
   v.metadata_valid = n.metadata_valid;
   v.version = n.metadata.version;
   v.incarnation = n.metadata.incarnation;
+  v.datasources = n.metadata.datasources;
+  v.datasource_errors = n.metadata.datasource_errors;
+  v.bad_topics = n.metadata.bad_topics;
   return v;
 }
 
@@ -400,7 +403,10 @@ nlohmann::json ToJson(const NodeView& n) {
           {"heartbeat_age_ms", n.heartbeat_age_ms},
           {"metadata_valid", n.metadata_valid},
           {"version", n.version},
-          {"incarnation", n.incarnation}};
+          {"incarnation", n.incarnation},
+          {"datasources", n.datasources ? nlohmann::json(*n.datasources) : nlohmann::json(nullptr)},
+          {"datasource_errors", n.datasource_errors},
+          {"bad_topics", n.bad_topics}};
 }
 
 nlohmann::json ToJson(const AttentionRow& a) {

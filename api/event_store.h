@@ -160,6 +160,11 @@ struct NodeView {
   int64_t heartbeat_age_ms = 0;
   bool metadata_valid = true;
   std::string version, incarnation;
+  // Datasources the node reached at its last check; nullopt: it does not report them
+  // (an older node, taken as reaching all). JSON: null then.
+  std::optional<std::vector<std::string>> datasources;
+  std::map<std::string, std::string> datasource_errors;  // name -> why not reached
+  std::map<std::string, std::string> bad_topics;         // topic -> why its plan failed there
 };
 nlohmann::json ToJson(const NodeView& n);
 

@@ -857,6 +857,13 @@ std::string HttpServer::RenderMetrics() {
     w.Histogram("dsync_dispatch_latency_seconds", none, s.dispatch_latency);
     w.Family("dsync_dispatch_cycle_duration_seconds", "Duration of a dispatch cycle.", Type::kHistogram);
     w.Histogram("dsync_dispatch_cycle_duration_seconds", none, s.cycle_duration);
+    w.Family("dsync_events_unroutable",
+             "PENDING events of a topic no live node can run (none serves it, reaches its datasources, or "
+             "could build its plan), at the leader's last check; reasons in v_events_needing_attention.",
+             Type::kGauge);
+    for (const auto& [topic, u] : s.unroutable) {
+      w.Sample("dsync_events_unroutable", {{"topic", topic}}, static_cast<double>(u.pending));
+    }
     w.Family("dsync_sweeps_total", "Sweeper passes, by result.", Type::kCounter);
     w.Sample("dsync_sweeps_total", {{"result", "ok"}}, static_cast<double>(s.sweeps - std::min(s.sweeps, s.sweep_failures)));
     w.Sample("dsync_sweeps_total", {{"result", "failed"}}, static_cast<double>(s.sweep_failures));

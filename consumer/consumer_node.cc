@@ -94,9 +94,25 @@ ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engi
   metadata_.pid = getpid();
   metadata_.started_at = started;
   metadata_.incarnation = metadata_.host + ":" + std::to_string(metadata_.pid) + ":" + std::to_string(now_ms);
+  metadata_.bad_topics = options_.bad_topics;
+  if (options_.datasources) {
+    metadata_.datasources.emplace();  // reported, none reached until checked
+    prober_ = std::make_unique<DatasourceProber>(
+        *options_.datasources, options_.datasource_check_interval, clock_, ConnectProbe, [this] {
+          if (!started_) return;
+          try {
+            heartbeat_.Beat();  // the dispatcher learns of it now, not at the next beat
+          } catch (const std::exception& e) {
+            spdlog::warn("HEARTBEAT_FAILED node={} service={} err={}", options_.node_address,
+                         options_.service, e.what());
+          }
+        });
+  }
 }
 
 ConsumerNode::~ConsumerNode() {
+  started_ = false;
+  if (prober_) prober_->Stop();
   poller_ = {};
   work_stop_.request_stop();
   for (auto& w : workers_) w.request_stop();
@@ -109,6 +125,11 @@ registry::NodeMetadata ConsumerNode::Metadata() const {
   registry::NodeMetadata m = metadata_;
   m.processing_count = stats_.in_flight.load();
   m.load = static_cast<double>(m.processing_count) / std::max(1, m.capacity);
+  if (prober_) {
+    DatasourceSnapshot d = prober_->snapshot();
+    m.datasources = std::move(d.reachable);
+    m.datasource_errors = std::move(d.errors);
+  }
   return m;
 }
 
@@ -116,6 +137,8 @@ void ConsumerNode::Start() {
   int orphans = HandBack(kSelectHeld, "reset: node restarted");
   stats_.handed_back_at_start += static_cast<uint64_t>(orphans);
   heartbeat_.Start();
+  started_ = true;
+  if (prober_) prober_->Start();
   for (int i = 0; i < options_.capacity; ++i) {
     workers_.emplace_back([this](std::stop_token stop) { WorkerLoop(stop); });
   }
@@ -380,6 +403,9 @@ std::string ConsumerNode::WaitForDrainRequest(const sigset_t& signals) {
 
 bool ConsumerNode::Drain() {
   spdlog::info("NODE_DRAINING node={} in_flight={}", options_.node_address, stats_.in_flight.load());
+  // No beat of the prober's may follow MarkOffline() (it would bring the row back online).
+  started_ = false;
+  if (prober_) prober_->Stop();
   {
     std::lock_guard lock(mu_);
     accepting_ = false;

@@ -109,6 +109,47 @@ uint64_t ExecuteChunk(storage::Connection& c, const std::array<ChunkRow, kAssign
 constexpr const char* kReadAssigned = R"(
 SELECT version, status, node_address FROM distribute_event WHERE id = ?)";
 
+// Unroutable topics (V009), rewritten by the leader. Params: service, then the
+// topics still unroutable (one `?` each; none: every row of the service goes).
+std::string DeleteRoutableSql(size_t keep) {
+  return "DELETE FROM distribute_unroutable_topic WHERE service_name = ?" +
+         (keep == 0 ? std::string() : " AND topic NOT IN (" + storage::Marks(keep) + ")");
+}
+
+// Params: topic, service, reason, pending. since_time is kept while the topic stays
+// unroutable (the row exists); updated_time marks the row current.
+constexpr const char* kUpsertUnroutable = R"(
+INSERT INTO distribute_unroutable_topic
+  (topic, service_name, reason, pending_events, since_time, updated_time)
+VALUES (?, ?, ?, ?, NOW(3), NOW(3))
+ON DUPLICATE KEY UPDATE
+  service_name = VALUES(service_name), reason = VALUES(reason),
+  pending_events = VALUES(pending_events), updated_time = NOW(3))";
+
+// PENDING events of the given topics (one `?` each), by topic: a range of idx_due
+// over the PENDING rows, run only while some topic is unroutable, at most every
+// kUnroutableRefresh.
+std::string CountPendingSql(size_t topics) {
+  return "SELECT topic, COUNT(*) FROM distribute_event WHERE status = 'PENDING' AND topic IN (" +
+         storage::Marks(topics) + ") GROUP BY topic";
+}
+
+// How often unchanged unroutable rows are refreshed (and their events recounted).
+// v_events_needing_attention trusts rows updated within the last 60 s.
+constexpr Millis kUnroutableRefresh{5000};
+// distribute_unroutable_topic.topic is VARCHAR(50) (as distribute_event.topic) and
+// reason VARCHAR(1024).
+constexpr size_t kMaxTopic = 50;
+constexpr size_t kMaxReason = 1024;
+
+// At most `max` bytes of `text`, cut at a UTF-8 character boundary.
+std::string Truncated(const std::string& text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
 std::string CommaList(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& s : items) {
@@ -187,6 +228,8 @@ std::vector<NodeLoad> DispatchCycle::ReadNodes() {
     l.load = n.metadata.load;
     l.weight = n.metadata.weight;
     l.topics = std::move(n.metadata.topics);
+    l.datasources = std::move(n.metadata.datasources);
+    l.bad_topics = std::move(n.metadata.bad_topics);
     nodes.push_back(std::move(l));
   }
   return nodes;
@@ -194,7 +237,10 @@ std::vector<NodeLoad> DispatchCycle::ReadNodes() {
 
 std::vector<PendingEvent> DispatchCycle::ReadDue(const PageFilter& f, const Cursor& after) {
   const std::string served = CommaList(f.served_topics);
-  const std::string exhausted = CommaList(f.exhausted_topics);
+  // Topics at their batch_limit and topics no free node can run are kept out alike.
+  std::vector<std::string> excluded = f.exhausted_topics;
+  excluded.insert(excluded.end(), f.blocked_topics.begin(), f.blocked_topics.end());
+  const std::string exhausted = CommaList(excluded);
   const std::string unordered = CommaList(f.unordered_topics);
   return pool_.Run("read due events", [&](storage::Connection& c) {
     std::vector<PendingEvent> out;
@@ -258,6 +304,58 @@ DispatchCycle::WriteResult DispatchCycle::Write(const std::vector<Assignment>& a
   }
 }
 
+void DispatchCycle::RecordUnroutable(const std::optional<LeaseFence>& fence) {
+  const std::map<std::string, std::string>& now = planner_.Unroutable();
+  const bool changed = !recorded_unroutable_ || *recorded_unroutable_ != now;
+  const bool refresh = !now.empty() && clock_.Now() - recorded_at_ >= kUnroutableRefresh;
+  if (!changed && !refresh) return;
+  struct FencedOut {};
+  std::map<std::string, UnroutableTopic> recorded;
+  try {
+    recorded = pool_.Transact("record unroutable topics", [&](storage::Connection& c) {
+      std::map<std::string, UnroutableTopic> out;
+      std::vector<storage::Value> keep{options_.service};
+      for (const auto& [topic, reason] : now) {
+        // A longer name (only a node's hand-edited metadata could say so) names no event.
+        if (topic.size() > kMaxTopic) continue;
+        keep.emplace_back(topic);
+        out[topic].reason = Truncated(reason, kMaxReason);
+      }
+      c.Execute(DeleteRoutableSql(keep.size() - 1), storage::Values(keep));
+      if (!out.empty()) {
+        std::vector<storage::Value> topics(keep.begin() + 1, keep.end());
+        auto rs = c.Query(CountPendingSql(topics.size()), storage::Values(topics));
+        while (rs->next()) out[rs->getString(1)].pending = rs->getInt64(2);
+        for (const auto& [topic, u] : out) {
+          c.Execute(kUpsertUnroutable, topic, options_.service, u.reason, u.pending);
+        }
+      }
+      if (fence && !HoldsLease(c, *fence)) throw FencedOut{};
+      return out;
+    });
+  } catch (const FencedOut&) {
+    return;
+  } catch (const DbError& e) {
+    // A record is for the operator; failing it must not stop the assignments.
+    spdlog::warn("UNROUTABLE_RECORD_FAILED topics={} err={}", now.size(), e.what());
+    return;
+  }
+  const std::map<std::string, std::string> before = recorded_unroutable_.value_or(std::map<std::string, std::string>{});
+  for (const auto& [topic, u] : recorded) {
+    auto it = before.find(topic);
+    if (it == before.end() || it->second != now.at(topic)) {
+      spdlog::warn("TOPIC_UNROUTABLE topic={} pending={} reason=\"{}\"", topic, u.pending, u.reason);
+    }
+  }
+  for (const auto& [topic, _] : before) {
+    if (!now.count(topic)) spdlog::info("TOPIC_ROUTABLE topic={}", topic);
+  }
+  recorded_unroutable_ = now;
+  recorded_at_ = clock_.Now();
+  std::lock_guard lock(mu_);
+  stats_.unroutable = std::move(recorded);
+}
+
 CycleResult DispatchCycle::RunOnce(const std::optional<LeaseFence>& fence,
                                    const std::function<bool()>& leading) {
   const Clock::TimePoint start = clock_.Now();
@@ -297,6 +395,8 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
   const bool any_taker = std::any_of(nodes.begin(), nodes.end(), [](const NodeLoad& n) { return !n.draining; });
   planner_.BeginCycle(std::move(nodes));
   r.free_slots = planner_.free_slots();
+  r.unroutable_topics = static_cast<int>(planner_.Unroutable().size());
+  RecordUnroutable(fence);
   bool no_room = false;  // an event read found no eligible node with room left
 
   Cursor cursor{std::numeric_limits<int32_t>::min(), 0};

@@ -145,6 +145,7 @@ DispatcherStats DispatcherService::stats() {
   s.max_cycle_duration = c.max_duration;
   s.dispatch_latency = std::move(c.dispatch_latency);
   s.cycle_duration = std::move(c.cycle_duration);
+  if (l.leader) s.unroutable = std::move(c.unroutable);
   SweeperStats w = sweeper_.stats();
   s.sweeps = w.sweeps;
   s.sweep_failures = w.failures;

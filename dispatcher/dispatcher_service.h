@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -65,6 +66,9 @@ struct DispatcherStats {
   Millis max_cycle_duration{0};
   metrics::HistogramSnapshot dispatch_latency;  // event due -> assigned, seconds
   metrics::HistogramSnapshot cycle_duration;    // seconds
+  // Topics no live node can run, with their PENDING events, as this process last
+  // recorded them while leading (CycleStats::unroutable); empty while a follower.
+  std::map<std::string, UnroutableTopic> unroutable;
   uint64_t sweeps = 0;
   uint64_t sweep_failures = 0;
   uint64_t nodes_marked_offline = 0;
