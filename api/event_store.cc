@@ -157,6 +157,9 @@ NodeView ToView(const registry::NodeInfo& n, int64_t in_flight) {
   v.metadata_valid = n.metadata_valid;
   v.version = n.metadata.version;
   v.incarnation = n.metadata.incarnation;
+  v.datasources = n.metadata.datasources;
+  v.datasource_errors = n.metadata.datasource_errors;
+  v.bad_topics = n.metadata.bad_topics;
   return v;
 }
 
@@ -284,7 +287,24 @@ nlohmann::json ToJson(const NodeView& n) {
           {"heartbeat_age_ms", n.heartbeat_age_ms},
           {"metadata_valid", n.metadata_valid},
           {"version", n.version},
-          {"incarnation", n.incarnation}};
+          {"incarnation", n.incarnation},
+          {"datasources", n.datasources ? nlohmann::json(*n.datasources) : nlohmann::json(nullptr)},
+          {"datasource_errors", n.datasource_errors},
+          {"bad_topics", n.bad_topics}};
+}
+
+nlohmann::json ToJson(const AttentionRow& a) {
+  return {{"code", a.code},
+          {"topic", a.topic},
+          {"status", a.status},
+          {"phase", a.phase},
+          {"reason", a.reason},
+          {"node_address", TextOrNull(a.node_address)},
+          {"attempt", a.attempt},
+          {"retry_count", a.retry_count},
+          {"modifier_time", TextOrNull(a.modifier_time)},
+          {"idle_s", a.idle_s},
+          {"last_error", TextOrNull(a.last_error)}};
 }
 
 nlohmann::json ToJson(const Health& h) {
@@ -331,7 +351,7 @@ void EventStore::Validate(const NewEvent& e) const {
 ProduceResult EventStore::Produce(const NewEvent& e) {
   Validate(e);
   const TopicSettings& topic = settings_.topics.at(e.topic);
-  return pool_.Run("produce event", [&](storage::Connection& c) {
+  ProduceResult result = pool_.Run("produce event", [&](storage::Connection& c) {
     if (events::InsertEvent(c, EventValues(e, topic))) {
       auto row = ReadEvent(c, e.code);
       if (!row) throw DbError(DbError::Kind::kOther, 0, "event " + Quote(e.code) + " vanished after insert");
@@ -341,6 +361,8 @@ ProduceResult EventStore::Produce(const NewEvent& e) {
     if (!row) throw DbError(DbError::Kind::kOther, 0, "event " + Quote(e.code) + " exists but cannot be read");
     return ProduceResult{std::move(*row), false};
   });
+  if (result.created && on_produced_) on_produced_();  // wake-ups (issue 19)
+  return result;
 }
 
 BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<NewEvent> events) {
@@ -367,10 +389,12 @@ BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<
   std::vector<events::NewEventRow> rows;
   rows.reserve(events.size());
   for (const NewEvent& e : events) rows.push_back(EventValues(e, settings_.topics.at(e.topic)));
-  return pool_.Transact("produce batch", [&](storage::Connection& c) {
+  BatchResult produced = pool_.Transact("produce batch", [&](storage::Connection& c) {
     const int existing = events::InsertEvents(c, rows);
     return BatchResult{batch_code, static_cast<int>(rows.size()) - existing, existing};
   });
+  if (produced.created > 0 && on_produced_) on_produced_();  // wake-ups (issue 19)
+  return produced;
 }
 
 BatchProgress EventStore::GetBatch(const std::string& batch_code) {
@@ -413,11 +437,15 @@ EventPage EventStore::List(const EventFilter& f) {
                      " (one of PENDING, ASSIGNED, RUNNING, SUCCESS, FAILED, COMPENSATING, COMPENSATED)");
   }
   if (!f.topic.empty()) RequireText("topic", f.topic, 1, 50);
+  if (!f.batch_code.empty()) RequireText("batch", f.batch_code, 1, 64);
+  if (!f.tenant_id.empty()) RequireText("tenant_id", f.tenant_id, 1, 30);
+  if (!f.code_prefix.empty()) RequireText("code prefix", f.code_prefix, 1, 64);
   if (f.limit < 1 || f.limit > 1000) throw UsageError("limit must be from 1 to 1000");
   EventPage page;
   // One more than asked: is there a next page?
   page.events = pool_.Run("list events", [&](storage::Connection& c) {
-    return events::ListEvents(c, f.after.value_or(INT64_MAX), f.topic, f.status, f.limit + 1);
+    return events::ListEvents(c, {f.after.value_or(INT64_MAX), f.topic, f.status, f.batch_code, f.tenant_id,
+                                  f.code_prefix, f.limit + 1});
   });
   if (static_cast<int>(page.events.size()) > f.limit) {
     page.events.pop_back();
@@ -500,6 +528,25 @@ Health EventStore::CheckHealth() {
     h.database_error = e.what();
   }
   return h;
+}
+
+std::vector<AttentionRow> EventStore::NeedingAttention(int limit_per_reason) {
+  if (limit_per_reason < 1 || limit_per_reason > 1000) throw UsageError("limit must be from 1 to 1000");
+  auto entries = pool_.Run("events needing attention", [&](storage::Connection& c) {
+    return events::ReadNeedingAttention(c, limit_per_reason);
+  });
+  std::vector<AttentionRow> out;
+  out.reserve(entries.size());
+  for (auto& a : entries) {
+    out.push_back(AttentionRow{std::move(a.code), std::move(a.topic), std::move(a.status), std::move(a.phase),
+                               std::move(a.reason), std::move(a.node_address), std::move(a.modifier_time),
+                               std::move(a.last_error), a.attempt, a.retry_count, a.idle_s});
+  }
+  return out;
+}
+
+std::map<std::string, int64_t> EventStore::CountByStatus() {
+  return pool_.Run("count events by status", [&](storage::Connection& c) { return events::CountByStatus(c); });
 }
 
 std::vector<std::tuple<std::string, std::string, int64_t>> EventStore::CountByTopicStatus() {

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <optional>
@@ -104,6 +105,9 @@ nlohmann::json ToJson(const BatchProgress& b);
 struct EventFilter {
   std::string topic;   // empty: any
   std::string status;  // empty: any; else one of the 7 statuses (UsageError otherwise)
+  std::string batch_code;   // empty: any (idx_batch_code)
+  std::string tenant_id;    // empty: any (idx_entity_status)
+  std::string code_prefix;  // empty: any; codes starting with it, matched literally (uk_code)
   int limit = 50;      // 1..1000
   std::optional<int64_t> after;  // keyset cursor: only ids below it (newest first)
 };
@@ -115,6 +119,16 @@ struct EventPage {
 
 enum class RetryFrom { kStart, kFailedStep };
 
+// An event that needs an operator's look (the rules of v_events_needing_attention):
+// reason "failed" (FAILED), "stuck" (ASSIGNED/RUNNING/COMPENSATING, no activity for
+// 5 minutes) or "compensation_retrying" (a compensation failed and is retried).
+struct AttentionRow {
+  std::string code, topic, status, phase, reason, node_address, modifier_time, last_error;
+  int attempt = 0, retry_count = 0;
+  int64_t idle_s = 0;
+};
+nlohmann::json ToJson(const AttentionRow& a);
+
 struct NodeView {
   std::string node_address, status;  // online | draining | offline
   int capacity = 0, processing_count = 0;
@@ -124,6 +138,11 @@ struct NodeView {
   int64_t heartbeat_age_ms = 0;
   bool metadata_valid = true;
   std::string version, incarnation;
+  // Datasources the node reached at its last check; nullopt: it does not report them
+  // (an older node, taken as reaching all). JSON: null then.
+  std::optional<std::vector<std::string>> datasources;
+  std::map<std::string, std::string> datasource_errors;  // name -> why not reached
+  std::map<std::string, std::string> bad_topics;         // topic -> why its plan failed there
 };
 nlohmann::json ToJson(const NodeView& n);
 
@@ -161,6 +180,10 @@ class EventStore {
   // exist already are left untouched and counted as existing. At most 10,000 events.
   BatchResult ProduceBatch(const std::string& batch_code, std::vector<NewEvent> events);
 
+  // Called after Produce/ProduceBatch committed new events (the dispatcher's wake-up,
+  // dispatcher/dispatcher_waker.h). Set once, before use.
+  void OnProduced(std::function<void()> hook) { on_produced_ = std::move(hook); }
+
   // Progress of a batch by one GROUP BY. Throws NotFoundError when no event has it.
   BatchProgress GetBatch(const std::string& batch_code);
 
@@ -182,8 +205,17 @@ class EventStore {
   // Nodes of the service (all rows with `all`, else live only), with in-flight counts.
   std::vector<NodeView> Nodes(bool all);
 
+  // Events needing attention, at most `limit_per_reason` of each reason, failed first
+  // (newest first), then stuck, then compensations retrying. Three index range reads
+  // (idx_due by status), never a scan of finished events. Throws DbError.
+  std::vector<AttentionRow> NeedingAttention(int limit_per_reason);
+
   // Never throws: a database failure is reported in the result.
   Health CheckHealth();
+
+  // Event counts by status: one index-only GROUP BY that streams along idx_due (no
+  // temporary table), about 3x cheaper than adding the topic on a big table.
+  std::map<std::string, int64_t> CountByStatus();
 
   // Event counts by (topic, status), for /metrics. One index-only GROUP BY.
   std::vector<std::tuple<std::string, std::string, int64_t>> CountByTopicStatus();
@@ -191,6 +223,7 @@ class EventStore {
  private:
   storage::ConnectionPool& pool_;
   const Settings& settings_;
+  std::function<void()> on_produced_;
 };
 
 }  // namespace dsync::api

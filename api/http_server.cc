@@ -284,6 +284,9 @@ const char* RouteName(Route r) {
     case Route::kNodes: return "/v1/nodes";
     case Route::kHealth: return "/healthz";
     case Route::kMetrics: return "/metrics";
+    case Route::kDrainNode: return "/v1/nodes/{address}/drain";
+    case Route::kOverview: return "/v1/overview";
+    case Route::kConsole: return "/ (console)";
     case Route::kUnknown: return "other";
   }
   return "other";
@@ -459,6 +462,12 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
     req.route = Route::kMetrics, allow = "GET";
   } else if (s.size() == 2 && at(0, "v1") && at(1, "nodes")) {
     req.route = Route::kNodes, allow = "GET";
+  } else if (s.size() == 4 && at(0, "v1") && at(1, "nodes") && !s[2].empty() && at(3, "drain")) {
+    req.route = Route::kDrainNode, allow = "POST";
+  } else if (s.size() == 2 && at(0, "v1") && at(1, "overview")) {
+    req.route = Route::kOverview, allow = "GET";
+  } else if (console::FindAsset(raw_path) != nullptr) {
+    req.route = Route::kConsole, allow = "GET";
   } else if (s.size() == 2 && at(0, "v1") && at(1, "events")) {
     req.route = method == "POST" ? Route::kCreateEvent : Route::kListEvents, allow = "GET, POST";
   } else if (s.size() == 2 && at(0, "v1") && at(1, "batches")) {
@@ -473,8 +482,9 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
     req.route = Route::kRetryEvent, allow = "POST";
   }
 
-  // Authentication comes before anything that tells the client about the server.
-  if (!options_.token.empty()) {
+  // Authentication comes before anything that tells the client about the server (the
+  // console's files tell nothing: they hold no data).
+  if (!options_.token.empty() && req.route != Route::kConsole) {
     std::string scheme, credentials;
     bool ok = false;
     if (raw.has("Authorization")) {
@@ -494,7 +504,7 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
                     allow);
   }
   if (req.route == Route::kGetBatch || req.route == Route::kGetEvent || req.route == Route::kStreamEvent ||
-      req.route == Route::kRetryEvent) {
+      req.route == Route::kRetryEvent || req.route == Route::kDrainNode) {
     req.code = PercentDecode(s[2], /*plus_as_space=*/false);
     // No stored code can hold these; the database is not asked about them.
     if (!IsCleanText(req.code)) throw UsageError("the code in the path is not valid UTF-8 text without control characters");
@@ -502,7 +512,8 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
 
   // Query parameters: each route takes a fixed set, each at most once.
   static const std::map<Route, std::set<std::string>> kQueryKeys = {
-      {Route::kListEvents, {"topic", "status", "limit", "after"}}, {Route::kNodes, {"all"}}};
+      {Route::kListEvents, {"topic", "status", "limit", "after", "batch", "tenant", "code"}},
+      {Route::kNodes, {"all"}}, {Route::kOverview, {"topics"}}};
   if (!raw_query.empty()) {
     auto allowed = kQueryKeys.find(req.route);
     for (std::string_view pair : Split(raw_query, '&')) {
@@ -566,6 +577,18 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
     case Route::kNodes: return Nodes(req);
     case Route::kHealth: return Health();
     case Route::kMetrics: return {200, RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8"};
+    case Route::kDrainNode:
+      if (!req.body.empty()) throw UsageError("a drain takes no body");
+      return {200, Dump(ToJson(store_.Drain(req.code)))};
+    case Route::kOverview: {
+      bool by_topic = false;
+      for (const auto& [key, value] : req.query) {
+        if (value == "true" || value == "1") by_topic = true;
+        else if (value != "false" && value != "0") throw UsageError(key + " must be true or false");
+      }
+      return {200, Dump(console::Overview(store_, throughput_, by_topic))};
+    }
+    case Route::kConsole: return ConsoleAsset(raw, raw_path);
     case Route::kStreamEvent:
       StreamEvent(req.code, response);
       streamed = true;
@@ -614,6 +637,9 @@ HttpServer::Reply HttpServer::ListEvents(const Request& req) {
     else if (key == "status") f.status = value;
     else if (key == "limit") f.limit = static_cast<int>(ParseCount("limit", value, 4));
     else if (key == "after") f.after = ParseCount("after", value, 18);
+    else if (key == "batch") f.batch_code = value;
+    else if (key == "tenant") f.tenant_id = value;
+    else if (key == "code") f.code_prefix = value;
   }
   EventPage page = store_.List(f);
   json events = json::array();
@@ -648,6 +674,20 @@ HttpServer::Reply HttpServer::Nodes(const Request& req) {
   json nodes = json::array();
   for (const auto& n : store_.Nodes(all)) nodes.push_back(ToJson(n));
   return {200, Dump(json{{"nodes", std::move(nodes)}})};
+}
+
+HttpServer::Reply HttpServer::ConsoleAsset(const Poco::Net::HTTPServerRequest& raw, std::string_view path) {
+  const console::Asset& asset = *console::FindAsset(path);
+  const std::string etag = console::ETag(asset);
+  const bool fresh = raw.has("If-None-Match") && raw.get("If-None-Match") == etag;
+  Reply reply{fresh ? 304 : 200, fresh ? "" : std::string(asset.text), asset.content_type};
+  reply.headers = {{"Cache-Control", "no-cache"},  // revalidate: a new binary may bring new files
+                   {"ETag", etag},
+                   {"Content-Security-Policy", console::kContentSecurityPolicy},
+                   {"X-Frame-Options", "DENY"},
+                   {"Referrer-Policy", "no-referrer"},
+                   {"Cross-Origin-Resource-Policy", "same-origin"}};
+  return reply;
 }
 
 HttpServer::Reply HttpServer::Health() {
@@ -817,6 +857,13 @@ std::string HttpServer::RenderMetrics() {
     w.Histogram("dsync_dispatch_latency_seconds", none, s.dispatch_latency);
     w.Family("dsync_dispatch_cycle_duration_seconds", "Duration of a dispatch cycle.", Type::kHistogram);
     w.Histogram("dsync_dispatch_cycle_duration_seconds", none, s.cycle_duration);
+    w.Family("dsync_events_unroutable",
+             "PENDING events of a topic no live node can run (none serves it, reaches its datasources, or "
+             "could build its plan), at the leader's last check; reasons in v_events_needing_attention.",
+             Type::kGauge);
+    for (const auto& [topic, u] : s.unroutable) {
+      w.Sample("dsync_events_unroutable", {{"topic", topic}}, static_cast<double>(u.pending));
+    }
     w.Family("dsync_sweeps_total", "Sweeper passes, by result.", Type::kCounter);
     w.Sample("dsync_sweeps_total", {{"result", "ok"}}, static_cast<double>(s.sweeps - std::min(s.sweeps, s.sweep_failures)));
     w.Sample("dsync_sweeps_total", {{"result", "failed"}}, static_cast<double>(s.sweep_failures));

@@ -25,7 +25,14 @@
 //                                  FAILED / COMPENSATED, then the stream closes
 //   POST /v1/events/{code}/retry   {"from": "start" | "failed_step"} (body optional; default
 //                                  failed_step) -> 200 + the event; 409 unless FAILED/COMPENSATED
+//   GET  /v1/events?...&batch=&tenant=&code=   also by batch code, tenant_id, code prefix
 //   GET  /v1/nodes?all=true        {nodes: [...]} (live nodes; all rows with all=true)
+//   POST /v1/nodes/{address}/drain the node drains (EventStore::Drain) -> 200 + the node;
+//                                  404 unless it is live (no body)
+//   GET  /v1/overview?topics=true  the console's overview (console::Overview); with
+//                                  topics=true also the counts by topic and status
+//   GET  /, /assets/{file}         the web console (api/console.h); no token needed,
+//                                  the files hold no data
 //   GET  /healthz                  200 when the database answers, else 503; lease state
 //   GET  /metrics                  Prometheus text format 0.0.4
 //
@@ -57,6 +64,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/console.h"
 #include "api/event_store.h"
 #include "config/settings.h"
 #include "core/clock.h"
@@ -110,7 +118,7 @@ struct MetricsSources {
 // The routes, as the `route` label of the request metrics.
 enum class Route {
   kCreateEvent, kListEvents, kGetEvent, kStreamEvent, kRetryEvent, kCreateBatch, kGetBatch,
-  kNodes, kHealth, kMetrics, kUnknown,
+  kNodes, kHealth, kMetrics, kDrainNode, kOverview, kConsole, kUnknown,
 };
 inline constexpr size_t kRouteCount = static_cast<size_t>(Route::kUnknown) + 1;
 const char* RouteName(Route r);  // "/v1/events/{code}", ...
@@ -158,6 +166,7 @@ class HttpServer {
   Reply RetryEvent(const Request& req, const std::string& code);
   Reply Nodes(const Request& req);
   Reply Health();
+  Reply ConsoleAsset(const Poco::Net::HTTPServerRequest& raw, std::string_view path);
   // Writes the whole stream itself; throws (before any byte is sent) like the others.
   void StreamEvent(const std::string& code, Poco::Net::HTTPServerResponse& response);
   // Waits up to `d`; false when the server is stopping.
@@ -167,6 +176,8 @@ class HttpServer {
   const HttpOptions options_;
   const MetricsSources sources_;
   HttpStats stats_;
+  SystemClock clock_;
+  console::ThroughputHistory throughput_{clock_};
   uint16_t port_ = 0;
 
   std::mutex mu_;

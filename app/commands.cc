@@ -24,6 +24,7 @@
 #include "consumer/consumer_node.h"
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/dispatcher_service.h"
+#include "dispatcher/dispatcher_waker.h"
 #include "saga/commit_group.h"
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
@@ -84,6 +85,24 @@ consumer::ConsumerOptions NodeOptions(const Invocation& inv, const Settings& s) 
     for (const auto& [name, _] : s.topics) options.topics.push_back(name);
   }
   if (options.topics.empty()) options.topics.push_back("*");
+  // The datasources this node checks and reports: the config's, or those named.
+  std::map<std::string, std::string> datasources = s.datasources;
+  if (auto d = inv.Get("datasources")) {
+    std::vector<std::string> names = SplitList(*d);
+    if (names.empty()) throw UsageError("--datasources needs at least one datasource name");
+    datasources.clear();
+    for (const auto& name : names) {
+      auto it = s.datasources.find(name);
+      if (it == s.datasources.end()) {
+        std::string known;
+        for (const auto& [n, _] : s.datasources) known += (known.empty() ? "" : ", ") + n;
+        throw UsageError("--datasources: unknown datasource '" + name + "' (the config has: " +
+                         (known.empty() ? "none" : known) + ")");
+      }
+      datasources.insert(*it);
+    }
+  }
+  options.datasources = std::move(datasources);
   options.service = s.service;
   options.capacity = s.consumer.capacity;
   options.prefetch = EffectivePrefetch(s.consumer);
@@ -91,19 +110,55 @@ consumer::ConsumerOptions NodeOptions(const Invocation& inv, const Settings& s) 
   options.poll_interval = s.consumer.poll_interval;
   options.idle_interval = std::max(s.consumer.poll_interval, s.dispatcher.idle_interval);
   options.drain_timeout = s.consumer.drain_timeout;
+  options.wakeups = s.consumer.wakeups;
+  options.wakeup_listen = s.consumer.wakeup_listen;
   return options;
 }
 
-// A consumer node's parts, built in dependency order (bad step plans fail first,
-// before anything registers).
+// The topics whose plan builds, and the others with the reason (the ConfigError
+// naming the step). A bad topic does not stop the node: it serves the others and
+// reports the bad ones (heartbeat `bad_topics`, `dsync nodes`), and the dispatcher
+// sends it none of their events. Drops the bad topics from an explicit topic list, so
+// that a dispatcher of an older version does not send them either (a node serving
+// "*" relies on `bad_topics`). Throws ConfigError (exit 2, before connecting) when
+// no topic this node would serve is left.
+std::map<std::string, TopicSettings> BuildableTopics(const Settings& s, consumer::ConsumerOptions& options) {
+  const saga::StepRegistry registry = saga::StepRegistry::WithBuiltins();
+  std::map<std::string, TopicSettings> good;
+  for (const auto& [name, topic] : s.topics) {
+    try {
+      const std::map<std::string, TopicSettings> single{{name, topic}};
+      saga::Plans one(single, registry);
+      good.emplace(name, topic);
+    } catch (const ConfigError& e) {
+      // Into the registry row and logs: never a password (a step may name a URL).
+      options.bad_topics[name] = storage::MaskPasswords(e.what());
+    }
+  }
+  if (options.bad_topics.empty()) return good;
+  const bool all_topics = std::find(options.topics.begin(), options.topics.end(), "*") != options.topics.end();
+  std::erase_if(options.topics, [&](const std::string& t) { return options.bad_topics.count(t) > 0; });
+  if ((all_topics && good.empty()) || options.topics.empty()) {
+    throw ConfigError(options.bad_topics.begin()->second + " (no topic this node serves has a plan that builds)");
+  }
+  for (const auto& [topic, reason] : options.bad_topics) {
+    spdlog::error("TOPIC_PLAN_INVALID node={} topic={} err=\"{}\" action=\"serving the other topics; no event "
+                  "of this one is sent here\"",
+                  options.node_address, topic, reason);
+  }
+  return good;
+}
+
+// A consumer node's parts, built in dependency order.
 struct NodeParts {
   saga::Plans plans;
   saga::Datasources datasources;
   saga::SagaEngine engine;
   consumer::ConsumerNode node;
 
-  NodeParts(storage::ConnectionPool& pool, const Settings& s, Clock& clock, const consumer::ConsumerOptions& o)
-      : plans(s.topics, saga::StepRegistry::WithBuiltins()),
+  NodeParts(storage::ConnectionPool& pool, const Settings& s, const std::map<std::string, TopicSettings>& topics,
+            Clock& clock, const consumer::ConsumerOptions& o)
+      : plans(topics, saga::StepRegistry::WithBuiltins()),
         datasources(s.datasources),
         engine(pool, plans, datasources, clock, o.node_address),
         node(pool, engine, clock, o) {}
@@ -112,12 +167,12 @@ struct NodeParts {
 int RunNode(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
   consumer::ConsumerOptions options = NodeOptions(inv, s);
-  saga::Plans check(s.topics, saga::StepRegistry::WithBuiltins());  // bad plans: exit 2 before connecting
   SetupLogging(s.log_level, "node");
+  const std::map<std::string, TopicSettings> topics = BuildableTopics(s, options);
   auto pool = OpenDatabase(s, NodeConnections(s.consumer.capacity));
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
-  NodeParts parts(*pool, s, clock, options);
+  NodeParts parts(*pool, s, topics, clock, options);
   spdlog::info("NODE_STARTING node={} service={} capacity={} prefetch={} pool={} topics={} db={}",
                options.node_address, s.service, options.capacity, options.prefetch, pool->stats().max_size,
                nlohmann::json(options.topics).dump(), pool->url().Masked());
@@ -127,12 +182,14 @@ int RunNode(const Invocation& inv) {
   bool clean = parts.node.Drain();
   const saga::CommitGroupStats& g = parts.engine.group_stats();
   spdlog::info("NODE_STOPPED node={} drained={} polls={} claimed={} claimed_at_commit={} batches={} "
-               "batched_events={} commit_groups={} group_members={} groups_rolled_back={}",
+               "batched_events={} commit_groups={} group_members={} groups_rolled_back={} wakeups_received={} "
+               "wakeups_acted={} dispatcher_wakes={}",
                options.node_address, clean ? "all" : "partially (rest left for the sweeper)",
                parts.node.stats().polls.load(), parts.engine.stats().claimed.load(),
                parts.engine.stats().claimed_at_commit.load(),
                parts.node.stats().batches.load(), parts.node.stats().batched_events.load(), g.groups.load(),
-               g.members.load(), g.rolled_back.load());
+               g.members.load(), g.rolled_back.load(), parts.node.wakeup_stats().received,
+               parts.node.wakeup_stats().acted, parts.node.wakeup_stats().dispatcher_wakes);
   return 0;
 }
 
@@ -166,6 +223,9 @@ int RunServe(const Invocation& inv) {
   auto pool = OpenDatabase(s, kApiThreads + 2);
   sigset_t signals = BlockStopSignals();
   api::EventStore store(*pool, s);
+  SystemClock clock;
+  dispatcher::DispatcherWaker waker(*pool, s.service, clock);  // wake-ups after producing
+  if (s.dispatcher.wakeups) store.OnProduced([&waker] { waker.Wake(); });
   api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
   http.threads = kApiThreads;
   api::HttpServer server(store, http, {.pool = pool.get()});
@@ -185,14 +245,16 @@ int RunServe(const Invocation& inv) {
 int RunAll(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
   consumer::ConsumerOptions options = NodeOptions(inv, s);
-  saga::Plans check(s.topics, saga::StepRegistry::WithBuiltins());
   SetupLogging(s.log_level, "all");
+  const std::map<std::string, TopicSettings> topics = BuildableTopics(s, options);
   auto pool = OpenDatabase(s, NodeConnections(s.consumer.capacity) + 4 + kApiThreads);
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
   dispatcher::DispatcherService dispatcher(*pool, s, clock);
-  NodeParts parts(*pool, s, clock, options);
+  NodeParts parts(*pool, s, topics, clock, options);
   api::EventStore store(*pool, s);
+  dispatcher::DispatcherWaker waker(*pool, s.service, clock);  // wake-ups after producing
+  if (s.dispatcher.wakeups) store.OnProduced([&waker] { waker.Wake(); });
   api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
   http.threads = kApiThreads;
   api::HttpServer server(store, http,
@@ -240,6 +302,8 @@ const std::vector<CommandSpec>& Commands() {
         {"capacity", true, "events run in parallel (default consumer.capacity, 8)"},
         {"prefetch", true, "events held beyond capacity, queued for a free worker (default consumer.prefetch; -1: as many as capacity, 0: none)"},
         {"topics", true, "comma-separated topics to serve (default: every topic of the config)"},
+        {"datasources", true, "comma-separated datasources this node may use (default: every datasource of the config); "
+                              "it checks and reports those it reaches, and gets only events whose steps need no other"},
         {"service", true, "service name (default from config, kbs-sync)"}}},
       {"serve",
        "run the HTTP API (events, batches, SSE progress streams, nodes, /healthz, /metrics)",
@@ -259,6 +323,8 @@ const std::vector<CommandSpec>& Commands() {
         {"capacity", true, "events run in parallel (default consumer.capacity, 8)"},
         {"prefetch", true, "events held beyond capacity, queued for a free worker (default consumer.prefetch; -1: as many as capacity, 0: none)"},
         {"topics", true, "comma-separated topics to serve (default: every topic of the config)"},
+        {"datasources", true, "comma-separated datasources this node may use (default: every datasource of the config); "
+                              "it checks and reports those it reaches, and gets only events whose steps need no other"},
         {"service", true, "service name (default from config, kbs-sync)"}}},
       {"dispatcher",
        "run a dispatcher: lease-elected leader assigns due events to the least-loaded live nodes and "
@@ -312,7 +378,8 @@ const std::vector<CommandSpec>& Commands() {
        1,
        {{"service", true, "service name (default from config)"}, kJsonOption}},
       {"nodes",
-       "list live nodes with capacity, in-flight events, load, topics, heartbeat age",
+       "list live nodes with capacity, in-flight events, load, topics, heartbeat age, reachable datasources "
+       "and topics whose plan failed to build there",
        "",
        0,
        0,

@@ -13,8 +13,10 @@
 
 #include "api/event_store.h"
 #include "app/command_support.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dispatcher/dispatcher_waker.h"
 
 namespace dsync::app {
 namespace {
@@ -154,6 +156,10 @@ int RunProduceFile(const Invocation& inv, Store& s, const std::string& file) {
 
 int RunProduce(const Invocation& inv) {
   Store s = OpenStore(inv);
+  // Wake the leading dispatcher once the events are in (dispatcher/dispatcher_waker.h).
+  SystemClock clock;
+  dispatcher::DispatcherWaker waker(*s.pool, s.settings.service, clock);
+  if (s.settings.dispatcher.wakeups) s.store->OnProduced([&waker] { waker.Wake(); });
   if (auto file = inv.Get("file")) return RunProduceFile(inv, s, *file);
   if (inv.Get("batch") || inv.Get("batch-size")) throw UsageError("--batch and --batch-size need --file");
   api::NewEvent e = EventFromFlags(inv);
@@ -335,17 +341,31 @@ int RunNodes(const Invocation& inv) {
     return 0;
   }
   std::cout << std::left << std::setw(28) << "ADDRESS" << std::setw(10) << "STATUS" << std::setw(10) << "CAPACITY"
-            << std::setw(11) << "IN_FLIGHT" << std::setw(7) << "LOAD" << std::setw(10) << "HEARTBEAT" << "TOPICS\n";
+            << std::setw(11) << "IN_FLIGHT" << std::setw(7) << "LOAD" << std::setw(10) << "HEARTBEAT" << std::setw(24)
+            << "TOPICS" << "DATASOURCES\n";
   for (const auto& n : nodes) {
     std::ostringstream load, age;
     load << std::fixed << std::setprecision(2) << n.load;
     age << std::fixed << std::setprecision(1) << n.heartbeat_age_ms / 1000.0 << "s";
     std::string topics;
     for (const auto& t : n.topics) topics += (topics.empty() ? "" : ",") + t;
+    // DATASOURCES: those reached; "(all: not reported)" for a node of an older version.
+    std::string datasources = n.datasources ? "" : "(all: not reported)";
+    if (n.datasources) {
+      for (const auto& d : *n.datasources) datasources += (datasources.empty() ? "" : ",") + d;
+      if (datasources.empty()) datasources = "(none)";
+    }
     std::cout << std::left << std::setw(28) << n.node_address << std::setw(10) << n.status << std::setw(10)
               << n.capacity << std::setw(11) << n.in_flight << std::setw(7) << load.str() << std::setw(10)
-              << age.str() << (topics.empty() ? "*" : topics) << (n.metadata_valid ? "" : "  (invalid metadata)")
-              << "\n";
+              << age.str() << std::setw(24) << (topics.empty() ? "*" : topics) << datasources
+              << (n.metadata_valid ? "" : "  (invalid metadata)") << "\n";
+    // What the node cannot do, one line each, indented under it.
+    for (const auto& [name, error] : n.datasource_errors) {
+      std::cout << "    unreachable datasource " << name << ": " << error << "\n";
+    }
+    for (const auto& [topic, reason] : n.bad_topics) {
+      std::cout << "    bad topic " << topic << ": " << reason << "\n";
+    }
   }
   if (nodes.empty()) {
     std::cout << "(no " << (inv.Flag("all") ? "" : "live ") << "nodes for service " << s.settings.service << ")\n";

@@ -23,6 +23,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/wakeup.h"
 
 extern char** environ;  // POSIX: the process environment
 
@@ -144,6 +145,17 @@ constexpr KeyDescriptor kKeys[] = {
      .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.batch_size; },
      .min = 1, .default_text = "500", .env = "DSYNC_DISPATCHER_BATCH_SIZE",
      .doc = "Most events assigned per dispatch round. At least 1."},
+    {.path = "dispatcher.wakeups", .scope = Scope::kSettings, .kind = Kind::kBool,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.wakeups; },
+     .default_text = "true", .env = "DSYNC_DISPATCHER_WAKEUPS",
+     .doc = "Send a wake-up datagram (UDP) to each node right after assigning it events, and "
+            "accept wake-ups from producers and nodes (the address is published in the lease "
+            "row). false: polling only."},
+    {.path = "dispatcher.wakeup_listen", .scope = Scope::kSettings, .kind = Kind::kString,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.wakeup_listen; },
+     .min = 1, .default_text = "\"127.0.0.1:0\"", .env = "DSYNC_DISPATCHER_WAKEUP_LISTEN",
+     .doc = "UDP HOST:PORT the dispatcher receives wake-ups on; port 0 picks a free one. "
+            "Loopback by default: only producers and nodes on this machine can wake it."},
 
     // consumer
     {.path = "consumer.poll_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
@@ -163,6 +175,16 @@ constexpr KeyDescriptor kKeys[] = {
      .min = -1, .max = 10000, .default_text = "-1", .env = "DSYNC_CONSUMER_PREFETCH",
      .doc = "Events a node may hold assigned beyond capacity, waiting for a free worker "
             "(--prefetch); -1: as many as capacity, 0: none. From -1 to 10000."},
+    {.path = "consumer.wakeups", .scope = Scope::kSettings, .kind = Kind::kBool,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.wakeups; },
+     .default_text = "true", .env = "DSYNC_CONSUMER_WAKEUPS",
+     .doc = "Listen for the dispatcher's wake-ups (UDP, on the node address) and poll at once "
+            "when woken; wake the dispatcher when slots free up. false: polling only."},
+    {.path = "consumer.wakeup_listen", .scope = Scope::kSettings, .kind = Kind::kString,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.wakeup_listen; },
+     .default_text = "\"\"", .env = "DSYNC_CONSUMER_WAKEUP_LISTEN",
+     .doc = "UDP HOST:PORT a node receives wake-ups on; empty: its node address "
+            "(--node-address), which is where the dispatcher sends them."},
 
     // api
     {.path = "api.listen", .scope = Scope::kSettings, .kind = Kind::kString,
@@ -617,6 +639,14 @@ void Settings::Validate() const {
   if (!IsHostPort(api.listen)) {
     Fail("api.listen", "expected HOST:PORT with a port from 1 to 65535, got '" +
                            Printable(api.listen) + "'");
+  }
+  if (!wakeup::ParseEndpoint(dispatcher.wakeup_listen, /*allow_port_zero=*/true)) {
+    Fail("dispatcher.wakeup_listen", "expected HOST:PORT with a port from 0 to 65535, got '" +
+                                         Printable(dispatcher.wakeup_listen) + "'");
+  }
+  if (!consumer.wakeup_listen.empty() && !wakeup::ParseEndpoint(consumer.wakeup_listen)) {
+    Fail("consumer.wakeup_listen", "expected HOST:PORT with a port from 1 to 65535, got '" +
+                                       Printable(consumer.wakeup_listen) + "'");
   }
 }
 

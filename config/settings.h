@@ -43,6 +43,8 @@ struct DispatcherSettings {
   Millis busy_interval{10};           // dispatcher.busy_interval_ms: <= poll_interval
   Millis lease_ttl{10000};            // dispatcher.lease_ttl_ms
   int batch_size = 500;               // dispatcher.batch_size
+  bool wakeups = true;                // dispatcher.wakeups: wake nodes, accept wake-ups
+  std::string wakeup_listen = "127.0.0.1:0";  // dispatcher.wakeup_listen: UDP HOST:PORT (0: any port)
 };
 
 struct ConsumerSettings {
@@ -50,6 +52,8 @@ struct ConsumerSettings {
   Millis drain_timeout{30000};        // consumer.drain_timeout_ms
   int capacity = 8;                   // consumer.capacity: parallel events (--capacity)
   int prefetch = -1;                  // consumer.prefetch (--prefetch): -1 = capacity, 0 = none
+  bool wakeups = true;                // consumer.wakeups: listen for wake-ups, wake the dispatcher
+  std::string wakeup_listen;          // consumer.wakeup_listen: UDP HOST:PORT; "": the node address
 };
 
 // Events a node may hold assigned beyond `capacity`, waiting for a free worker:

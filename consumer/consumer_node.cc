@@ -52,9 +52,25 @@ ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engi
   metadata_.pid = getpid();
   metadata_.started_at = started;
   metadata_.incarnation = metadata_.host + ":" + std::to_string(metadata_.pid) + ":" + std::to_string(now_ms);
+  metadata_.bad_topics = options_.bad_topics;
+  if (options_.datasources) {
+    metadata_.datasources.emplace();  // reported, none reached until checked
+    prober_ = std::make_unique<DatasourceProber>(
+        *options_.datasources, options_.datasource_check_interval, clock_, ConnectProbe, [this] {
+          if (!started_) return;
+          try {
+            heartbeat_.Beat();  // the dispatcher learns of it now, not at the next beat
+          } catch (const std::exception& e) {
+            spdlog::warn("HEARTBEAT_FAILED node={} service={} err={}", options_.node_address,
+                         options_.service, e.what());
+          }
+        });
+  }
 }
 
 ConsumerNode::~ConsumerNode() {
+  started_ = false;
+  if (prober_) prober_->Stop();
   poller_ = {};
   work_stop_.request_stop();
   for (auto& w : workers_) w.request_stop();
@@ -67,6 +83,11 @@ registry::NodeMetadata ConsumerNode::Metadata() const {
   registry::NodeMetadata m = metadata_;
   m.processing_count = stats_.in_flight.load();
   m.load = static_cast<double>(m.processing_count) / std::max(1, m.capacity);
+  if (prober_) {
+    DatasourceSnapshot d = prober_->snapshot();
+    m.datasources = std::move(d.reachable);
+    m.datasource_errors = std::move(d.errors);
+  }
   return m;
 }
 
@@ -74,9 +95,23 @@ void ConsumerNode::Start() {
   int orphans = HandBack(HandBackScope::kEverythingHeld, "reset: node restarted");
   stats_.handed_back_at_start += static_cast<uint64_t>(orphans);
   heartbeat_.Start();
+  started_ = true;
+  if (prober_) prober_->Start();
   for (int i = 0; i < options_.capacity; ++i) {
     workers_.emplace_back([this](std::stop_token stop) { WorkerLoop(stop); });
   }
+  // Wake-ups (consumer/node_wakeups.h): a datagram from the dispatcher polls at once.
+  wakeups_ = std::make_unique<NodeWakeups>(
+      pool_, clock_,
+      NodeWakeupOptions{options_.wakeups, options_.wakeup_listen, options_.node_address, options_.service,
+                        options_.poll_interval});
+  wakeups_->Start([this] {
+    {
+      std::lock_guard lock(mu_);
+      poll_now_ = true;
+    }
+    poll_cv_.notify_one();
+  });
   poller_ = std::jthread([this](std::stop_token stop) { PollLoop(stop); });
   spdlog::info("NODE_STARTED node={} service={} capacity={} orphans_handed_back={}", options_.node_address,
                options_.service, options_.capacity, orphans);
@@ -210,6 +245,14 @@ void ConsumerNode::PollLoop(std::stop_token stop) {
     } catch (const std::exception& e) {
       spdlog::warn("POLL_FAILED node={} err={}", options_.node_address, e.what());
     }
+    {  // wake-ups: feed the rate limit; wake the dispatcher when freed slots stay empty
+      bool slots_free;
+      {
+        std::lock_guard lock(mu_);
+        slots_free = accepting_ && static_cast<int>(known_.size()) < options_.capacity;
+      }
+      wakeups_->Polled(added > 0, slots_free);
+    }
     if (added > 0) {
       pause = options_.poll_interval;
       last_work_ = clock_.Now();
@@ -285,6 +328,7 @@ void ConsumerNode::WorkerLoop(std::stop_token stop) {
       }
       stats_.in_flight = static_cast<int>(known_.size());
       poll_now_ = true;  // slots are free: refill them without waiting for the pause
+      wakeups_->SlotsFreed();
     }
     poll_cv_.notify_one();
   }
@@ -302,6 +346,9 @@ std::string ConsumerNode::WaitForDrainRequest(const sigset_t& signals) {
 
 bool ConsumerNode::Drain() {
   spdlog::info("NODE_DRAINING node={} in_flight={}", options_.node_address, stats_.in_flight.load());
+  // No beat of the prober's may follow MarkOffline() (it would bring the row back online).
+  started_ = false;
+  if (prober_) prober_->Stop();
   {
     std::lock_guard lock(mu_);
     accepting_ = false;
@@ -313,6 +360,7 @@ bool ConsumerNode::Drain() {
     stats_.in_flight = static_cast<int>(known_.size());
   }
   poller_ = {};  // request_stop + join
+  if (wakeups_) wakeups_->Stop();
   bool clean = true;
   try {
     heartbeat_.MarkDraining();

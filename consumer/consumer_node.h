@@ -20,18 +20,32 @@
 // (SagaEngine::ClaimBatch), or, for topics whose steps are fast, by their first step's
 // commit (AssignedEvent::claim_deferred); the rest by their worker.
 //
+// Wake-ups (consumer/node_wakeups.h): the dispatcher's datagram after an assignment
+// makes the poller look at once; a poll that leaves freed slots empty wakes the
+// dispatcher.
+// Routing facts in the heartbeat: with `datasources` set, the node checks those
+// datasources (consumer/datasource_prober.h) from Start() on and publishes the ones
+// it reaches, beating at once when that changes; `bad_topics` (topics whose plan the
+// caller could not build) are published as they are. The dispatcher sends the node
+// no event of a bad topic or of a topic needing a datasource it does not reach.
+//
 // Thread safety: Start/Drain from one controlling thread; stats() from any.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "consumer/node_wakeups.h"
+#include "consumer/datasource_prober.h"
 #include "core/clock.h"
 #include "registry/heartbeat_publisher.h"
 #include "saga/saga_engine.h"
@@ -49,6 +63,13 @@ struct ConsumerOptions {
   Millis poll_interval{200};                // pause after an empty poll, doubled up to idle_interval
   Millis idle_interval{1000};
   Millis drain_timeout{30000};
+  bool wakeups = true;                      // consumer.wakeups (consumer/node_wakeups.h)
+  std::string wakeup_listen;                // consumer.wakeup_listen; "": node_address
+  // Datasources to check and report (name -> URL); nullopt: report none at all, and
+  // the dispatcher takes the node as reaching every datasource (as an older node).
+  std::optional<std::map<std::string, std::string>> datasources;
+  Millis datasource_check_interval{30000};
+  std::map<std::string, std::string> bad_topics;  // topic -> why its plan failed to build
 };
 
 struct ConsumerStats {
@@ -76,6 +97,7 @@ class ConsumerNode {
 
   registry::NodeMetadata Metadata() const;
   ConsumerStats& stats() { return stats_; }
+  NodeWakeupStats wakeup_stats() const { return wakeups_ ? wakeups_->stats() : NodeWakeupStats{}; }
 
  private:
   void PollLoop(std::stop_token stop);
@@ -94,6 +116,8 @@ class ConsumerNode {
   const ConsumerOptions options_;
   registry::NodeMetadata metadata_;
   registry::HeartbeatPublisher heartbeat_;
+  std::unique_ptr<DatasourceProber> prober_;  // null without options_.datasources
+  std::atomic<bool> started_{false};          // beats on a reachability change only after Start()
 
   std::mutex mu_;
   std::condition_variable_any work_cv_;   // workers wait for queued events
@@ -113,6 +137,7 @@ class ConsumerNode {
   std::stop_source work_stop_;            // cancels running events (drain timeout)
   std::jthread poller_;
   std::vector<std::jthread> workers_;
+  std::unique_ptr<NodeWakeups> wakeups_;  // set by Start(); last, so it stops first
 };
 
 }  // namespace dsync::consumer

@@ -55,9 +55,28 @@ PlannerConfig PlannerConfigFromSettings(const Settings& settings) {
     p.strategy = ParseStrategy(topic.strategy).value_or(Strategy::kLeastLoad);
     p.ordered = topic.ordered;
     p.batch_limit = std::max(0, topic.batch_limit);
+    p.datasources = TopicDatasources(topic);
     config.topics[name] = p;
   }
   return config;
+}
+
+std::vector<std::string> TopicDatasources(const TopicSettings& topic) {
+  std::set<std::string> names;
+  auto add = [&](const StepSpec& step, const char* key) {
+    auto it = step.params.find(key);
+    if (it != step.params.end() && it->is_string()) names.insert(it->get<std::string>());
+  };
+  for (const StepSpec& step : topic.steps) {
+    // table_verify: the verify step of the table-sync work reads both sides too.
+    if (step.type == "table_sync" || step.type == "table_verify") {
+      add(step, "source");
+      add(step, "target");
+    } else if (step.type == "table_delete") {
+      add(step, "target");
+    }
+  }
+  return {names.begin(), names.end()};
 }
 
 AssignmentPlanner::AssignmentPlanner(PlannerConfig config) : config_(std::move(config)) {}
@@ -88,6 +107,93 @@ void AssignmentPlanner::BeginCycle(std::vector<NodeLoad> nodes) {
     }
     nodes_.push_back(std::move(node));
   }
+  ComputeRouting();
+}
+
+void AssignmentPlanner::ComputeRouting() {
+  unroutable_.clear();
+  // The topics worth judging: configured ones, and any a node reports bad.
+  std::set<std::string> topics;
+  for (const auto& [topic, _] : config_.topics) topics.insert(topic);
+  for (const auto& n : nodes_) {
+    for (const auto& [topic, _] : n.load.bad_topics) topics.insert(topic);
+  }
+  for (Node& n : nodes_) {
+    for (const auto& topic : topics) {
+      if (!n.Serves(topic)) continue;
+      if (n.load.bad_topics.count(topic) > 0) {
+        n.blocked.insert(topic);
+        continue;
+      }
+      if (!n.load.datasources) continue;  // not reported: reaches every datasource
+      for (const auto& ds : PolicyFor(topic).datasources) {
+        if (std::find(n.load.datasources->begin(), n.load.datasources->end(), ds) ==
+            n.load.datasources->end()) {
+          n.blocked.insert(topic);
+          break;
+        }
+      }
+    }
+  }
+  // At most this many nodes are named in a reason; the rest are counted.
+  constexpr size_t kNamedNodes = 4;
+  for (const auto& topic : topics) {
+    if (nodes_.empty()) {
+      unroutable_[topic] = "no live node takes work";
+      continue;
+    }
+    std::vector<const Node*> serving;
+    bool runnable = false;
+    for (const Node& n : nodes_) {
+      // A node reporting the topic bad would serve it (it drops the topic from an
+      // explicit list): name it, with why.
+      if (!n.Serves(topic) && n.load.bad_topics.count(topic) == 0) continue;
+      serving.push_back(&n);
+      if (n.CanRun(topic)) runnable = true;
+    }
+    if (runnable) continue;
+    if (serving.empty()) {
+      unroutable_[topic] = "no live node serves topic " + topic;
+      continue;
+    }
+    const auto& needed = PolicyFor(topic).datasources;
+    std::string detail;
+    bool any_bad = false, any_unreached = false;
+    for (size_t i = 0; i < serving.size(); ++i) {
+      const Node& n = *serving[i];
+      std::string why;
+      auto bad = n.load.bad_topics.find(topic);
+      if (bad != n.load.bad_topics.end()) {
+        any_bad = true;
+        why = "plan failed: " + bad->second;
+      } else {
+        any_unreached = true;
+        std::string lacks;
+        for (const auto& ds : needed) {
+          if (std::find(n.load.datasources->begin(), n.load.datasources->end(), ds) ==
+              n.load.datasources->end()) {
+            lacks += (lacks.empty() ? "" : ",") + ds;
+          }
+        }
+        why = "lacks " + lacks;
+      }
+      if (i < kNamedNodes) {
+        detail += (detail.empty() ? "" : "; ") + n.load.address + " " + why;
+      } else {
+        detail += "; and " + std::to_string(serving.size() - kNamedNodes) + " more";
+        break;
+      }
+    }
+    std::string needs;
+    for (const auto& ds : needed) needs += (needs.empty() ? "" : ",") + ds;
+    std::string reason;
+    if (any_unreached) {
+      reason = "no live node serving topic " + topic + " reaches every datasource it needs (" + needs + ")";
+    } else if (any_bad) {
+      reason = "topic " + topic + "'s plan failed to build on every live node serving it";
+    }
+    unroutable_[topic] = reason + ": " + detail;
+  }
 }
 
 int AssignmentPlanner::free_slots() const {
@@ -107,7 +213,23 @@ PageFilter AssignmentPlanner::NextPageFilter() const {
   for (const auto& n : nodes_) {
     if (n.free() <= 0) continue;
     if (n.all_topics) f.any_topic = true;
-    served.insert(n.topics.begin(), n.topics.end());
+    for (const auto& t : n.topics) {
+      if (n.CanRun(t)) served.insert(t);
+    }
+  }
+  // Topics some free node serves that none of them can run: with a node serving
+  // every topic they would otherwise be read, and wait at the head of each page.
+  std::set<std::string> judged;
+  for (const auto& [topic, _] : config_.topics) judged.insert(topic);
+  for (const auto& n : nodes_) judged.insert(n.blocked.begin(), n.blocked.end());
+  for (const auto& t : judged) {
+    bool served_by_free = false, runnable = false;
+    for (const auto& n : nodes_) {
+      if (n.free() <= 0 || !n.Serves(t)) continue;
+      served_by_free = true;
+      if (n.CanRun(t)) runnable = true;
+    }
+    if (served_by_free && !runnable && t.find(',') == std::string::npos) f.blocked_topics.push_back(t);
   }
   for (const auto& t : served) {
     // FIND_IN_SET cannot match a name containing a comma; such a topic never
@@ -177,7 +299,7 @@ int AssignmentPlanner::Choose(const PendingEvent& e, const TopicPolicy& policy) 
 int AssignmentPlanner::ChooseAmong(const PendingEvent& e, const TopicPolicy& policy,
                                    bool use_prefetch) {
   auto usable = [&](const Node& n) {
-    return (use_prefetch ? n.free() : n.free_within_capacity()) > 0 && n.Serves(e.topic);
+    return (use_prefetch ? n.free() : n.free_within_capacity()) > 0 && n.CanRun(e.topic);
   };
   int best = -1;
   switch (policy.strategy) {

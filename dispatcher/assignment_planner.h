@@ -15,7 +15,14 @@
 //     its capacity; strategies rank nodes as if prefetch did not exist (least_load
 //     stays (in_flight + assigned) / capacity);
 //   - a node is eligible for an event when its topics contain the topic or "*" (no
-//     topics at all also means every topic);
+//     topics at all also means every topic), the topic is not among its bad_topics
+//     (its plan failed to build there), and it reaches every datasource of the
+//     topic's plan (TopicPolicy::datasources; a node that reports no datasources at
+//     all, an older version, counts as reaching every one);
+//   - a topic no live non-draining node is eligible for is unroutable: Unroutable()
+//     names it with the reason, and NextPageFilter() keeps its events out of the
+//     page (as it does for topics no node with a free slot can take), so they never
+//     fill a page ahead of events that can run;
 //   - at most `batch_size` assignments per cycle, and at most the topic's batch_limit
 //     (0: batch_size) per topic;
 //   - ordered topics: an event is skipped when an earlier event of the same
@@ -63,6 +70,8 @@ struct TopicPolicy {
   Strategy strategy = Strategy::kLeastLoad;
   bool ordered = true;
   int batch_limit = 0;  // assignments of the topic per cycle; 0: only batch_size applies
+  // Datasources the topic's plan uses (TopicDatasources): a node must reach them all.
+  std::vector<std::string> datasources;
 };
 
 struct PlannerConfig {
@@ -70,9 +79,15 @@ struct PlannerConfig {
   std::map<std::string, TopicPolicy> topics;  // configured topics; others get TopicPolicy{}
 };
 
-// dispatcher.batch_size and each topic's strategy / ordered / batch_limit. An
-// unknown strategy name (Settings rejects them) falls back to least_load.
+// dispatcher.batch_size and each topic's strategy / ordered / batch_limit /
+// datasources. An unknown strategy name (Settings rejects them) falls back to
+// least_load.
 PlannerConfig PlannerConfigFromSettings(const Settings& settings);
+
+// The datasources a topic's plan names, sorted and unique: `source` and `target` of
+// table_sync steps, `target` of table_delete steps. Other step types (demo, custom
+// ones) name none that the dispatcher could know of.
+std::vector<std::string> TopicDatasources(const TopicSettings& topic);
 
 // A live node as the cycle sees it.
 struct NodeLoad {
@@ -85,6 +100,9 @@ struct NodeLoad {
   double load = 0.0;            // metadata, node-reported
   double weight = 1.0;          // metadata
   std::vector<std::string> topics;  // empty or containing "*": every topic
+  // Datasources the node reaches; nullopt: not reported (an older node), reaching all.
+  std::optional<std::vector<std::string>> datasources;
+  std::map<std::string, std::string> bad_topics;  // topic -> why its plan failed there
 };
 
 struct PendingEvent {
@@ -120,6 +138,9 @@ struct PageFilter {
   std::vector<std::string> served_topics;      // topics of nodes with a free slot
   std::vector<std::string> exhausted_topics;   // topics at their batch_limit this cycle
   std::vector<std::string> unordered_topics;   // configured with ordered = false
+  // Topics no node with a free slot can run (datasources not reached, plan bad
+  // there): kept out of the page like exhausted_topics.
+  std::vector<std::string> blocked_topics;
   int limit = 0;                               // remaining(): events worth reading
 };
 
@@ -140,6 +161,14 @@ class AssignmentPlanner {
   PageFilter NextPageFilter() const;
 
   const TopicPolicy& PolicyFor(const std::string& topic) const;
+  // Topics no live non-draining node of this cycle can run, with a one-line reason
+  // each ("no live node serves topic T", "topic T needs datasource(s) env_b; no live
+  // node serving it reaches them (a:1 lacks env_b)", "topic T's plan failed to
+  // build on every node serving it (a:1: ...)"). Considers the configured topics and
+  // every topic a node reports bad; free slots do not matter (a busy node can still
+  // run the topic later). With no live non-draining node at all, every such topic
+  // is unroutable ("no live node takes work").
+  const std::map<std::string, std::string>& Unroutable() const { return unroutable_; }
   // Assignments made this cycle, per node address.
   std::map<std::string, int> assigned_per_node() const;
 
@@ -158,7 +187,15 @@ class AssignmentPlanner {
       return int64_t{load.capacity} - load.in_flight - assigned;
     }
     bool Serves(const std::string& topic) const { return all_topics || topics.count(topic) > 0; }
+    // Topics this node serves but cannot run (a datasource it lacks, a bad plan).
+    std::set<std::string> blocked;
+    bool CanRun(const std::string& topic) const {
+      return Serves(topic) && (blocked.empty() || blocked.count(topic) == 0);
+    }
   };
+
+  // Fills each node's `blocked` and unroutable_ (BeginCycle).
+  void ComputeRouting();
 
   // Index into nodes_ of the node for `e`, or -1: among nodes with room within their
   // capacity, else (prefetch) among nodes with any room.
@@ -171,6 +208,7 @@ class AssignmentPlanner {
   std::map<std::string, int> assigned_per_topic_;
   std::unordered_set<std::string> seen_entities_;
   std::map<std::string, std::string> round_robin_cursor_;  // topic -> last address
+  std::map<std::string, std::string> unroutable_;  // topic -> reason, this cycle
 };
 
 }  // namespace dsync::dispatcher

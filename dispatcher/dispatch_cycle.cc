@@ -14,6 +14,39 @@
 namespace dsync::dispatcher {
 namespace {
 
+// Unroutable topics (V009), rewritten by the leader. Params: service, then the
+// topics still unroutable (one `?` each; none: every row of the service goes).
+std::string DeleteRoutableSql(size_t keep) {
+  return "DELETE FROM distribute_unroutable_topic WHERE service_name = ?" +
+         (keep == 0 ? std::string() : " AND topic NOT IN (" + storage::Marks(keep) + ")");
+}
+
+// Params: topic, service, reason, pending. since_time is kept while the topic stays
+// unroutable (the row exists); updated_time marks the row current.
+constexpr const char* kUpsertUnroutable = R"(
+INSERT INTO distribute_unroutable_topic
+  (topic, service_name, reason, pending_events, since_time, updated_time)
+VALUES (?, ?, ?, ?, NOW(3), NOW(3))
+ON DUPLICATE KEY UPDATE
+  service_name = VALUES(service_name), reason = VALUES(reason),
+  pending_events = VALUES(pending_events), updated_time = NOW(3))";
+
+// How often unchanged unroutable rows are refreshed (and their events recounted).
+// v_events_needing_attention trusts rows updated within the last 60 s.
+constexpr Millis kUnroutableRefresh{5000};
+// distribute_unroutable_topic.topic is VARCHAR(50) (as distribute_event.topic) and
+// reason VARCHAR(1024).
+constexpr size_t kMaxTopic = 50;
+constexpr size_t kMaxReason = 1024;
+
+// At most `max` bytes of `text`, cut at a UTF-8 character boundary.
+std::string Truncated(const std::string& text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
 std::string CommaList(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& s : items) {
@@ -21,6 +54,16 @@ std::string CommaList(const std::vector<std::string>& items) {
     out += s;
   }
   return out;
+}
+
+// The nodes of the assignments that won, each once, in first-assignment order.
+std::vector<std::string> WonNodes(const std::vector<Assignment>& assignments, const std::vector<bool>& won) {
+  std::vector<std::string> nodes;
+  for (size_t i = 0; i < won.size(); ++i) {
+    const std::string& n = assignments[i].node_address;
+    if (won[i] && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+  }
+  return nodes;
 }
 
 Millis Elapsed(Clock::TimePoint from, Clock::TimePoint to) {
@@ -73,6 +116,8 @@ std::vector<NodeLoad> DispatchCycle::ReadNodes() {
     l.load = n.metadata.load;
     l.weight = n.metadata.weight;
     l.topics = std::move(n.metadata.topics);
+    l.datasources = std::move(n.metadata.datasources);
+    l.bad_topics = std::move(n.metadata.bad_topics);
     nodes.push_back(std::move(l));
   }
   return nodes;
@@ -80,7 +125,10 @@ std::vector<NodeLoad> DispatchCycle::ReadNodes() {
 
 std::vector<PendingEvent> DispatchCycle::ReadDue(const PageFilter& f, const Cursor& after) {
   const std::string served = CommaList(f.served_topics);
-  const std::string exhausted = CommaList(f.exhausted_topics);
+  // Topics at their batch_limit and topics no free node can run are kept out alike.
+  std::vector<std::string> excluded = f.exhausted_topics;
+  excluded.insert(excluded.end(), f.blocked_topics.begin(), f.blocked_topics.end());
+  const std::string exhausted = CommaList(excluded);
   const std::string unordered = CommaList(f.unordered_topics);
   const events::DueFilter filter{after.priority, after.id, f.any_topic, served, exhausted, unordered, f.limit};
   std::vector<events::DueEvent> due =
@@ -132,6 +180,57 @@ DispatchCycle::WriteResult DispatchCycle::Write(const std::vector<Assignment>& a
   }
 }
 
+void DispatchCycle::RecordUnroutable(const std::optional<LeaseFence>& fence) {
+  const std::map<std::string, std::string>& now = planner_.Unroutable();
+  const bool changed = !recorded_unroutable_ || *recorded_unroutable_ != now;
+  const bool refresh = !now.empty() && clock_.Now() - recorded_at_ >= kUnroutableRefresh;
+  if (!changed && !refresh) return;
+  struct FencedOut {};
+  std::map<std::string, UnroutableTopic> recorded;
+  try {
+    recorded = pool_.Transact("record unroutable topics", [&](storage::Connection& c) {
+      std::map<std::string, UnroutableTopic> out;
+      std::vector<storage::Value> keep{options_.service};
+      for (const auto& [topic, reason] : now) {
+        // A longer name (only a node's hand-edited metadata could say so) names no event.
+        if (topic.size() > kMaxTopic) continue;
+        keep.emplace_back(topic);
+        out[topic].reason = Truncated(reason, kMaxReason);
+      }
+      c.Execute(DeleteRoutableSql(keep.size() - 1), storage::Values(keep));
+      if (!out.empty()) {
+        std::vector<storage::Value> topics(keep.begin() + 1, keep.end());
+        for (const auto& [topic, n] : events::CountPendingByTopic(c, topics)) out[topic].pending = n;
+        for (const auto& [topic, u] : out) {
+          c.Execute(kUpsertUnroutable, topic, options_.service, u.reason, u.pending);
+        }
+      }
+      if (fence && !HoldsLease(c, *fence)) throw FencedOut{};
+      return out;
+    });
+  } catch (const FencedOut&) {
+    return;
+  } catch (const DbError& e) {
+    // A record is for the operator; failing it must not stop the assignments.
+    spdlog::warn("UNROUTABLE_RECORD_FAILED topics={} err={}", now.size(), e.what());
+    return;
+  }
+  const std::map<std::string, std::string> before = recorded_unroutable_.value_or(std::map<std::string, std::string>{});
+  for (const auto& [topic, u] : recorded) {
+    auto it = before.find(topic);
+    if (it == before.end() || it->second != now.at(topic)) {
+      spdlog::warn("TOPIC_UNROUTABLE topic={} pending={} reason=\"{}\"", topic, u.pending, u.reason);
+    }
+  }
+  for (const auto& [topic, _] : before) {
+    if (!now.count(topic)) spdlog::info("TOPIC_ROUTABLE topic={}", topic);
+  }
+  recorded_unroutable_ = now;
+  recorded_at_ = clock_.Now();
+  std::lock_guard lock(mu_);
+  stats_.unroutable = std::move(recorded);
+}
+
 CycleResult DispatchCycle::RunOnce(const std::optional<LeaseFence>& fence,
                                    const std::function<bool()>& leading) {
   const Clock::TimePoint start = clock_.Now();
@@ -171,6 +270,8 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
   const bool any_taker = std::any_of(nodes.begin(), nodes.end(), [](const NodeLoad& n) { return !n.draining; });
   planner_.BeginCycle(std::move(nodes));
   r.free_slots = planner_.free_slots();
+  r.unroutable_topics = static_cast<int>(planner_.Unroutable().size());
+  RecordUnroutable(fence);
   bool no_room = false;  // an event read found no eligible node with room left
 
   Cursor cursor{std::numeric_limits<int32_t>::min(), 0};
@@ -213,6 +314,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
                        plan.assignments[i].node_address);
         }
       }
+      if (on_assigned_ && r.assigned > 0) on_assigned_(WonNodes(plan.assignments, w.won));  // wake-ups
     }
     r.more_due = page_full;
     if (!page_full) break;  // every due event the filter allows was read

@@ -22,6 +22,14 @@
 //     event of the same (tenant_id, data_id) (idx_entity_status). So events that must
 //     wait never fill a page and block the ones behind them.
 //
+// Unroutable topics (AssignmentPlanner::Unroutable: no live node serves the topic,
+// reaches every datasource of its plan, or could build its plan) are recorded in
+// distribute_unroutable_topic (V009) with the reason and their PENDING events
+// counted, in one transaction fenced like the assignments: when the set or a reason
+// changes, and every 5 s while it is not empty (the rows' updated_time
+// tells the inspection view v_events_needing_attention they are current). Nothing is
+// read or written while every topic is routable and was so at the last record.
+//
 // Thread safety: RunOnce from one thread at a time; stats() from any thread.
 #pragma once
 
@@ -49,6 +57,12 @@ struct CycleOptions {
   int max_pages = 8;              // pages read per cycle at most
 };
 
+// A topic no live node can run, as the last cycle saw it.
+struct UnroutableTopic {
+  std::string reason;
+  int64_t pending = 0;  // its PENDING events, counted at the last record
+};
+
 struct CycleResult {
   int live_nodes = 0;
   int free_slots = 0;        // over non-draining nodes at cycle start (batch_size aside)
@@ -57,6 +71,7 @@ struct CycleResult {
   int assigned = 0;          // assignments written (UPDATE matched)
   int lost_races = 0;        // assignments whose UPDATE matched nothing
   int skipped = 0;           // read but not planned (ordering, limits, no node)
+  int unroutable_topics = 0; // topics no live node can run (AssignmentPlanner::Unroutable)
   bool fenced_out = false;   // the lease was not ours at write time: nothing written
   bool more_due = false;     // stopped while more events may be due (page or budget full)
   bool room_left = false;    // nodes still had free slots at the end (batch_size cut it short)
@@ -78,6 +93,9 @@ struct CycleStats {
   Millis max_duration{0};
   metrics::HistogramSnapshot dispatch_latency;  // event due -> assignment committed, seconds
   metrics::HistogramSnapshot cycle_duration;    // successful cycles, seconds
+  // Topics no live node could run at the last record, with their pending events
+  // (dsync_events_unroutable). Empty when every topic is routable.
+  std::map<std::string, UnroutableTopic> unroutable;
 };
 
 // When to run the next cycle after `r`:
@@ -117,12 +135,20 @@ class DispatchCycle {
 
   CycleStats stats();
 
+  // Wake-ups (issue 19): called after each page's assignments committed, with the
+  // addresses of the nodes that got events (each once). Set before the first cycle.
+  void OnAssigned(std::function<void(const std::vector<std::string>& nodes)> hook) {
+    on_assigned_ = std::move(hook);
+  }
+
  private:
   struct Cursor {
     int64_t priority;
     int64_t id;
   };
   std::vector<PendingEvent> ReadDue(const PageFilter& filter, const Cursor& after);
+  // Records planner_.Unroutable() (see the file comment). Throws DbError.
+  void RecordUnroutable(const std::optional<LeaseFence>& fence);
   CycleResult RunPages(const std::optional<LeaseFence>& fence, const std::function<bool()>& leading);
 
   storage::ConnectionPool& pool_;
@@ -131,6 +157,10 @@ class DispatchCycle {
   registry::NodeDirectory directory_;
   AssignmentPlanner planner_;
   bool backlog_ = false;  // CycleResult::backlog of the last cycle; RunOnce's thread only
+  std::function<void(const std::vector<std::string>&)> on_assigned_;
+  // What RecordUnroutable last wrote, and when (RunOnce's thread only).
+  std::optional<std::map<std::string, std::string>> recorded_unroutable_;
+  Clock::TimePoint recorded_at_{};
 
   std::mutex mu_;
   CycleStats stats_;

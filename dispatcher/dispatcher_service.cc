@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "dispatcher/dispatcher_waker.h"
+
 namespace dsync::dispatcher {
 namespace {
 
@@ -21,6 +23,13 @@ CycleOptions CycleOptionsFrom(const Settings& s) {
   return o;
 }
 
+// The dispatcher's wake-up listener, or nullptr (dispatcher.wakeups off, bind failed).
+std::unique_ptr<wakeup::WakeListener> BindWakeListener(const DispatcherSettings& s, Clock& clock) {
+  if (!s.wakeups) return nullptr;
+  return wakeup::WakeListener::Bind(s.wakeup_listen, "dispatcher",
+                                    wakeup::WakeLimiter(Millis(1), s.poll_interval), clock);
+}
+
 }  // namespace
 
 DispatcherService::DispatcherService(storage::ConnectionPool& pool, const Settings& settings,
@@ -28,10 +37,18 @@ DispatcherService::DispatcherService(storage::ConnectionPool& pool, const Settin
     : clock_(clock),
       dispatcher_settings_(settings.dispatcher),
       sweep_interval_(settings.registry.sweep_interval),
-      lease_(pool, DispatcherLockName(settings.service), std::move(owner_id)),
+      wake_listener_(BindWakeListener(settings.dispatcher, clock)),
+      lease_(pool, DispatcherLockName(settings.service),
+             WithWakeAddress(std::move(owner_id), wake_listener_ ? wake_listener_->address() : "")),
       locker_(lease_, clock, LockerOptionsFrom(settings.dispatcher), lease_.lock_name()),
       cycle_(pool, clock, PlannerConfigFromSettings(settings), CycleOptionsFrom(settings)),
-      sweeper_(pool, SweeperOptionsFromSettings(settings)) {}
+      sweeper_(pool, SweeperOptionsFromSettings(settings)) {
+  if (settings.dispatcher.wakeups) {
+    cycle_.OnAssigned([this](const std::vector<std::string>& nodes) {
+      for (const auto& n : nodes) wake_sender_.Send(n);
+    });
+  }
+}
 
 DispatcherService::~DispatcherService() { Stop(); }
 
@@ -40,6 +57,7 @@ void DispatcherService::Start() {
   spdlog::info("DISPATCHER_STARTING lock={} owner={} lease_ttl_ms={} batch_size={}", lease_.lock_name(),
                lease_.owner(), dispatcher_settings_.lease_ttl.count(), dispatcher_settings_.batch_size);
   locker_.Start();
+  if (wake_listener_) wake_listener_->Start([this] { wake_signal_.Notify(); });
   dispatch_thread_ = std::jthread([this](std::stop_token stop) { DispatchLoop(stop); });
   sweep_thread_ = std::jthread([this](std::stop_token stop) { SweepLoop(stop); });
 }
@@ -53,9 +71,13 @@ void DispatcherService::Stop() {
   dispatch_thread_ = std::jthread();
   sweep_thread_ = std::jthread();
   locker_.Stop();
+  if (wake_listener_) wake_listener_->Stop();
   const CycleStats cs = cycle_.stats();
-  spdlog::info("DISPATCHER_STOPPED lock={} owner={} cycles={} assigned={} lost_races={} cycle_failures={}",
-               lease_.lock_name(), lease_.owner(), cs.cycles, cs.assigned, cs.lost_races, cs.failures);
+  spdlog::info("DISPATCHER_STOPPED lock={} owner={} cycles={} assigned={} lost_races={} cycle_failures={} "
+               "wakeups_sent={} wakeups_received={} wakeups_acted={}",
+               lease_.lock_name(), lease_.owner(), cs.cycles, cs.assigned, cs.lost_races, cs.failures,
+               wake_sender_.sent(), wake_listener_ ? wake_listener_->stats().received.load() : 0,
+               wake_listener_ ? wake_listener_->stats().acted.load() : 0);
 }
 
 void DispatcherService::DispatchLoop(std::stop_token stop) {
@@ -67,7 +89,7 @@ void DispatcherService::DispatchLoop(std::stop_token stop) {
     std::optional<int64_t> token = locker_.token();
     if (!token) {
       delay = poll;
-      if (!clock_.SleepFor(poll, stop)) break;
+      if (!Pause(poll, stop)) break;  // a wake-up checks at once (the lease may just have come)
       continue;
     }
     try {
@@ -76,13 +98,19 @@ void DispatcherService::DispatchLoop(std::stop_token stop) {
       if (failures > 0) spdlog::info("DISPATCH_RECOVERED after_failures={}", failures);
       failures = 0;
       delay = NextDispatchDelay(r, delay, dispatcher_settings_);
+      if (wake_listener_) wake_listener_->Result(r.assigned > 0);
     } catch (const std::exception& e) {
       ++failures;
       spdlog::warn("DISPATCH_FAILED lock={} failures={} err={}", lease_.lock_name(), failures, e.what());
       delay = std::min(idle, std::max(poll, delay * 2));
     }
-    if (delay.count() > 0 && !clock_.SleepFor(delay, stop)) break;
+    if (delay.count() > 0 && !Pause(delay, stop)) break;
   }
+}
+
+bool DispatcherService::Pause(Millis delay, std::stop_token stop) {
+  if (!wake_listener_) return clock_.SleepFor(delay, stop);
+  return wake_signal_.WaitFor(delay, stop);
 }
 
 void DispatcherService::SweepLoop(std::stop_token stop) {
@@ -117,6 +145,7 @@ DispatcherStats DispatcherService::stats() {
   s.max_cycle_duration = c.max_duration;
   s.dispatch_latency = std::move(c.dispatch_latency);
   s.cycle_duration = std::move(c.cycle_duration);
+  if (l.leader) s.unroutable = std::move(c.unroutable);
   SweeperStats w = sweeper_.stats();
   s.sweeps = w.sweeps;
   s.sweep_failures = w.failures;

@@ -19,6 +19,12 @@
 //     is due (and after consecutive failures), else poll_interval (NextDispatchDelay);
 //     polls leadership every poll_interval while a follower;
 //   - sweep: EventSweeper::SweepOnce every registry.sweep_interval_ms while leader.
+// Wake-ups (dispatcher.wakeups, default on; core/wakeup.h): after each page's
+// assignments commit, one UDP datagram to each node that got events; and a UDP
+// listener on dispatcher.wakeup_listen (loopback, any port) whose address is published
+// in the lease row's owner (dispatcher/dispatcher_waker.h), so producers and nodes
+// with free slots can cut the dispatch pause short. Woken cycles are rate-limited:
+// after a cycle that assigned nothing, at most one per poll_interval.
 // Database failures are logged (DISPATCH_FAILED, SWEEP_FAILED) and retried at the
 // next turn; they never stop the service. A database restart is survived by the
 // pool's reconnects: the lease is lost (watchdog) and re-acquired.
@@ -28,11 +34,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <map>
 #include <string>
 #include <thread>
 
 #include "config/settings.h"
 #include "core/clock.h"
+#include "core/wakeup.h"
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/event_sweeper.h"
 #include "dispatcher/lease_lock.h"
@@ -57,6 +66,9 @@ struct DispatcherStats {
   Millis max_cycle_duration{0};
   metrics::HistogramSnapshot dispatch_latency;  // event due -> assigned, seconds
   metrics::HistogramSnapshot cycle_duration;    // seconds
+  // Topics no live node can run, with their PENDING events, as this process last
+  // recorded them while leading (CycleStats::unroutable); empty while a follower.
+  std::map<std::string, UnroutableTopic> unroutable;
   uint64_t sweeps = 0;
   uint64_t sweep_failures = 0;
   uint64_t nodes_marked_offline = 0;
@@ -88,10 +100,17 @@ class DispatcherService {
  private:
   void DispatchLoop(std::stop_token stop);
   void SweepLoop(std::stop_token stop);
+  // The pause between cycles; a wake-up ends it early.
+  bool Pause(Millis delay, std::stop_token stop);
 
   Clock& clock_;
   const DispatcherSettings dispatcher_settings_;
   const Millis sweep_interval_;
+  // Wake-ups; the listener (nullptr: off or bind failed) is bound before lease_ is
+  // built, because its address goes into the lease owner.
+  wakeup::WakeSignal wake_signal_;
+  std::unique_ptr<wakeup::WakeListener> wake_listener_;
+  wakeup::WakeSender wake_sender_;
   LeaseLock lease_;
   Locker locker_;
   DispatchCycle cycle_;

@@ -118,6 +118,20 @@ std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::
   return out;
 }
 
+// Params: the topics, one `?` each.
+std::string CountPendingSql(size_t topics) {
+  return "SELECT topic, COUNT(*) FROM distribute_event WHERE status = 'PENDING' AND topic IN (" +
+         storage::Marks(topics) + ") GROUP BY topic";
+}
+
+std::map<std::string, int64_t> CountPendingByTopic(storage::Connection& c, const std::vector<storage::Value>& topics) {
+  std::map<std::string, int64_t> out;
+  if (topics.empty()) return out;
+  auto rs = c.Query(CountPendingSql(topics.size()), storage::Values(topics));
+  while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
+  return out;
+}
+
 std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& f) {
   std::vector<DueEvent> out;
   auto rs = c.Query(kSelectDueEvents, f.after_priority, f.after_priority, f.after_id, f.any_topic, f.served,

@@ -28,6 +28,11 @@ namespace dsync::events {
 // Throws DbError (run it inside ConnectionPool::Run).
 std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::vector<std::string>& addresses);
 
+// PENDING events of the given topics, by topic (a topic with none is absent): a range
+// of idx_due over the PENDING rows. The dispatcher runs it only while some topic is
+// unroutable, at most every 5 s. Throws DbError.
+std::map<std::string, int64_t> CountPendingByTopic(storage::Connection& c, const std::vector<storage::Value>& topics);
+
 // A due PENDING event as the dispatcher reads it.
 struct DueEvent {
   int64_t id = 0;

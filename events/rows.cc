@@ -41,6 +41,26 @@ constexpr const char* kSelectProcessLog = "SELECT process_log FROM distribute_ev
 constexpr const char* kBatchProgress =
     "SELECT status, COUNT(*) FROM distribute_event WHERE batch_code = ? GROUP BY status";
 
+// Events needing attention, by the rules of v_events_needing_attention, one reason per
+// part so that each reads its own range of idx_due (status first). Params: limit three
+// times.
+#define DSYNC_ATTENTION_COLUMNS                                                              \
+  "code, topic, status, phase, IFNULL(node_address, ''), attempt, retry_count, "             \
+  DSYNC_ISO("modifier_time") ", TIMESTAMPDIFF(SECOND, modifier_time, NOW(3)), IFNULL(last_error, '')"
+constexpr const char* kNeedingAttention =
+    "(SELECT 'failed', " DSYNC_ATTENTION_COLUMNS " FROM distribute_event WHERE status = 'FAILED' "
+    "ORDER BY id DESC LIMIT ?) "
+    "UNION ALL (SELECT 'stuck', " DSYNC_ATTENTION_COLUMNS " FROM distribute_event "
+    "WHERE status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND modifier_time < NOW(3) - INTERVAL 5 MINUTE "
+    "ORDER BY id LIMIT ?) "
+    "UNION ALL (SELECT 'compensation_retrying', " DSYNC_ATTENTION_COLUMNS " FROM distribute_event e "
+    "WHERE e.phase = 'COMPENSATE' AND e.status IN ('PENDING', 'ASSIGNED', 'COMPENSATING') "
+    "AND NOT (e.status <> 'PENDING' AND e.modifier_time < NOW(3) - INTERVAL 5 MINUTE) "
+    "AND EXISTS (SELECT 1 FROM distribute_event_step s WHERE s.job_code = e.code AND s.status = 'COMPENSATING' "
+    "AND s.compensation_retry_count > 0) ORDER BY e.id LIMIT ?)";
+
+constexpr const char* kCountByStatus = "SELECT status, COUNT(*) FROM distribute_event GROUP BY status";
+
 constexpr const char* kCountByTopicStatus =
     "SELECT topic, status, COUNT(*) FROM distribute_event GROUP BY topic, status";
 
@@ -82,24 +102,60 @@ std::optional<EventRow> ReadEvent(storage::Connection& c, const std::string& cod
   return ReadEventRow(*rs);
 }
 
-std::vector<EventRow> ListEvents(storage::Connection& c, int64_t before, const std::string& topic,
-                                 const std::string& status, int limit) {
+std::vector<EventRow> ListEvents(storage::Connection& c, const EventListFilter& f) {
   // Only fixed fragments go into the text; every value is bound.
   std::string sql = "SELECT " DSYNC_EVENT_COLUMNS " FROM distribute_event WHERE id < ?";
-  std::vector<storage::Value> values{before};
-  if (!topic.empty()) {
-    sql += " AND topic = ?";
-    values.emplace_back(topic);
+  std::vector<storage::Value> values{f.before};
+  const std::pair<const char*, const std::string*> equal[] = {
+      {" AND topic = ?", &f.topic}, {" AND status = ?", &f.status},
+      {" AND batch_code = ?", &f.batch_code}, {" AND tenant_id = ?", &f.tenant_id}};
+  for (const auto& [clause, value] : equal) {
+    if (value->empty()) continue;
+    sql += clause;
+    values.emplace_back(*value);
   }
-  if (!status.empty()) {
-    sql += " AND status = ?";
-    values.emplace_back(status);
+  if (!f.code_prefix.empty()) {
+    std::string pattern;  // LIKE's wildcards and the escape character '!', taken literally
+    for (char ch : f.code_prefix) {
+      if (ch == '%' || ch == '_' || ch == '!') pattern += '!';
+      pattern += ch;
+    }
+    sql += " AND code LIKE ? ESCAPE '!'";
+    values.emplace_back(pattern + "%");
   }
   sql += " ORDER BY id DESC LIMIT ?";
-  values.emplace_back(static_cast<int64_t>(limit));
+  values.emplace_back(static_cast<int64_t>(f.limit));
   std::vector<EventRow> out;
   auto rs = c.Query(sql, storage::Values(values));
   while (rs->next()) out.push_back(ReadEventRow(*rs));
+  return out;
+}
+
+std::vector<AttentionEntry> ReadNeedingAttention(storage::Connection& c, int64_t n) {
+  std::vector<AttentionEntry> out;
+  auto rs = c.Query(kNeedingAttention, n, n, n);
+  while (rs->next()) {
+    AttentionEntry a;
+    a.reason = rs->getString(1);
+    a.code = rs->getString(2);
+    a.topic = rs->getString(3);
+    a.status = rs->getString(4);
+    a.phase = rs->getString(5);
+    a.node_address = rs->getString(6);
+    a.attempt = rs->getInt(7);
+    a.retry_count = rs->getInt(8);
+    a.modifier_time = rs->getString(9);
+    a.idle_s = rs->getInt64(10);
+    a.last_error = rs->getString(11);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+std::map<std::string, int64_t> CountByStatus(storage::Connection& c) {
+  std::map<std::string, int64_t> out;
+  auto rs = c.Query(kCountByStatus);
+  while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
   return out;
 }
 

@@ -34,10 +34,35 @@ struct EventRow {
 // The event with that code; nullopt when there is none. Throws DbError.
 std::optional<EventRow> ReadEvent(storage::Connection& c, const std::string& code);
 
-// Events newest first (id descending) with id below `before`, of `topic` and `status`
-// when not empty, at most `limit`. Throws DbError.
-std::vector<EventRow> ListEvents(storage::Connection& c, int64_t before, const std::string& topic,
-                                 const std::string& status, int limit);
+// Which events ListEvents returns; an empty text matches any.
+struct EventListFilter {
+  int64_t before = INT64_MAX;  // keyset cursor: ids below it
+  std::string topic;
+  std::string status;
+  std::string batch_code;   // idx_batch_code
+  std::string tenant_id;    // idx_entity_status
+  std::string code_prefix;  // codes starting with it, taken literally (uk_code)
+  int limit = 50;
+};
+
+// Events newest first (id descending) matching the filter, at most `limit`. Every value
+// is bound. Throws DbError.
+std::vector<EventRow> ListEvents(storage::Connection& c, const EventListFilter& f);
+
+// An event needing attention by the rules of v_events_needing_attention: `failed`,
+// `stuck` (in flight, idle 5 minutes) or `compensation_retrying`.
+struct AttentionEntry {
+  std::string reason, code, topic, status, phase, node_address, modifier_time, last_error;
+  int attempt = 0, retry_count = 0;
+  int64_t idle_s = 0;
+};
+
+// At most `limit_per_reason` events of each reason, one part per reason so that each
+// reads its own range of idx_due (status first). Throws DbError.
+std::vector<AttentionEntry> ReadNeedingAttention(storage::Connection& c, int64_t limit_per_reason);
+
+// Events by status (a covering read of idx_due). Throws DbError.
+std::map<std::string, int64_t> CountByStatus(storage::Connection& c);
 
 // distribute_event_step, every column the engine and people need.
 struct StepRow {

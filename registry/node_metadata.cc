@@ -80,17 +80,46 @@ void ReadNumber(const json& obj, const char* name, bool positive, const char* ru
   problems.Add(name, rule);
 }
 
+bool IsStringArray(const json& v) {
+  return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& t) { return t.is_string(); });
+}
+
 void ReadTopics(const json& obj, std::vector<std::string>& out, Problems& problems) {
   const json* v = Field(obj, "topics");
   if (v == nullptr) return;
-  bool ok = v->is_array() &&
-            std::all_of(v->begin(), v->end(), [](const json& t) { return t.is_string(); });
-  if (!ok) {
+  if (!IsStringArray(*v)) {
     problems.Add("topics", "must be an array of strings (serving every topic)");
     return;
   }
   out.clear();
   for (const auto& t : *v) out.push_back(t.get<std::string>());
+}
+
+void ReadDatasources(const json& obj, NodeMetadata& md, Problems& problems) {
+  const json* v = Field(obj, "datasources");
+  if (v == nullptr) return;
+  if (!IsStringArray(*v)) {
+    problems.Add("datasources", "must be an array of strings (taken as reaching every datasource)");
+    return;
+  }
+  std::vector<std::string> names;
+  for (const auto& t : *v) names.push_back(t.get<std::string>());
+  md.datasources = std::move(names);
+}
+
+// An object of name -> string.
+void ReadStringMap(const json& obj, const char* name, std::map<std::string, std::string>& out,
+                   Problems& problems) {
+  const json* v = Field(obj, name);
+  if (v == nullptr) return;
+  bool ok = v->is_object() &&
+            std::all_of(v->begin(), v->end(), [](const json& t) { return t.is_string(); });
+  if (!ok) {
+    problems.Add(name, "must be an object of strings");
+    return;
+  }
+  out.clear();
+  for (auto it = v->begin(); it != v->end(); ++it) out[it.key()] = it.value().get<std::string>();
 }
 
 void ReadAll(const json& obj, NodeMetadata& md, Problems& problems) {
@@ -108,6 +137,9 @@ void ReadAll(const json& obj, NodeMetadata& md, Problems& problems) {
           "must be an integer", md.pid, problems);
   ReadString(obj, "started_at", md.started_at, problems);
   ReadString(obj, "incarnation", md.incarnation, problems);
+  ReadDatasources(obj, md, problems);
+  ReadStringMap(obj, "datasource_errors", md.datasource_errors, problems);
+  ReadStringMap(obj, "bad_topics", md.bad_topics, problems);
   md.capacity = static_cast<int>(capacity);
   md.prefetch = static_cast<int>(prefetch);
   md.processing_count = static_cast<int>(processing);
@@ -119,6 +151,10 @@ bool NodeMetadata::ServesTopic(const std::string& topic) const {
   if (topics.empty()) return true;
   return std::any_of(topics.begin(), topics.end(),
                      [&](const std::string& t) { return t == "*" || t == topic; });
+}
+
+bool NodeMetadata::ReachesDatasource(const std::string& name) const {
+  return !datasources || std::find(datasources->begin(), datasources->end(), name) != datasources->end();
 }
 
 std::string NodeMetadata::ToJson() const {
@@ -133,6 +169,9 @@ std::string NodeMetadata::ToJson() const {
             {"pid", pid},
             {"started_at", started_at},
             {"incarnation", incarnation}};
+  if (datasources) j["datasources"] = *datasources;
+  if (!datasource_errors.empty()) j["datasource_errors"] = datasource_errors;
+  if (!bad_topics.empty()) j["bad_topics"] = bad_topics;
   // Invalid UTF-8 (a strange hostname) is replaced rather than thrown on.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -34,6 +34,13 @@
 #             of 5x as many events, by command, library and symbol
 #   latency   pending->running (started_time - create_time) p50/p99 with events produced
 #             at a steady half of the 1-step e2e rate for DSYNC_BENCH_LATENCY_S (20) s
+#   capacity  the capacity sweep of issue 19: for node capacities DSYNC_BENCH_CAPACITIES
+#             ("8 16 64 256"; 1 dispatcher + 4 nodes as in e2e), with wake-ups on and off:
+#             1-step e2e events/s (DSYNC_BENCH_EVENTS, median of DSYNC_BENCH_RUNS), then
+#             pending->running p50/p99 for DSYNC_BENCH_LATENCY_S at half the wake-ups-on
+#             rate of that capacity (one run); and the database's queries/s of an idle
+#             cluster (Questions, Com_select over DSYNC_BENCH_IDLE_S, 10 s) both ways.
+#             Run it with pgboss for the ratios: `bash scripts/bench.sh capacity pgboss`
 #   failover  a node holding 50 RUNNING events is kill -9ed; seconds until all 50 are
 #             RUNNING on the two other nodes (database clock), with a 3 s offline timeout
 #   rss       peak RSS (VmHWM) of a node with capacity 1,000 holding 1,000 events in flight
@@ -64,7 +71,8 @@
 # half the e2e 1-step rate of this invocation, else measured), DSYNC_BENCH_LATENCY_S (20),
 # DSYNC_BENCH_SYSBENCH_S (20), DSYNC_BENCH_PGBOSS_BATCHES ("100 500"),
 # DSYNC_BENCH_CEILING_THREADS (4), DSYNC_BENCH_CEILING_BATCH (100),
-# DSYNC_BENCH_BUILD_DIR (build-bench), DSYNC_BENCH_SETTLE_S (90).
+# DSYNC_BENCH_BUILD_DIR (build-bench), DSYNC_BENCH_SETTLE_S (90), DSYNC_BENCH_WAKEUPS (true),
+# DSYNC_BENCH_CAPACITIES ("8 16 64 256"), DSYNC_BENCH_IDLE_S (10).
 #
 # Output: everything on stdout, and a copy in $build/bench-logs/<section>-<time>.log.
 # Don't edit this file while it runs: bash reads it as it goes.
@@ -73,7 +81,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-sections=(dispatch produce e2e profile latency failover rss ceiling sysbench pgboss)
+sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -93,6 +101,7 @@ capacity=${DSYNC_BENCH_NODE_CAPACITY:-256}
 dispatcher_poll_ms=${DSYNC_BENCH_DISPATCHER_POLL_MS:-20}
 dispatcher_idle_ms=${DSYNC_BENCH_DISPATCHER_IDLE_MS:-20}
 consumer_poll_ms=${DSYNC_BENCH_CONSUMER_POLL_MS:-20}
+wakeups=${DSYNC_BENCH_WAKEUPS:-true}  # dispatcher.wakeups and consumer.wakeups (the capacity section sets both ways)
 
 # ---- packages and build -----------------------------------------------------------
 extra=()
@@ -177,8 +186,8 @@ write_config() {
   "service": "bench",
   "log_level": "info",
   "registry":   { "heartbeat_interval_ms": 1000, "offline_timeout_ms": 3000, "sweep_interval_ms": 500 },
-  "dispatcher": { "poll_interval_ms": $dispatcher_poll_ms, "idle_interval_ms": $dispatcher_idle_ms, "lease_ttl_ms": 3000, "batch_size": 500 },
-  "consumer":   { "poll_interval_ms": $consumer_poll_ms, "capacity": $capacity },
+  "dispatcher": { "poll_interval_ms": $dispatcher_poll_ms, "idle_interval_ms": $dispatcher_idle_ms, "lease_ttl_ms": 3000, "batch_size": 500, "wakeups": $wakeups },
+  "consumer":   { "poll_interval_ms": $consumer_poll_ms, "capacity": $capacity, "wakeups": $wakeups },
   "topics": {
     "E2E_1": { "ordered": false, "max_retry": 3, "backoff_base_ms": 200, "backoff_max_ms": 1000,
                "steps": [ { "name": "s1", "type": "demo" } ] },
@@ -534,39 +543,12 @@ section_latency() {
     fi
     rate=$((e2e_rate_1 / 2))
   fi
-  local secs=${DSYNC_BENCH_LATENCY_S:-20} count r line p50s=() p99s=() stage_lines=()
-  count=$((rate * secs))
+  local secs=${DSYNC_BENCH_LATENCY_S:-20} r p50s=() p99s=() stage_lines=()
   for r in $(seq 1 "$runs"); do
-    new_schema "latency_$r"
-    new_work
-    write_config "$work/dsync.json"
-    start_cluster 4
-    sleep 1
-    line=$("$load" produce --db "$schema_url" --count "$count" --rate "$rate" --tick-ms 10 \
-      --rows-per-statement 1000 --topic E2E_1 --prefix "l$r")
-    wait_sql "SELECT COUNT(*) FROM distribute_event WHERE status = 'SUCCESS'" "$count" 300 0.2
-    # Percentiles over the events created after the first 2 s (warm-up).
-    sql "SELECT TIMESTAMPDIFF(MICROSECOND, create_time, started_time) / 1000,
-                TIMESTAMPDIFF(MICROSECOND, create_time, assigned_time) / 1000,
-                TIMESTAMPDIFF(MICROSECOND, assigned_time, started_time) / 1000
-         FROM distribute_event
-         WHERE create_time >= (SELECT MIN(create_time) FROM distribute_event) + INTERVAL 2 SECOND" > "$work/lat"
-    # pcts COLUMN: "p50 p99 max n" of one column
-    pcts() { cut -f"$1" "$work/lat" | sort -g | awk '{ v[NR] = $1 } END {
-      i50 = int(0.50 * NR); i99 = int(0.99 * NR); if (i50 < 1) i50 = 1; if (i99 < 1) i99 = 1
-      printf "%.1f %.1f %.1f %d", v[i50], v[i99], v[NR], NR }'; }
-    local a b c stats
-    read -r -a a <<<"$(pcts 1)"
-    read -r -a b <<<"$(pcts 2)"
-    read -r -a c <<<"$(pcts 3)"
-    stats="p50_ms=${a[0]} p99_ms=${a[1]} max_ms=${a[2]} to_assigned_p50_ms=${b[0]} to_assigned_p99_ms=${b[1]}"
-    stats+=" assigned_to_running_p50_ms=${c[0]} assigned_to_running_p99_ms=${c[1]} samples=${a[3]}"
-    echo "  run $r: produced $(field rate "$line")/s (max lag $(field max_lag_rows "$line") rows): $stats"
-    p50s+=("$(field p50_ms "$stats")")
-    p99s+=("$(field p99_ms "$stats")")
-    stage_lines+=("$stats")
-    stop_procs
-    drop_schema
+    latency_run "$rate" "$secs" "$r"
+    p50s+=("$(field p50_ms "$latency_stats")")
+    p99s+=("$(field p99_ms "$latency_stats")")
+    stage_lines+=("$latency_stats")
   done
   local med50 med99 line
   med50=$(echo "${p50s[*]}" | median)
@@ -575,6 +557,91 @@ section_latency() {
   result latency "rate=$rate/s seconds=$secs p50_ms=$med50 p99_ms=$med99" \
     "runs_p50_ms=$(IFS=,; echo "${p50s[*]}") runs_p99_ms=$(IFS=,; echo "${p99s[*]}")" \
     "median_run: $(cut -d' ' -f3- <<<"$line")"
+}
+
+# latency_run RATE SECS R: one cluster, events produced at RATE/s for SECS s; sets
+# $latency_stats (p50_ms=... p99_ms=... of pending->running and its two stages).
+latency_run() {
+  local rate=$1 secs=$2 r=$3 count line
+  count=$((rate * secs))
+  new_schema "latency_$r"
+  new_work
+  write_config "$work/dsync.json"
+  start_cluster 4
+  sleep 1
+  line=$("$load" produce --db "$schema_url" --count "$count" --rate "$rate" --tick-ms 10 \
+    --rows-per-statement 1000 --topic E2E_1 --prefix "l$r")
+  wait_sql "SELECT COUNT(*) FROM distribute_event WHERE status = 'SUCCESS'" "$count" 300 0.2
+  # Percentiles over the events created after the first 2 s (warm-up).
+  sql "SELECT TIMESTAMPDIFF(MICROSECOND, create_time, started_time) / 1000,
+              TIMESTAMPDIFF(MICROSECOND, create_time, assigned_time) / 1000,
+              TIMESTAMPDIFF(MICROSECOND, assigned_time, started_time) / 1000
+       FROM distribute_event
+       WHERE create_time >= (SELECT MIN(create_time) FROM distribute_event) + INTERVAL 2 SECOND" > "$work/lat"
+  # pcts COLUMN: "p50 p99 max n" of one column
+  pcts() { cut -f"$1" "$work/lat" | sort -g | awk '{ v[NR] = $1 } END {
+    i50 = int(0.50 * NR); i99 = int(0.99 * NR); if (i50 < 1) i50 = 1; if (i99 < 1) i99 = 1
+    printf "%.1f %.1f %.1f %d", v[i50], v[i99], v[NR], NR }'; }
+  local a b c
+  read -r -a a <<<"$(pcts 1)"
+  read -r -a b <<<"$(pcts 2)"
+  read -r -a c <<<"$(pcts 3)"
+  latency_stats="p50_ms=${a[0]} p99_ms=${a[1]} max_ms=${a[2]} to_assigned_p50_ms=${b[0]} to_assigned_p99_ms=${b[1]}"
+  latency_stats+=" assigned_to_running_p50_ms=${c[0]} assigned_to_running_p99_ms=${c[1]} samples=${a[3]}"
+  echo "  run $r: produced $(field rate "$line")/s (max lag $(field max_lag_rows "$line") rows): $latency_stats"
+  stop_procs
+  drop_schema
+}
+
+# -- capacity: issue 19's sweep, wake-ups on and off --
+# idle_qps: an idle cluster (no events) for DSYNC_BENCH_IDLE_S; sets $idle_line.
+idle_qps() {
+  local secs=${DSYNC_BENCH_IDLE_S:-10}
+  new_schema idle
+  new_work
+  write_config "$work/dsync.json"
+  start_cluster 4
+  sleep 3  # first heartbeats, lease, pauses grown to the idle interval
+  declare -A before after
+  snapshot before
+  sleep "$secs"
+  snapshot after
+  idle_line="idle_questions_per_s=$(awk -v a="${after[QUESTIONS]}" -v b="${before[QUESTIONS]}" -v s="$secs" 'BEGIN { printf "%.1f", (a - b) / s }')"
+  idle_line+=" idle_selects_per_s=$(awk -v a="${after[COM_SELECT]}" -v b="${before[COM_SELECT]}" -v s="$secs" 'BEGIN { printf "%.1f", (a - b) / s }')"
+  stop_procs
+  drop_schema
+}
+section_capacity() {
+  local saved_capacity=$capacity saved_wakeups=$wakeups cap mode r line med half
+  for mode in on off; do
+    [[ $mode == on ]] && wakeups=true || wakeups=false
+    idle_qps
+    echo "  idle cluster, wake-ups $mode: $idle_line"
+    result capacity "idle=1 wakeups=$mode nodes=4 seconds=${DSYNC_BENCH_IDLE_S:-10} $idle_line"
+  done
+  for cap in ${DSYNC_BENCH_CAPACITIES:-8 16 64 256}; do
+    capacity=$cap
+    half=""
+    for mode in on off; do
+      [[ $mode == on ]] && wakeups=true || wakeups=false
+      local rates=() lines=()
+      for r in $(seq 1 "$runs"); do
+        e2e_run 1 "$r"
+        echo "  capacity $cap wake-ups $mode run $r: $e2e_line"
+        lines+=("$e2e_line")
+        rates+=("$(field rate "$e2e_line")")
+      done
+      med=$(echo "${rates[*]}" | median)
+      for line in "${lines[@]}"; do [[ $(field rate "$line") == "$med" ]] && break; done
+      [[ -n $half ]] || half=$((med / 2))  # both modes at half the wake-ups-on rate
+      latency_run "$half" "${DSYNC_BENCH_LATENCY_S:-20}" 1
+      result capacity "capacity=$cap wakeups=$mode steps=1 events=$events nodes=4 events_per_s=$med" \
+        "runs=$(IFS=,; echo "${rates[*]}") latency_rate=$half $latency_stats" \
+        "cpu_cores_busy=$(field cpu_cores_busy "$line") statements_per_event=$(field statements_per_event "$line")"
+    done
+  done
+  capacity=$saved_capacity
+  wakeups=$saved_wakeups
 }
 
 # -- failover: kill -9 of a node holding 50 RUNNING events --
@@ -819,6 +886,7 @@ c1=$(pick '^RESULT e2e steps=1 ' commits_per_s)
 pg=$(printf '%s\n' "${results[@]}" | grep '^RESULT pgboss ' | sed -nE 's/.* jobs_per_s=([0-9]+).*/\1/p' | sort -g | tail -1 || true)
 sb_tps=$(printf '%s\n' "${results[@]}" | grep '^RESULT sysbench ' | sed -nE 's/.* tps=([0-9]+).*/\1/p' | sort -g | tail -1 || true)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+meets() { awk -v v="$1" -v t="$2" 'BEGIN { print (v <= t ? "met" : "missed") }'; }
 if [[ -n $e1 && -n $pg ]]; then
   echo "RATIO dsync 1-step events/s / pg-boss jobs/s (best batch) = $e1 / $pg = $(ratio "$e1" "$pg") (target >= 1.0)"
 fi
@@ -856,11 +924,24 @@ for k in 1 3; do
   [[ -n ${!ce} ]] && ref_line+="; exact / minimal = ${!ce} / ${!cm} = $(ratio "${!ce}" "${!cm}")"
   echo "$ref_line"
 done
+# Issue 19: the capacity sweep against pg-boss's best, and its latency targets.
+while read -r line; do
+  [[ -n $line ]] || continue
+  cap=$(sed -nE 's/.* capacity=([0-9]+) .*/\1/p' <<<"$line")
+  mode=$(sed -nE 's/.* wakeups=([a-z]+) .*/\1/p' <<<"$line")
+  rate=$(sed -nE 's/.* events_per_s=([0-9]+).*/\1/p' <<<"$line")
+  p50=$(sed -nE 's/.* p50_ms=([0-9.]+).*/\1/p' <<<"$line")
+  p99=$(sed -nE 's/.* p99_ms=([0-9.]+).*/\1/p' <<<"$line")
+  target=""
+  ((cap == 16)) && target=" (target >= 1.0)"
+  ((cap == 256)) && target=" (target >= 1.3)"
+  [[ -n $pg ]] && echo "RATIO capacity $cap wake-ups $mode: 1-step events/s / pg-boss jobs/s = $rate / $pg = $(ratio "$rate" "$pg")$target"
+  echo "TARGET capacity $cap wake-ups $mode: pending->running at half load p50 $p50 ms (<= 5: $(meets "$p50" 5)), p99 $p99 ms (<= 50: $(meets "$p99" 50))"
+done < <(printf '%s\n' "${results[@]}" | grep '^RESULT capacity capacity=' || true)
 lat50=$(pick '^RESULT latency ' p50_ms)
 lat99=$(pick '^RESULT latency ' p99_ms)
 fo=$(pick '^RESULT failover ' seconds)
 rss=$(pick '^RESULT rss ' vmhwm_mib)
-meets() { awk -v v="$1" -v t="$2" 'BEGIN { print (v <= t ? "met" : "missed") }'; }
 [[ -n $lat50 ]] && echo "TARGET pending->running at half load: p50 $lat50 ms (<= 50: $(meets "$lat50" 50)), p99 $lat99 ms (<= 250: $(meets "$lat99" 250))"
 [[ -n $fo ]] && echo "TARGET failover $fo s (<= offline timeout 3 s + 2 s: $(meets "$fo" 5))"
 [[ -n $rss ]] && echo "TARGET node peak RSS with 1,000 in flight $rss MiB (<= 64: $(meets "$rss" 64))"

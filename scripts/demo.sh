@@ -19,8 +19,11 @@
 # Exits non-zero if the verification fails; stops everything it started and removes
 # the server. Options (environment): DSYNC_BUILD_DIR (default build),
 # DSYNC_DEMO_BIN (a prebuilt binary: no build), DSYNC_DEMO_SPACES (default 240, at
-# most 1000), DSYNC_DEMO_KEEP=1 keeps the server
-# and prints how to reach it (stop it with scripts/mariadb.sh stop DIR).
+# most 1000), DSYNC_DEMO_KEEP=1 keeps the web console, the nodes and the MariaDB
+# running after the demo, until Ctrl-C.
+#
+# The web console (`dsync serve` on a free loopback port) is up from the start: the
+# demo prints its URL; open it to watch the run live.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,9 +48,7 @@ cleanup() {
       tail -n 5 "$log" >&2
     done
   fi
-  if [[ -n $dir && ${DSYNC_DEMO_KEEP:-0} == 1 ]]; then
-    echo "== kept the server: bash scripts/mariadb.sh root $dir dsync   (stop: bash scripts/mariadb.sh stop $dir)"
-  elif [[ -n $dir ]]; then
+  if [[ -n $dir ]]; then
     bash scripts/mariadb.sh stop "$dir"
   fi
   rm -rf "$work"
@@ -143,6 +144,24 @@ dsync migrate --log-level warn | sed "s/^/   /"
 start dispatcher dispatcher
 start node1 node --node-address "$(node_addr node1)"
 start node2 node --node-address "$(node_addr node2)"
+# The web console and HTTP API on a free loopback port: try random ports until one
+# binds (a port taken meanwhile makes `dsync serve` exit at once).
+console=""
+for _ in $(seq 1 10); do
+  port=$((20000 + RANDOM % 40000))
+  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+  start api serve --listen "127.0.0.1:$port"
+  for _ in $(seq 1 100); do
+    grep -q HTTP_LISTENING "$work/api.log" && { console="http://127.0.0.1:$port/"; break; }
+    kill -0 "${pid_of[api]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ -n $console ]] && break
+  kill -9 "${pid_of[api]}" 2>/dev/null || true
+  unset "pid_of[api]"
+done
+[[ -n $console ]] || { echo "demo: the console did not start" >&2; tail -n 5 "$work/api.log" >&2; exit 1; }
+echo "== web console: $console   (live while the demo runs; DSYNC_DEMO_KEEP=1 keeps it after)"
 for _ in $(seq 1 50); do
   (($(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 2)) && break
   sleep 0.1
@@ -317,6 +336,10 @@ if ((killed == 1)); then
 else
   check "a node was killed while holding events" "$killed" 1
 fi
+check "the web console answers at $console with this run's counts" \
+  "$(curl -fsS "$console" | grep -c '/assets/app.js')/$(curl -fsS "${console}v1/overview" |
+     jq -r --arg t "$total" '[.totals.SUCCESS, .totals.COMPENSATED, .total] | map(tostring) | join("/")')" \
+  "1/$((total - 1))/1/$total"
 check "node3, joined late, did work" \
   "$(sql "SELECT COUNT(*) > 0 FROM distribute_event WHERE node_address = '$(node_addr node3)' AND status = 'SUCCESS'")" 1
 echo "== registry (the killed node is marked offline):"
@@ -335,3 +358,10 @@ SQL
 echo "== events ran in ${run_s} s; the whole demo took $SECONDS s (build $build_s s)"
 ((ok == 1)) || { echo "demo: verification FAILED" >&2; exit 1; }
 echo "demo: verification passed"
+if [[ ${DSYNC_DEMO_KEEP:-0} == 1 ]]; then
+  echo "== kept running until Ctrl-C: the web console at $console"
+  echo "   and the database: bash scripts/mariadb.sh root $dir dsync"
+  trap 'echo; echo "== stopping"; exit 0' INT TERM
+  while kill -0 "${pid_of[api]}" 2>/dev/null; do sleep 1; done
+  echo "demo: the console stopped" >&2
+fi

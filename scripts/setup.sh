@@ -10,6 +10,7 @@ packages=(
   libgtest-dev googletest
   mariadb-server mariadb-client
   curl jq
+  chromium  # the web console's browser tests (headless, driven over the DevTools protocol)
 )
 # Extra packages a caller needs (bench uses sysbench/postgresql): setup.sh sysbench ...
 packages+=("$@")

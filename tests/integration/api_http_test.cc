@@ -912,5 +912,186 @@ TEST_F(ApiHttpTest, StartRejectsABadListenAddressAndABusyPort) {
   EXPECT_EQ(Get("/healthz").status, 200);
 }
 
+// --- console routes ----------------------------------------------------------------
+
+TEST_F(ApiHttpTest, ConsoleFilesAreServedWithAStrictPolicyAndNoData) {
+  HttpOptions o = Options();
+  o.token = "console-Token";
+  StartServer(o);
+  const CallOptions auth{.headers = {{"Authorization", "Bearer console-Token"}}};
+  ASSERT_EQ(Post("/v1/events", Event("secret-code-1"), auth).status, 201);
+  const std::string before = TableState();
+
+  // The files need no token; every data route still does.
+  Response page = Get("/");
+  ASSERT_EQ(page.status, 200) << page.body;
+  EXPECT_EQ(page.headers["Content-Type"], "text/html; charset=utf-8");
+  EXPECT_EQ(page.headers["X-Content-Type-Options"], "nosniff");
+  const std::string csp = page.headers["Content-Security-Policy"];
+  EXPECT_NE(csp.find("default-src 'none'"), std::string::npos) << csp;
+  EXPECT_NE(csp.find("script-src 'self'"), std::string::npos) << csp;
+  EXPECT_EQ(csp.find("unsafe-inline"), std::string::npos) << csp;
+  EXPECT_NE(csp.find("frame-ancestors 'none'"), std::string::npos) << csp;
+  EXPECT_EQ(page.headers.count("Access-Control-Allow-Origin"), 0u);
+  EXPECT_NE(page.body.find("<script type=\"module\" src=\"/assets/app.js\">"), std::string::npos);
+  EXPECT_EQ(Get("/index.html").body, page.body);
+  std::regex inline_handler(R"(<[^>]*\son[a-z]+\s*=)", std::regex::icase);  // in a tag of index.html
+  std::regex markup_sink(R"(innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function)");
+  for (const auto& a : console::EmbeddedAssets()) {
+    Response r = Get(std::string(a.name) == "index.html" ? "/" : std::string("/assets/") + a.name);
+    ASSERT_EQ(r.status, 200) << a.name;
+    EXPECT_EQ(r.headers["Content-Type"], a.content_type) << a.name;
+    EXPECT_EQ(r.body.find("secret-code-1"), std::string::npos) << a.name << " carries data";
+    EXPECT_FALSE(std::regex_search(r.body, markup_sink)) << a.name << ": DOM is built from text, never markup";
+    if (std::string(a.name) == "index.html") {
+      EXPECT_FALSE(std::regex_search(r.body, inline_handler)) << "index.html has an inline event handler";
+      EXPECT_EQ(r.body.find("<script>"), std::string::npos) << "index.html has an inline script";
+    }
+    // Cached by validator: the same ETag answers 304 with no body.
+    const std::string etag = r.headers["ETag"];
+    ASSERT_FALSE(etag.empty()) << a.name;
+    Response again = Get(std::string("/assets/") + a.name, {.headers = {{"If-None-Match", etag}}});
+    if (std::string(a.name) != "index.html") {
+      EXPECT_EQ(again.status, 304) << a.name;
+      EXPECT_TRUE(again.body.empty()) << a.name;
+    }
+  }
+  EXPECT_EQ(Get("/assets/app.js").headers["Content-Type"], "text/javascript; charset=utf-8");
+  for (const char* path : {"/v1/overview", "/v1/events", "/assets/nope.js", "/assets/", "/assets/../healthz"}) {
+    ExpectRejected(Get(path), 401, before, path);
+  }
+  ExpectRejected(Post("/", json::object()), 405, before, "POST to the page");
+  EXPECT_EQ(Get("/v1/overview", auth).status, 200);
+}
+
+TEST_F(ApiHttpTest, OverviewCountsAttentionNodesLeaseAndThroughput) {
+  StartServer();
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Post("/v1/events", Event("ov-" + std::to_string(i))).status, 201);
+  ASSERT_EQ(Post("/v1/events", Event("ov-o", json::object(), "OTHER")).status, 201);
+  ASSERT_EQ(Post("/v1/events", Event("ov-bad", {{"demo", {{"fail", {{"s2", "permanent"}}}}}})).status, 201);
+  ASSERT_EQ(AssignAndRun("ov-0"), saga::Outcome::kSucceeded);
+  ASSERT_EQ(AssignAndRun("ov-bad"), saga::Outcome::kCompensated);
+  db_.Exec("UPDATE distribute_event SET status = 'FAILED', last_error = 'boom <b>' WHERE code = 'ov-1'");
+  db_.Exec("UPDATE distribute_event SET status = 'RUNNING', node_address = '10.0.0.9:1', "
+           "modifier_time = NOW(3) - INTERVAL 10 MINUTE WHERE code = 'ov-2'");
+  db_.Exec("INSERT INTO distribute_node_registry (service_name, node_address, status, last_heartbeat_time, metadata) "
+           "VALUES ('api-test', '10.0.0.1:1', 1, NOW(3), '{\"capacity\": 4, \"topics\": [\"DEMO\"]}')");
+  db_.Exec("INSERT INTO distribute_lease_lock (lock_name, owner, token, expires_at) "
+           "VALUES ('dispatcher:api-test', 'host-a:42', 7, NOW(3) + INTERVAL 5 SECOND)");
+
+  Response r = Get("/v1/overview");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json o = r.Json();
+  EXPECT_EQ(o["total"], 6);
+  EXPECT_EQ(o["totals"], json({{"SUCCESS", 1}, {"FAILED", 1}, {"RUNNING", 1}, {"PENDING", 2}, {"COMPENSATED", 1}}));
+  EXPECT_FALSE(o.contains("counts")) << "by topic only when asked";
+  Response t = Get("/v1/overview?topics=true");
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json by_topic = t.Json();
+  EXPECT_EQ(by_topic["totals"], o["totals"]);
+  EXPECT_EQ(by_topic["counts"]["DEMO"], json({{"SUCCESS", 1}, {"FAILED", 1}, {"RUNNING", 1}, {"PENDING", 1},
+                                                {"COMPENSATED", 1}}));
+  EXPECT_EQ(by_topic["counts"]["OTHER"], json({{"PENDING", 1}}));
+  ASSERT_EQ(o["attention"].size(), 2u) << o["attention"].dump();
+  EXPECT_EQ(o["attention"][0]["reason"], "failed");
+  EXPECT_EQ(o["attention"][0]["code"], "ov-1");
+  EXPECT_EQ(o["attention"][0]["last_error"], "boom <b>");
+  EXPECT_EQ(o["attention"][1]["reason"], "stuck");
+  EXPECT_EQ(o["attention"][1]["code"], "ov-2");
+  EXPECT_GE(o["attention"][1]["idle_s"].get<int>(), 590);
+  ASSERT_EQ(o["nodes"].size(), 1u);
+  EXPECT_EQ(o["nodes"][0]["node_address"], "10.0.0.1:1");
+  EXPECT_EQ(o["nodes"][0]["capacity"], 4);
+  EXPECT_EQ(o["lease"]["held"], true) << o["lease"].dump();
+  EXPECT_EQ(o["lease"]["owner"], "host-a:42");
+  ASSERT_EQ(o["throughput"].size(), 1u);
+  EXPECT_EQ(o["throughput"][0]["total"], 6);
+  EXPECT_EQ(o["throughput"][0]["finished"], 3);
+
+  const std::string before = TableState();
+  ExpectRejected(Get("/v1/overview?x=1"), 400, before, "junk query on overview");
+  ExpectRejected(Get("/v1/overview?topics=maybe"), 400, before, "topics=maybe");
+  ExpectRejected(Post("/v1/overview", json::object()), 405, before, "POST overview");
+}
+
+TEST_F(ApiHttpTest, ThroughputHistoryKeepsSpacedSamplesOfItsWindow) {
+  FakeClock clock;
+  console::ThroughputHistory h(clock, 2000ms, 60000ms);
+  h.Record(10, 1);
+  clock.Advance(500ms);
+  h.Record(11, 2);  // too soon: dropped
+  clock.Advance(2000ms);
+  h.Record(20, 8);
+  json s = h.Series();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0], json({{"age_ms", 2500}, {"total", 10}, {"finished", 1}}));
+  EXPECT_EQ(s[1], json({{"age_ms", 0}, {"total", 20}, {"finished", 8}}));
+  clock.Advance(59000ms);
+  EXPECT_EQ(h.Series().size(), 1u) << "the first sample left the window";
+}
+
+TEST_F(ApiHttpTest, DrainMarksALiveNodeDrainingAndRejectsOthers) {
+  StartServer();
+  db_.Exec("INSERT INTO distribute_node_registry (service_name, node_address, status, last_heartbeat_time, metadata) "
+           "VALUES ('api-test', '10.0.0.1:1', 1, NOW(3), '{\"capacity\": 4}'), "
+           "('api-test', '10.0.0.2:1', 0, NOW(3) - INTERVAL 1 HOUR, '{\"capacity\": 4}')");
+  auto registry = [&] {
+    return db_.pool().Run("registry", [](storage::Connection& c) {
+      return c.QueryString("SELECT GROUP_CONCAT(node_address, '=', status ORDER BY node_address) "
+                           "FROM distribute_node_registry").value_or("");
+    });
+  };
+  const std::string rows = registry();
+  for (const auto& [path, status] : std::vector<std::pair<std::string, int>>{
+           {"/v1/nodes/10.0.0.2%3A1/drain", 404}, {"/v1/nodes/10.0.0.3:1/drain", 404},
+           {"/v1/nodes/%zz/drain", 400}, {"/v1/nodes/%0A/drain", 400}}) {
+    Response r = Call("POST", path, std::string());
+    EXPECT_EQ(r.status, status) << path << ": " << r.body;
+    EXPECT_EQ(registry(), rows) << path;
+  }
+  EXPECT_EQ(Call("GET", "/v1/nodes/10.0.0.1:1/drain").status, 405);
+  EXPECT_EQ(Call("POST", "/v1/nodes/10.0.0.1:1/drain", "{}").status, 400) << "a drain takes no body";
+  EXPECT_EQ(Call("POST", "/v1/nodes/10.0.0.1:1/drain", std::string(), {.content_type = "text/plain"}).status, 415);
+  EXPECT_EQ(registry(), rows);
+
+  Response r = Call("POST", "/v1/nodes/10.0.0.1%3A1/drain", std::string());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["status"], "draining");
+  EXPECT_EQ(registry(), "10.0.0.1:1=2,10.0.0.2:1=0");
+  EXPECT_EQ(Call("POST", "/v1/nodes/10.0.0.1:1/drain", std::string()).status, 200) << "idempotent";
+}
+
+TEST_F(ApiHttpTest, ListFiltersByBatchTenantAndLiteralCodePrefix) {
+  StartServer();
+  json batch = json::array({Event("bx-1"), Event("bx-2")});
+  ASSERT_EQ(Post("/v1/batches", {{"batch_code", "B 1"}, {"events", batch}}).status, 201);
+  json other = Event("a%b-1");
+  other["tenant_id"] = "t2";
+  ASSERT_EQ(Post("/v1/events", other).status, 201);
+  ASSERT_EQ(Post("/v1/events", Event("axb-1")).status, 201);
+  ASSERT_EQ(Post("/v1/events", Event("a_b-1")).status, 201);
+  auto codes = [&](const std::string& query) {
+    Response r = Get("/v1/events?" + query);
+    EXPECT_EQ(r.status, 200) << query << ": " << r.body;
+    std::vector<std::string> out;
+    const json body = r.Json();
+    for (const auto& e : body["events"]) out.push_back(e["code"]);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(codes("batch=B+1"), (V{"bx-2", "bx-1"}));
+  EXPECT_EQ(codes("batch=B%201&limit=1"), (V{"bx-2"}));
+  EXPECT_EQ(codes("tenant=t2"), (V{"a%b-1"}));
+  EXPECT_EQ(codes("code=a%25"), (V{"a%b-1"})) << "% is literal";
+  EXPECT_EQ(codes("code=a_"), (V{"a_b-1"})) << "_ is literal";
+  EXPECT_EQ(codes("code=a"), (V{"a_b-1", "axb-1", "a%b-1"}));
+  EXPECT_EQ(codes("code=bx&batch=B+1&status=PENDING&topic=DEMO&tenant=t1"), (V{"bx-2", "bx-1"}));
+  EXPECT_EQ(codes("code=zz"), V{});
+  const std::string before = TableState();
+  ExpectRejected(Get("/v1/events?tenant=" + std::string(31, 'x')), 400, before, "long tenant");
+  ExpectRejected(Get("/v1/events?code=%01"), 400, before, "control character");
+  ExpectRejected(Get("/v1/events?batch=" + std::string(65, 'b')), 400, before, "long batch");
+}
+
 }  // namespace
 }  // namespace dsync::api

@@ -359,6 +359,84 @@ TEST(DispatcherCycleTest, ALeaseForcedToExpireMidCycleFencesTheOldLeaderOut) {
   EXPECT_EQ(Count(db, "code LIKE 'late-%' AND status = 'PENDING'"), 5);
 }
 
+// Datasource-aware routing (issue 13 item 4): a topic whose datasources no live node
+// reaches is never read into a page, is recorded with its reason for
+// v_events_needing_attention and the metrics, and runs once a node reaching it joins.
+TEST(DispatcherCycleTest, UnroutableTopicIsRecordedForTheViewAndRunsWhenANodeReachesIt) {
+  TestSchema db;
+  SystemClock clock;
+  Settings s = TestSettings();
+  StepSpec step;
+  step.name = "items";
+  step.type = "table_sync";
+  step.params = {{"source", "env_a"}, {"target", "env_b"}, {"table", "item"}, {"where", "id = :id"}};
+  s.topics["SYNC"].steps = {step};
+  AddNode(db, {.address = "a:1", .capacity = 10, .datasources = std::vector<std::string>{"env_a"}});
+  AddPendingEvents(db, 3, "SYNC", "s", /*priority=*/-1);  // first in line
+  AddPendingEvents(db, 2, "T", "t");
+  DispatchCycle cycle = MakeCycle(db, clock, s);
+
+  CycleResult r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 2);
+  EXPECT_EQ(r.due_read, 2);  // SYNC's events were kept out of the page
+  EXPECT_EQ(r.unroutable_topics, 1);
+  EXPECT_EQ(Count(db, "topic = 'SYNC' AND status = 'PENDING'"), 3);
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM v_events_needing_attention WHERE topic = 'SYNC' AND status = 'PENDING' "
+                        "AND reason = 'unroutable' AND detail LIKE '%(env_a,env_b): a:1 lacks env_b%'"),
+            3);
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM v_events_needing_attention WHERE topic = 'T'"), 0);
+  EXPECT_EQ(db.QueryInt("SELECT pending_events FROM distribute_unroutable_topic WHERE topic = 'SYNC'"), 3);
+  CycleStats st = cycle.stats();
+  ASSERT_EQ(st.unroutable.size(), 1u);
+  EXPECT_EQ(st.unroutable["SYNC"].pending, 3);
+
+  // Unchanged and within the refresh interval: nothing rewritten.
+  db.Exec("UPDATE distribute_unroutable_topic SET updated_time = updated_time - INTERVAL 5 SECOND");
+  const int64_t age_before = db.QueryInt("SELECT TIMESTAMPDIFF(MICROSECOND, updated_time, NOW(3)) FROM distribute_unroutable_topic");
+  cycle.RunOnce(std::nullopt);
+  EXPECT_GE(db.QueryInt("SELECT TIMESTAMPDIFF(MICROSECOND, updated_time, NOW(3)) FROM distribute_unroutable_topic"),
+            age_before);
+  // A row no dispatcher refreshed for a minute is stale: the view ignores it.
+  db.Exec("UPDATE distribute_unroutable_topic SET updated_time = updated_time - INTERVAL 2 MINUTE");
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM v_events_needing_attention WHERE topic = 'SYNC'"), 0);
+
+  // A node reaching both joins: SYNC runs there, the record and the listing clear.
+  AddNode(db, {.address = "b:1", .capacity = 10, .datasources = std::vector<std::string>{"env_a", "env_b"}});
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 3);
+  EXPECT_EQ(r.unroutable_topics, 0);
+  EXPECT_EQ(Count(db, "topic = 'SYNC' AND status = 'ASSIGNED' AND node_address = 'b:1'"), 3);
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_unroutable_topic"), 0);
+  EXPECT_TRUE(cycle.stats().unroutable.empty());
+}
+
+TEST(DispatcherCycleTest, ABadTopicOfANodeGoesElsewhereAndARecordWrittenByAFencedOutLeaderIsNot) {
+  TestSchema db;
+  SystemClock clock;
+  Settings s = TestSettings();
+  s.topics["B"].steps = {StepSpec{.name = "x", .type = "demo"}};
+  AddNode(db, {.address = "a:1", .capacity = 10, .bad_topics = {{"B", "config: topics.B.steps[0] (x): bad"}}});
+  AddPendingEvents(db, 2, "B", "b");
+  LeaseLock lease(db.pool(), "dispatcher:kbs-sync", "me:1:aaaa");
+  ASSERT_EQ(lease.TryAcquire(10s), 1);
+  DispatchCycle cycle = MakeCycle(db, clock, s);
+  // Fenced out (the lease is someone else's): nothing recorded.
+  db.Exec("UPDATE distribute_lease_lock SET owner = 'other:2:bbbb'");
+  cycle.RunOnce(lease.Fence(1));
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_unroutable_topic"), 0);
+  db.Exec("UPDATE distribute_lease_lock SET owner = 'me:1:aaaa'");
+  CycleResult r = cycle.RunOnce(lease.Fence(1));
+  EXPECT_EQ(r.assigned, 0);
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM v_events_needing_attention WHERE reason = 'unroutable' AND "
+                        "detail LIKE '%plan failed to build on every live node serving it: a:1 plan failed: config: topics.B%'"),
+            2);
+  AddNode(db, {.address = "b:1", .capacity = 10});
+  r = cycle.RunOnce(lease.Fence(1));
+  EXPECT_EQ(r.assigned, 2);
+  EXPECT_EQ(Count(db, "topic = 'B' AND node_address = 'b:1'"), 2);
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_unroutable_topic"), 0);
+}
+
 TEST(DispatcherCycleTest, StrategiesOverSqlNodes) {
   TestSchema db;
   SystemClock clock;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ struct NodeRow {
   double load = 0.0;
   double weight = 1.0;
   std::string service = kService;
+  std::optional<std::vector<std::string>> datasources{};  // nullopt: not reported (reaches all)
+  std::map<std::string, std::string> bad_topics{};
 };
 
 inline void AddNode(TestSchema& db, const NodeRow& n) {
@@ -40,6 +43,8 @@ inline void AddNode(TestSchema& db, const NodeRow& n) {
   md.weight = n.weight;
   md.topics = n.topics;
   md.incarnation = n.address + ":test";
+  md.datasources = n.datasources;
+  md.bad_topics = n.bad_topics;
   db.pool().Run("add node", [&](storage::Connection& c) {
     c.Execute("INSERT INTO distribute_node_registry (service_name, node_address, status, "
               "last_heartbeat_time, metadata) VALUES (?, ?, ?, NOW(3) - INTERVAL ? MICROSECOND, ?)",

@@ -197,5 +197,68 @@ TEST(NodeMetadataTest, ServesTopic) {
   EXPECT_TRUE(md.ServesTopic("SPACE_DEL"));
 }
 
+// Routing facts (datasource-aware routing): what the node reaches, what it could not
+// build. An older node publishes none of them.
+TEST(NodeMetadataTest, RoutingFieldsRoundTrip) {
+  NodeMetadata md = Sample();
+  md.datasources = std::vector<std::string>{"env_a", "env_b"};
+  md.datasource_errors = {{"env_c", "cannot connect to 127.0.0.1:1"}};
+  md.bad_topics = {{"DOC_SYNC", "config: topics.DOC_SYNC.steps[0] (docs): unknown step type 'x'"}};
+  ParsedMetadata parsed = ParseNodeMetadata(md.ToJson());
+  EXPECT_FALSE(parsed.problem.has_value()) << *parsed.problem;
+  ASSERT_TRUE(parsed.metadata.datasources.has_value());
+  EXPECT_EQ(*parsed.metadata.datasources, (std::vector<std::string>{"env_a", "env_b"}));
+  EXPECT_EQ(parsed.metadata.datasource_errors, md.datasource_errors);
+  EXPECT_EQ(parsed.metadata.bad_topics, md.bad_topics);
+  EXPECT_TRUE(parsed.metadata.ReachesDatasource("env_b"));
+  EXPECT_FALSE(parsed.metadata.ReachesDatasource("env_c"));
+}
+
+TEST(NodeMetadataTest, AbsentDatasourcesMeansReachingAllEmptyMeansNone) {
+  // An older node: no field at all.
+  NodeMetadata old = ParseNodeMetadata(R"({"capacity":2,"topics":["*"]})").metadata;
+  EXPECT_FALSE(old.datasources.has_value());
+  EXPECT_TRUE(old.ReachesDatasource("env_b"));
+  EXPECT_TRUE(old.bad_topics.empty());
+  // Null reads as absent (like every other field).
+  EXPECT_FALSE(ParseNodeMetadata(R"({"datasources":null})").metadata.datasources.has_value());
+  // A node that reaches nothing (or has not finished its first check).
+  NodeMetadata none = ParseNodeMetadata(R"({"datasources":[]})").metadata;
+  ASSERT_TRUE(none.datasources.has_value());
+  EXPECT_TRUE(none.datasources->empty());
+  EXPECT_FALSE(none.ReachesDatasource("env_a"));
+  // ToJson leaves the field out when not reported, writes [] when empty.
+  EXPECT_FALSE(nlohmann::json::parse(NodeMetadata().ToJson()).contains("datasources"));
+  NodeMetadata empty;
+  empty.datasources.emplace();
+  EXPECT_EQ(nlohmann::json::parse(empty.ToJson())["datasources"], nlohmann::json::array());
+}
+
+TEST(NodeMetadataTest, MalformedRoutingFieldsAreNamedAndDefaulted) {
+  // datasources not a list of strings: taken as not reported (reaching all, as before
+  // nodes reported it), named in the problem; the other fields still read.
+  for (const char* bad : {R"("env_a")", R"(["env_a", 3])", R"({"env_a":true})"}) {
+    nlohmann::json j = nlohmann::json::parse(Sample().ToJson());
+    j["datasources"] = nlohmann::json::parse(bad);
+    ParsedMetadata parsed = ParseNodeMetadata(j.dump());
+    ASSERT_TRUE(parsed.problem.has_value()) << bad;
+    EXPECT_NE(parsed.problem->find("datasources"), std::string::npos) << *parsed.problem;
+    EXPECT_FALSE(parsed.metadata.datasources.has_value()) << bad;
+    EXPECT_EQ(parsed.metadata.capacity, Sample().capacity);
+  }
+  for (const char* field : {"bad_topics", "datasource_errors"}) {
+    for (const char* bad : {R"(["T"])", R"({"T":1})", R"("T")"}) {
+      nlohmann::json j = nlohmann::json::parse(Sample().ToJson());
+      j[field] = nlohmann::json::parse(bad);
+      ParsedMetadata parsed = ParseNodeMetadata(j.dump());
+      ASSERT_TRUE(parsed.problem.has_value()) << field << " " << bad;
+      EXPECT_NE(parsed.problem->find(field), std::string::npos) << *parsed.problem;
+      EXPECT_TRUE(parsed.metadata.bad_topics.empty());
+      EXPECT_TRUE(parsed.metadata.datasource_errors.empty());
+      EXPECT_EQ(parsed.metadata.topics, Sample().topics);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsync::registry

@@ -45,7 +45,7 @@ std::vector<PendingEvent> Events(int count, const std::string& topic = "T", int6
 PlannerConfig Config(Strategy strategy, int batch_size = 500, bool ordered = true, int batch_limit = 0) {
   PlannerConfig c;
   c.batch_size = batch_size;
-  c.topics["T"] = TopicPolicy{strategy, ordered, batch_limit};
+  c.topics["T"] = TopicPolicy{strategy, ordered, batch_limit, {}};
   return c;
 }
 
@@ -251,7 +251,7 @@ TEST(PlannerTest, NodesServeOnlyTheirTopics) {
 
 TEST(PlannerTest, PageFilterNamesWhatTheNextPageCanUse) {
   PlannerConfig c = Config(Strategy::kLeastLoad, 100);
-  c.topics["U"] = TopicPolicy{Strategy::kLeastLoad, /*ordered=*/false, 2};
+  c.topics["U"] = TopicPolicy{Strategy::kLeastLoad, /*ordered=*/false, 2, {}};
   AssignmentPlanner p(c);
   NodeLoad drain = Node("d:1", 10, 0, {"*"});
   drain.draining = true;
@@ -290,8 +290,8 @@ TEST(PlannerTest, BatchSizeAndTopicBatchLimitCapTheCycle) {
 
 TEST(PlannerTest, OrderedTopicsAssignOnlyTheFirstEventOfAnEntityPerCycle) {
   PlannerConfig c;
-  c.topics["ORD"] = TopicPolicy{Strategy::kLeastLoad, true, 0};
-  c.topics["FREE"] = TopicPolicy{Strategy::kLeastLoad, false, 0};
+  c.topics["ORD"] = TopicPolicy{Strategy::kLeastLoad, true, 0, {}};
+  c.topics["FREE"] = TopicPolicy{Strategy::kLeastLoad, false, 0, {}};
   AssignmentPlanner p(c);
   p.BeginCycle({Node("a:1", 100)});
   std::vector<PendingEvent> batch;
@@ -516,6 +516,153 @@ TEST(PlannerTest, PrefetchRoomCountsForPageFilters) {
   EXPECT_EQ(f.limit, 2);
   EXPECT_FALSE(f.any_topic);
   EXPECT_EQ(f.served_topics, std::vector<std::string>{"X"});
+}
+
+// --- datasource-aware routing ------------------------------------------------
+
+// Topic S syncs env_a -> env_b; topic D needs nothing the dispatcher knows of.
+PlannerConfig RoutingConfig(Strategy strategy = Strategy::kLeastLoad) {
+  PlannerConfig c;
+  c.topics["S"] = TopicPolicy{strategy, true, 0, {"env_a", "env_b"}};
+  c.topics["D"] = TopicPolicy{strategy, true, 0, {}};
+  return c;
+}
+
+NodeLoad Reaching(const std::string& address, std::vector<std::string> datasources, int capacity = 10,
+                  std::vector<std::string> topics = {"*"}) {
+  NodeLoad n = Node(address, capacity, 0, std::move(topics));
+  n.datasources = std::move(datasources);
+  return n;
+}
+
+TEST(PlannerTest, TopicDatasourcesAreTheTableStepsSourcesAndTargets) {
+  TopicSettings t;
+  auto step = [](const std::string& type, nlohmann::json params) {
+    StepSpec s;
+    s.name = type;
+    s.type = type;
+    s.params = std::move(params);
+    return s;
+  };
+  t.steps = {step("table_sync", {{"source", "env_a"}, {"target", "env_b"}, {"table", "x"}}),
+             step("table_delete", {{"target", "env_c"}, {"table", "x"}}),
+             step("table_sync", {{"source", "env_a"}, {"target", "env_b"}, {"table", "y"}}),
+             step("demo", {{"source", "ignored"}}),
+             step("my_custom_step", {{"target", "unknown_to_the_dispatcher"}})};
+  EXPECT_EQ(TopicDatasources(t), (std::vector<std::string>{"env_a", "env_b", "env_c"}));
+
+  Settings s;
+  s.topics["T"] = t;
+  EXPECT_EQ(PlannerConfigFromSettings(s).topics["T"].datasources,
+            (std::vector<std::string>{"env_a", "env_b", "env_c"}));
+}
+
+TEST(PlannerTest, EventGoesOnlyToANodeReachingEveryDatasourceOfItsTopic) {
+  for (Strategy strategy : kAllStrategies) {
+    AssignmentPlanner p(RoutingConfig(strategy));
+    // a:1 is the least loaded and first by address, but lacks env_b.
+    p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_a", "env_b"}, 10)});
+    PlanResult r = p.Plan(Events(6, "S"));
+    EXPECT_EQ(PerNode(r), (std::map<std::string, int>{{"b:1", 6}})) << StrategyName(strategy);
+    // A topic needing no datasource goes to either.
+    r = p.Plan(Events(4, "D", 100));
+    EXPECT_EQ(r.assignments.size(), 4u) << StrategyName(strategy);
+    EXPECT_TRUE(p.Unroutable().empty()) << StrategyName(strategy);
+  }
+}
+
+TEST(PlannerTest, NodeNotReportingDatasourcesReachesAllAsBeforeTheField) {
+  AssignmentPlanner p(RoutingConfig());
+  p.BeginCycle({Node("old:1", 4)});  // datasources nullopt: an older node
+  PlanResult r = p.Plan(Events(3, "S"));
+  EXPECT_EQ(r.assignments.size(), 3u);
+  EXPECT_TRUE(p.Unroutable().empty());
+}
+
+TEST(PlannerTest, UnroutableTopicIsNamedWithTheReasonAndKeptOutOfThePage) {
+  AssignmentPlanner p(RoutingConfig());
+  p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("c:1", {})});
+  ASSERT_EQ(p.Unroutable().size(), 1u);
+  const std::string& why = p.Unroutable().at("S");
+  EXPECT_NE(why.find("reaches every datasource it needs (env_a,env_b)"), std::string::npos) << why;
+  EXPECT_NE(why.find("a:1 lacks env_b"), std::string::npos) << why;
+  EXPECT_NE(why.find("c:1 lacks env_a,env_b"), std::string::npos) << why;
+
+  // Both nodes serve "*": without the blocked list the page would read S's events.
+  PageFilter f = p.NextPageFilter();
+  EXPECT_TRUE(f.any_topic);
+  EXPECT_EQ(f.blocked_topics, std::vector<std::string>{"S"});
+
+  // Read anyway (a page read before the node list changed): not assigned.
+  PlanResult r = p.Plan(Events(2, "S"));
+  EXPECT_TRUE(r.assignments.empty());
+  EXPECT_EQ(r.skipped_no_node, 2);
+
+  // A node reaching both joins: routable again, nothing blocked.
+  p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_b", "env_a"})});
+  EXPECT_TRUE(p.Unroutable().empty());
+  EXPECT_TRUE(p.NextPageFilter().blocked_topics.empty());
+  EXPECT_EQ(PerNode(p.Plan(Events(2, "S"))), (std::map<std::string, int>{{"b:1", 2}}));
+}
+
+TEST(PlannerTest, TopicBlockedOnlyWhereNoFreeNodeCanRunIt) {
+  AssignmentPlanner p(RoutingConfig());
+  // b:1 can run S but is full: S is routable (it runs once b:1 frees a slot) but not
+  // worth reading now.
+  NodeLoad full = Reaching("b:1", {"env_a", "env_b"}, 2);
+  full.in_flight = 2;
+  p.BeginCycle({Reaching("a:1", {"env_a"}), full});
+  EXPECT_TRUE(p.Unroutable().empty());
+  EXPECT_EQ(p.NextPageFilter().blocked_topics, std::vector<std::string>{"S"});
+  // Explicit topic lists: a node serving S it cannot run does not put S in served.
+  p.BeginCycle({Reaching("a:1", {"env_a"}, 10, {"S", "D"})});
+  PageFilter f = p.NextPageFilter();
+  EXPECT_FALSE(f.any_topic);
+  EXPECT_EQ(f.served_topics, std::vector<std::string>{"D"});
+}
+
+TEST(PlannerTest, BadTopicOfANodeIsNotSentThereAndNamedWhenNoOtherNodeRunsIt) {
+  PlannerConfig c = RoutingConfig();
+  c.topics["B"] = TopicPolicy{};
+  AssignmentPlanner p(c);
+  NodeLoad bad = Reaching("a:1", {"env_a", "env_b"});
+  bad.bad_topics = {{"B", "config: topics.B.steps[0] (x): unknown step type 'nope'"}};
+  NodeLoad good = Reaching("b:1", {"env_a", "env_b"});
+  p.BeginCycle({bad, good});
+  EXPECT_TRUE(p.Unroutable().empty());
+  EXPECT_EQ(PerNode(p.Plan(Events(5, "B"))), (std::map<std::string, int>{{"b:1", 5}}));
+  // a:1 still takes everything else.
+  EXPECT_EQ(PerNode(p.Plan(Events(1, "S", 100))), (std::map<std::string, int>{{"a:1", 1}}));
+
+  p.BeginCycle({bad});
+  ASSERT_EQ(p.Unroutable().count("B"), 1u);
+  const std::string& why = p.Unroutable().at("B");
+  EXPECT_NE(why.find("plan failed to build on every live node serving it"), std::string::npos) << why;
+  EXPECT_NE(why.find("unknown step type 'nope'"), std::string::npos) << why;
+  EXPECT_TRUE(p.Plan(Events(2, "B", 200)).assignments.empty());
+  // A bad topic missing from the dispatcher's config is judged too.
+  bad.bad_topics["ONLY_ON_NODES"] = "config: topics.ONLY_ON_NODES.steps[0] (s): bad where";
+  p.BeginCycle({bad});
+  EXPECT_EQ(p.Unroutable().count("ONLY_ON_NODES"), 1u);
+  // The node drops a bad topic from its explicit list (so that older dispatchers send
+  // none either): the reason still names it and why.
+  NodeLoad listed = Reaching("c:1", {"env_a", "env_b"}, 10, {"S", "D"});
+  listed.bad_topics = {{"B", "config: topics.B.steps[0] (x): unknown step type 'nope'"}};
+  p.BeginCycle({listed});
+  EXPECT_NE(p.Unroutable().at("B").find("c:1 plan failed: config: topics.B.steps[0] (x)"), std::string::npos)
+      << p.Unroutable().at("B");
+}
+
+TEST(PlannerTest, UnroutableWithoutServingOrLiveNodes) {
+  AssignmentPlanner p(RoutingConfig());
+  p.BeginCycle({Reaching("a:1", {"env_a", "env_b"}, 4, {"D"})});
+  ASSERT_EQ(p.Unroutable().count("S"), 1u);
+  EXPECT_EQ(p.Unroutable().at("S"), "no live node serves topic S");
+  NodeLoad draining = Reaching("d:1", {"env_a", "env_b"});
+  draining.draining = true;
+  p.BeginCycle({draining});
+  EXPECT_EQ(p.Unroutable().size(), 2u);
+  EXPECT_EQ(p.Unroutable().at("D"), "no live node takes work");
 }
 
 }  // namespace

@@ -410,6 +410,20 @@ TEST(SettingsTest, EffectivePrefetchResolvesMinusOneToCapacity) {
                        "config: consumer.prefetch: must be at least -1, got -2"));
 }
 
+TEST(SettingsTest, ValidateWakeupListen) {
+  Settings s;
+  s.dispatcher.wakeup_listen = "127.0.0.1:0";  // any free port
+  s.consumer.wakeup_listen = "";               // the node address
+  EXPECT_NO_THROW(s.Validate());
+  s.dispatcher.wakeup_listen = "nocolon";
+  EXPECT_EQ(ValidateError(s), "config: dispatcher.wakeup_listen: expected HOST:PORT with a port from 0 to "
+                              "65535, got 'nocolon'");
+  s.dispatcher.wakeup_listen = "127.0.0.1:0";
+  s.consumer.wakeup_listen = "host:0";
+  EXPECT_EQ(ValidateError(s), "config: consumer.wakeup_listen: expected HOST:PORT with a port from 1 to "
+                              "65535, got 'host:0'");
+}
+
 TEST(SettingsTest, ValidateApiListen) {
   for (const char* good : {"127.0.0.1:8080", "0.0.0.0:1", "localhost:65535", "[::1]:8080"}) {
     Settings s;
@@ -446,10 +460,14 @@ std::map<std::string, EnvProbe> EnvProbes() {
       {"dispatcher.busy_interval_ms", {"5", [=](const Settings& s) { return ms(s.dispatcher.busy_interval); }}},
       {"dispatcher.lease_ttl_ms", {"3000", [=](const Settings& s) { return ms(s.dispatcher.lease_ttl); }}},
       {"dispatcher.batch_size", {"42", [](const Settings& s) { return std::to_string(s.dispatcher.batch_size); }}},
+      {"dispatcher.wakeups", {"false", [](const Settings& s) { return s.dispatcher.wakeups ? "true" : "false"; }}},
+      {"dispatcher.wakeup_listen", {"127.0.0.1:7500", [](const Settings& s) { return s.dispatcher.wakeup_listen; }}},
       {"consumer.poll_interval_ms", {"99", [=](const Settings& s) { return ms(s.consumer.poll_interval); }}},
       {"consumer.drain_timeout_ms", {"1500", [=](const Settings& s) { return ms(s.consumer.drain_timeout); }}},
       {"consumer.capacity", {"16", [](const Settings& s) { return std::to_string(s.consumer.capacity); }}},
       {"consumer.prefetch", {"0", [](const Settings& s) { return std::to_string(s.consumer.prefetch); }}},
+      {"consumer.wakeups", {"false", [](const Settings& s) { return s.consumer.wakeups ? "true" : "false"; }}},
+      {"consumer.wakeup_listen", {"127.0.0.1:7400", [](const Settings& s) { return s.consumer.wakeup_listen; }}},
       {"api.listen", {"0.0.0.0:9090", [](const Settings& s) { return s.api.listen; }}},
       {"api.token", {"s3cret", [](const Settings& s) { return s.api.token; }}},
       {"api.max_body_bytes", {"4096", [](const Settings& s) { return std::to_string(s.api.max_body_bytes); }}},

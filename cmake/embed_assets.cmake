@@ -1,0 +1,31 @@
+# Turns the web console's files (api/console/*.html, *.css, *.js) into a C++ table of
+# {path, content type, text}, so the one `dsync` binary serves its console with no
+# files beside it and no network (sync environments are often air-gapped).
+# Invoked at build time by CMakeLists.txt with -DOUT=<generated .cc> -DDIR=<api/console>;
+# the same pattern as sql/embed_migrations.cmake. Text files only (UTF-8).
+file(GLOB FILES ${DIR}/*.html ${DIR}/*.css ${DIR}/*.js)
+list(SORT FILES)
+set(body "// Generated from api/console by cmake/embed_assets.cmake. Do not edit.\n")
+string(APPEND body "#include \"api/console.h\"\n\nnamespace dsync::api::console {\n")
+string(APPEND body "const std::vector<Asset>& EmbeddedAssets() {\n")
+string(APPEND body "  static const std::vector<Asset> kAssets = {\n")
+foreach(f IN LISTS FILES)
+  get_filename_component(name ${f} NAME)
+  get_filename_component(ext ${f} LAST_EXT)
+  if(ext STREQUAL ".html")
+    set(type "text/html; charset=utf-8")
+  elseif(ext STREQUAL ".css")
+    set(type "text/css; charset=utf-8")
+  else()
+    set(type "text/javascript; charset=utf-8")
+  endif()
+  file(READ ${f} text)
+  string(FIND "${text}" ")dsyncasset\"" clash)
+  if(NOT clash EQUAL -1)
+    message(FATAL_ERROR "${f} contains the raw-string delimiter )dsyncasset\"")
+  endif()
+  string(APPEND body "    {\"${name}\", \"${type}\", R\"dsyncasset(${text})dsyncasset\"},\n")
+endforeach()
+string(APPEND body "  };\n  return kAssets;\n}\n}  // namespace dsync::api::console\n")
+file(WRITE ${OUT}.tmp "${body}")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)
