@@ -10,6 +10,8 @@ packages=(
   libgtest-dev googletest
   mariadb-server mariadb-client
   curl jq
+  # the Galera tests' throwaway cluster (scripts/galera.sh): provider, and state transfer by mariabackup
+  galera-4 mariadb-backup socat
 )
 # Extra packages a caller needs (bench uses sysbench/postgresql): setup.sh sysbench ...
 packages+=("$@")

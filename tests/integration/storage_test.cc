@@ -39,7 +39,7 @@ TEST(Storage, TranslatesConnectFailures) {
   EXPECT_EQ(ConnectErrorKind(wrong_password), DbError::Kind::kAccessDenied);
   EXPECT_EQ(ConnectErrorKind(server.WithSchema("no_such_schema_here")), DbError::Kind::kUnknownDatabase);
   DbUrl closed_port = server;
-  closed_port.port = 1;  // nothing listens on port 1
+  closed_port.hosts = {{"127.0.0.1", 1}};  // nothing listens on port 1
   closed_port.connect_timeout = Millis(1000);
   EXPECT_EQ(ConnectErrorKind(closed_port), DbError::Kind::kUnreachable);
 }
