@@ -146,6 +146,13 @@ void Connection::Open(const DbUrl& url, size_t index) {
   opts["hostName"] = sql::SQLString("tcp://" + host.Label());
   opts["userName"] = sql::SQLString(url.user);
   opts["password"] = sql::SQLString(url.password);
+  // With several hosts, readiness is checked before the schema is selected: a member
+  // outside the primary component may lack a schema created meanwhile, and "not
+  // ready" is the answer that moves us on to the next. With one host there is no
+  // other to move to: a member that is not ready fails the first statement (1047, a
+  // lost connection, retried), so the session is opened as it always was.
+  const bool choose = url.hosts.size() > 1;
+  if (!choose && !url.schema.empty()) opts["schema"] = sql::SQLString(url.schema);
   if (!url.socket.empty()) opts["socket"] = sql::SQLString(url.socket);
   opts["OPT_CONNECT_TIMEOUT"] = seconds(url.connect_timeout);
   opts["OPT_READ_TIMEOUT"] = seconds(url.read_timeout);
@@ -155,7 +162,7 @@ void Connection::Open(const DbUrl& url, size_t index) {
   opts["OPT_RECONNECT"] = false;
   opts["CLIENT_FOUND_ROWS"] = true;
   opts["OPT_CHARSET_NAME"] = sql::SQLString("utf8mb4");
-  const std::string where = url.hosts.size() == 1 ? url.Masked() : host.Label();
+  const std::string where = choose ? host.Label() : url.Masked();
   try {
     conn_.reset(Driver()->connect(opts));
     std::unique_ptr<sql::Statement> st(conn_->createStatement());
@@ -171,17 +178,16 @@ void Connection::Open(const DbUrl& url, size_t index) {
         if (e.getErrorCode() != 1193) throw;  // unknown system variable: MySQL
       }
     }
-    // Readiness first: a member outside the primary component may lack a schema
-    // created meanwhile, and "not ready" is the answer that moves us on.
-    if (std::string why = NotReadyReason(*st); !why.empty()) {
-      conn_.reset();
-      throw DbError(DbError::Kind::kUnreachable, 0, "connect to " + where + ": " + why);
+    if (choose) {
+      if (std::string why = NotReadyReason(*st); !why.empty()) {
+        throw DbError(DbError::Kind::kUnreachable, 0, "connect to " + where + ": " + why);
+      }
+      if (!url.schema.empty()) conn_->setSchema(sql::SQLString(url.schema));
     }
-    if (!url.schema.empty()) conn_->setSchema(sql::SQLString(url.schema));
     std::unique_ptr<sql::ResultSet> rs(st->executeQuery("SELECT CONNECTION_ID()"));
     if (rs->next()) server_id_ = rs->getUInt64(1);
   } catch (const sql::SQLException& e) {
-    conn_.reset();
+    conn_.reset();  // `st` is gone already
     throw TranslateSqlException(e, "connect to " + where);
   }
 }

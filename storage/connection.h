@@ -86,7 +86,8 @@ class Connection {
   // Connects and prepares the session (UTC time zone, autocommit on). With several
   // hosts in the URL, tries them in ring order from `first_host` and keeps the first
   // that answers and is ready (a Galera member with wsrep_ready ON in the primary
-  // component; a server without Galera always is); host_index() says which.
+  // component; a server without Galera always is); host_index() says which. (With
+  // one host there is nothing to choose: no readiness check.)
   // Throws DbError (kUnreachable, kAccessDenied, kUnknownDatabase, ...); with several
   // hosts, the message lists why each was passed over.
   explicit Connection(const DbUrl& url);

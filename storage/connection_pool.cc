@@ -1,5 +1,7 @@
 #include "storage/connection_pool.h"
 
+#include <unistd.h>
+
 namespace dsync::storage {
 
 ConnectionPool::ConnectionPool(DbUrl url, Options options, Clock& clock)
@@ -12,9 +14,12 @@ ConnectionPool::ConnectionPool(DbUrl url, Options options)
   ChooseFirstHost();
 }
 
+// order=random spreads processes over the hosts, but all pools of one process start
+// on the same host (chosen from the pid), so one process still writes through one
+// member and its pools do not conflict with each other in certification.
 void ConnectionPool::ChooseFirstHost() {
-  if (url_.order == HostOrder::kRandom && url_.hosts.size() > 1) {
-    preferred_host_ = std::uniform_int_distribution<size_t>(0, url_.hosts.size() - 1)(rng_);
+  if (url_.order == HostOrder::kRandom && !url_.hosts.empty()) {
+    preferred_host_ = static_cast<size_t>(getpid()) % url_.hosts.size();
   }
 }
 

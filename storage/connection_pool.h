@@ -7,7 +7,8 @@
 //   });
 //
 // Hosts: a new connection goes to the host the pool writes through (at first the
-// URL's first host, or a random one with order=random) and, if that one does not
+// URL's first host; with order=random one picked per process, from its pid, so every
+// pool of a process starts on the same one) and, if that one does not
 // answer or is not ready (a Galera member outside the primary component), to the next
 // in the list that is, which then becomes the one the pool writes through
 // (DB_FAILOVER). The pool stays there while it is healthy, even once the previous

@@ -9,8 +9,8 @@
 // address must be in brackets), names are [A-Za-z0-9._-], ports 1..65535 (default
 // 3306), no entry may be empty or listed twice. The pool connects to the first host
 // that answers and is ready, in list order (`order=failover`, the default) or from a
-// random start chosen once per pool (`order=random`), and stays on it while it is
-// healthy (storage/connection_pool.h).
+// start picked per process (`order=random`: spreads processes over the hosts), and
+// stays on it while it is healthy (storage/connection_pool.h).
 //
 // User, password and schema are percent-decoded ("p%40ss" is "p@ss"). The password
 // may contain ':' and ',' as they are; '@', '/' and '?' must be percent-encoded
