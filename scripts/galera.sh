@@ -36,12 +36,16 @@ die() { echo "galera.sh: $*" >&2; exit 1; }
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 user_opt() { ((EUID == 0)) && echo --user=root || true; }
 
-# free_ports N: N distinct loopback ports nothing listens on now.
+# free_ports N: N distinct loopback ports nothing listens on now, below the ephemeral
+# range (an outgoing connection can take a port in that range before a member, which
+# binds its client port only after joining, gets to it).
 free_ports() {
   local -A seen=()
-  local n=0 p
+  local n=0 p low
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  ((low > 21000)) || low=32768
   while ((n < $1)); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % (low - 20000)))
     [[ -n ${seen[$p]:-} ]] && continue
     port_busy "$p" && continue
     seen[$p]=1
@@ -124,6 +128,12 @@ wait_synced() {
 }
 
 fail_member() {  # dir n what
+  if grep -q "Address already in use" "$(mdir "$1" "$2")/err.log" && ((attempt < 3)); then
+    echo "galera.sh: member $2 lost a race for its port; starting over" >&2
+    cmd_stop "$1" >/dev/null 2>&1 || true
+    retry=1
+    return
+  fi
   tail -n 25 "$(mdir "$1" "$2")/err.log" >&2
   cmd_stop "$1" >/dev/null 2>&1 || true
   die "member $2 $3"
@@ -137,7 +147,17 @@ stop_pid() {  # pid: TERM, wait up to 20 s, then -9
   kill -9 "$pid" 2>/dev/null || true
 }
 
+attempt=0 retry=0
 cmd_start() {
+  for attempt in 1 2 3; do
+    retry=0
+    start_once
+    ((retry)) || { echo "$started_dir"; return; }
+  done
+  die "could not start a cluster"
+}
+
+start_once() {
   command -v mariadbd >/dev/null || die "mariadbd not found: run scripts/setup.sh"
   [[ -f $PROVIDER ]] || die "$PROVIDER not found: install galera-4 (scripts/setup.sh galera-4)"
   command -v mariabackup >/dev/null || die "mariabackup not found: install mariadb-backup"
@@ -164,7 +184,7 @@ cmd_start() {
   fi
   # 1. Member 1 alone: users and schema, then a clean stop (grastate.dat gets a seqno).
   launch "$dir" 1 --wsrep-new-cluster
-  wait_synced "$dir" 1 60 || fail_member "$dir" 1 "did not bootstrap"
+  wait_synced "$dir" 1 60 || { fail_member "$dir" 1 "did not bootstrap"; return; }
   local password
   password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
   mariadb --socket="$m1/sock" -uroot <<SQL
@@ -183,15 +203,15 @@ SQL
   sed -i 's/^safe_to_bootstrap:.*/safe_to_bootstrap: 1/' "$m1/data/grastate.dat"
   # 3. Member 1 bootstraps the cluster again; the others join it one by one.
   launch "$dir" 1 --wsrep-new-cluster
-  wait_synced "$dir" 1 60 || fail_member "$dir" 1 "did not bootstrap again"
+  wait_synced "$dir" 1 60 || { fail_member "$dir" 1 "did not bootstrap again"; return; }
   for n in $(seq 2 $MEMBERS); do
     launch "$dir" "$n"
-    wait_synced "$dir" "$n" 120 || fail_member "$dir" "$n" "did not join"
+    wait_synced "$dir" "$n" 120 || { fail_member "$dir" "$n" "did not join"; return; }
   done
   local hosts=""
   for n in $(seq 1 $MEMBERS); do hosts+="${hosts:+,}127.0.0.1:$(cut -d' ' -f1 "$(mdir "$dir" "$n")/ports")"; done
   echo "dsync $password $hosts" > "$dir/credentials"
-  echo "$dir"
+  started_dir=$dir
 }
 
 need_dir() {
