@@ -59,6 +59,15 @@
 #             set); the minimal shape's best is printed as "minimal ceiling" for reference
 #   sysbench  `sysbench oltp_update_non_index` at 1, 4 and 8 threads, DSYNC_BENCH_SYSBENCH_S
 #             (20) s each: the database's single-row write limit on this machine
+#   galera    the same e2e runs (1 and 3 steps, DSYNC_BENCH_GALERA_EVENTS (5000) events,
+#             1 dispatcher + 4 nodes) on a single server and on a 3-member Galera cluster
+#             (scripts/galera.sh) in the same invocation: every process through member 1
+#             (order=failover), and each process from a random member (order=random:
+#             they certify against each other); then the failover time: 1 dispatcher +
+#             2 nodes writing through member 2 while 1-step events are produced at
+#             DSYNC_BENCH_GALERA_RATE (100) /s; member 2 is kill -9'd: seconds from the
+#             kill to the next event finished (database clock), and to 100 more; then
+#             how long member 2 takes to rejoin by IST
 #   pgboss    the peer: pg-boss (bench/pgboss, pinned) on a throwaway PostgreSQL with
 #             fsync and synchronous_commit on, 20,000 no-op jobs, 4 workers, batch fetch +
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
@@ -81,7 +90,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss)
+sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss galera)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -126,6 +135,7 @@ mkdir -p "$logs"
 
 # ---- cleanup of everything started here ---------------------------------------------
 servers=()   # scripts/mariadb.sh dirs
+galeras=()   # scripts/galera.sh dirs
 pids=()      # dsync processes
 work_dirs=()
 pg_dir=""
@@ -134,6 +144,7 @@ cleanup() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   [[ -n $pg_dir ]] && pg_stop
   for d in "${servers[@]}"; do bash scripts/mariadb.sh stop "$d" 2>/dev/null || true; done
+  for d in "${galeras[@]}"; do bash scripts/galera.sh stop "$d" 2>/dev/null || true; done
   for d in "${work_dirs[@]}"; do rm -rf "$d"; done
 }
 trap cleanup EXIT
@@ -856,6 +867,77 @@ section_pgboss() {
   pg_stop
 }
 
+# -- galera: e2e on a single server vs a 3-member cluster, and the failover time --
+section_galera() {
+  local save_events=$events save_dir=$dir save_url=$url gdir kind order line rates
+  events=${DSYNC_BENCH_GALERA_EVENTS:-5000}
+  # e2e_runs LABEL: 1- and 3-step runs on whatever $dir/$url point at now.
+  e2e_runs() {
+    for kind in 1 3; do
+      rates=()
+      for r in $(seq 1 "$runs"); do
+        e2e_run "$kind" "$r"
+        echo "  $1 $kind-step run $r: $e2e_line"
+        rates+=("$(field rate "$e2e_line")")
+      done
+      result galera "target=$1 steps=$kind events=$events nodes=4 events_per_s=$(echo "${rates[*]}" | median)" \
+        "runs=$(IFS=,; echo "${rates[*]}") load=$(cut -d' ' -f1 /proc/loadavg)"
+    done
+  }
+  e2e_runs single
+  gdir=$(bash scripts/galera.sh start)
+  galeras+=("$gdir")
+  # Member 1's folder looks like a scripts/mariadb.sh dir (my.cnf, sock, pid): sql,
+  # root_sql and snapshot read member 1; its counters count member 1's own work.
+  dir=$gdir/m1
+  for order in failover random; do
+    url=$(bash scripts/galera.sh url "$gdir")?order=$order
+    [[ $order == failover ]] && url=${url%\?*}
+    e2e_runs "galera_$order"
+  done
+
+  # Failover: every process writes through member 2 (its list starts there).
+  url=$(bash scripts/galera.sh url "$gdir" 2)
+  new_schema galera_failover
+  new_work
+  write_config "$work/dsync.json"
+  start_cluster 2
+  local rate=${DSYNC_BENCH_GALERA_RATE:-100} producer t_kill t_first t_more t_rejoin0 rejoin_s
+  ( n=0
+    while :; do
+      n=$((n + 1))
+      sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
+           SELECT 'bench', CONCAT('g', $n, '-', seq), CONCAT('d', $n, '-', seq), 'E2E_1', '{}'
+           FROM seq_1_to_$((rate / 10))" 2>/dev/null || true
+      sleep 0.1
+    done ) &
+  producer=$!
+  pids+=("$producer")
+  sleep 5
+  t_kill=$(sql "SELECT NOW(6)")
+  bash scripts/galera.sh kill "$gdir" 2
+  wait_sql "SELECT COUNT(*) > 0 FROM distribute_event WHERE finished_time > '$t_kill'" 1 120 0.02
+  wait_sql "SELECT COUNT(*) >= 100 FROM distribute_event WHERE finished_time > '$t_kill'" 1 120 0.05
+  line=$(sql "SELECT TIMESTAMPDIFF(MICROSECOND, '$t_kill', MIN(finished_time)) / 1e6,
+                     (SELECT TIMESTAMPDIFF(MICROSECOND, '$t_kill', finished_time) / 1e6 FROM distribute_event
+                      WHERE finished_time > '$t_kill' ORDER BY finished_time LIMIT 99, 1)
+              FROM distribute_event WHERE finished_time > '$t_kill'")
+  read -r t_first t_more <<<"$line"
+  t_rejoin0=$(now_s)
+  bash scripts/galera.sh restart "$gdir" 2
+  rejoin_s=$(awk -v a="$t_rejoin0" -v b="$(now_s)" 'BEGIN { printf "%.1f", b - a }')
+  echo "  kill -9 of member 2: next event finished after $t_first s, 100 after $t_more s;" \
+    "member 2 rejoined (IST) in $rejoin_s s; DB_FAILOVER lines: $(cat "$work"/*.log | grep -c DB_FAILOVER || true)"
+  result galera "failover rate=$rate next_event_s=$t_first hundred_events_s=$t_more rejoin_ist_s=$rejoin_s" \
+    "load=$(cut -d' ' -f1 /proc/loadavg)"
+  kill -9 "$producer" 2>/dev/null || true
+  stop_procs
+  drop_schema
+  bash scripts/galera.sh stop "$gdir"
+  galeras=()
+  dir=$save_dir url=$save_url events=$save_events
+}
+
 for s in "${selected[@]}"; do
   echo
   echo "==== section $s ===="
@@ -943,6 +1025,11 @@ lat99=$(pick '^RESULT latency ' p99_ms)
 fo=$(pick '^RESULT failover ' seconds)
 rss=$(pick '^RESULT rss ' vmhwm_mib)
 [[ -n $lat50 ]] && echo "TARGET pending->running at half load: p50 $lat50 ms (<= 50: $(meets "$lat50" 50)), p99 $lat99 ms (<= 250: $(meets "$lat99" 250))"
+g1=$(pick '^RESULT galera target=single steps=1 ' events_per_s)
+gf1=$(pick '^RESULT galera target=galera_failover steps=1 ' events_per_s)
+g3=$(pick '^RESULT galera target=single steps=3 ' events_per_s)
+gf3=$(pick '^RESULT galera target=galera_failover steps=3 ' events_per_s)
+[[ -n $g1 && -n $gf1 ]] && echo "RATIO galera (all through member 1) / single server, 1-step = $gf1 / $g1 = $(ratio "$gf1" "$g1"); 3-step = $gf3 / $g3 = $(ratio "$gf3" "$g3")"
 [[ -n $fo ]] && echo "TARGET failover $fo s (<= offline timeout 3 s + 2 s: $(meets "$fo" 5))"
 [[ -n $rss ]] && echo "TARGET node peak RSS with 1,000 in flight $rss MiB (<= 64: $(meets "$rss" 64))"
 echo "logs:     $logs"

@@ -24,7 +24,7 @@ using testing::TestSchema;
 
 // The URL a datasource needs (with its password; test code only).
 std::string FullUrl(const storage::DbUrl& u) {
-  return "mysql://" + u.user + ":" + u.password + "@" + u.host + ":" + std::to_string(u.port) + "/" + u.schema;
+  return u.Unmasked();
 }
 
 class FakeContext : public StepContext {
