@@ -46,14 +46,18 @@ class FakeContext : public StepContext {
   storage::Connection& tx() override { throw std::logic_error("table steps must not use the framework tx"); }
   bool StillOwner() override {
     ++owner_checks;
+    if (owner_checks_left >= 0 && owner_checks_left-- == 0) owner = false;
     return owner;
   }
+  void ReportProgress(const json& p) override { progress.push_back(p); }
   Datasources& datasources() override { return ds_; }
 
   json compensation = nullptr;  // what Compensate sees
   std::stop_source stop;
   bool owner = true;
   int owner_checks = 0;
+  int owner_checks_left = -1;  // >= 0: ownership is lost after that many more checks
+  std::vector<json> progress;
 
  private:
   Datasources& ds_;
@@ -156,6 +160,15 @@ class TableStepsTest : public ::testing::Test {
                          ") AND NOT (" + cond + ")");
   }
 
+  // The before-image of chunk `n` of the step, from the target's undo records.
+  json ChunkImage(int n, const std::string& step_code = "EV-1#0") {
+    return tgt_.pool().Run("chunk image", [&](storage::Connection& c) {
+      auto v = c.QueryString("SELECT before_image FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = ?",
+                             step_code, n);
+      return v ? json::parse(*v) : json();
+    });
+  }
+
   void CreateDocs() {
     src_.Exec(kDocTable);
     tgt_.Exec(kDocTable);
@@ -167,6 +180,15 @@ class TableStepsTest : public ::testing::Test {
   Datasources ds_;
 };
 
+// The counts every table_sync output has (the chunk figures are checked separately).
+json Classic(const json& out) {
+  json c;
+  for (const char* k : {"rows", "inserted", "updated", "unchanged", "deleted"}) {
+    if (out.contains(k)) c[k] = out[k];
+  }
+  return c;
+}
+
 constexpr const char* kDocCols = "id,space_id,kind,title,price,ratio,weight,updated_at,data,meta,flags,big";
 
 TEST_F(TableStepsTest, SyncCopiesMatchingRowsExactly) {
@@ -175,7 +197,8 @@ TEST_F(TableStepsTest, SyncCopiesMatchingRowsExactly) {
   FakeContext ctx(ds_, {{"space_id", 1}});
   StepResult r = step->Execute(ctx);
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
-  EXPECT_EQ(r.output, (json{{"rows", 5}, {"inserted", 5}, {"updated", 0}, {"unchanged", 0}}));
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 5}, {"inserted", 5}, {"updated", 0}, {"unchanged", 0}}));
+  EXPECT_EQ(r.output["chunks_written"], 1);
   EXPECT_EQ(ctx.owner_checks, 1);
 
   auto source = Dump(src_, "kb_doc", "id", "space_id = 1");
@@ -188,17 +211,23 @@ TEST_F(TableStepsTest, SyncCopiesMatchingRowsExactly) {
                           "(SELECT weight FROM `" + src_.url().schema + "`.kb_doc WHERE id = 1)"),
             1);
 
-  // The before-image: every row was created, none restored.
+  // The engine keeps a reference; the before-image (every row created, none
+  // restored) is the chunk's undo record in the target.
   ASSERT_TRUE(r.compensation_data.has_value());
-  EXPECT_EQ((*r.compensation_data)["remove"].size(), 5u);
-  EXPECT_EQ((*r.compensation_data)["restore"].size(), 0u);
-  EXPECT_EQ((*r.compensation_data)["binary"], json{"data"});
+  EXPECT_EQ(*r.compensation_data, (json{{"format", 2}, {"undo", "dsync_sync_chunk"}, {"target", "env_b"},
+                                        {"table", "kb_doc"}, {"step_code", "EV-1#0"}, {"chunks", 1}}));
+  json image = ChunkImage(1);
+  EXPECT_EQ(image["remove"].size(), 5u);
+  EXPECT_EQ(image["restore"].size(), 0u);
+  EXPECT_EQ(image["binary"], json{"data"});
 
   // Running again changes nothing.
   FakeContext again(ds_, {{"space_id", 1}}, "EV-2#0");
   StepResult r2 = step->Execute(again);
   ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
-  EXPECT_EQ(r2.output, (json{{"rows", 5}, {"inserted", 0}, {"updated", 0}, {"unchanged", 5}}));
+  EXPECT_EQ(Classic(r2.output), (json{{"rows", 5}, {"inserted", 0}, {"updated", 0}, {"unchanged", 5}}));
+  EXPECT_EQ(r2.output["chunks_equal"], 1);  // the checksums matched: no row was read
+  EXPECT_EQ(r2.output["rows_fetched"], 0);
 }
 
 TEST_F(TableStepsTest, CompensationRestoresTheBeforeImageByteForByte) {
@@ -218,14 +247,14 @@ TEST_F(TableStepsTest, CompensationRestoresTheBeforeImageByteForByte) {
   FakeContext ctx(ds_, {{"space_id", 1}});
   StepResult r = step->Execute(ctx);
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
-  EXPECT_EQ(r.output, (json{{"rows", 5}, {"inserted", 2}, {"updated", 2}, {"unchanged", 1}}));
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 5}, {"inserted", 2}, {"updated", 2}, {"unchanged", 1}}));
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id IN (1, 2, 3, 4, 6)"), Dump(src_, "kb_doc", "id", "space_id = 1"));
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id IN (5, 9)"), unrelated);
 
   ctx.compensation = *r.compensation_data;
   StepResult c = step->Compensate(ctx);
   ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
-  EXPECT_EQ(c.output, (json{{"removed", 2}, {"restored", 2}}));
+  EXPECT_EQ(c.output, (json{{"chunks", 1}, {"removed", 2}, {"restored", 2}}));
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
 
   // A second compensation (crash before the engine recorded the first) is harmless.
@@ -235,7 +264,7 @@ TEST_F(TableStepsTest, CompensationRestoresTheBeforeImageByteForByte) {
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
 }
 
-TEST_F(TableStepsTest, ReExecutionKeepsTheOriginalBeforeImage) {
+TEST_F(TableStepsTest, ReRunAfterACommitResumesAndKeepsTheOriginalBeforeImage) {
   CreateDocs();
   tgt_.Exec(kDocRows);
   tgt_.Exec("UPDATE kb_doc SET title = 'original' WHERE id IN (1, 6)");
@@ -248,39 +277,75 @@ TEST_F(TableStepsTest, ReExecutionKeepsTheOriginalBeforeImage) {
   ASSERT_EQ(first.kind, StepResult::Kind::kOk) << first.error;
 
   // The node died before recording SUCCESS; meanwhile the source changed. The next
-  // owner runs the step again with the same idempotency key.
+  // owner runs the step again with the same idempotency key: every range is
+  // committed already, so it reads and writes nothing, and the first image stays.
   src_.Exec("UPDATE kb_doc SET title = 'changed again' WHERE id IN (1, 3)");
-  src_.Exec("INSERT INTO kb_doc (id, space_id, kind) VALUES (7, 1, 'new')");
   StepResult second = step->Execute(ctx);
   ASSERT_EQ(second.kind, StepResult::Kind::kOk) << second.error;
-  EXPECT_EQ(second.output, (json{{"rows", 6}, {"inserted", 1}, {"updated", 2}, {"unchanged", 3}}));
-  // Row 1's before-state is the original, not what the first run wrote; row 3 (first
-  // changed by the second run) and row 7 (created by it) were added.
-  const json& image = *second.compensation_data;
-  EXPECT_EQ(image["restore"].size(), 3u) << image.dump();
-  EXPECT_EQ(image["remove"].size(), 2u) << image.dump();
-  EXPECT_EQ(image["restore"][0][3], "original");
+  EXPECT_EQ(second.output["resumed_after_chunk"], 1);
+  EXPECT_EQ(second.output["resumed_rows_written"], 3);
+  EXPECT_EQ(second.output["rows"], 0);
+  EXPECT_EQ(ChunkImage(1)["restore"][0][3], "original");
 
-  // The engine's copy is the second result; either copy restores the original.
   ctx.compensation = *second.compensation_data;
   StepResult c = step->Compensate(ctx);
   ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
 }
 
-TEST_F(TableStepsTest, CompensationFallsBackToTheEnginesCopy) {
+// A run stopped after some chunks (here: ownership lost at the 4th chunk's commit)
+// leaves those chunks committed with their checkpoint; the next run resumes after
+// them, copies only the rest, and compensation undoes both runs' chunks exactly.
+TEST_F(TableStepsTest, InterruptedRunResumesFromTheCheckpoint) {
+  const char* ddl = "CREATE TABLE n (id INT PRIMARY KEY, v VARCHAR(20), g INT) DEFAULT CHARSET=utf8mb4";
+  src_.Exec(ddl);
+  tgt_.Exec(ddl);
+  src_.Exec("INSERT INTO n SELECT seq, CONCAT('v', seq), 1 FROM seq_1_to_1000");
+  tgt_.Exec("INSERT INTO n SELECT seq, 'old', 1 FROM seq_1_to_1000 WHERE seq % 2 = 0");
+  const auto before = Dump(tgt_, "n", "id");
+  auto step = Sync("g = :g", {{"chunk_size", 100}}, "n");
+  FakeContext ctx(ds_, {{"g", 1}});
+  ctx.owner_checks_left = 3;
+  StepResult r = step->Execute(ctx);
+  EXPECT_EQ(r.kind, StepResult::Kind::kTransient);
+  EXPECT_NE(r.error.find("lost ownership"), std::string::npos) << r.error;
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0"), 3);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM n WHERE v <> 'old'"), 300);  // 3 chunks of 100
+
+  FakeContext next(ds_, {{"g", 1}});  // the next owner, same step code
+  StepResult r2 = step->Execute(next);
+  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  EXPECT_EQ(r2.output["resumed_after_chunk"], 3);
+  EXPECT_EQ(r2.output["resumed_rows_written"], 300);
+  EXPECT_EQ(r2.output["rows"], 700);  // only the ranges after the checkpoint
+  EXPECT_EQ(r2.output["inserted"], 350);
+  EXPECT_EQ(r2.output["updated"], 350);
+  EXPECT_EQ(r2.output["chunk_records"], 10);
+  EXPECT_EQ(Dump(tgt_, "n", "id"), Dump(src_, "n", "id"));
+
+  next.compensation = *r2.compensation_data;
+  StepResult c = step->Compensate(next);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  EXPECT_EQ(c.output, (json{{"chunks", 10}, {"removed", 500}, {"restored", 500}}));
+  EXPECT_EQ(Dump(tgt_, "n", "id"), before);
+  EXPECT_EQ(step->Compensate(next).output, (json{{"already_compensated", true}}));
+}
+
+TEST_F(TableStepsTest, CompensationWithoutUndoRecordsFailsNamingThem) {
   CreateDocs();
   tgt_.Exec(kDocRows);
   tgt_.Exec("UPDATE kb_doc SET kind = 'was' WHERE id = 4");
-  const auto before = Dump(tgt_, "kb_doc", "id");
   auto step = Sync("space_id = :space_id");
   FakeContext ctx(ds_, {{"space_id", 1}});
   StepResult r = step->Execute(ctx);
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
-  tgt_.Exec("DELETE FROM dsync_step_undo");  // purged, or the undo table was lost
+  tgt_.Exec("DELETE FROM dsync_sync_chunk");  // purged, or deleted by hand
   ctx.compensation = *r.compensation_data;
-  ASSERT_EQ(step->Compensate(ctx).kind, StepResult::Kind::kOk);
-  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+  StepResult c = step->Compensate(ctx);
+  EXPECT_EQ(c.kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(c.error, "step 'docs': its 1 chunk record(s) in env_b.dsync_sync_chunk are gone (purged after "
+                     "undo_retention_days, or deleted); its before-image cannot be restored");
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE kind = 'was'"), 0);  // nothing half-restored
 }
 
 TEST_F(TableStepsTest, HostilePayloadValuesStayBound) {
@@ -422,7 +487,7 @@ TEST_F(TableStepsTest, LostOwnershipOrCancellationRollsTheTargetBack) {
   EXPECT_EQ(r.kind, StepResult::Kind::kTransient);
   EXPECT_NE(r.error.find("lost ownership"), std::string::npos) << r.error;
   EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc"), 0);
-  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_step_undo"), 0);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0"), 0);
 
   FakeContext cancelled(ds_, {{"space_id", 1}});
   cancelled.stop.request_stop();
