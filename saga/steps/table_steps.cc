@@ -1133,8 +1133,9 @@ class TableSyncStep final : public TableStep {
         counts.updated += delta.updated;
         counts.unchanged += delta.unchanged;
         counts.deleted += delta.deleted;
-        // A copy chunk that met rows already on the target: compare from now on.
-        if (!compare && delta.updated + delta.unchanged > 0) compare = true;
+        // Copy while most rows change, compare while most are equal.
+        if (!compare && delta.unchanged * 2 > w.rows_read) compare = true;
+        if (compare && !w.equal && w.equal_by_hash * 2 < w.rows_read) compare = false;
       } else {
         recorded_last = false;
       }
