@@ -1309,12 +1309,14 @@ class TableSyncStep final : public TableStep {
                           cfg_.target + " (" + std::to_string(packet) + " bytes)");
       }
       CheckStop(ctx);
-      CheckStillOwner(ctx);
       tc.Execute(kInsertChunkSql, step_code, last_chunk + 1, cfg_.step, cfg_.table, ctx.attempt(),
                  w.range.lo ? std::optional<std::string>(NullableJson(w.range.lo)) : std::nullopt,
                  w.range.hi ? std::optional<std::string>(NullableJson(w.range.hi)) : std::nullopt, image_text,
                  static_cast<long long>(w.rows_read),
                  static_cast<long long>(delta.inserted + delta.updated + delta.deleted));
+      // Last, right before COMMIT: the window in which a node that loses the event can
+      // still commit a chunk is one round trip (at-least-once, table_steps.h).
+      CheckStillOwner(ctx);
     });
     return delta;
   }

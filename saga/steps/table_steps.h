@@ -68,7 +68,12 @@
 //   FOR UPDATE (the chunk's before-image), an exact comparison, the upserts (and
 //   deletes with delete_missing), the chunk's undo record with its key range (the
 //   checkpoint), ctx.StillOwner(), COMMIT. So data, undo record and checkpoint cannot
-//   disagree, and a node that lost the event commits no further chunk. Equal ranges
+//   disagree, and a node that lost the event commits no further chunk, except one
+//   frozen in the single round trip between that check and its COMMIT (the
+//   framework and the target are different databases: at-least-once). Such a late
+//   chunk is still whole and consistent (it checked the checkpoint under the step
+//   lock), and the new owner, finding a chunk it did not expect, stops with a
+//   transient error and resumes after it. Equal ranges
 //   are recorded as a checkpoint-only row every 2 s and at the end.
 //   Chunk size adapts toward 0.5 s per chunk (at most 4x per step, 1..chunk_size rows)
 //   and keeps the rows a chunk holds under 8 MiB, so a node's memory is bounded by a
