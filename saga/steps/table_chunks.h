@@ -89,7 +89,7 @@ class ChunkSizer {
   struct Options {
     size_t start_rows = 1000;
     std::chrono::nanoseconds target = std::chrono::milliseconds(500);
-    size_t max_bytes = 8u << 20;
+    size_t max_bytes = 2u << 20;
   };
   explicit ChunkSizer(size_t max_rows) : ChunkSizer(max_rows, Options{}) {}
   ChunkSizer(size_t max_rows, Options options);

@@ -76,7 +76,7 @@
 //   transient error and resumes after it. Equal ranges
 //   are recorded as a checkpoint-only row every 2 s and at the end.
 //   Chunk size adapts toward 0.5 s per chunk (at most 4x per step, 1..chunk_size rows)
-//   and keeps the rows a chunk holds under 8 MiB, so a node's memory is bounded by a
+//   and keeps the rows a chunk holds under 2 MiB, so a node's memory is bounded by a
 //   few chunks whatever the table's size; a chunk whose before-image would exceed the
 //   target's max_allowed_packet is retried at a quarter of its size.
 //   Output: {"rows", "inserted", "updated", "unchanged", ["deleted",] "chunks",

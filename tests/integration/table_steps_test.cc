@@ -533,5 +533,164 @@ TEST_F(TableStepsTest, PermanentFailures) {
   EXPECT_NE(r.error.find("unknown datasource 'env_c'"), std::string::npos) << r.error;
 }
 
+// Issue 13: a 200k-row table whose target holds a different, older copy (every row
+// older, some missing, some only on the target) syncs chunk by chunk, and its
+// compensation restores the target byte for byte.
+TEST_F(TableStepsTest, LargeTableIntoAnOlderCopySyncsAndCompensatesExactly) {
+  const char* ddl =
+      "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3), "
+      "n DECIMAL(12,2)) DEFAULT CHARSET=utf8mb4";
+  src_.Exec(ddl);
+  tgt_.Exec(ddl);
+  src_.Exec("INSERT INTO big SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND, seq / 100 "
+            "FROM seq_1_to_200000");
+  tgt_.Exec("INSERT INTO big SELECT seq, 1, CONCAT('old ', seq), '2024-01-01' + INTERVAL seq SECOND, NULL "
+            "FROM seq_1_to_200000 WHERE seq % 10 <> 3");
+  tgt_.Exec("INSERT INTO big SELECT seq, 1, 'target only', NULL, 1 FROM seq_200001_to_200100");
+  const auto before = Dump(tgt_, "big", "id");
+  auto step = Sync("grp = :g", json::object(), "big");
+  FakeContext ctx(ds_, {{"g", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 200000}, {"inserted", 20000}, {"updated", 180000}, {"unchanged", 0}}));
+  EXPECT_GT(r.output["chunk_records"].get<int>(), 10);  // committed chunk by chunk
+  EXPECT_LT(r.compensation_data->dump().size(), 200u) << r.compensation_data->dump();  // a reference only
+  EXPECT_EQ(Dump(tgt_, "big", "id", "id <= 200000"), Dump(src_, "big", "id"));
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM big WHERE name = 'target only'"), 100);
+
+  ctx.compensation = *r.compensation_data;
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  EXPECT_EQ(c.output["removed"], 20000);
+  EXPECT_EQ(c.output["restored"], 180000);
+  EXPECT_EQ(Dump(tgt_, "big", "id"), before);
+}
+
+// Issue 13 item 2: the checksum diff sees each kind of single-row difference that
+// collations and text conversions hide, and reads and writes only those chunks.
+TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseChunks) {
+  const char* ddl = R"(
+    CREATE TABLE d (
+      id INT PRIMARY KEY,
+      ci VARCHAR(20) COLLATE utf8mb4_general_ci NULL,
+      pad VARCHAR(20) COLLATE utf8mb4_bin NULL,
+      bin VARBINARY(8) NULL,
+      at DATETIME(6) NULL,
+      x DOUBLE NULL
+    ) DEFAULT CHARSET=utf8mb4)";
+  src_.Exec(ddl);
+  tgt_.Exec(ddl);
+  src_.Exec("INSERT INTO d SELECT seq, 'a', 'x', 0x0102, '2024-01-01 00:00:00.123456', 0.1e0 + 0.2e0 "
+            "FROM seq_1_to_1000");
+  tgt_.Exec("INSERT INTO d SELECT * FROM `" + src_.url().schema + "`.d");
+  // One difference per chunk of 100 rows, each of another kind; chunks 3, 6 and 9 stay equal.
+  src_.Exec("UPDATE d SET ci = NULL WHERE id = 50");      // NULL vs 'a'...
+  tgt_.Exec("UPDATE d SET ci = '' WHERE id = 50");        // ... target '': NULL vs ''
+  src_.Exec("UPDATE d SET ci = 'NULL' WHERE id = 150");   // the string 'NULL' vs NULL
+  tgt_.Exec("UPDATE d SET ci = NULL WHERE id = 150");
+  tgt_.Exec("UPDATE d SET ci = 'A' WHERE id = 350");      // case only, under a _ci collation
+  tgt_.Exec("UPDATE d SET pad = 'x ' WHERE id = 450");    // trailing space only
+  tgt_.Exec("UPDATE d SET bin = 0x0103 WHERE id = 750");  // one binary byte
+  tgt_.Exec("UPDATE d SET at = '2024-01-01 00:00:00.123457' WHERE id = 850");  // one microsecond
+  tgt_.Exec("UPDATE d SET x = 0.3e0 WHERE id = 950");     // the last bit of a double
+  ASSERT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM d WHERE x = 0.3e0"), 1);
+  ASSERT_NE(Dump(tgt_, "d", "id"), Dump(src_, "d", "id"));
+
+  auto step = Sync("1 = 1", {{"chunk_size", 100}}, "d");
+  FakeContext ctx(ds_, json::object());
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 1000}, {"inserted", 0}, {"updated", 7}, {"unchanged", 993}}));
+  EXPECT_EQ(r.output["chunks"], 11);  // 10 of 100 rows, and the empty range after the last key
+  EXPECT_EQ(r.output["chunks_equal"], 4);
+  EXPECT_EQ(r.output["chunks_written"], 7);
+  EXPECT_EQ(r.output["rows_fetched"], 7);  // only the differing rows were read whole
+  EXPECT_EQ(Dump(tgt_, "d", "id"), Dump(src_, "d", "id"));
+
+  // Nothing differs any more: a re-sync (another event) reads no row.
+  FakeContext again(ds_, json::object(), "EV-2#0");
+  StepResult r2 = step->Execute(again);
+  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  EXPECT_EQ(r2.output["chunks_equal"], 11);
+  EXPECT_EQ(r2.output["rows_fetched"], 0);
+}
+
+// Issue 13 item 3: customer -> orders -> order items as one saga's three steps, the
+// children selected through their parents, compensated in reverse.
+TEST_F(TableStepsTest, SubqueryFilterSyncsAnEntityGraphAndCompensatesIt) {
+  for (TestSchema* db : {&src_, &tgt_}) {
+    db->Exec("CREATE TABLE customer (id INT PRIMARY KEY, name VARCHAR(40))");
+    db->Exec("CREATE TABLE orders (id INT PRIMARY KEY, customer_id INT NOT NULL, total DECIMAL(10,2), KEY (customer_id))");
+    db->Exec("CREATE TABLE order_item (id INT PRIMARY KEY, order_id INT NOT NULL, sku VARCHAR(20), qty INT, KEY (order_id))");
+  }
+  src_.Exec("INSERT INTO customer VALUES (1, 'ann'), (2, 'bob')");
+  src_.Exec("INSERT INTO orders SELECT seq, 1 + seq % 2, seq * 1.5 FROM seq_1_to_40");  // even ids: ann's
+  src_.Exec("INSERT INTO order_item SELECT seq, 1 + seq % 40, CONCAT('sku', seq), seq % 7 FROM seq_1_to_400");
+  // The target: an older state of customer 1 (one order's items differ, one item is
+  // gone from the source), and bob.
+  tgt_.Exec("INSERT INTO customer VALUES (1, 'ann (old)'), (2, 'bob')");
+  tgt_.Exec("INSERT INTO orders SELECT * FROM `" + src_.url().schema + "`.orders WHERE id <= 20");
+  tgt_.Exec("INSERT INTO order_item SELECT * FROM `" + src_.url().schema + "`.order_item WHERE id <= 200");
+  tgt_.Exec("UPDATE order_item SET qty = 99 WHERE order_id = 4");
+  tgt_.Exec("INSERT INTO order_item VALUES (1000, 4, 'gone', 1)");
+  const std::vector<std::string> tables = {"customer", "orders", "order_item"};
+  std::map<std::string, std::vector<std::string>> before;
+  for (const auto& t : tables) before[t] = Dump(tgt_, t, "id");
+
+  std::vector<std::unique_ptr<StepHandler>> steps;
+  steps.push_back(Sync("id = :cid", json::object(), "customer"));
+  steps.push_back(Sync("customer_id = :cid", json::object(), "orders"));
+  steps.push_back(MakeTableSyncStep(Spec(
+      "table_sync",
+      {{"source", "env_a"}, {"target", "env_b"}, {"table", "order_item"}, {"delete_missing", true},
+       {"where", "order_id IN (SELECT id FROM orders WHERE customer_id = :cid)"}, {"chunk_size", 50}},
+      "items")));
+  std::vector<std::unique_ptr<FakeContext>> ctxs;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ctxs.push_back(std::make_unique<FakeContext>(ds_, json{{"cid", 1}}, "EV-G#" + std::to_string(i)));
+    StepResult r = steps[i]->Execute(*ctxs[i]);
+    ASSERT_EQ(r.kind, StepResult::Kind::kOk) << tables[i] << ": " << r.error;
+    ctxs[i]->compensation = *r.compensation_data;
+    if (i == 2) {
+      EXPECT_EQ(r.output["rows"], 200);  // 20 orders of customer 1, 10 items each
+      EXPECT_EQ(r.output["deleted"], 1);
+    }
+  }
+  const std::string items_of_1 = "order_id IN (SELECT id FROM orders WHERE customer_id = 1)";
+  EXPECT_EQ(Dump(tgt_, "customer", "id", "id = 1"), Dump(src_, "customer", "id", "id = 1"));
+  EXPECT_EQ(Dump(tgt_, "orders", "id", "customer_id = 1"), Dump(src_, "orders", "id", "customer_id = 1"));
+  EXPECT_EQ(Dump(tgt_, "order_item", "id", items_of_1), Dump(src_, "order_item", "id", items_of_1));
+  EXPECT_EQ(Dump(tgt_, "customer", "id", "id = 2"), Dump(src_, "customer", "id", "id = 2"));  // untouched
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM order_item WHERE order_id IN (SELECT id FROM orders WHERE "
+                          "customer_id = 2) AND id > 200"),
+            0);  // bob's newer items were not synced
+
+  // Compensation in reverse: items, orders, customer.
+  for (size_t i = steps.size(); i-- > 0;) {
+    StepResult c = steps[i]->Compensate(*ctxs[i]);
+    ASSERT_EQ(c.kind, StepResult::Kind::kOk) << tables[i] << ": " << c.error;
+  }
+  for (const auto& t : tables) EXPECT_EQ(Dump(tgt_, t, "id"), before[t]) << t;
+
+  // A hostile value for the subquery's integer column stays a value: refused.
+  FakeContext hostile(ds_, json{{"cid", "1 OR 1=1"}}, "EV-H#2");
+  StepResult h = steps[2]->Execute(hostile);
+  EXPECT_EQ(h.kind, StepResult::Kind::kPermanent);
+  EXPECT_NE(h.error.find("payload field 'cid' must be an integer (column `customer_id` of env_a.orders)"),
+            std::string::npos)
+      << h.error;
+  FakeContext text(ds_, json{{"cid", "x') OR ('1'='1"}}, "EV-H2#2");
+  EXPECT_EQ(steps[2]->Execute(text).kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(Dump(tgt_, "order_item", "id"), before["order_item"]);
+
+  // A subquery table the source lacks: a clear permanent failure.
+  auto missing = MakeTableSyncStep(Spec("table_sync", {{"source", "env_a"}, {"target", "env_b"}, {"table", "orders"},
+                                                       {"where", "customer_id IN (SELECT id FROM nope)"}}));
+  FakeContext m(ds_, json::object(), "EV-M#0");
+  StepResult mr = missing->Execute(m);
+  EXPECT_EQ(mr.kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(mr.error, "table env_a.nope (read by the where of step 'docs') does not exist");
+}
+
 }  // namespace
 }  // namespace dsync::saga

@@ -236,9 +236,9 @@ TEST(TableChunks, SizerAdaptsTowardTheTargetTimeWithinBounds) {
   EXPECT_EQ(s.next(), 10000u);
   s.Observe(10000, milliseconds(2000), 0, 0);  // 4x too slow
   EXPECT_EQ(s.next(), 2500u);
-  s.Observe(2500, milliseconds(500), 4u << 20, 2500);  // on target, but held rows weigh 4 MiB
+  s.Observe(2500, milliseconds(500), 1u << 20, 2500);  // on target, held rows weigh 1 MiB
   EXPECT_EQ(s.next(), 2500u);
-  s.Observe(2500, milliseconds(500), 40u << 20, 2500);  // 40 MiB: bytes bound (8 MiB), within 4x
+  s.Observe(2500, milliseconds(500), 40u << 20, 2500);  // 40 MiB: bytes bound (2 MiB), within 4x
   EXPECT_EQ(s.next(), 625u);
   s.Shrink();
   EXPECT_EQ(s.next(), 156u);
