@@ -9,7 +9,9 @@
 //   RangeChecksum b = ChecksumRange(tgt, "kb_doc", cols, key, {where_sql, values}, r);
 //   if (a != b) { auto ha = RowHashes(src, ...), hb = RowHashes(tgt, ...); ... }
 //
-// The checksum of a range is (COUNT(*), BIT_XOR of each row's CRC32), the row hash the
+// The checksum of a range is (COUNT(*), BIT_XOR of each row's CRC32 times an odd
+// 32-bit constant: a plain BIT_XOR of CRC32s, as pt-table-checksum computes it, lets
+// rows changed by the same bit pattern cancel in pairs), the row hash the
 // CRC32 of a byte-exact encoding (ColumnSet::RowHashExpr): NULL, '' and 'NULL' differ,
 // 'a' and 'A' or 'x' and 'x ' differ under any collation, binary columns and
 // fractional seconds count. 32 bits per row: a changed row escapes with probability
@@ -51,7 +53,7 @@ std::vector<SqlValue> RangeValues(const ColumnSet& key, const BoundFilter& filte
 
 struct RangeChecksum {
   int64_t rows = 0;
-  uint64_t crc_xor = 0;  // BIT_XOR of the rows' CRC32
+  uint64_t crc_xor = 0;  // BIT_XOR of the rows' CRC32 * 2654435761
   bool operator==(const RangeChecksum& o) const { return rows == o.rows && crc_xor == o.crc_xor; }
   bool operator!=(const RangeChecksum& o) const { return !(*this == o); }
 };
