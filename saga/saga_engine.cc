@@ -11,6 +11,7 @@
 #include "saga/backoff.h"
 #include "saga/commit_group.h"
 #include "saga/deadline_timer.h"
+#include "events/step_progress.h"
 #include "saga/step_store.h"
 
 namespace dsync::saga {
@@ -309,6 +310,7 @@ class EngineContext final : public StepContext {
   std::stop_token stop_token() const override { return stop_; }
   storage::Connection& tx() override;
   bool StillOwner() override;
+  void ReportProgress(const nlohmann::json& progress) override;
   Datasources& datasources() override;
   const nlohmann::json& child_params() const override { return step_.child_params; }
   void InsertAtCommit(std::string_view head, std::string_view tail, std::vector<storage::Value> row) override;
@@ -582,6 +584,17 @@ bool EngineContext::StillOwner() {
                      });
   if (!owner) lost_ = true;
   return owner;
+}
+
+void EngineContext::ReportProgress(const nlohmann::json& progress) {
+  if (lost_) return;
+  try {
+    if (!events::WriteStepProgress(run_.deps().pool, step_.code, run_.event().id, run_.version(), progress)) {
+      spdlog::debug("STEP_PROGRESS_FENCED event={} step={}", run_.event().code, step_.code);
+    }
+  } catch (const DbError& e) {
+    spdlog::debug("STEP_PROGRESS_FAILED event={} step={} err={}", run_.event().code, step_.code, e.what());
+  }
 }
 
 // ---- claim ---------------------------------------------------------------------
