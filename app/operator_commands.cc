@@ -230,6 +230,10 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
               << (std::to_string(st.retry_count) +
                   (st.compensation_retry_count ? "+" + std::to_string(st.compensation_retry_count) + "c" : ""))
               << std::setw(22) << Cell(Or(st.node_address, "-"), 21) << Cell(st.error_details, 60) << "\n";
+    // A running step's progress (e.g. table_sync's chunks and rows), as it reports it.
+    if ((st.status == "EXECUTING" || st.status == "COMPENSATING") && !st.output.empty()) {
+      std::cout << "      progress: " << Cell(st.output, 200) << "\n";
+    }
   }
   if (d.steps.empty()) std::cout << "  (none yet)\n";
 

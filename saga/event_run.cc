@@ -1,5 +1,7 @@
 #include "saga/event_run.h"
 
+#include "events/step_progress.h"
+
 #include <spdlog/spdlog.h>
 
 namespace dsync::saga::run {
@@ -74,6 +76,18 @@ storage::Connection& EngineContext::tx() {
     }
   }
   return tx_->conn();
+}
+
+void EngineContext::ReportProgress(const nlohmann::json& progress) {
+  if (lost_) return;
+  const events::Fence fence = run_.fence();
+  try {
+    if (!events::WriteStepProgress(run_.deps().pool, step_.code, fence.id, fence.version, progress)) {
+      spdlog::debug("STEP_PROGRESS_FENCED event={} step={}", run_.event().code, step_.code);
+    }
+  } catch (const DbError& e) {
+    spdlog::debug("STEP_PROGRESS_FAILED event={} step={} err={}", run_.event().code, step_.code, e.what());
+  }
 }
 
 bool EngineContext::StillOwner() {

@@ -236,6 +236,7 @@ class EngineContext final : public StepContext {
   std::stop_token stop_token() const override { return stop_; }
   storage::Connection& tx() override;
   bool StillOwner() override;
+  void ReportProgress(const nlohmann::json& progress) override;
   Datasources& datasources() override;
   const nlohmann::json& child_params() const override { return step_.child_params; }
   void InsertAtCommit(std::string_view head, std::string_view tail, std::vector<storage::Value> row) override;

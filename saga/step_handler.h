@@ -138,6 +138,11 @@ class StepContext {
   virtual void InsertAtCommit(std::string_view head, std::string_view tail,
                               std::vector<storage::Value> row);
 
+  // Progress of a long step (e.g. {"chunks": 12, "rows": 120000}), shown as the step
+  // row's output while it runs (events/step_progress.h: fenced, best effort; the
+  // step's result replaces it). Cheap enough for about once a second.
+  virtual void ReportProgress(const nlohmann::json& progress) { (void)progress; }
+
   // Child steps (see the file comment). Null for the plan's own steps.
   virtual const nlohmann::json& child_params() const {
     static const nlohmann::json kNone;

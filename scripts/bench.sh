@@ -59,6 +59,25 @@
 #             set); the minimal shape's best is printed as "minimal ceiling" for reference
 #   sysbench  `sysbench oltp_update_non_index` at 1, 4 and 8 threads, DSYNC_BENCH_SYSBENCH_S
 #             (20) s each: the database's single-row write limit on this machine
+#   galera    the same e2e runs (1 and 3 steps, DSYNC_BENCH_GALERA_EVENTS (5000) events,
+#             1 dispatcher + 4 nodes) on a single server and on a 3-member Galera cluster
+#             (scripts/galera.sh) in the same invocation: every process through member 1
+#             (order=failover), and each process from a random member (order=random:
+#             they certify against each other); then the failover time: 1 dispatcher +
+#             2 nodes writing through member 2 while 1-step events are produced at
+#             DSYNC_BENCH_GALERA_RATE (100) /s; member 2 is kill -9'd: seconds from the
+#             kill to the next event finished (database clock), and to 100 more; then
+#             how long member 2 takes to rejoin by IST
+#   sync      issue 13: one table_sync step (one node, one event) on a ~100 MB table of
+#             DSYNC_BENCH_SYNC_ROWS (100,000) rows of ~1 KB, and a narrow variant of
+#             DSYNC_BENCH_SYNC_BIG_ROWS (1,000,000) rows, both schemas on one MariaDB:
+#             full copy into an empty target vs `mariadb-dump | mariadb` and vs
+#             INSERT ... SELECT across schemas; into a target holding an older copy of
+#             every row; re-sync unchanged; re-sync with 1 % of rows changed; the
+#             step's time (step row started_at -> executed_at, database clock), the
+#             server's Bytes_sent during it, and the node's peak RSS (VmHWM, a fresh
+#             node per case); pt-table-sync (percona-toolkit) as the peer for the
+#             unchanged and 1 % cases of the 100k table
 #   pgboss    the peer: pg-boss (bench/pgboss, pinned) on a throwaway PostgreSQL with
 #             fsync and synchronous_commit on, 20,000 no-op jobs, 4 workers, batch fetch +
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
@@ -81,7 +100,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss)
+sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss galera sync)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -107,6 +126,7 @@ wakeups=${DSYNC_BENCH_WAKEUPS:-true}  # dispatcher.wakeups and consumer.wakeups 
 extra=()
 wants sysbench && extra+=(sysbench)
 wants pgboss && extra+=(postgresql)
+wants sync && extra+=(percona-toolkit)
 # pg-boss 10 needs Node >= 20. Debian's `nodejs` (+ `npm`) is installed only when there
 # is no node at all: a NodeSource nodejs (which bundles npm) conflicts with Debian's npm.
 if wants pgboss && ! command -v node >/dev/null; then extra+=(nodejs npm); fi
@@ -126,6 +146,7 @@ mkdir -p "$logs"
 
 # ---- cleanup of everything started here ---------------------------------------------
 servers=()   # scripts/mariadb.sh dirs
+galeras=()   # scripts/galera.sh dirs
 pids=()      # dsync processes
 work_dirs=()
 pg_dir=""
@@ -134,6 +155,7 @@ cleanup() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   [[ -n $pg_dir ]] && pg_stop
   for d in "${servers[@]}"; do bash scripts/mariadb.sh stop "$d" 2>/dev/null || true; done
+  for d in "${galeras[@]}"; do bash scripts/galera.sh stop "$d" 2>/dev/null || true; done
   for d in "${work_dirs[@]}"; do rm -rf "$d"; done
 }
 trap cleanup EXIT
@@ -856,6 +878,209 @@ section_pgboss() {
   pg_stop
 }
 
+# -- galera: e2e on a single server vs a 3-member cluster, and the failover time --
+section_galera() {
+  local save_events=$events save_dir=$dir save_url=$url gdir kind order line rates
+  events=${DSYNC_BENCH_GALERA_EVENTS:-5000}
+  # e2e_runs LABEL: 1- and 3-step runs on whatever $dir/$url point at now.
+  e2e_runs() {
+    for kind in 1 3; do
+      rates=()
+      for r in $(seq 1 "$runs"); do
+        e2e_run "$kind" "$r"
+        echo "  $1 $kind-step run $r: $e2e_line"
+        rates+=("$(field rate "$e2e_line")")
+      done
+      result galera "target=$1 steps=$kind events=$events nodes=4 events_per_s=$(echo "${rates[*]}" | median)" \
+        "runs=$(IFS=,; echo "${rates[*]}") load=$(cut -d' ' -f1 /proc/loadavg)"
+    done
+  }
+  e2e_runs single
+  gdir=$(bash scripts/galera.sh start)
+  galeras+=("$gdir")
+  # Member 1's folder looks like a scripts/mariadb.sh dir (my.cnf, sock, pid): sql,
+  # root_sql and snapshot read member 1; its counters count member 1's own work.
+  dir=$gdir/m1
+  for order in failover random; do
+    url=$(bash scripts/galera.sh url "$gdir")?order=$order
+    [[ $order == failover ]] && url=${url%\?*}
+    e2e_runs "galera_$order"
+  done
+
+  # Failover: every process writes through member 2 (its list starts there).
+  url=$(bash scripts/galera.sh url "$gdir" 2)
+  new_schema galera_failover
+  new_work
+  write_config "$work/dsync.json"
+  start_cluster 2
+  local rate=${DSYNC_BENCH_GALERA_RATE:-100} producer t_kill t_first t_more t_rejoin0 rejoin_s
+  ( n=0
+    while :; do
+      n=$((n + 1))
+      sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
+           SELECT 'bench', CONCAT('g', $n, '-', seq), CONCAT('d', $n, '-', seq), 'E2E_1', '{}'
+           FROM seq_1_to_$((rate / 10))" 2>/dev/null || true
+      sleep 0.1
+    done ) &
+  producer=$!
+  pids+=("$producer")
+  sleep 5
+  t_kill=$(sql "SELECT NOW(6)")
+  bash scripts/galera.sh kill "$gdir" 2
+  wait_sql "SELECT COUNT(*) > 0 FROM distribute_event WHERE finished_time > '$t_kill'" 1 120 0.02
+  wait_sql "SELECT COUNT(*) >= 100 FROM distribute_event WHERE finished_time > '$t_kill'" 1 120 0.05
+  line=$(sql "SELECT TIMESTAMPDIFF(MICROSECOND, '$t_kill', MIN(finished_time)) / 1e6,
+                     (SELECT TIMESTAMPDIFF(MICROSECOND, '$t_kill', finished_time) / 1e6 FROM distribute_event
+                      WHERE finished_time > '$t_kill' ORDER BY finished_time LIMIT 99, 1)
+              FROM distribute_event WHERE finished_time > '$t_kill'")
+  read -r t_first t_more <<<"$line"
+  t_rejoin0=$(now_s)
+  bash scripts/galera.sh restart "$gdir" 2
+  rejoin_s=$(awk -v a="$t_rejoin0" -v b="$(now_s)" 'BEGIN { printf "%.1f", b - a }')
+  echo "  kill -9 of member 2: next event finished after $t_first s, 100 after $t_more s;" \
+    "member 2 rejoined (IST) in $rejoin_s s; DB_FAILOVER lines: $(cat "$work"/*.log | grep -c DB_FAILOVER || true)"
+  result galera "failover rate=$rate next_event_s=$t_first hundred_events_s=$t_more rejoin_ist_s=$rejoin_s" \
+    "load=$(cut -d' ' -f1 /proc/loadavg)"
+  kill -9 "$producer" 2>/dev/null || true
+  stop_procs
+  drop_schema
+  bash scripts/galera.sh stop "$gdir"
+  galeras=()
+  dir=$save_dir url=$save_url events=$save_events
+}
+
+# ---- sync (issue 13) ------------------------------------------------------------------
+sync_rows=${DSYNC_BENCH_SYNC_ROWS:-100000}
+sync_big_rows=${DSYNC_BENCH_SYNC_BIG_ROWS:-1000000}
+
+# write_sync_config FILE: one topic SYNC with one table_sync step of table $sync_table.
+write_sync_config() {
+  local base=${url%/*}
+  cat > "$1" <<JSON
+{
+  "database": "$schema_url",
+  "service": "bench",
+  "datasources": { "env_a": "$base/sync_src", "env_b": "$base/sync_tgt" },
+  "registry":   { "heartbeat_interval_ms": 1000, "offline_timeout_ms": 30000, "sweep_interval_ms": 500 },
+  "dispatcher": { "poll_interval_ms": 20, "idle_interval_ms": 20, "lease_ttl_ms": 3000 },
+  "consumer":   { "poll_interval_ms": 20, "capacity": 4 },
+  "topics": {
+    "SYNC": { "max_retry": 3, "max_processing_time_ms": 3600000,
+              "steps": [ { "name": "s", "type": "table_sync", "source": "env_a", "target": "env_b",
+                           "table": "$sync_table", "where": "grp = :g" } ] }
+  }
+}
+JSON
+}
+bytes_sent() { root_sql "SHOW GLOBAL STATUS LIKE 'Bytes_sent'" | awk '{ print $2 }'; }
+now_ns() { date +%s%N; }
+
+# sync_case NAME: a fresh node runs one SYNC event; prints and records its figures.
+sync_case() {
+  local name=$1 code="sync-$1-$RANDOM$RANDOM" b0 b1 secs hwm out
+  start_proc "node-$name" node --node-address "127.0.0.1:7101"
+  local pid=$last_pid
+  wait_sql "$(live_nodes)" 1 30
+  b0=$(bytes_sent)
+  sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES ('b', '$code', '$code', 'SYNC', '{\"g\": 1}')"
+  wait_sql "SELECT status IN ('SUCCESS', 'COMPENSATED', 'FAILED') FROM distribute_event WHERE code = '$code'" 1 3600 0.05
+  if [[ $(sql "SELECT status FROM distribute_event WHERE code = '$code'") != SUCCESS ]]; then
+    echo "bench.sh: sync $name failed: $(sql "SELECT error_details FROM distribute_event_step WHERE job_code = '$code'")" >&2
+    tail -n 5 "$work/node-$name.log" >&2
+    return 1
+  fi
+  b1=$(bytes_sent)
+  secs=$(sql "SELECT TIMESTAMPDIFF(MICROSECOND, started_at, executed_at) / 1e6 FROM distribute_event_step WHERE job_code = '$code'")
+  hwm=$(awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
+  out=$(sql "SELECT output FROM distribute_event_step WHERE job_code = '$code'")
+  kill -TERM "$pid"; wait_gone "$pid"
+  echo "  $sync_table $name: ${secs} s, server sent $(( (b1 - b0) / 1024 )) KiB, node VmHWM ${hwm} MiB; $out"
+  case_secs=$secs case_kib=$(( (b1 - b0) / 1024 )) case_hwm=$hwm
+}
+wait_gone() { for _ in $(seq 1 200); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done; kill -9 "$1" 2>/dev/null || true; }
+
+# timed CMD...: seconds CMD took (wall clock)
+timed() { local t0 t1; t0=$(now_ns); "$@"; t1=$(now_ns); awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
+
+sync_one_table() {  # sync_one_table TABLE ROWS WITH_PEER
+  sync_table=$1
+  local rows=$2 peer=$3 r
+  local -a full dump insel older unch one pt_unch pt_one hwm_full hwm_older kib_full kib_unch
+  root_sql "DROP DATABASE IF EXISTS sync_src; DROP DATABASE IF EXISTS sync_tgt; CREATE DATABASE sync_src; CREATE DATABASE sync_tgt"
+  if [[ $sync_table == doc ]]; then
+    local ddl="CREATE TABLE doc (id INT PRIMARY KEY, grp INT NOT NULL, title VARCHAR(200), body TEXT,
+               at DATETIME(3), price DECIMAL(12,2), data VARBINARY(64)) DEFAULT CHARSET=utf8mb4"
+    root_sql "USE sync_src; $ddl; SET SESSION max_recursive_iterations = 10000000;
+              INSERT INTO doc SELECT seq, 1, CONCAT('title ', seq), REPEAT(MD5(seq), 28),
+                '2025-01-01' + INTERVAL seq SECOND, seq / 100, UNHEX(SHA2(seq, 256)) FROM seq_1_to_$rows"
+    root_sql "USE sync_tgt; $ddl"
+  else
+    local ddl="CREATE TABLE narrow (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3), n INT)"
+    root_sql "USE sync_src; $ddl; INSERT INTO narrow SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND, seq FROM seq_1_to_$rows"
+    root_sql "USE sync_tgt; $ddl"
+  fi
+  root_sql "ANALYZE TABLE sync_src.$sync_table" >/dev/null
+  echo "  $sync_table: $rows rows, $(root_sql "SELECT ROUND((DATA_LENGTH + INDEX_LENGTH) / 1048576) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sync_src' AND TABLE_NAME = '$sync_table'") MiB on disk"
+  local sock; sock=$dir/sock
+  for r in $(seq 1 "$runs"); do
+    root_sql "TRUNCATE sync_tgt.$sync_table"
+    dump+=("$(timed bash -c "mariadb-dump --socket=$sock -uroot --single-transaction sync_src $sync_table | mariadb --socket=$sock -uroot sync_tgt")")
+    root_sql "TRUNCATE sync_tgt.$sync_table"
+    insel+=("$(timed root_sql "INSERT INTO sync_tgt.$sync_table SELECT * FROM sync_src.$sync_table")")
+    root_sql "TRUNCATE sync_tgt.$sync_table"
+    sync_case full; full+=("$case_secs"); hwm_full+=("$case_hwm"); kib_full+=("$case_kib")
+    if [[ $sync_table == doc ]]; then
+      root_sql "UPDATE sync_tgt.doc SET title = CONCAT('old ', id), at = at - INTERVAL 1 DAY"
+    else
+      root_sql "UPDATE sync_tgt.narrow SET name = CONCAT('old ', id), n = n - 1"
+    fi
+    sync_case older; older+=("$case_secs"); hwm_older+=("$case_hwm")
+    sync_case unchanged; unch+=("$case_secs"); kib_unch+=("$case_kib")
+    root_sql "UPDATE sync_src.$sync_table SET grp = 1, at = at + INTERVAL 1 SECOND WHERE id % 100 = 0"
+    sync_case one_percent; one+=("$case_secs")
+    if [[ $peer == yes ]]; then
+      pt_unch+=("$(timed bash -c "pt-table-sync --execute --no-check-slave --charset utf8mb4 S=$sock,u=root,D=sync_src,t=$sync_table S=$sock,u=root,D=sync_tgt,t=$sync_table; [[ \$? -le 2 ]]")")
+      root_sql "UPDATE sync_src.$sync_table SET at = at + INTERVAL 1 SECOND WHERE id % 100 = 50"
+      pt_one+=("$(timed bash -c "pt-table-sync --execute --no-check-slave --charset utf8mb4 S=$sock,u=root,D=sync_src,t=$sync_table S=$sock,u=root,D=sync_tgt,t=$sync_table; [[ \$? -le 2 ]]")")
+      [[ $(root_sql "CHECKSUM TABLE sync_src.$sync_table" | awk '{print $2}') == $(root_sql "CHECKSUM TABLE sync_tgt.$sync_table" | awk '{print $2}') ]] ||
+        echo "  (pt-table-sync left differences)"
+    fi
+    echo "  run $r: dump|mariadb ${dump[-1]} s, INSERT...SELECT ${insel[-1]} s, dsync full ${full[-1]} s," \
+      "older copy ${older[-1]} s, unchanged ${unch[-1]} s, 1% ${one[-1]} s${peer:+; pt-table-sync unchanged ${pt_unch[-1]:-} s, 1% ${pt_one[-1]:-} s}"
+  done
+  local m_full m_dump m_insel m_unch m_one m_older
+  m_full=$(echo "${full[*]}" | median); m_dump=$(echo "${dump[*]}" | median); m_insel=$(echo "${insel[*]}" | median)
+  m_unch=$(echo "${unch[*]}" | median); m_one=$(echo "${one[*]}" | median); m_older=$(echo "${older[*]}" | median)
+  local line="table=$sync_table rows=$rows full_s=$m_full dump_s=$m_dump insert_select_s=$m_insel older_s=$m_older"
+  line+=" unchanged_s=$m_unch one_percent_s=$m_one"
+  line+=" speed_vs_dump=$(awk -v a="$m_dump" -v b="$m_full" 'BEGIN { printf "%.2f", a / b }')"
+  line+=" speed_vs_insert_select=$(awk -v a="$m_insel" -v b="$m_full" 'BEGIN { printf "%.2f", a / b }')"
+  line+=" unchanged_vs_full=$(awk -v a="$m_unch" -v b="$m_full" 'BEGIN { printf "%.3f", a / b }')"
+  line+=" one_percent_vs_full=$(awk -v a="$m_one" -v b="$m_full" 'BEGIN { printf "%.3f", a / b }')"
+  line+=" bytes_unchanged_vs_full=$(awk -v a="$(echo "${kib_unch[*]}" | median)" -v b="$(echo "${kib_full[*]}" | median)" 'BEGIN { printf "%.4f", a / b }')"
+  line+=" vmhwm_full_mib=$(echo "${hwm_full[*]}" | median) vmhwm_older_mib=$(echo "${hwm_older[*]}" | median)"
+  if [[ $peer == yes ]]; then
+    line+=" pt_unchanged_s=$(echo "${pt_unch[*]}" | median) pt_one_percent_s=$(echo "${pt_one[*]}" | median)"
+  fi
+  result sync "$line"
+}
+
+section_sync() {
+  new_schema sync_fw
+  new_work
+  sync_table=doc
+  write_sync_config "$work/dsync.json"
+  start_proc dispatcher dispatcher
+  local disp=$last_pid
+  sync_one_table doc "$sync_rows" yes
+  sed -i "s/\"table\": \"doc\"/\"table\": \"narrow\"/" "$work/dsync.json"
+  sync_one_table narrow "$sync_big_rows" ""
+  kill -TERM "$disp" 2>/dev/null || true
+  wait_gone "$disp"
+  root_sql "DROP DATABASE IF EXISTS sync_src; DROP DATABASE IF EXISTS sync_tgt"
+  drop_schema
+}
+
 for s in "${selected[@]}"; do
   echo
   echo "==== section $s ===="
@@ -943,6 +1168,11 @@ lat99=$(pick '^RESULT latency ' p99_ms)
 fo=$(pick '^RESULT failover ' seconds)
 rss=$(pick '^RESULT rss ' vmhwm_mib)
 [[ -n $lat50 ]] && echo "TARGET pending->running at half load: p50 $lat50 ms (<= 50: $(meets "$lat50" 50)), p99 $lat99 ms (<= 250: $(meets "$lat99" 250))"
+g1=$(pick '^RESULT galera target=single steps=1 ' events_per_s)
+gf1=$(pick '^RESULT galera target=galera_failover steps=1 ' events_per_s)
+g3=$(pick '^RESULT galera target=single steps=3 ' events_per_s)
+gf3=$(pick '^RESULT galera target=galera_failover steps=3 ' events_per_s)
+[[ -n $g1 && -n $gf1 ]] && echo "RATIO galera (all through member 1) / single server, 1-step = $gf1 / $g1 = $(ratio "$gf1" "$g1"); 3-step = $gf3 / $g3 = $(ratio "$gf3" "$g3")"
 [[ -n $fo ]] && echo "TARGET failover $fo s (<= offline timeout 3 s + 2 s: $(meets "$fo" 5))"
 [[ -n $rss ]] && echo "TARGET node peak RSS with 1,000 in flight $rss MiB (<= 64: $(meets "$rss" 64))"
 echo "logs:     $logs"

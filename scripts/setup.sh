@@ -11,6 +11,8 @@ packages=(
   mariadb-server mariadb-client
   curl jq
   chromium  # the web console's browser tests (headless, driven over the DevTools protocol)
+  # the Galera tests' throwaway cluster (scripts/galera.sh): provider, and state transfer by mariabackup
+  galera-4 mariadb-backup socat
 )
 # Extra packages a caller needs (bench uses sysbench/postgresql): setup.sh sysbench ...
 packages+=("$@")

@@ -82,9 +82,15 @@ int One(sql::PreparedStatement& ps, int i, const ValueList& list);
 
 class Connection {
  public:
-  // Connects and prepares the session (UTC time zone, autocommit on).
-  // Throws DbError (kUnreachable, kAccessDenied, kUnknownDatabase, ...).
+  // Connects and prepares the session (UTC time zone, autocommit on). With several
+  // hosts in the URL, tries them in ring order from `first_host` and keeps the first
+  // that answers and is ready (a Galera member with wsrep_ready ON in the primary
+  // component; a server without Galera always is); host_index() says which. (With
+  // one host there is nothing to choose: no readiness check.)
+  // Throws DbError (kUnreachable, kAccessDenied, kUnknownDatabase, ...); with several
+  // hosts, the message lists why each was passed over.
   explicit Connection(const DbUrl& url);
+  Connection(const DbUrl& url, size_t first_host);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -137,6 +143,8 @@ class Connection {
 
   // The server's id for this session (for KILL in tests and diagnostics).
   uint64_t server_id() const { return server_id_; }
+  // Which of the URL's hosts this connection reached.
+  size_t host_index() const { return host_index_; }
   // Set when the connection must not be reused (lost, or in an unknown state).
   bool broken() const { return broken_; }
   void mark_broken() { broken_ = true; }
@@ -153,6 +161,7 @@ class Connection {
     (void)i;  // statements without parameters
     return ps;
   }
+  void Open(const DbUrl& url, size_t host_index);  // connects to that host only
   sql::PreparedStatement& Prepared(std::string_view sql);
   sql::Statement& Text();
   void RunText(const std::string& text);  // throws StatementError
@@ -170,6 +179,7 @@ class Connection {
   std::list<std::string> lru_;
   std::unique_ptr<sql::Statement> text_;
   uint64_t server_id_ = 0;
+  size_t host_index_ = 0;
   bool broken_ = false;
 };
 

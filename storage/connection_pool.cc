@@ -1,12 +1,27 @@
 #include "storage/connection_pool.h"
 
+#include <unistd.h>
+
 namespace dsync::storage {
 
 ConnectionPool::ConnectionPool(DbUrl url, Options options, Clock& clock)
-    : url_(std::move(url)), options_(options), clock_(clock) {}
+    : url_(std::move(url)), options_(options), clock_(clock) {
+  ChooseFirstHost();
+}
 
 ConnectionPool::ConnectionPool(DbUrl url, Options options)
-    : url_(std::move(url)), options_(options), clock_(own_clock_) {}
+    : url_(std::move(url)), options_(options), clock_(own_clock_) {
+  ChooseFirstHost();
+}
+
+// order=random spreads processes over the hosts, but all pools of one process start
+// on the same host (chosen from the pid), so one process still writes through one
+// member and its pools do not conflict with each other in certification.
+void ConnectionPool::ChooseFirstHost() {
+  if (url_.order == HostOrder::kRandom && !url_.hosts.empty()) {
+    preferred_host_ = static_cast<size_t>(getpid()) % url_.hosts.size();
+  }
+}
 
 ConnectionPool::~ConnectionPool() {
   std::lock_guard lock(mu_);
@@ -36,11 +51,20 @@ ConnectionPool::Lease ConnectionPool::Borrow() {
     if (open_ < max_size) {
       ++open_;
       ++in_use_;
+      const size_t first = preferred_host_;
       lock.unlock();
       try {
-        auto conn = std::make_unique<Connection>(url_);
+        auto conn = std::make_unique<Connection>(url_, first);
         std::lock_guard relock(mu_);
         ++connects_;
+        if (conn->host_index() != preferred_host_) {
+          // The member we wrote through is gone or not ready: move every new
+          // connection to the one that answered (idle ones left go as they return).
+          spdlog::warn("DB_FAILOVER from={} to={} url={}", url_.hosts[preferred_host_].Label(),
+                       url_.hosts[conn->host_index()].Label(), url_.Masked());
+          preferred_host_ = conn->host_index();
+          ++failovers_;
+        }
         return Lease(this, std::move(conn));
       } catch (...) {
         std::lock_guard relock(mu_);
@@ -64,12 +88,15 @@ ConnectionPool::Lease ConnectionPool::Borrow() {
 }
 
 void ConnectionPool::Return(std::unique_ptr<Connection> conn) {
-  bool broken = conn->broken();
-  if (broken) {
-    spdlog::info("DB_CONNECTION_DROPPED reason=broken server_id={}", conn->server_id());
-    conn.reset();  // close outside the lock is not worth it: close on a dead socket is quick
-  }
   std::lock_guard lock(mu_);
+  // One process writes through one member: after a failover, connections still open
+  // to the previous member are closed as they come back rather than reused.
+  bool broken = conn->broken() || conn->host_index() != preferred_host_;
+  if (broken) {
+    spdlog::info("DB_CONNECTION_DROPPED reason={} server_id={}", conn->broken() ? "broken" : "other_member",
+                 conn->server_id());
+    conn.reset();  // closing under the lock is quick: the socket is dead or idle
+  }
   --in_use_;
   if (broken) {
     --open_;
@@ -101,6 +128,8 @@ PoolStats ConnectionPool::stats() {
   s.discarded = discarded_;
   s.borrow_waits = borrow_waits_;
   s.retries = retries_.load(std::memory_order_relaxed);
+  s.failovers = failovers_;
+  s.host = url_.hosts[preferred_host_].Label();
   return s;
 }
 

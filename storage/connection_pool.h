@@ -6,6 +6,16 @@
 //     return c.Execute(kAssignSql, node, id, version);
 //   });
 //
+// Hosts: a new connection goes to the host the pool writes through (at first the
+// URL's first host; with order=random one picked per process, from its pid, so every
+// pool of a process starts on the same one) and, if that one does not
+// answer or is not ready (a Galera member outside the primary component), to the next
+// in the list that is, which then becomes the one the pool writes through
+// (DB_FAILOVER). The pool stays there while it is healthy, even once the previous
+// host is back: one process's writes go through one member, so they do not conflict
+// with each other in certification. Connections still open to the previous host are
+// closed as they are returned.
+//
 // Borrowing validates a connection that sat idle longer than `validate_idle_after`
 // (one `SELECT 1`), replacing it if the server closed it. A connection whose session
 // is lost mid-use (2006/2013, KILL CONNECTION, a server restart) is discarded, never
@@ -14,8 +24,9 @@
 // Retries, all bounded by RetryPolicy.max_attempts with jittered exponential sleep:
 //   - Run: a lost connection is retried on a fresh connection. `fn` must be safe to
 //     run twice (a read, an upsert, a fenced conditional UPDATE).
-//   - Transact: deadlock (1213), lock-wait timeout (1205) and a connection lost
-//     before COMMIT are retried from BEGIN. A connection lost *during* COMMIT is not
+//   - Transact: deadlock (1213, also Galera's certification failure, at any
+//     statement including COMMIT: nothing applied), lock-wait timeout (1205) and a
+//     connection lost before COMMIT are retried from BEGIN. A connection lost *during* COMMIT is not
 //     retried: it throws DbError{kCommitUnknown}, since the commit may have applied.
 // Anything else propagates at once as DbError (storage::Transaction words the
 // failures; no driver type escapes).
@@ -58,6 +69,8 @@ struct PoolStats {
   uint64_t discarded = 0;       // connections dropped as broken
   uint64_t borrow_waits = 0;    // borrows that had to wait for a free connection
   uint64_t retries = 0;         // units of work re-run after a retryable error
+  uint64_t failovers = 0;       // times new connections moved to another host
+  std::string host;             // the host new connections go to now ("name:port")
 };
 
 struct PoolOptions {
@@ -151,6 +164,7 @@ class ConnectionPool {
 
   void Return(std::unique_ptr<Connection> conn);
   void BackOff(int attempt);
+  void ChooseFirstHost();
 
   const DbUrl url_;
   const Options options_;
@@ -166,7 +180,8 @@ class ConnectionPool {
   std::vector<Idle> idle_;  // LIFO: the warmest connection is reused first
   int open_ = 0;            // idle + lent + being opened
   int in_use_ = 0;
-  uint64_t connects_ = 0, discarded_ = 0, borrow_waits_ = 0;
+  uint64_t connects_ = 0, discarded_ = 0, borrow_waits_ = 0, failovers_ = 0;
+  size_t preferred_host_ = 0;  // index in url_.hosts new connections try first
   std::atomic<uint64_t> retries_{0};
   std::mt19937 rng_{std::random_device{}()};
 };

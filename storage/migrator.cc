@@ -1,6 +1,8 @@
 #include "storage/migrator.h"
 
 #include "core/process.h"
+
+#include <random>
 #include <sstream>
 
 #include <spdlog/spdlog.h>
@@ -34,10 +36,36 @@ WHERE table_schema = DATABASE() AND table_name = ?)";
 constexpr const char* kSchemaExists =
     "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?";
 
-// Params: lock name, timeout seconds. 1 acquired, 0 timed out.
-constexpr const char* kGetLock = "SELECT GET_LOCK(?, ?)";
-// Params: lock name.
-constexpr const char* kReleaseLock = "SELECT RELEASE_LOCK(?)";
+// The migration lock is a row, not GET_LOCK(): a named server lock lives on one
+// server, and on a Galera cluster two `migrate` runs through different members would
+// both hold it. A row is replicated and certified like any write.
+constexpr const char* kCreateLockTable = R"(
+CREATE TABLE IF NOT EXISTS dsync_migration_lock (
+  name       VARCHAR(64) NOT NULL PRIMARY KEY,
+  holder     VARCHAR(191) NOT NULL COMMENT 'host:pid:token of the migrate run',
+  expires_at DATETIME(3) NOT NULL COMMENT 'UTC; renewed before every statement'
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='who runs dsync migrate now')";
+
+// Params: holder, lease seconds. Takes the lock if it is free, expired or already
+// ours (then extends it); otherwise changes nothing. Assignments run left to right,
+// so expires_at sees the new holder.
+constexpr const char* kTakeLock = R"(
+INSERT INTO dsync_migration_lock (name, holder, expires_at)
+VALUES ('migrate', ?, UTC_TIMESTAMP(3) + INTERVAL ? SECOND)
+ON DUPLICATE KEY UPDATE
+  holder = IF(expires_at < UTC_TIMESTAMP(3) OR holder = VALUES(holder), VALUES(holder), holder),
+  expires_at = IF(holder = VALUES(holder), VALUES(expires_at), expires_at))";
+
+// Params: none. Who holds the lock and until when.
+constexpr const char* kReadLock = R"(
+SELECT holder, DATE_FORMAT(expires_at, '%Y-%m-%d %H:%i:%s') FROM dsync_migration_lock WHERE name = 'migrate')";
+
+// Params: holder.
+constexpr const char* kReleaseLock = "DELETE FROM dsync_migration_lock WHERE name = 'migrate' AND holder = ?";
+
+// A run's lease; renewed before every statement, so only a run that crashed (or one
+// statement running longer than this) lets another take over.
+constexpr int kLockLeaseSeconds = 600;
 
 // 1050 table exists, 1060 duplicate column, 1061 duplicate key name, 1091 can't drop
 // (the index or column is already gone).
@@ -126,22 +154,55 @@ void Migrator::RequireCurrent() {
   }
 }
 
+namespace {
+
+// Takes the migration lock for `holder`, waiting up to `timeout`. A certification
+// failure (Galera: another member's run took the row at the same time) or a deadlock
+// is one more try. Throws SchemaError naming the holder when the wait runs out.
+void TakeLock(Connection& c, const std::string& holder, Millis timeout, Clock& clock) {
+  const auto deadline = clock.Now() + timeout;
+  std::string seen;
+  for (;;) {
+    try {
+      c.Execute(kTakeLock, holder, kLockLeaseSeconds);
+      auto rs = c.Query(kReadLock);
+      if (rs->next()) {
+        if (std::string(rs->getString(1)) == holder) return;
+        seen = std::string(rs->getString(1)) + " until " + std::string(rs->getString(2)) + " UTC";
+      }
+    } catch (const sql::SQLException& e) {
+      if (!TranslateSqlException(e, "").retryable_in_transaction()) throw;
+    }
+    if (clock.Now() >= deadline) {
+      throw SchemaError("another `dsync migrate` holds the migration lock (" + seen + "); waited " +
+                        std::to_string(timeout.count() / 1000) +
+                        " s (if that process is gone, delete its row from dsync_migration_lock)");
+    }
+    clock.SleepFor(Millis(200), {});
+  }
+}
+
+std::string NewHolder() {
+  std::random_device rd;
+  return HostAndPid() + ":" + std::to_string(rd() % 1000000);
+}
+
+}  // namespace
+
 MigrateResult Migrator::Migrate(Millis lock_timeout) {
-  const std::string lock_name = "dsync_migrate:" + pool_.url().schema.substr(0, 48);
+  SystemClock clock;
+  const std::string holder = NewHolder();
   auto conn = pool_.Borrow();
   try {
-    int seconds = static_cast<int>(std::max<int64_t>(1, lock_timeout.count() / 1000));
-    if (conn->QueryInt(kGetLock, lock_name, seconds).value_or(0) != 1) {
-      throw SchemaError("another `dsync migrate` held the migration lock for over " +
-                        std::to_string(seconds) + " s");
-    }
+    conn->ExecuteDdl(kCreateLockTable);
+    TakeLock(*conn, holder, lock_timeout, clock);
     struct Unlock {
       Connection& c;
-      const std::string& name;
+      const std::string& holder;
       ~Unlock() {
-        try { c.QueryInt(kReleaseLock, name); } catch (...) { c.mark_broken(); }
+        try { c.Execute(kReleaseLock, holder); } catch (...) { c.mark_broken(); }
       }
-    } unlock{*conn, lock_name};
+    } unlock{*conn, holder};
 
     conn->ExecuteDdl(kCreateVersionTable);
     MigrateResult result;
@@ -155,6 +216,7 @@ MigrateResult Migrator::Migrate(Millis lock_timeout) {
       if (m.version <= result.from_version) continue;
       spdlog::info("MIGRATION_APPLYING version={} name={}", m.version, m.name);
       for (const std::string& statement : SplitSqlStatements(m.text)) {
+        TakeLock(*conn, holder, lock_timeout, clock);  // renews our lease
         try {
           conn->ExecuteDdl(statement);
         } catch (const StatementError& e) {

@@ -2,8 +2,10 @@
 //
 // The migrations are the files sql/migrations/V<NNN>__<name>.sql, compiled into the
 // binary. Applied versions are rows of dsync_schema_version. Migrate():
-//   - holds a named server lock (GET_LOCK) for the schema, so concurrent `migrate`
-//     runs serialise: the second finds nothing left to do;
+//   - holds the migration lock, a row in dsync_migration_lock (not GET_LOCK, which
+//     Galera does not replicate), with a 10-minute lease renewed before every
+//     statement, so concurrent `migrate` runs serialise, through one server or
+//     through different members of a cluster: the second finds nothing left to do;
 //   - refuses a database whose version is newer than this binary knows;
 //   - applies each missing version in order and records it. A run interrupted
 //     midway can simply run again: CREATE statements say IF NOT EXISTS, an ALTER

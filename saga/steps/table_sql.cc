@@ -274,6 +274,27 @@ std::string ColumnSet::AfterKey() const {
   return out;
 }
 
+std::string ColumnSet::AtOrBeforeKey() const {
+  // (a < ?) OR (a = ? AND b <= ?): the complement of AfterKey.
+  std::string out;
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    if (i > 0) out += " OR ";
+    out += "(";
+    for (size_t j = 0; j < i; ++j) out += Quoted(columns_[j].name) + " = " + CompareSlot(columns_[j]) + " AND ";
+    out += Quoted(columns_[i].name) + (i + 1 == columns_.size() ? " <= " : " < ") + CompareSlot(columns_[i]) + ")";
+  }
+  return out;
+}
+
+std::string ColumnSet::RowHashExpr() const {
+  std::string values, nulls;
+  for (const Column& c : columns_) {
+    values += ", CAST(" + Quoted(c.name) + " AS BINARY)";
+    nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + Quoted(c.name) + ")";
+  }
+  return "CRC32(CONCAT_WS('|'" + values + ", CONCAT(" + nulls + ")))";
+}
+
 void ColumnSet::AppendAfterKeyValues(const Row& last, std::vector<SqlValue>& out) const {
   for (size_t i = 0; i < columns_.size(); ++i) {
     for (size_t j = 0; j <= i; ++j) out.push_back(ToSqlValue(columns_[j], last[j]));

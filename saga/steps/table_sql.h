@@ -90,7 +90,15 @@ class ColumnSet {
   // Keyset pagination: rows strictly after `last` in key order.
   std::string AfterKey() const;
   void AppendAfterKeyValues(const Row& last, std::vector<SqlValue>& out) const;
+  // The upper end of a key range: rows at or before `last` in key order (values as
+  // AppendAfterKeyValues).
+  std::string AtOrBeforeKey() const;
   std::string OrderBy() const;                           // "`a`, `b`"
+  // CRC32 of a byte-exact encoding of the row's columns (each cast to binary, so
+  // case-, pad- and accent-insensitive collations do not hide differences, joined by
+  // '|', then one ISNULL flag per column so NULL, '' and 'NULL' differ). An unsigned
+  // 32-bit integer; the same text on every datasource for the same column names.
+  std::string RowHashExpr() const;
 
  private:
   std::vector<Column> columns_;

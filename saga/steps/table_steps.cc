@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <future>
+#include <tuple>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -14,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "saga/steps/table_chunks.h"
 #include "saga/steps/table_sql.h"
 #include "saga/steps/table_where.h"
 
@@ -33,7 +38,8 @@ using table::SqlValue;
 using table::TableSchema;
 
 constexpr int kDefaultChunkSize = 500;
-constexpr int kMaxChunkSize = 10000;
+constexpr int kMaxChunkSize = 100000;
+constexpr int kDefaultSyncChunkSize = 10000;  // table_sync: the largest chunk
 constexpr int kDefaultUndoRetentionDays = 7;
 // The server refuses statements with more than 65535 placeholders.
 constexpr size_t kMaxParamsPerStatement = 60000;
@@ -87,6 +93,12 @@ constexpr const char* kMaxPacketSql = "SELECT @@max_allowed_packet";
 
 // A run stopped before committing (cancelled, lost ownership): transient.
 class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A chunk whose before-image would not fit in one statement: retried smaller.
+class ChunkTooBig : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -240,7 +252,7 @@ Config ParseConfig(const StepSpec& spec, bool sync) {
   c.table = r.Identifier("table");
   c.where_text = r.String("where");
   c.where = r.Where(c.where_text);
-  c.chunk_size = r.Int("chunk_size", kDefaultChunkSize, 1, kMaxChunkSize);
+  c.chunk_size = r.Int("chunk_size", sync ? kDefaultSyncChunkSize : kDefaultChunkSize, 1, kMaxChunkSize);
   c.undo_retention_days = r.Int("undo_retention_days", kDefaultUndoRetentionDays, 1, 3650);
   if (sync) {
     c.columns = r.Columns("columns");
@@ -272,7 +284,11 @@ std::optional<T> ParseInteger(const std::string& s) {
 
 // The filter's values from the payload, in placeholder order. `schema` types the
 // columns the placeholders are compared with.
-std::vector<SqlValue> FilterValues(const Config& cfg, const json& payload, const TableSchema& schema) {
+// `inner`: the schemas of the filter's subquery tables on the same datasource.
+using InnerSchemas = std::map<std::string, TableSchema>;
+
+std::vector<SqlValue> FilterValues(const Config& cfg, const json& payload, const TableSchema& outer,
+                                   const InnerSchemas& inner = {}) {
   std::vector<SqlValue> out;
   for (size_t i = 0; i < cfg.where.params.size(); ++i) {
     const std::string& field = cfg.where.params[i];
@@ -280,8 +296,14 @@ std::vector<SqlValue> FilterValues(const Config& cfg, const json& payload, const
       throw PermanentStepError("payload has no field '" + field + "' needed by step '" + cfg.step + "'");
     }
     const json& v = payload[field];
+    const std::string& in_table = cfg.where.param_tables[i];
+    const TableSchema* schema = &outer;
+    if (!in_table.empty()) {
+      auto it = inner.find(in_table);
+      schema = it == inner.end() ? nullptr : &it->second;
+    }
     const table::Column* column =
-        cfg.where.param_columns[i].empty() ? nullptr : schema.Find(cfg.where.param_columns[i]);
+        cfg.where.param_columns[i].empty() || schema == nullptr ? nullptr : schema->Find(cfg.where.param_columns[i]);
     if (v.is_null()) {
       out.push_back({std::monostate{}});
     } else if (v.is_boolean()) {
@@ -300,7 +322,7 @@ std::vector<SqlValue> FilterValues(const Config& cfg, const json& payload, const
         else if (auto u = ParseInteger<uint64_t>(s)) out.push_back({*u});
         else {
           throw PermanentStepError("payload field '" + field + "' must be an integer (column `" +
-                                   column->name + "` of " + schema.label + "), got a string that is not one; step '" +
+                                   column->name + "` of " + schema->label + "), got a string that is not one; step '" +
                                    cfg.step + "'");
         }
       } else {
@@ -330,18 +352,39 @@ size_t RowsPerStatement(size_t params_per_row, int chunk_size) {
   return std::min(cap, static_cast<size_t>(chunk_size));
 }
 
-// SELECT cols FROM table WHERE key IN (keys) [FOR UPDATE], in batches.
+// Rows per statement as a power of four (at most `cap`): full statements of that
+// size, the last one padded (table::PaddedCount), so a connection prepares few texts.
+size_t StatementRows(size_t cap) {
+  size_t p = 1;
+  while (p * 4 <= cap) p *= 4;
+  return p;
+}
+
+// About this many bytes of values per multi-row statement (well below the default
+// max_allowed_packet of 16 MiB even after padding).
+constexpr size_t kStatementBytes = 1 << 20;
+
+size_t CellBytes(const Row& row) {
+  size_t n = 0;
+  for (const Cell& c : row) n += c ? c->size() : 1;
+  return n;
+}
+
+// SELECT cols FROM table WHERE [(filter) AND] key IN (keys) [FOR UPDATE], in batches.
 std::vector<Row> ReadByKeys(Connection& c, const std::string& table, const ColumnSet& cols, const ColumnSet& key,
-                            const std::vector<Row>& keys, int chunk_size, bool for_update) {
+                            const std::vector<Row>& keys, int chunk_size, bool for_update,
+                            const table::BoundFilter* filter = nullptr) {
   std::vector<Row> out;
-  size_t cap = RowsPerStatement(key.size(), chunk_size);
-  for (size_t begin = 0; begin < keys.size(); begin += cap) {
-    size_t n = std::min(cap, keys.size() - begin);
-    size_t padded = table::PaddedCount(n, cap);
+  const size_t per = StatementRows(RowsPerStatement(key.size(), chunk_size));
+  for (size_t begin = 0; begin < keys.size(); begin += per) {
+    size_t n = std::min(per, keys.size() - begin);
+    size_t padded = table::PaddedCount(n, per);
     std::vector<SqlValue> params;
+    if (filter != nullptr) params = filter->params;
     for (size_t i = 0; i < padded; ++i) key.AppendKeyValues(keys[begin + std::min(i, n - 1)], params);
     std::string sql = "SELECT " + cols.SelectList() + " FROM " + Backticked(table) + " WHERE " +
-                      key.MatchKeys(padded) + (for_update ? " FOR UPDATE" : "");
+                      (filter != nullptr ? "(" + filter->sql + ") AND (" : "(") + key.MatchKeys(padded) + ")" +
+                      (for_update ? " FOR UPDATE" : "");
     auto rs = c.Query(sql, Bind(params));
     for (Row& r : cols.ReadAll(*rs)) out.push_back(std::move(r));
   }
@@ -356,12 +399,17 @@ void Upsert(Connection& c, const std::string& table, const ColumnSet& cols, cons
   for (const std::string& n : cols.names()) {
     update += (update.empty() ? "" : ", ") + Backticked(n) + " = VALUES(" + Backticked(n) + ")";
   }
+  size_t bytes = 0;
+  for (const Row* r : rows) bytes += CellBytes(*r);
+  const size_t avg = std::max<size_t>(1, bytes / rows.size());
+  const size_t per = StatementRows(
+      std::min(RowsPerStatement(cols.size(), chunk_size), std::max<size_t>(1, kStatementBytes / avg)));
   const std::string tuple = cols.ValuesTuple();
-  size_t cap = RowsPerStatement(cols.size(), chunk_size);
-  for (size_t begin = 0; begin < rows.size(); begin += cap) {
-    size_t n = std::min(cap, rows.size() - begin);
-    size_t padded = table::PaddedCount(n, cap);
+  for (size_t begin = 0; begin < rows.size(); begin += per) {
+    size_t n = std::min(per, rows.size() - begin);
+    size_t padded = table::PaddedCount(n, per);
     std::vector<SqlValue> params;
+    params.reserve(padded * cols.size());
     std::string sql = "INSERT INTO " + Backticked(table) + " (" + cols.NameList() + ") VALUES ";
     for (size_t i = 0; i < padded; ++i) {
       sql += (i > 0 ? ", " : "") + tuple;
@@ -374,10 +422,10 @@ void Upsert(Connection& c, const std::string& table, const ColumnSet& cols, cons
 
 void DeleteKeys(Connection& c, const std::string& table, const ColumnSet& key, const std::vector<Row>& keys,
                 int chunk_size) {
-  size_t cap = RowsPerStatement(key.size(), chunk_size);
-  for (size_t begin = 0; begin < keys.size(); begin += cap) {
-    size_t n = std::min(cap, keys.size() - begin);
-    size_t padded = table::PaddedCount(n, cap);
+  const size_t per = StatementRows(RowsPerStatement(key.size(), chunk_size));
+  for (size_t begin = 0; begin < keys.size(); begin += per) {
+    size_t n = std::min(per, keys.size() - begin);
+    size_t padded = table::PaddedCount(n, per);
     std::vector<SqlValue> params;
     for (size_t i = 0; i < padded; ++i) key.AppendKeyValues(keys[begin + std::min(i, n - 1)], params);
     c.Execute("DELETE FROM " + Backticked(table) + " WHERE " + key.MatchKeys(padded), Bind(params));
@@ -582,6 +630,39 @@ class TableStep : public StepHandler {
     }
   }
 
+  // The schemas of the filter's subquery tables on a datasource, each checked to have
+  // the columns the filter reads; `missing` says which is not there.
+  struct Inner {
+    InnerSchemas schemas;
+    std::string missing;  // "" when all are there
+  };
+  Inner DescribeSubqueryTables(ConnectionPool& pool, const std::string& datasource) {
+    Inner r;
+    InnerSchemas& out = r.schemas;
+    for (const auto& sq : cfg_.where.subqueries) {
+      if (out.count(sq.table) > 0) continue;
+      auto schema = pool.Run(What("describe subquery table"), [&](Connection& c) {
+        return table::DescribeTable(c, datasource, sq.table);
+      });
+      if (!schema) {
+        r.missing = "table " + datasource + "." + sq.table + " (read by the where of step '" + cfg_.step +
+                    "') does not exist";
+        return r;
+      }
+      out.emplace(sq.table, std::move(*schema));
+    }
+    for (const auto& sq : cfg_.where.subqueries) {
+      for (const std::string& c : sq.columns) {
+        if (out.at(sq.table).Find(c) == nullptr) {
+          r.missing = "where of step '" + cfg_.step + "' reads column `" + c + "`, which " + datasource + "." +
+                      sq.table + " does not have";
+          return r;
+        }
+      }
+    }
+    return r;
+  }
+
   // Creates the undo table once per target per handler, and purges old records.
   void PrepareUndo(ConnectionPool& pool) {
     const std::string id = pool.url().Masked();
@@ -602,6 +683,35 @@ class TableStep : public StepHandler {
     } catch (const DbError& e) {
       spdlog::warn("TABLE_STEP_UNDO_PURGE_FAILED step={} err={}", cfg_.step, e.what());
     }
+  }
+
+  // Puts a before-image back on the target through `c` (the caller's transaction):
+  // deletes the rows the step created, upserts the rows it changed or deleted.
+  // Returns (removed, restored).
+  std::pair<int64_t, int64_t> RestoreImage(Connection& c, const Image& image, StepContext& ctx) {
+    if (image.table != cfg_.table) {
+      throw PermanentStepError("step '" + cfg_.step + "': its before-image is of table " + image.table + ", not " +
+                               cfg_.table);
+    }
+    auto t = table::DescribeTable(c, cfg_.target, cfg_.table);
+    if (!t) throw PermanentStepError("table " + cfg_.target + "." + cfg_.table + " does not exist");
+    for (const std::string& name : image.columns) {
+      const table::Column* col = t->Find(name);
+      bool was_binary = std::find(image.binary.begin(), image.binary.end(), name) != image.binary.end();
+      if (col == nullptr || col->generated || (col->kind == ColumnKind::kBinary) != was_binary) {
+        throw PermanentStepError("column `" + name + "` of " + t->label + " was dropped or changed type since step '" +
+                                 cfg_.step + "' ran; cannot restore its before-image");
+      }
+    }
+    ColumnSet cols(*t, image.columns);
+    ColumnSet key(*t, image.key);
+    DeleteKeys(c, cfg_.table, key, image.remove, cfg_.chunk_size);
+    CheckStop(ctx);
+    std::vector<const Row*> rows;
+    rows.reserve(image.restore.size());
+    for (const Row& r : image.restore) rows.push_back(&r);
+    Upsert(c, cfg_.table, cols, rows, cfg_.chunk_size);
+    return {static_cast<int64_t>(image.remove.size()), static_cast<int64_t>(image.restore.size())};
   }
 
   void ForgetUndoTables() {
@@ -642,24 +752,7 @@ class TableStep : public StepHandler {
           throw PermanentStepError("step '" + cfg_.step + "': its before-image is of table " + image->table +
                                    ", not " + cfg_.table);
         }
-        auto t = table::DescribeTable(c, cfg_.target, cfg_.table);
-        if (!t) throw PermanentStepError("table " + cfg_.target + "." + cfg_.table + " does not exist");
-        for (const std::string& name : image->columns) {
-          const table::Column* col = t->Find(name);
-          bool was_binary = std::find(image->binary.begin(), image->binary.end(), name) != image->binary.end();
-          if (col == nullptr || col->generated || (col->kind == ColumnKind::kBinary) != was_binary) {
-            throw PermanentStepError("column `" + name + "` of " + t->label +
-                                     " was dropped or changed type since step '" + cfg_.step +
-                                     "' ran; cannot restore its before-image");
-          }
-        }
-        ColumnSet cols(*t, image->columns);
-        ColumnSet key(*t, image->key);
-        DeleteKeys(c, cfg_.table, key, image->remove, cfg_.chunk_size);
-        CheckStop(ctx);
-        std::vector<const Row*> rows;
-        for (const Row& r : image->restore) rows.push_back(&r);
-        Upsert(c, cfg_.table, cols, rows, cfg_.chunk_size);
+        RestoreImage(c, *image, ctx);
         removed = image->remove.size();
         restored = image->restore.size();
       }
@@ -672,8 +765,104 @@ class TableStep : public StepHandler {
   }
 
   std::mutex mu_;
-  std::set<std::string> undo_ready_;  // targets (masked URL) whose undo table exists
+  std::set<std::string> undo_ready_;
+  // targets (masked URL) whose undo table exists
 };
+
+// ---------------------------------------------------------------------------
+// table_sync: chunk by chunk (see table_steps.h "Chunks")
+
+// The chunk table on a target datasource. Created on first use.
+constexpr const char* kCreateChunkTableSql = R"(
+CREATE TABLE IF NOT EXISTS dsync_sync_chunk (
+  step_code      VARCHAR(128) NOT NULL COMMENT 'idempotency key (distribute_event_step.code)',
+  chunk_no       INT          NOT NULL COMMENT '0: the step (its lock, compensated mark); 1, 2, ...: chunks in key order',
+  step_name      VARCHAR(64)  NOT NULL,
+  table_name     VARCHAR(64)  NOT NULL,
+  attempt        INT          NOT NULL DEFAULT 0 COMMENT 'claim attempt of the run that committed the chunk',
+  lo_key         LONGTEXT     NULL COMMENT 'JSON key cells, exclusive lower end; NULL: the start',
+  hi_key         LONGTEXT     NULL COMMENT 'JSON key cells, inclusive upper end (the checkpoint); NULL: the end',
+  before_image   LONGTEXT     NULL COMMENT 'JSON before-image of the rows the chunk changed; NULL: none',
+  rows_read      BIGINT       NOT NULL DEFAULT 0,
+  rows_written   BIGINT       NOT NULL DEFAULT 0,
+  created_at     DATETIME(3)  NOT NULL,
+  compensated_at DATETIME(3)  NULL,
+  PRIMARY KEY (step_code, chunk_no),
+  KEY idx_created_at (created_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  COMMENT='dsync: checkpoints and before-images of table_sync chunks')";
+
+// The step's row 0: taken first by every chunk transaction and compensation, so runs
+// of one step serialise on it.   params: step_code, step_name, table_name
+constexpr const char* kLockStepSql = R"(
+INSERT INTO dsync_sync_chunk (step_code, chunk_no, step_name, table_name, created_at)
+VALUES (?, 0, ?, ?, NOW(3))
+ON DUPLICATE KEY UPDATE step_code = step_code)";
+
+// What earlier runs committed.   params: step_code
+constexpr const char* kStepStateSql = R"(
+SELECT COALESCE(MAX(chunk_no), 0), COUNT(*), COALESCE(SUM(compensated_at IS NOT NULL), 0),
+       COALESCE(SUM(rows_written), 0)
+FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no > 0)";
+
+// The step's compensated mark (row 0).   params: step_code
+constexpr const char* kStepCompensatedSql = R"(
+SELECT compensated_at IS NOT NULL FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = 0)";
+
+// A chunk's upper end.   params: step_code, chunk_no
+constexpr const char* kChunkHiSql = R"(
+SELECT hi_key IS NULL, hi_key FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = ?)";
+
+// A committed chunk.   params: step_code, chunk_no, step_name, table_name, attempt, lo_key,
+// hi_key, before_image, rows_read, rows_written
+constexpr const char* kInsertChunkSql = R"(
+INSERT INTO dsync_sync_chunk (step_code, chunk_no, step_name, table_name, attempt, lo_key, hi_key,
+  before_image, rows_read, rows_written, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(3)))";
+
+// A forward run after a full compensation starts over.   params: step_code
+constexpr const char* kForgetStepSql = "DELETE FROM dsync_sync_chunk WHERE step_code = ?";
+
+// Chunks left to restore, last first.   params: step_code
+constexpr const char* kChunksToRestoreSql = R"(
+SELECT chunk_no FROM dsync_sync_chunk
+WHERE step_code = ? AND chunk_no > 0 AND compensated_at IS NULL AND before_image IS NOT NULL
+ORDER BY chunk_no DESC)";
+
+// One chunk's image, locked.   params: step_code, chunk_no
+constexpr const char* kReadChunkImageSql = R"(
+SELECT before_image, compensated_at IS NOT NULL FROM dsync_sync_chunk
+WHERE step_code = ? AND chunk_no = ? FOR UPDATE)";
+
+// params: step_code, chunk_no
+constexpr const char* kMarkChunkCompensatedSql = R"(
+UPDATE dsync_sync_chunk SET compensated_at = NOW(3) WHERE step_code = ? AND chunk_no = ?)";
+
+// The whole step (row 0 and checkpoint-only chunks) once every chunk is restored.
+//   params: step_code
+constexpr const char* kMarkStepCompensatedSql = R"(
+UPDATE dsync_sync_chunk SET compensated_at = NOW(3) WHERE step_code = ? AND compensated_at IS NULL)";
+
+// Best-effort retention.   params: days
+constexpr const char* kPurgeChunksSql = R"(
+DELETE FROM dsync_sync_chunk WHERE created_at < NOW(3) - INTERVAL ? DAY LIMIT 1000)";
+
+// Any target row after the checkpoint (decides copy vs compare for the first chunk).
+std::string AnyRowAfterSql(const std::string& table, const ColumnSet& key, bool after) {
+  return "SELECT 1 FROM " + Backticked(table) + (after ? " WHERE " + key.AfterKey() : "") + " LIMIT 1";
+}
+
+// Runs f and g at once (source and target are different servers), returns both.
+template <class F, class G>
+auto Both(F&& f, G&& g) {
+  auto second = std::async(std::launch::async, std::forward<G>(g));
+  auto first = f();
+  return std::make_pair(std::move(first), second.get());
+}
+
+std::string NullableJson(const std::optional<Row>& key) {
+  return key ? table::KeyToJson(*key).dump() : std::string();
+}
 
 class TableSyncStep final : public TableStep {
  public:
@@ -681,6 +870,13 @@ class TableSyncStep final : public TableStep {
 
   StepResult Execute(StepContext& ctx) override {
     return Guarded([&] { return Sync(ctx); });
+  }
+
+  StepResult Compensate(StepContext& ctx) override {
+    const json& data = ctx.compensation_data();
+    // Images of the single-transaction format (format 1) live in dsync_step_undo.
+    if (data.is_object() && data.value("format", 0) == 1) return TableStep::Compensate(ctx);
+    return Guarded([&] { return UndoChunks(ctx); });
   }
 
  private:
@@ -698,6 +894,25 @@ class TableSyncStep final : public TableStep {
 
   struct Counts {
     int64_t rows = 0, inserted = 0, updated = 0, unchanged = 0, deleted = 0;
+    int64_t chunks = 0, chunks_equal = 0, chunks_written = 0, rows_fetched = 0;
+  };
+
+  // What earlier runs of the step committed.
+  struct Resume {
+    int last_chunk = 0;           // highest chunk_no (0: none)
+    std::optional<Row> checkpoint;  // its hi_key
+    bool finished = false;        // its hi_key is the end
+    int64_t rows_written = 0;
+  };
+
+  // One chunk's work, decided before its target transaction.
+  struct ChunkWork {
+    table::KeyRange range;
+    std::vector<Row> rows;        // source rows to upsert where they differ (synced columns)
+    std::vector<Row> delete_keys; // target keys to delete (delete_missing)
+    int64_t rows_read = 0;        // source rows in the range
+    int64_t equal_by_hash = 0;    // rows the row hashes showed equal (not fetched)
+    bool equal = false;           // the range checksums matched: nothing to do
   };
 
   Plan MakePlan(const TableSchema& s, const TableSchema& t) const {
@@ -744,137 +959,506 @@ class TableSyncStep final : public TableStep {
     return p;
   }
 
+  void PrepareChunks(ConnectionPool& pool) {
+    const std::string id = pool.url().Masked();
+    bool ready;
+    {
+      std::lock_guard<std::mutex> lock(chunk_mu_);
+      ready = chunk_ready_.count(id) > 0;
+    }
+    if (!ready) {
+      pool.Run(What("create dsync_sync_chunk"), [](Connection& c) { c.Execute(kCreateChunkTableSql); });
+      std::lock_guard<std::mutex> lock(chunk_mu_);
+      chunk_ready_.insert(id);
+    }
+    try {
+      pool.Run(What("purge dsync_sync_chunk"),
+               [&](Connection& c) { return c.Execute(kPurgeChunksSql, cfg_.undo_retention_days); });
+    } catch (const DbError& e) {
+      spdlog::warn("TABLE_SYNC_CHUNK_PURGE_FAILED step={} err={}", cfg_.step, e.what());
+    }
+  }
+
+  Resume ReadResume(Connection& c, const std::string& step_code) const {
+    Resume r;
+    int64_t count = 0, compensated = 0;
+    {
+      auto rs = c.Query(kStepStateSql, step_code);
+      if (rs->next()) {
+        r.last_chunk = static_cast<int>(rs->getInt64(1));
+        count = rs->getInt64(2);
+        compensated = rs->getInt64(3);
+        r.rows_written = rs->getInt64(4);
+      }
+    }
+    bool step_compensated = c.QueryInt(kStepCompensatedSql, step_code).value_or(0) != 0;
+    if (step_compensated || (count > 0 && compensated == count)) {
+      // Compensated before: this forward run starts a new record.
+      c.Execute(kForgetStepSql, step_code);
+      return Resume{};
+    }
+    if (compensated > 0) {
+      throw PermanentStepError("step '" + cfg_.step + "' was partly compensated (" + std::to_string(compensated) +
+                               " of " + std::to_string(count) + " chunks in " + cfg_.target +
+                               ".dsync_sync_chunk); finish its compensation before running it again");
+    }
+    if (r.last_chunk > 0) {
+      auto rs = c.Query(kChunkHiSql, step_code, r.last_chunk);
+      if (rs->next()) {
+        r.finished = rs->getBoolean(1);
+        if (!r.finished) {
+          try {
+            r.checkpoint = table::KeyFromJson(json::parse(std::string(rs->getString(2))));
+          } catch (const std::exception& e) {
+            throw PermanentStepError("the checkpoint of step '" + cfg_.step + "' in " + cfg_.target +
+                                     ".dsync_sync_chunk is not a key: " + e.what());
+          }
+        }
+      }
+    }
+    return r;
+  }
+
   StepResult Sync(StepContext& ctx) {
     ConnectionPool& src = ctx.datasources().Get(cfg_.source);
     ConnectionPool& tgt = ctx.datasources().Get(cfg_.target);
-    PrepareUndo(tgt);
+    PrepareChunks(tgt);
     const TableSchema s = Describe(src, cfg_.source);
     const TableSchema t = Describe(tgt, cfg_.target);
     const Plan plan = MakePlan(s, t);
-    const std::vector<SqlValue> filter = FilterValues(cfg_, ctx.payload(), s);
+    const Inner src_inner = DescribeSubqueryTables(src, cfg_.source);
+    if (!src_inner.missing.empty()) throw PermanentStepError(src_inner.missing);
+    const table::BoundFilter src_filter{cfg_.where.sql, FilterValues(cfg_, ctx.payload(), s, src_inner.schemas)};
+    // On the target the filter reads the target's own columns and tables; a target
+    // without them is compared by key range alone (delete_missing requires them).
+    const Inner tgt_inner = DescribeSubqueryTables(tgt, cfg_.target);
+    if (!tgt_inner.missing.empty() && cfg_.delete_missing) throw PermanentStepError(tgt_inner.missing);
+    bool target_filter = tgt_inner.missing.empty();
+    for (const std::string& c : cfg_.where.columns) target_filter = target_filter && t.Find(c) != nullptr;
+    const table::BoundFilter tgt_filter =
+        target_filter ? table::BoundFilter{cfg_.where.sql, FilterValues(cfg_, ctx.payload(), t, tgt_inner.schemas)}
+                      : table::BoundFilter{};
     const std::string step_code = ctx.idempotency_key();
 
+    const Resume resume = tgt.Run(What("read checkpoint"), [&](Connection& c) { return ReadResume(c, step_code); });
     Counts counts;
-    json image = tgt.Transact(What("sync"), [&](Connection& tc) {
-      counts = Counts{};
-      ImageBuilder builder(cfg_, plan.tgt_image, t.key, LockUndo(tc, step_code));
-      std::optional<Row> last;
-      for (;;) {
-        CheckStop(ctx);
-        const std::string sql = ScanSql(cfg_, plan.src_cols, plan.src_key, last.has_value(), false);
-        const std::vector<SqlValue> params = ScanParams(filter, plan.src_key, last);
-        std::vector<Row> rows = src.Run(What("read source"), [&](Connection& sc) {
-          auto rs = sc.Query(sql, Bind(params));
-          return plan.src_cols.ReadAll(*rs);
-        });
-        if (rows.empty()) break;
-        SyncChunk(tc, plan, rows, builder, counts);
-        last = table::Project(rows.back(), plan.sync_key_pos);
-        if (rows.size() < static_cast<size_t>(cfg_.chunk_size)) break;
-      }
-      if (cfg_.delete_missing) DeleteMissing(ctx, src, tc, plan, filter, builder, counts);
-      CheckStillOwner(ctx);
-      return SaveUndo(tc, step_code, cfg_, builder.image());
+    int last_chunk = resume.last_chunk;
+    std::optional<Row> lo = resume.checkpoint;
+    bool done = resume.finished;
+    bool compare = !done && tgt.Run(What("probe target"), [&](Connection& c) {
+      std::vector<SqlValue> params;
+      if (lo) plan.tgt_key.AppendAfterKeyValues(*lo, params);
+      auto rs = c.Query(AnyRowAfterSql(cfg_.table, plan.tgt_key, lo.has_value()), Bind(params));
+      return rs->next();
     });
-    json out = {{"rows", counts.rows},
-                {"inserted", counts.inserted},
-                {"updated", counts.updated},
-                {"unchanged", counts.unchanged}};
-    if (cfg_.delete_missing) out["deleted"] = counts.deleted;
+    if (resume.last_chunk > 0) {
+      spdlog::info("TABLE_SYNC_RESUME step={} code={} after_chunk={} finished={}", cfg_.step, step_code,
+                   resume.last_chunk, resume.finished);
+    }
+
+    const int64_t packet = tgt.Run(What("max_allowed_packet"), [](Connection& c) {
+      return c.QueryInt(kMaxPacketSql).value_or(0);
+    });
+    table::ChunkSizer sizer(static_cast<size_t>(cfg_.chunk_size));
+    auto last_record = std::chrono::steady_clock::now();
+    auto last_progress = last_record;
+    bool recorded_last = true;  // the latest range processed is in the chunk table
+    while (!done) {
+      CheckStop(ctx);
+      const auto started = std::chrono::steady_clock::now();
+      const size_t size = sizer.next();
+      ChunkWork w;
+      w.range.lo = lo;
+      if (!compare) {
+        w.rows = src.Run(What("read source"), [&](Connection& c) {
+          return table::ReadRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {lo, std::nullopt}, size,
+                                  false);
+        });
+        if (w.rows.size() == size) w.range.hi = table::Project(w.rows.back(), plan.sync_key_pos);
+        w.rows_read = static_cast<int64_t>(w.rows.size());
+        counts.rows_fetched += w.rows_read;
+        if (cfg_.delete_missing) AddDeleteCandidates(src, tgt, plan, src_filter, tgt_filter, w);
+      } else {
+        w.range.hi = src.Run(What("chunk boundary"), [&](Connection& c) {
+          return table::NthKeyAfter(c, cfg_.table, plan.src_key, src_filter, lo, size);
+        });
+        auto [a, b] = Both(
+            [&] {
+              return src.Run(What("checksum source"), [&](Connection& c) {
+                return table::ChecksumRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range);
+              });
+            },
+            [&] {
+              return tgt.Run(What("checksum target"), [&](Connection& c) {
+                return table::ChecksumRange(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
+              });
+            });
+        w.rows_read = a.rows;
+        if (a == b) {
+          w.equal = true;
+          ++counts.chunks_equal;
+        } else if (b.rows == 0 && !HasAnyRow(tgt, plan, w.range)) {
+          // Nothing on the target in this range: copy it (and read the next ranges
+          // whole too, until a chunk meets target rows).
+          w.rows = src.Run(What("read source"), [&](Connection& c) {
+            return table::ReadRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range, 0, false);
+          });
+          w.rows_read = static_cast<int64_t>(w.rows.size());
+          counts.rows_fetched += w.rows_read;
+          compare = false;
+        } else {
+          DiffByRowHash(src, tgt, plan, src_filter, tgt_filter, w, counts);
+        }
+      }
+      const bool last = !w.range.hi.has_value();
+      const bool need_write = !w.rows.empty() || !w.delete_keys.empty();
+      // Equal ranges need no transaction; a checkpoint of them is written every
+      // kCheckpointEvery (so a re-run does not compare them all again) and at the end.
+      const bool checkpoint_due =
+          std::chrono::steady_clock::now() - last_record >= kCheckpointEvery || (last && !recorded_last);
+      if (need_write || checkpoint_due) {
+        Counts delta;
+        try {
+          delta = CommitChunk(ctx, tgt, plan, step_code, last_chunk, w, packet);
+        } catch (const ChunkTooBig& e) {
+          if (size <= 1) throw PermanentStepError(e.what());
+          sizer.Shrink();
+          continue;  // the same range start again, smaller
+        }
+        ++last_chunk;
+        recorded_last = true;
+        last_record = std::chrono::steady_clock::now();
+        if (delta.inserted + delta.updated + delta.deleted > 0) ++counts.chunks_written;
+        counts.inserted += delta.inserted;
+        counts.updated += delta.updated;
+        counts.unchanged += delta.unchanged;
+        counts.deleted += delta.deleted;
+        // Copy while most rows change, compare while most are equal.
+        if (!compare && delta.unchanged * 2 > w.rows_read) compare = true;
+        if (compare && !w.equal && w.equal_by_hash * 2 < w.rows_read) compare = false;
+      } else {
+        recorded_last = false;
+      }
+      ++counts.chunks;
+      counts.rows += w.rows_read;
+      counts.unchanged += w.equal ? w.rows_read : w.equal_by_hash;
+      sizer.Observe(static_cast<size_t>(std::max<int64_t>(w.rows_read, 1)),
+                    std::chrono::steady_clock::now() - started, RowBytes(w.rows), w.rows.size());
+      lo = w.range.hi;
+      done = last;
+      if (std::chrono::steady_clock::now() - last_progress >= kProgressEvery) {
+        last_progress = std::chrono::steady_clock::now();
+        ctx.ReportProgress(Progress(counts, resume, last_chunk, false));
+      }
+    }
+    json out = Progress(counts, resume, last_chunk, true);
     spdlog::debug("TABLE_SYNC step={} code={} result={}", cfg_.step, step_code, out.dump());
-    return StepResult::Ok(std::move(out), std::move(image));
+    json ref = {{"format", 2},
+                {"undo", "dsync_sync_chunk"},
+                {"target", cfg_.target},
+                {"table", cfg_.table},
+                {"step_code", step_code},
+                {"chunks", last_chunk}};
+    return StepResult::Ok(std::move(out), std::move(ref));
   }
 
-  // Upserts the source rows that differ from the target, after recording the
-  // target's before-state of their keys (locked FOR UPDATE).
-  void SyncChunk(Connection& tc, const Plan& plan, const std::vector<Row>& rows, ImageBuilder& builder,
-                 Counts& counts) const {
+  json Progress(const Counts& c, const Resume& resume, int last_chunk, bool final) const {
+    json out = {{"rows", c.rows}, {"inserted", c.inserted}, {"updated", c.updated}, {"unchanged", c.unchanged}};
+    if (cfg_.delete_missing) out["deleted"] = c.deleted;
+    out["chunks"] = c.chunks;
+    out["chunks_equal"] = c.chunks_equal;
+    out["chunks_written"] = c.chunks_written;
+    out["rows_fetched"] = c.rows_fetched;
+    out["chunk_records"] = last_chunk;
+    if (resume.last_chunk > 0) {
+      out["resumed_after_chunk"] = resume.last_chunk;
+      out["resumed_rows_written"] = resume.rows_written;
+    }
+    if (!final) out["running"] = true;
+    return out;
+  }
+
+  static size_t RowBytes(const std::vector<Row>& rows) {
+    size_t n = 0;
+    for (const Row& r : rows) {
+      for (const Cell& c : r) n += c ? c->size() : 1;
+    }
+    return n;
+  }
+
+  bool HasAnyRow(ConnectionPool& tgt, const Plan& plan, const table::KeyRange& range) const {
+    return tgt.Run(What("probe target range"), [&](Connection& c) {
+      const table::BoundFilter all;
+      return !table::ReadRange(c, cfg_.table, plan.tgt_key, plan.tgt_key, all, range, 1, false).empty();
+    });
+  }
+
+  // A differing range: the rows whose hashes differ or that the target lacks are
+  // fetched from the source; target rows the source lacks are delete candidates.
+  void DiffByRowHash(ConnectionPool& src, ConnectionPool& tgt, const Plan& plan, const table::BoundFilter& src_filter,
+                     const table::BoundFilter& tgt_filter, ChunkWork& w, Counts& counts) const {
+    auto [sh, th] = Both(
+        [&] {
+          return src.Run(What("row hashes source"), [&](Connection& c) {
+            return table::RowHashes(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range);
+          });
+        },
+        [&] {
+          return tgt.Run(What("row hashes target"), [&](Connection& c) {
+            return table::RowHashes(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
+          });
+        });
+    std::unordered_map<std::string, uint32_t> target;
+    target.reserve(th.size());
+    for (const table::KeyHash& k : th) target.emplace(table::EncodeKey(k.key), k.hash);
+    std::vector<Row> fetch;
+    std::unordered_set<std::string> in_source;
+    for (const table::KeyHash& k : sh) {
+      std::string enc = table::EncodeKey(k.key);
+      auto it = target.find(enc);
+      if (it != target.end() && it->second == k.hash) {
+        ++w.equal_by_hash;
+      } else {
+        fetch.push_back(k.key);
+      }
+      if (cfg_.delete_missing) in_source.insert(std::move(enc));
+    }
+    w.rows_read = static_cast<int64_t>(sh.size());
+    if (!fetch.empty()) {
+      w.rows = src.Run(What("read source rows"), [&](Connection& c) {
+        return ReadByKeys(c, cfg_.table, plan.src_cols, plan.src_key, fetch, cfg_.chunk_size, false, &src_filter);
+      });
+      counts.rows_fetched += static_cast<int64_t>(w.rows.size());
+    }
+    if (cfg_.delete_missing) {
+      std::vector<Row> candidates;
+      for (const table::KeyHash& k : th) {
+        if (in_source.count(table::EncodeKey(k.key)) == 0) candidates.push_back(k.key);
+      }
+      w.delete_keys = ConfirmMissing(src, plan, src_filter, candidates);
+    }
+  }
+
+  // Copy chunks with delete_missing: target rows of the range matching the filter
+  // whose key is not among the source rows read, and not in the source either.
+  void AddDeleteCandidates(ConnectionPool& src, ConnectionPool& tgt, const Plan& plan,
+                           const table::BoundFilter& src_filter, const table::BoundFilter& tgt_filter,
+                           ChunkWork& w) const {
+    std::vector<Row> keys = tgt.Run(What("read target keys"), [&](Connection& c) {
+      return table::ReadRange(c, cfg_.table, plan.tgt_key, plan.tgt_key, tgt_filter, w.range, 0, false);
+    });
+    if (keys.empty()) return;
+    std::unordered_set<std::string> in_source;
+    for (const Row& r : w.rows) in_source.insert(table::EncodeKey(table::Project(r, plan.sync_key_pos)));
+    std::vector<Row> candidates;
+    for (Row& k : keys) {
+      if (in_source.count(table::EncodeKey(k)) == 0) candidates.push_back(std::move(k));
+    }
+    w.delete_keys = ConfirmMissing(src, plan, src_filter, candidates);
+  }
+
+  // Of `candidates`, the keys the source has no row for that matches the filter (by
+  // SQL comparison, so a key that differs only in case under a _ci collation is found).
+  std::vector<Row> ConfirmMissing(ConnectionPool& src, const Plan& plan, const table::BoundFilter& src_filter,
+                                  const std::vector<Row>& candidates) const {
+    if (candidates.empty()) return {};
+    std::vector<Row> present = src.Run(What("read source keys"), [&](Connection& c) {
+      return ReadByKeys(c, cfg_.table, plan.src_key, plan.src_key, candidates, cfg_.chunk_size, false, &src_filter);
+    });
+    // A key that differs only in case (a _ci collation) is present in SQL terms but
+    // not as text: such a candidate is checked on its own.
+    std::unordered_set<std::string> found;
+    for (const Row& k : present) found.insert(table::EncodeKey(k));
+    std::vector<Row> out;
+    for (const Row& k : candidates) {
+      if (found.count(table::EncodeKey(k)) == 0) out.push_back(k);
+    }
+    if (out.size() + present.size() == candidates.size()) return out;
+    std::vector<Row> strict;
+    for (const Row& k : out) {
+      bool exists = src.Run(What("read source key"), [&](Connection& c) {
+        return !ReadByKeys(c, cfg_.table, plan.src_key, plan.src_key, {k}, 1, false, &src_filter).empty();
+      });
+      if (!exists) strict.push_back(k);
+    }
+    return strict;
+  }
+
+  // One chunk's target transaction: the step lock, the checkpoint check, the
+  // before-image of the keys it touches (FOR UPDATE), the writes, the chunk record,
+  // the ownership check, COMMIT. Returns its counts.
+  Counts CommitChunk(StepContext& ctx, ConnectionPool& tgt, const Plan& plan, const std::string& step_code,
+                     int last_chunk, const ChunkWork& w, int64_t packet) {
+    Counts delta;
+    tgt.Transact(What("sync chunk"), [&](Connection& tc) {
+      delta = Counts{};
+      tc.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
+      const int committed = static_cast<int>(tc.QueryInt(kStepStateSql, step_code).value_or(0));
+      if (committed != last_chunk) {
+        throw Interrupted("another run of step '" + cfg_.step + "' committed chunk " + std::to_string(committed) +
+                          " meanwhile; target changes rolled back");
+      }
+      Image image = EmptyImage(plan);
+      ApplyChunk(tc, plan, w, image, delta);
+      const bool changed = !image.restore.empty() || !image.remove.empty();
+      std::optional<std::string> image_text;
+      if (changed) image_text = image.ToJson().dump();
+      if (image_text && packet > 0 && static_cast<int64_t>(image_text->size()) + 4096 > packet) {
+        throw ChunkTooBig("step '" + cfg_.step + "': a chunk's before-image (" +
+                          std::to_string(image_text->size()) + " bytes) exceeds max_allowed_packet of " +
+                          cfg_.target + " (" + std::to_string(packet) + " bytes)");
+      }
+      CheckStop(ctx);
+      tc.Execute(kInsertChunkSql, step_code, last_chunk + 1, cfg_.step, cfg_.table, ctx.attempt(),
+                 w.range.lo ? std::optional<std::string>(NullableJson(w.range.lo)) : std::nullopt,
+                 w.range.hi ? std::optional<std::string>(NullableJson(w.range.hi)) : std::nullopt, image_text,
+                 static_cast<long long>(w.rows_read),
+                 static_cast<long long>(delta.inserted + delta.updated + delta.deleted));
+      // Last, right before COMMIT: the window in which a node that loses the event can
+      // still commit a chunk is one round trip (at-least-once, table_steps.h).
+      CheckStillOwner(ctx);
+    });
+    return delta;
+  }
+
+  Image EmptyImage(const Plan& plan) const {
+    Image image;
+    image.table = cfg_.table;
+    image.columns = plan.tgt_image.names();
+    image.key = plan.tgt_key.names();
+    for (size_t i = 0; i < plan.tgt_image.size(); ++i) {
+      if (plan.tgt_image.at(i).kind == ColumnKind::kBinary) image.binary.push_back(plan.tgt_image.at(i).name);
+    }
+    return image;
+  }
+
+  // Upserts the chunk's source rows that differ from the target and deletes its delete
+  // keys, after recording the target's before-state of those keys (locked FOR UPDATE).
+  void ApplyChunk(Connection& tc, const Plan& plan, const ChunkWork& w, Image& image, Counts& counts) const {
     std::vector<Row> keys;
-    keys.reserve(rows.size());
-    for (const Row& r : rows) keys.push_back(table::Project(r, plan.sync_key_pos));
+    keys.reserve(w.rows.size() + w.delete_keys.size());
+    for (const Row& r : w.rows) keys.push_back(table::Project(r, plan.sync_key_pos));
+    const size_t upsert_keys = keys.size();
+    for (const Row& k : w.delete_keys) keys.push_back(k);
+    if (keys.empty()) return;
     std::vector<Row> before =
         ReadByKeys(tc, cfg_.table, plan.tgt_image, plan.tgt_key, keys, cfg_.chunk_size, /*for_update=*/true);
     std::unordered_map<std::string, size_t> by_key;
     for (size_t i = 0; i < before.size(); ++i) {
       by_key.emplace(table::EncodeKey(table::Project(before[i], plan.image_key_pos)), i);
     }
+    std::unordered_set<std::string> covered;
+    auto restore = [&](const Row& row) {
+      if (covered.insert(table::EncodeKey(table::Project(row, plan.image_key_pos))).second) {
+        image.restore.push_back(row);
+      }
+    };
     std::vector<bool> matched(before.size(), false);
     std::vector<const Row*> writes;
-    for (size_t r = 0; r < rows.size(); ++r) {
-      ++counts.rows;
+    for (size_t r = 0; r < w.rows.size(); ++r) {
       auto it = by_key.find(table::EncodeKey(keys[r]));
       if (it == by_key.end()) {
         ++counts.inserted;
-        builder.Remove(keys[r]);
-        writes.push_back(&rows[r]);
+        if (covered.insert(table::EncodeKey(keys[r])).second) image.remove.push_back(keys[r]);
+        writes.push_back(&w.rows[r]);
         continue;
       }
       matched[it->second] = true;
       const Row& b = before[it->second];
       bool same = true;
-      for (size_t c = 0; c < rows[r].size() && same; ++c) {
-        same = rows[r][c] == b[static_cast<size_t>(plan.sync_in_image[c])];
+      for (size_t c = 0; c < w.rows[r].size() && same; ++c) {
+        same = w.rows[r][c] == b[static_cast<size_t>(plan.sync_in_image[c])];
       }
       if (same) {
         ++counts.unchanged;
         continue;
       }
       ++counts.updated;
-      builder.Restore(b);
-      writes.push_back(&rows[r]);
+      restore(b);
+      writes.push_back(&w.rows[r]);
+    }
+    std::vector<Row> gone;
+    for (size_t k = upsert_keys; k < keys.size(); ++k) {
+      auto it = by_key.find(table::EncodeKey(keys[k]));
+      if (it == by_key.end() || matched[it->second]) continue;
+      matched[it->second] = true;
+      restore(before[it->second]);
+      gone.push_back(keys[k]);
     }
     // A target row whose key matched in SQL but not as text (a case-insensitive
     // collation): the upsert rewrites it, so it is restored too.
     for (size_t i = 0; i < before.size(); ++i) {
-      if (!matched[i]) builder.Restore(before[i]);
+      if (!matched[i]) restore(before[i]);
     }
     Upsert(tc, cfg_.table, plan.tgt_cols, writes, cfg_.chunk_size);
+    DeleteKeys(tc, cfg_.table, plan.tgt_key, gone, cfg_.chunk_size);
+    counts.deleted += static_cast<int64_t>(gone.size());
   }
 
-  // delete_missing: target rows matching the filter whose key does not match it in
-  // the source any more.
-  void DeleteMissing(StepContext& ctx, ConnectionPool& src, Connection& tc, const Plan& plan,
-                     const std::vector<SqlValue>& filter, ImageBuilder& builder, Counts& counts) const {
-    std::optional<Row> last;
-    for (;;) {
-      CheckStop(ctx);
-      std::vector<Row> rows;
-      {
-        auto rs = tc.Query(ScanSql(cfg_, plan.tgt_image, plan.tgt_key, last.has_value(), true),
-                           Bind(ScanParams(filter, plan.tgt_key, last)));
-        rows = plan.tgt_image.ReadAll(*rs);
-      }
-      if (rows.empty()) break;
-      std::vector<Row> keys;
-      for (const Row& r : rows) keys.push_back(table::Project(r, plan.image_key_pos));
-      std::unordered_set<std::string> present = src.Run(What("read source keys"), [&](Connection& sc) {
-        std::unordered_set<std::string> found;
-        size_t cap = RowsPerStatement(plan.src_key.size(), cfg_.chunk_size);
-        for (size_t begin = 0; begin < keys.size(); begin += cap) {
-          size_t n = std::min(cap, keys.size() - begin);
-          size_t padded = table::PaddedCount(n, cap);
-          std::vector<SqlValue> params = filter;
-          for (size_t i = 0; i < padded; ++i) plan.src_key.AppendKeyValues(keys[begin + std::min(i, n - 1)], params);
-          auto rs = sc.Query("SELECT " + plan.src_key.SelectList() + " FROM " + Backticked(cfg_.table) + " WHERE (" +
-                                 cfg_.where.sql + ") AND (" + plan.src_key.MatchKeys(padded) + ")",
-                             Bind(params));
-          for (const Row& k : plan.src_key.ReadAll(*rs)) found.insert(table::EncodeKey(k));
-        }
-        return found;
-      });
-      std::vector<Row> gone;
-      for (size_t i = 0; i < rows.size(); ++i) {
-        if (present.count(table::EncodeKey(keys[i])) == 0) {
-          builder.Restore(rows[i]);
-          gone.push_back(keys[i]);
-        }
-      }
-      DeleteKeys(tc, cfg_.table, plan.tgt_key, gone, cfg_.chunk_size);
-      counts.deleted += static_cast<int64_t>(gone.size());
-      last = keys.back();
-      if (rows.size() < static_cast<size_t>(cfg_.chunk_size)) break;
+  // Compensation: each chunk with a before-image, last first, restored in its own
+  // target transaction together with its compensated mark.
+  StepResult UndoChunks(StepContext& ctx) {
+    ConnectionPool& tgt = ctx.datasources().Get(cfg_.target);
+    PrepareChunks(tgt);
+    const std::string step_code = ctx.idempotency_key();
+    const json& data = ctx.compensation_data();
+    const int64_t expected = data.is_object() ? data.value("chunks", int64_t{0}) : 0;
+    auto state = tgt.Run(What("read chunks"), [&](Connection& c) {
+      std::vector<int> todo;
+      auto rs = c.Query(kChunksToRestoreSql, step_code);
+      while (rs->next()) todo.push_back(static_cast<int>(rs->getInt64(1)));
+      bool step_compensated = c.QueryInt(kStepCompensatedSql, step_code).value_or(0) != 0;
+      int64_t records = 0;
+      auto st = c.Query(kStepStateSql, step_code);
+      if (st->next()) records = st->getInt64(2);
+      return std::make_tuple(todo, step_compensated, records);
+    });
+    auto& [todo, step_compensated, records] = state;
+    if (step_compensated) return StepResult::Ok({{"already_compensated", true}});
+    if (records == 0 && expected > 0) {
+      throw PermanentStepError("step '" + cfg_.step + "': its " + std::to_string(expected) + " chunk record(s) in " +
+                               cfg_.target + ".dsync_sync_chunk are gone (purged after undo_retention_days, or "
+                               "deleted); its before-image cannot be restored");
     }
+    int64_t removed = 0, restored = 0, chunks = 0;
+    for (int chunk_no : todo) {
+      CheckStop(ctx);
+      auto [rm, rs] = tgt.Transact(What("compensate chunk"), [&](Connection& c) {
+        c.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
+        auto q = c.Query(kReadChunkImageSql, step_code, chunk_no);
+        if (!q->next() || q->getBoolean(2) || q->isNull(1)) return std::make_pair<int64_t, int64_t>(0, 0);
+        json j;
+        try {
+          j = json::parse(std::string(q->getString(1)));
+        } catch (const json::exception&) {
+          throw PermanentStepError("chunk " + std::to_string(chunk_no) + " of step '" + cfg_.step + "' in " +
+                                   cfg_.target + ".dsync_sync_chunk is not valid JSON");
+        }
+        q.reset();
+        auto counts = RestoreImage(c, ParseImage(j, cfg_), ctx);
+        CheckStillOwner(ctx);
+        c.Execute(kMarkChunkCompensatedSql, step_code, chunk_no);
+        return counts;
+      });
+      removed += rm;
+      restored += rs;
+      ++chunks;
+    }
+    tgt.Transact(What("compensate step"), [&](Connection& c) {
+      c.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
+      CheckStillOwner(ctx);
+      c.Execute(kMarkStepCompensatedSql, step_code);
+    });
+    json out = {{"removed", removed}, {"restored", restored}, {"chunks", chunks}};
+    spdlog::debug("TABLE_SYNC_COMPENSATED step={} code={} result={}", cfg_.step, step_code, out.dump());
+    return StepResult::Ok(std::move(out));
   }
+
+  static constexpr std::chrono::milliseconds kCheckpointEvery{2000};
+  static constexpr std::chrono::milliseconds kProgressEvery{1000};
+
+  std::mutex chunk_mu_;
+  std::set<std::string> chunk_ready_;  // targets (masked URL) whose chunk table exists
 };
 
 class TableDeleteStep final : public TableStep {
@@ -895,7 +1479,9 @@ class TableDeleteStep final : public TableStep {
     const ColumnSet cols(t, t.WritableColumns());
     const ColumnSet key(t, t.key);
     const std::vector<int> key_pos = Positions(cols, t.key);
-    const std::vector<SqlValue> filter = FilterValues(cfg_, ctx.payload(), t);
+    const Inner inner = DescribeSubqueryTables(tgt, cfg_.target);
+    if (!inner.missing.empty()) throw PermanentStepError(inner.missing);
+    const std::vector<SqlValue> filter = FilterValues(cfg_, ctx.payload(), t, inner.schemas);
     const std::string step_code = ctx.idempotency_key();
 
     int64_t deleted = 0;

@@ -1,15 +1,18 @@
 // The built-in data-moving step types (DESIGN.md "CONTRACT: built-in step types").
 //
 // table_sync: copy the rows of one table that match a filter from a source datasource
-// to a target datasource, upserting by primary key, in chunks; compensation restores
-// the target exactly (removes the rows it created, puts back the rows it changed).
+// to a target datasource, upserting by primary key, chunk by chunk, each chunk
+// committed on its own; only chunks whose checksums differ are read and written;
+// compensation restores the target exactly (removes the rows it created, puts back the
+// rows it changed or deleted).
 //
 //   { "name": "docs", "type": "table_sync", "source": "env_a", "target": "env_b",
 //     "table": "kb_doc", "where": "space_id = :space_id AND kind = :kind",
-//     "chunk_size": 500, "columns": ["id", "space_id", "title"], "delete_missing": false }
+//     "chunk_size": 10000, "columns": ["id", "space_id", "title"], "delete_missing": false }
 //
 // table_delete: delete the target rows matching the filter; compensation re-inserts
-// them exactly.
+// them exactly (one target transaction, as before: it is bounded by the target's
+// transaction and packet limits).
 //
 //   { "name": "purge", "type": "table_delete", "target": "env_b", "table": "kb_doc",
 //     "where": "space_id = :space_id" }
@@ -20,36 +23,29 @@
 //   table       required: table name, the same in both ([A-Za-z0-9_$], at most 64)
 //   where       required: filter, the grammar of saga/steps/table_where.h; each :name is
 //               bound from the payload's top-level field `name` as a statement
-//               parameter, never spliced. "1 = 1" matches every row.
-//   chunk_size  optional, 1..10000, default 500: rows per read and per write statement
+//               parameter, never spliced. "1 = 1" matches every row. One level of
+//               `column [NOT] IN (SELECT column FROM table [WHERE ...])` selects a child
+//               table through its parent; on the target it reads the target's tables.
+//   chunk_size  optional, 1..100000: table_sync: the largest chunk in rows (default
+//               10000; chunks start at min(1000, chunk_size) and adapt, below);
+//               table_delete: rows per read and write statement (default 500)
 //   columns     table_sync only, optional: the columns to copy (must include the
 //               primary key); default: every column present in both tables
 //               (generated columns of the target excluded)
 //   delete_missing  table_sync only, optional, default false: also delete the target
 //               rows that match the filter but whose key no longer matches it in the
 //               source (a mirror instead of a merge); they are in the before-image too
-//   undo_retention_days  optional, 1..3650, default 7: see "Undo table"
+//   undo_retention_days  optional, 1..3650, default 7: see "Undo records"
 //
 // Run time:
 //   - A payload field a placeholder needs is missing, or is an object or array:
 //     permanent failure ("payload has no field 'space_id' needed by step 'docs'").
 //     Strings, numbers, booleans and null bind as such; a string compared with an
-//     integer column must be a canonical integer ("42"), else permanent failure (MySQL
-//     would compare "1 OR 1=1" as the number 1).
+//     integer column (of the step's table or of a subquery's) must be a canonical
+//     integer ("42"), else permanent failure (MySQL would compare "1 OR 1=1" as 1).
 //   - The primary key (composite included) is read from the target's
 //     information_schema; it must exist in the source with the same column type. A
 //     table without one, a missing table or column: permanent failure.
-//   - table_sync reads the source in key order by keyset pagination (ORDER BY key
-//     LIMIT chunk_size), reads the target's rows with those keys FOR UPDATE (the
-//     before-image), and upserts the rows that differ (INSERT ... ON DUPLICATE KEY
-//     UPDATE col = VALUES(col), multi-row). Output: {"rows", "inserted", "updated",
-//     "unchanged"} (+ "deleted" with delete_missing).
-//   - Everything a run writes to the target is ONE target transaction, committed after
-//     ctx.StillOwner() confirms this node still owns the event: a crash, a lost
-//     ownership, a cancellation (ctx.stop_token(), which the engine also fires at
-//     ctx.deadline()) or an error rolls the target back entirely. The size of one run
-//     is therefore bounded by the target's transaction and packet limits
-//     (max_allowed_packet for the before-image: exceeding it is a permanent failure).
 //   - Database errors: deadlocks, lock waits and lost connections propagate (the
 //     engine retries the step); a missing table, unknown column, duplicate value of a
 //     secondary unique key or a value the target column refuses is permanent.
@@ -57,26 +53,79 @@
 //     upsert that collides on one updates that other row (MySQL semantics), which
 //     the before-image does not cover.
 //
-// Undo table (why the before-image also lives in the target): effects outside the
-// framework database are at-least-once. If a node commits the target transaction and
-// dies before the engine records SUCCESS, the step runs again with the same
-// idempotency key and by then the target already holds the synced rows: a before-image
-// taken by that second run would make compensation restore the synced state, not the
-// original. So each run records its before-image in the TARGET database, in the same
-// transaction as its changes, in
+// Chunks (table_sync). The rows matching the filter are taken in primary-key order, a
+// key range (lo, hi] at a time. For each range:
+//   - copy mode (the target holds no row after the checkpoint, e.g. a first sync into
+//     an empty table): the source rows of the range are read whole and written;
+//   - compare mode (otherwise): the range's checksum (COUNT and BIT_XOR of each row's
+//     CRC32 over a byte-exact encoding, saga/steps/table_chunks.h) is computed inside
+//     both databases at once; equal ranges are skipped without reading a row; in a
+//     differing range the key and row hash of each row are compared and only the rows
+//     that differ (or that the target lacks) are read from the source. A range whose
+//     target side is empty switches back to copy mode.
+//   Then, in ONE target transaction per chunk: the step's lock row, a check that no
+//   other run committed a chunk meanwhile, the target rows of the chunk's keys read
+//   FOR UPDATE (the chunk's before-image), an exact comparison, the upserts (and
+//   deletes with delete_missing), the chunk's undo record with its key range (the
+//   checkpoint), ctx.StillOwner(), COMMIT. So data, undo record and checkpoint cannot
+//   disagree, and a node that lost the event commits no further chunk, except one
+//   frozen in the single round trip between that check and its COMMIT (the
+//   framework and the target are different databases: at-least-once). Such a late
+//   chunk is still whole and consistent (it checked the checkpoint under the step
+//   lock), and the new owner, finding a chunk it did not expect, stops with a
+//   transient error and resumes after it. Equal ranges
+//   are recorded as a checkpoint-only row every 2 s and at the end.
+//   Chunk size adapts toward 0.5 s per chunk (at most 4x per step, 1..chunk_size rows)
+//   and keeps the rows a chunk holds under 2 MiB, so a node's memory is bounded by a
+//   few chunks whatever the table's size; a chunk whose before-image would exceed the
+//   target's max_allowed_packet is retried at a quarter of its size.
+//   Output: {"rows", "inserted", "updated", "unchanged", ["deleted",] "chunks",
+//   "chunks_equal", "chunks_written", "rows_fetched", "chunk_records"
+//   [, "resumed_after_chunk", "resumed_rows_written"]}; while it runs, the same with
+//   "running": true is the step row's output (ctx.ReportProgress, about once a second).
+//   A re-run of the step (the next owner after a crash, with the same idempotency key)
+//   resumes after the last committed chunk; a range already committed is never read
+//   or written again, so the first before-image of every row is the one kept.
 //
-//   dsync_step_undo(step_code PK, step_name, table_name, before_image LONGTEXT,
-//                   created_at, compensated_at)
+// Undo records (why the before-image lives in the target): effects outside the
+// framework database are at-least-once (a node may commit a chunk and die before the
+// engine records anything), so each chunk's before-image is committed in the TARGET
+// with the chunk, in
+//
+//   dsync_sync_chunk(step_code, chunk_no, step_name, table_name, attempt, lo_key,
+//                    hi_key, before_image LONGTEXT, rows_read, rows_written,
+//                    created_at, compensated_at)   PRIMARY KEY (step_code, chunk_no)
 //
 // created on first use (CREATE TABLE IF NOT EXISTS; the datasource user needs the
-// CREATE privilege). The row is locked first, so concurrent runs of one step
-// serialise. The first image wins: a re-run only adds rows it changes that no earlier
-// run had changed, and returns the merged image as compensation_data (so the engine's
-// copy equals the target's). Compensate restores from the undo row (falling back to
-// ctx.compensation_data() if the row is gone), deletes the created rows, upserts the
-// before-rows, and marks the row compensated in the same target transaction, so a
-// repeated compensation does nothing. Rows older than undo_retention_days are purged
-// by later runs on the same target (best effort).
+// CREATE privilege). chunk_no 0 is the step's row: every chunk transaction and
+// compensation locks it first, so runs of one step serialise, and its compensated_at
+// marks the step compensated. The compensation_data the engine keeps is only a
+// reference ({"format": 2, "undo": "dsync_sync_chunk", "target", "table",
+// "step_code", "chunks"}), never the image, so no step approaches max_allowed_packet
+// of the framework database. Compensate walks the chunks in reverse and restores each
+// (deletes the rows it created, upserts its before-rows) in one target transaction
+// with that chunk's compensated mark, so an interrupted compensation resumes where it
+// stopped and a repeated one does nothing. If the records are gone (purged after
+// undo_retention_days, or deleted by hand) while compensation_data says chunks were
+// committed, compensation fails permanently, naming the table: there is nothing exact
+// to restore from, and the event waits for an operator (needs attention). A forward
+// run after a complete compensation starts a new record.
+//
+// Entity graphs: with a subquery filter ("order_id IN (SELECT id FROM orders WHERE
+// customer_id = :cid)") each side evaluates it against its own tables when the step
+// runs. On the target that means the parent rows as they are then: if an earlier step
+// of the same saga synced the parents, the target's filter already sees the synced
+// parents. The before-image is unaffected by this: it covers exactly the target rows
+// the step wrote or deleted (keys from the source's filter, plus, with
+// delete_missing, target rows matching the target's filter), each as it was just
+// before its chunk; compensation of the saga restores the children first (reverse
+// order), then the parents.
+//
+// table_delete keeps one undo row per step in dsync_step_undo(step_code PK, step_name,
+// table_name, before_image LONGTEXT, created_at, compensated_at) (as table_sync did
+// before chunks; a table_sync compensation with such format 1 data still restores from
+// it). Records older than undo_retention_days are purged by later runs on the same
+// target (best effort).
 //
 // Thread safety: a handler is shared by all workers; per-run state lives on the stack.
 #pragma once

@@ -140,8 +140,8 @@ std::vector<Token> Tokenize(std::string_view s) {
 }
 
 bool IsKeyword(const std::string& upper) {
-  static const std::set<std::string> kKeywords = {"AND", "OR", "NOT", "IN", "IS", "NULL",
-                                                  "LIKE", "BETWEEN", "TRUE", "FALSE"};
+  static const std::set<std::string> kKeywords = {"AND", "OR", "NOT", "IN", "IS", "NULL", "LIKE", "BETWEEN",
+                                                  "TRUE", "FALSE", "SELECT", "FROM", "WHERE", "UNION"};
   return kKeywords.count(upper) > 0;
 }
 
@@ -151,6 +151,7 @@ class Parser {
 
   CompiledWhere Run() {
     Expr();
+    if (PeekKeyword("UNION")) Fail("must not use UNION (at offset " + std::to_string(Peek().pos) + ")");
     if (Peek().kind != Tok::kEnd) Unexpected("end of the filter");
     if (out_.params.size() > kMaxPlaceholders) {
       Fail("has more than " + std::to_string(kMaxPlaceholders) + " placeholders");
@@ -240,6 +241,10 @@ class Parser {
       if (Peek().kind != Tok::kLParen) Unexpected("'(' after IN");
       ++i_;
       Emit("(");
+      if (PeekKeyword("SELECT")) {
+        Subquery(left);
+        return;
+      }
       for (;;) {
         right.push_back(ParseValue());
         Emit(right.back().sql);
@@ -283,8 +288,72 @@ class Parser {
     }
   }
 
+  // IN '(' SELECT column FROM table [WHERE expr] ')', the '(' already taken: one
+  // level, the same grammar inside, its columns qualified with its table so that none
+  // silently refers to the outer row.
+  void Subquery(const Value& left) {
+    const size_t at = Peek().pos;
+    if (inner_) Fail("nests subqueries (at offset " + std::to_string(at) + "); one level only");
+    if (!left.column) Fail("has a subquery compared with something other than a column (at offset " +
+                           std::to_string(at) + ")");
+    ExpectKeyword("SELECT");
+    std::string column = Name("a column after SELECT");
+    if (Peek().kind == Tok::kComma) Fail("has a subquery selecting more than one column (at offset " +
+                                         std::to_string(Peek().pos) + ")");
+    if (!PeekKeyword("FROM")) Unexpected("FROM");
+    ++i_;
+    std::string table = Name("a table after FROM");
+    if (Peek().kind == Tok::kWord && Peek().text.find('.') == std::string::npos && !IsKeyword(Upper(Peek().text))) {
+      Fail("has a subquery with more than 'SELECT column FROM table [WHERE ...]' (an alias, JOIN, GROUP BY ...) "
+           "at offset " + std::to_string(Peek().pos));
+    }
+    inner_ = true;
+    inner_table_ = table;
+    out_.subqueries.push_back({table, {column}});
+    Emit("SELECT " + Qualified(table, column) + " FROM `" + table + "`");
+    if (TakeKeyword("WHERE")) {
+      Emit("WHERE");
+      Expr();
+    }
+    inner_ = false;
+    if (PeekKeyword("UNION")) Fail("must not use UNION (at offset " + std::to_string(Peek().pos) + ")");
+    if (Peek().kind != Tok::kRParen) Unexpected("')' closing the subquery");
+    ++i_;
+    Emit(")");
+  }
+
+  // A plain or backticked name.
+  std::string Name(const std::string& wanted) {
+    const Token& tok = Peek();
+    if (tok.kind == Tok::kQuotedColumn) {
+      ++i_;
+      return tok.text;
+    }
+    if (tok.kind != Tok::kWord || IsKeyword(Upper(tok.text))) Unexpected(wanted);
+    if (!IsPlainIdentifier(tok.text)) Fail("has a bad name '" + tok.text + "'");
+    ++i_;
+    if (Peek().kind == Tok::kLParen) {
+      Fail("must not call functions ('" + tok.text + "(' at offset " + std::to_string(tok.pos) + ")");
+    }
+    return tok.text;
+  }
+
+  static std::string Qualified(const std::string& table, const std::string& column) {
+    return "`" + table + "`.`" + column + "`";
+  }
+
   Value ParseValue() {
     const Token& tok = Peek();
+    if (tok.kind == Tok::kWord && Upper(tok.text) == "SELECT") {
+      Fail("has a subquery outside 'column [NOT] IN (SELECT ...)' (at offset " + std::to_string(tok.pos) + ")");
+    }
+    if (tok.kind == Tok::kLParen && i_ + 1 < t_.size() && t_[i_ + 1].kind == Tok::kWord &&
+        Upper(t_[i_ + 1].text) == "SELECT") {
+      Fail("has a subquery outside 'column [NOT] IN (SELECT ...)' (at offset " + std::to_string(tok.pos) + ")");
+    }
+    if (tok.kind == Tok::kWord && Upper(tok.text) == "UNION") {
+      Fail("must not use UNION (at offset " + std::to_string(tok.pos) + ")");
+    }
     switch (tok.kind) {
       case Tok::kQuotedColumn:
         ++i_;
@@ -307,6 +376,7 @@ class Parser {
         ++i_;
         out_.params.push_back(tok.text);
         out_.param_columns.emplace_back();
+        out_.param_tables.push_back(inner_ ? inner_table_ : "");
         return {"?", std::nullopt, out_.params.size() - 1};
       }
       case Tok::kNumber:
@@ -328,12 +398,18 @@ class Parser {
   }
 
   Value Column(const std::string& name) {
+    if (inner_) {
+      out_.subqueries.back().columns.insert(name);
+      return {Qualified(inner_table_, name), name, std::nullopt};
+    }
     out_.columns.insert(name);
     return {"`" + name + "`", name, std::nullopt};
   }
 
   std::vector<Token> t_;
   size_t i_ = 0;
+  bool inner_ = false;        // inside a subquery
+  std::string inner_table_;   // its table
   CompiledWhere out_;
 };
 

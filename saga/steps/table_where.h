@@ -10,6 +10,7 @@
 //   predicate := '(' expr ')'
 //              | value IS [NOT] NULL
 //              | value [NOT] IN '(' value { ',' value } ')'
+//              | column [NOT] IN '(' SELECT column FROM table [WHERE expr] ')'
 //              | value [NOT] BETWEEN value AND value
 //              | value [NOT] LIKE value
 //              | value ( = | <=> | <> | != | < | <= | > | >= ) value
@@ -19,8 +20,12 @@
 //   number    := ['-'] digits ['.' digits]
 //   'string'  := single-quoted, '' for a quote inside; no backslashes
 //
-// so "space_id = :space_id AND kind IN ('doc', :kind)" or "1 = 1". No functions, no
-// subqueries, no arithmetic. Rejected before parsing, with a reason naming it: ';',
+// so "space_id = :space_id AND kind IN ('doc', :kind)" or "1 = 1", or an entity
+// graph's child table: "order_id IN (SELECT id FROM orders WHERE customer_id = :cid)".
+// A subquery nests one level only (none inside it), selects one column of one table
+// (no alias, join, UNION, ORDER BY or LIMIT), and its columns are emitted qualified
+// with its table (`orders`.`customer_id`), so none silently refers to the outer row.
+// No functions, no arithmetic. Rejected before parsing, with a reason naming it: ';',
 // '--', '/*', '#', double quotes, backslashes, '?', and an odd number of single quotes
 // (even inside string literals: these are config mistakes, not data).
 //
@@ -50,7 +55,15 @@ struct CompiledWhere {
   // For each `?`, the column it is compared with ("" when none): a string payload
   // value compared with an integer column must be a canonical integer.
   std::vector<std::string> param_columns;
-  std::set<std::string> columns;           // every column the filter reads
+  // For each `?`, the table of that column: "" for the step's table, else a
+  // subquery's table.
+  std::vector<std::string> param_tables;
+  std::set<std::string> columns;           // every column of the step's table the filter reads
+  struct Subquery {
+    std::string table;
+    std::set<std::string> columns;         // every column of `table` it reads
+  };
+  std::vector<Subquery> subqueries;        // in order of appearance
 };
 
 // Throws WhereError.

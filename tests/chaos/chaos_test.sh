@@ -49,7 +49,17 @@
 #
 # Short form (ctest, label chaos): 600 events. Long form: scripts/chaos.sh (5,000).
 # Knobs (environment): CHAOS_EVENTS, CHAOS_RATE, CHAOS_CAPACITY, CHAOS_SLEEP_MS,
-# CHAOS_QUIESCE_S, CHAOS_KEEP_DIR (copy the process logs there at the end).
+# CHAOS_QUIESCE_S, CHAOS_NODES (default "n1 n2 n3 n4"), CHAOS_KEEP_DIR (copy the
+# process logs there at the end).
+#
+# CHAOS_GALERA=1 (ctest galera_chaos): the database is a 3-member Galera cluster of
+# its own (scripts/galera.sh). Every process gets the three members in its own order
+# (d1 and the nodes n1, n4 write through member 1, d2 and n2 through member 2, n3
+# through member 3), so they write through different members and conflict in
+# certification; the producer and the checks use member 1. "The database crash" is
+# member 2 kill -9'd: the processes on it fail over to member 3; 3 s later it is
+# restarted and rejoins by IST (galera.sh restart). At the end every member must
+# be Synced in a cluster of 3 and hold the same rows (CHECKSUM TABLE on each).
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 : "${DSYNC_BIN:?DSYNC_BIN is not set: run via scripts/test.sh (ctest) or scripts/chaos.sh}"
 
@@ -58,13 +68,17 @@ RATE=${CHAOS_RATE:-30}             # events produced per second
 CAPACITY=${CHAOS_CAPACITY:-6}      # per node
 SLEEP_MS=${CHAOS_SLEEP_MS:-50}     # per demo step
 QUIESCE_S=${CHAOS_QUIESCE_S:-90}   # after the chaos, for everything to become terminal
-NODES=(n1 n2 n3 n4)
+read -r -a NODES <<< "${CHAOS_NODES:-n1 n2 n3 n4}"
 HEARTBEAT_MS=1000
 OFFLINE_MS=4000
+GALERA=${CHAOS_GALERA:-0}
+DB_SCRIPT=$SRC/scripts/mariadb.sh
+((GALERA)) && DB_SCRIPT=$SRC/scripts/galera.sh
+KILLED_MEMBER=2
 
-# A server of our own: this test crashes it, and other tests run in parallel.
-OWN_DB=$(bash "$SRC/scripts/mariadb.sh" start)
-DSYNC_TEST_DB_URL=$(bash "$SRC/scripts/mariadb.sh" url "$OWN_DB")
+# A server (or cluster) of our own: this test crashes it, and other tests run in parallel.
+OWN_DB=$(bash "$DB_SCRIPT" start)
+DSYNC_TEST_DB_URL=$(bash "$DB_SCRIPT" url "$OWN_DB")
 export DSYNC_TEST_DB_URL
 source "$SRC/tests/cli/lib.sh"
 keep_logs() {
@@ -72,7 +86,7 @@ keep_logs() {
     mkdir -p "$CHAOS_KEEP_DIR" && cp "$WORK"/*.log "$CHAOS_KEEP_DIR"/ 2>/dev/null || true
   fi
 }
-trap 'keep_logs; cleanup; bash "$SRC/scripts/mariadb.sh" stop "$OWN_DB"' EXIT
+trap 'keep_logs; cleanup; bash "$DB_SCRIPT" stop "$OWN_DB"' EXIT
 
 cat > "$WORK/dsync.json" <<JSON
 {
@@ -91,6 +105,18 @@ cat > "$WORK/dsync.json" <<JSON
 }
 JSON
 export DSYNC_LOG_LEVEL=info
+# config_of NAME: the configuration a process runs with (Galera: its own member order).
+declare -A MEMBER_OF=([d1]=1 [d2]=2 [n1]=1 [n2]=2 [n3]=3 [n4]=1)
+config_of() {
+  if ((GALERA)); then echo "$WORK/dsync-${MEMBER_OF[$1]:-1}.json"; else echo "$WORK/dsync.json"; fi
+}
+if ((GALERA)); then
+  for m in 1 2 3; do
+    hosts=$(bash "$DB_SCRIPT" url "$OWN_DB" "$m"); hosts=${hosts#*@}; hosts=${hosts%%/*}
+    sed "s|\"database\": \"[^\"]*\"|\"database\": \"mysql://$DB_USER:$DB_PASS@$hosts/$SCHEMA\"|" \
+      "$WORK/dsync.json" > "$WORK/dsync-$m.json"
+  done
+fi
 
 q() { sql "$1" 2>/dev/null || true; }  # a poll that tolerates the database being down
 log() { printf '[%5.1fs] %s\n' "$(awk "BEGIN { print ($(now_ms) - ${T_START:-$(now_ms)}) / 1000 }")" "$*"; }
@@ -114,14 +140,15 @@ forget_pid() {
 reap9() { kill9 "$1"; forget_pid "$1"; }
 declare -A ADDR=()
 for i in "${!NODES[@]}"; do ADDR[${NODES[$i]}]="127.0.0.1:$((7401 + i))"; done
-start_node() { spawn "$1" "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address "${ADDR[$1]}"; STATE[$1]=up; }
-start_dispatcher() { spawn "$1" "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"; }
+start_node() { spawn "$1" "$DSYNC_BIN" node --config "$(config_of "$1")" --node-address "${ADDR[$1]}"; STATE[$1]=up; }
+start_dispatcher() { spawn "$1" "$DSYNC_BIN" dispatcher --config "$(config_of "$1")"; }
 
 "$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
 start_dispatcher d1
 start_dispatcher d2
 for n in "${NODES[@]}"; do start_node "$n"; done
-wait_for '[[ $(q "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 4 ]]' 20 "four nodes online"
+wait_for '[[ $(q "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == ${#NODES[@]} ]]' 20 \
+  "${#NODES[@]} nodes online"
 wait_for '[[ -n $(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL") ]]' 20 "a dispatcher leads"
 
 # --- scripted fates -------------------------------------------------------------
@@ -276,13 +303,22 @@ kill_leader() {
 }
 
 crash_db() {
-  log "kill -9 MariaDB"
-  bash "$SRC/scripts/mariadb.sh" kill "$OWN_DB"
-  sleep 0.5
-  bash "$SRC/scripts/mariadb.sh" restart "$OWN_DB"
+  if ((GALERA)); then
+    log "kill -9 Galera member $KILLED_MEMBER (the member d2 and n2 write through)"
+    bash "$DB_SCRIPT" kill "$OWN_DB" "$KILLED_MEMBER"
+    sleep 3  # the processes on it fail over and run on the other two meanwhile
+    bash "$DB_SCRIPT" restart "$OWN_DB" "$KILLED_MEMBER"
+    log "member $KILLED_MEMBER rejoined: $(grep -c 'IST received' "$OWN_DB/m$KILLED_MEMBER/err.log") IST(s) received," \
+        "$(bash "$DB_SCRIPT" status "$OWN_DB" | tr '\n' ' ')"
+  else
+    log "kill -9 MariaDB"
+    bash "$DB_SCRIPT" kill "$OWN_DB"
+    sleep 0.5
+    bash "$DB_SCRIPT" restart "$OWN_DB"
+    log "MariaDB back"
+  fi
   db_restarts=$((db_restarts + 1))
   db_state=done
-  log "MariaDB back"
 }
 
 kill_random_node() {
@@ -454,8 +490,25 @@ log "figures: claims=$(sql "SELECT SUM(attempt) FROM distribute_event")" \
     "handed_back_at_restart=$(cat "${logs[@]}" | sed -n 's/.*NODE_STARTED.*orphans_handed_back=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')" \
     "audit_rows=$(sql "SELECT COUNT(*) FROM demo_ledger_audit")"
 
+# Galera: the killed member is back in a cluster of three and every member holds the
+# same rows (the checks above read member 1 only).
+galera_line=""
+if ((GALERA)); then
+  member_sums() {  # member_sums N: the checksums of the tables the checks read, on member N
+    bash "$DB_SCRIPT" root "$OWN_DB" "$1" -N -B "$SCHEMA" \
+      -e "CHECKSUM TABLE distribute_event, distribute_event_step, demo_ledger, demo_ledger_audit" | cut -f2 | tr '\n' ' '
+  }
+  sums1=$(member_sums 1)
+  members_differ=0
+  for m in 2 3; do [[ $(member_sums "$m") == "$sums1" ]] || members_differ=$((members_differ + 1)); done
+  synced=$(bash "$DB_SCRIPT" status "$OWN_DB" | awk '$3 == "Synced" && $4 == 3' | wc -l)
+  ists=$(grep -c 'IST received' "$OWN_DB/m$KILLED_MEMBER/err.log" || true)
+  failovers=$(cat "$WORK"/*.log | grep -c DB_FAILOVER || true)
+  galera_line="galera_members_synced=$synced members_differ=$members_differ killed_member_ists=$ists failovers=$failovers "
+fi
+
 elapsed=$(( (T_QUIET - T_START) / 1000 ))
-echo "events=$EVENTS kills=$kills db_restarts=$db_restarts freezes=$freezes lost=$lost double_owner=$double_owner" \
+echo "${galera_line}events=$EVENTS kills=$kills db_restarts=$db_restarts freezes=$freezes lost=$lost double_owner=$double_owner" \
      "saga_violations=$violations ledger_mismatches=$ledger_mismatches fate_mismatches=$fate_mismatches" \
      "dispatcher_kills=$dispatcher_kills frozen_lost=$frozen_lost frozen_late_writes=$frozen_late_writes seconds=$elapsed"
 
@@ -484,6 +537,12 @@ if (( double_owner > 0 )); then
 fi
 (( kills >= 3 && dispatcher_kills == 1 && db_restarts == 1 && freezes == 1 )) \
   || { rc=1; echo "FAIL: the chaos did not happen as planned" >&2; }
+if ((GALERA)); then
+  (( synced == 3 )) || { rc=1; echo "FAIL: only $synced of 3 Galera members Synced at the end" >&2; }
+  (( members_differ == 0 )) || { rc=1; echo "FAIL: $members_differ member(s) hold other rows than member 1" >&2; }
+  (( ists >= 2 )) || { rc=1; echo "FAIL: the killed member did not rejoin by IST" >&2; }
+  (( failovers >= 1 )) || { rc=1; echo "FAIL: no process failed over (DB_FAILOVER) when its member died" >&2; }
+fi
 (( frozen_lost >= 1 )) || { rc=1; echo "FAIL: the frozen node lost no event while frozen (held: $frozen_held)" >&2; }
 (( frozen_late_writes == 0 )) || { rc=1; echo "FAIL: the frozen node wrote for events it had lost" >&2; }
 (( frozen_reported == frozen_lost )) \

@@ -6,15 +6,17 @@ set -euo pipefail
 : "${DSYNC_BIN:?DSYNC_BIN is not set: run via scripts/test.sh (ctest)}"
 : "${DSYNC_TEST_DB_URL:?DSYNC_TEST_DB_URL is not set: run via scripts/test.sh}"
 
-# mysql://user:pass@host:port/schema -> parts
+# mysql://user:pass@host:port[,host:port...]/schema -> parts. The `mariadb` client
+# below talks to the first host; dsync gets the whole list (DB_HOSTS) in DB_URL.
 _url=${DSYNC_TEST_DB_URL#mysql://}
 DB_USER=${_url%%:*}; _url=${_url#*:}
 DB_PASS=${_url%%@*}; _url=${_url#*@}
-DB_HOST=${_url%%:*}; _url=${_url#*:}
-DB_PORT=${_url%%/*}
+DB_HOSTS=${_url%%/*}; _url=${DB_HOSTS%%,*}
+DB_HOST=${_url%%:*}
+DB_PORT=${_url#*:}
 
 SCHEMA="cli_$(basename "${BASH_SOURCE[1]}" .sh)_$$"
-DB_URL="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT/$SCHEMA"
+DB_URL="mysql://$DB_USER:$DB_PASS@$DB_HOSTS/$SCHEMA"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dsync-cli.XXXXXX")
 STARTED_PIDS=()
 

@@ -738,7 +738,7 @@ TEST_F(ApiHttpTest, HealthAndNodes) {
 TEST_F(ApiHttpTest, DatabaseFailuresAre503WithoutDetails) {
   LogCapture log;
   storage::DbUrl url = db_.url();
-  url.port = 1;  // nothing listens there
+  url.hosts = {{"127.0.0.1", 1}};  // nothing listens there
   url.connect_timeout = 1000ms;
   storage::ConnectionPool dead(url);
   EventStore store(dead, settings_);

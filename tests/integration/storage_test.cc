@@ -39,9 +39,46 @@ TEST(Storage, TranslatesConnectFailures) {
   EXPECT_EQ(ConnectErrorKind(wrong_password), DbError::Kind::kAccessDenied);
   EXPECT_EQ(ConnectErrorKind(server.WithSchema("no_such_schema_here")), DbError::Kind::kUnknownDatabase);
   DbUrl closed_port = server;
-  closed_port.port = 1;  // nothing listens on port 1
+  closed_port.hosts = {{"127.0.0.1", 1}};  // nothing listens on port 1
   closed_port.connect_timeout = Millis(1000);
   EXPECT_EQ(ConnectErrorKind(closed_port), DbError::Kind::kUnreachable);
+}
+
+// A host list on a plain server (no Galera: always ready): hosts that do not answer
+// are passed over, the pool stays on the one that did, and when every host fails the
+// one-line error names each, with the password masked.
+TEST(Storage, PoolGoesToTheFirstHostThatAnswersAndStaysThere) {
+  testing::TestSchema db;
+  DbUrl url = db.url();
+  url.hosts.insert(url.hosts.begin(), {{"127.0.0.1", 1}, {"127.0.0.1", 2}});  // nothing listens there
+  url.connect_timeout = Millis(1000);
+  ConnectionPool pool(url);
+  EXPECT_EQ(pool.Run("read", [](Connection& c) { return c.QueryInt("SELECT 1"); }), 1);
+  EXPECT_EQ(pool.stats().failovers, 1u);
+  EXPECT_EQ(pool.stats().host, db.url().hosts[0].Label());
+  {
+    auto a = pool.Borrow();
+    auto b = pool.Borrow();  // a second connection: straight to the same host
+    EXPECT_EQ(a->host_index(), 2u);
+    EXPECT_EQ(b->host_index(), 2u);
+  }
+  EXPECT_EQ(pool.stats().failovers, 1u);
+
+  DbUrl dead = db.url();
+  dead.hosts = {{"127.0.0.1", 1}, {"127.0.0.1", 2}};
+  dead.connect_timeout = Millis(1000);
+  try {
+    Connection c(dead);
+    FAIL() << "connected to nothing";
+  } catch (const DbError& e) {
+    std::string what = e.what();
+    EXPECT_EQ(e.kind(), DbError::Kind::kUnreachable) << what;
+    EXPECT_NE(what.find("127.0.0.1:1"), std::string::npos) << what;
+    EXPECT_NE(what.find("127.0.0.1:2"), std::string::npos) << what;
+    EXPECT_NE(what.find(":***@"), std::string::npos) << what;
+    EXPECT_EQ(what.find(dead.password), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
 }
 
 TEST(Storage, TranslatesStatementErrors) {

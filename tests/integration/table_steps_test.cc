@@ -24,7 +24,7 @@ using testing::TestSchema;
 
 // The URL a datasource needs (with its password; test code only).
 std::string FullUrl(const storage::DbUrl& u) {
-  return "mysql://" + u.user + ":" + u.password + "@" + u.host + ":" + std::to_string(u.port) + "/" + u.schema;
+  return u.Unmasked();
 }
 
 class FakeContext : public StepContext {
@@ -46,14 +46,18 @@ class FakeContext : public StepContext {
   storage::Connection& tx() override { throw std::logic_error("table steps must not use the framework tx"); }
   bool StillOwner() override {
     ++owner_checks;
+    if (owner_checks_left >= 0 && owner_checks_left-- == 0) owner = false;
     return owner;
   }
+  void ReportProgress(const json& p) override { progress.push_back(p); }
   Datasources& datasources() override { return ds_; }
 
   json compensation = nullptr;  // what Compensate sees
   std::stop_source stop;
   bool owner = true;
   int owner_checks = 0;
+  int owner_checks_left = -1;  // >= 0: ownership is lost after that many more checks
+  std::vector<json> progress;
 
  private:
   Datasources& ds_;
@@ -156,6 +160,15 @@ class TableStepsTest : public ::testing::Test {
                          ") AND NOT (" + cond + ")");
   }
 
+  // The before-image of chunk `n` of the step, from the target's undo records.
+  json ChunkImage(int n, const std::string& step_code = "EV-1#0") {
+    return tgt_.pool().Run("chunk image", [&](storage::Connection& c) {
+      auto v = c.QueryString("SELECT before_image FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = ?",
+                             step_code, n);
+      return v ? json::parse(*v) : json();
+    });
+  }
+
   void CreateDocs() {
     src_.Exec(kDocTable);
     tgt_.Exec(kDocTable);
@@ -167,6 +180,15 @@ class TableStepsTest : public ::testing::Test {
   Datasources ds_;
 };
 
+// The counts every table_sync output has (the chunk figures are checked separately).
+json Classic(const json& out) {
+  json c;
+  for (const char* k : {"rows", "inserted", "updated", "unchanged", "deleted"}) {
+    if (out.contains(k)) c[k] = out[k];
+  }
+  return c;
+}
+
 constexpr const char* kDocCols = "id,space_id,kind,title,price,ratio,weight,updated_at,data,meta,flags,big";
 
 TEST_F(TableStepsTest, SyncCopiesMatchingRowsExactly) {
@@ -175,7 +197,8 @@ TEST_F(TableStepsTest, SyncCopiesMatchingRowsExactly) {
   FakeContext ctx(ds_, {{"space_id", 1}});
   StepResult r = step->Execute(ctx);
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
-  EXPECT_EQ(r.output, (json{{"rows", 5}, {"inserted", 5}, {"updated", 0}, {"unchanged", 0}}));
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 5}, {"inserted", 5}, {"updated", 0}, {"unchanged", 0}}));
+  EXPECT_EQ(r.output["chunks_written"], 1);
   EXPECT_EQ(ctx.owner_checks, 1);
 
   auto source = Dump(src_, "kb_doc", "id", "space_id = 1");
@@ -188,17 +211,23 @@ TEST_F(TableStepsTest, SyncCopiesMatchingRowsExactly) {
                           "(SELECT weight FROM `" + src_.url().schema + "`.kb_doc WHERE id = 1)"),
             1);
 
-  // The before-image: every row was created, none restored.
+  // The engine keeps a reference; the before-image (every row created, none
+  // restored) is the chunk's undo record in the target.
   ASSERT_TRUE(r.compensation_data.has_value());
-  EXPECT_EQ((*r.compensation_data)["remove"].size(), 5u);
-  EXPECT_EQ((*r.compensation_data)["restore"].size(), 0u);
-  EXPECT_EQ((*r.compensation_data)["binary"], json{"data"});
+  EXPECT_EQ(*r.compensation_data, (json{{"format", 2}, {"undo", "dsync_sync_chunk"}, {"target", "env_b"},
+                                        {"table", "kb_doc"}, {"step_code", "EV-1#0"}, {"chunks", 1}}));
+  json image = ChunkImage(1);
+  EXPECT_EQ(image["remove"].size(), 5u);
+  EXPECT_EQ(image["restore"].size(), 0u);
+  EXPECT_EQ(image["binary"], json{"data"});
 
   // Running again changes nothing.
   FakeContext again(ds_, {{"space_id", 1}}, "EV-2#0");
   StepResult r2 = step->Execute(again);
   ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
-  EXPECT_EQ(r2.output, (json{{"rows", 5}, {"inserted", 0}, {"updated", 0}, {"unchanged", 5}}));
+  EXPECT_EQ(Classic(r2.output), (json{{"rows", 5}, {"inserted", 0}, {"updated", 0}, {"unchanged", 5}}));
+  EXPECT_EQ(r2.output["chunks_equal"], 1);  // the checksums matched: no row was read
+  EXPECT_EQ(r2.output["rows_fetched"], 0);
 }
 
 TEST_F(TableStepsTest, CompensationRestoresTheBeforeImageByteForByte) {
@@ -218,14 +247,14 @@ TEST_F(TableStepsTest, CompensationRestoresTheBeforeImageByteForByte) {
   FakeContext ctx(ds_, {{"space_id", 1}});
   StepResult r = step->Execute(ctx);
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
-  EXPECT_EQ(r.output, (json{{"rows", 5}, {"inserted", 2}, {"updated", 2}, {"unchanged", 1}}));
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 5}, {"inserted", 2}, {"updated", 2}, {"unchanged", 1}}));
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id IN (1, 2, 3, 4, 6)"), Dump(src_, "kb_doc", "id", "space_id = 1"));
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id IN (5, 9)"), unrelated);
 
   ctx.compensation = *r.compensation_data;
   StepResult c = step->Compensate(ctx);
   ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
-  EXPECT_EQ(c.output, (json{{"removed", 2}, {"restored", 2}}));
+  EXPECT_EQ(c.output, (json{{"chunks", 1}, {"removed", 2}, {"restored", 2}}));
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
 
   // A second compensation (crash before the engine recorded the first) is harmless.
@@ -235,7 +264,7 @@ TEST_F(TableStepsTest, CompensationRestoresTheBeforeImageByteForByte) {
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
 }
 
-TEST_F(TableStepsTest, ReExecutionKeepsTheOriginalBeforeImage) {
+TEST_F(TableStepsTest, ReRunAfterACommitResumesAndKeepsTheOriginalBeforeImage) {
   CreateDocs();
   tgt_.Exec(kDocRows);
   tgt_.Exec("UPDATE kb_doc SET title = 'original' WHERE id IN (1, 6)");
@@ -248,39 +277,75 @@ TEST_F(TableStepsTest, ReExecutionKeepsTheOriginalBeforeImage) {
   ASSERT_EQ(first.kind, StepResult::Kind::kOk) << first.error;
 
   // The node died before recording SUCCESS; meanwhile the source changed. The next
-  // owner runs the step again with the same idempotency key.
+  // owner runs the step again with the same idempotency key: every range is
+  // committed already, so it reads and writes nothing, and the first image stays.
   src_.Exec("UPDATE kb_doc SET title = 'changed again' WHERE id IN (1, 3)");
-  src_.Exec("INSERT INTO kb_doc (id, space_id, kind) VALUES (7, 1, 'new')");
   StepResult second = step->Execute(ctx);
   ASSERT_EQ(second.kind, StepResult::Kind::kOk) << second.error;
-  EXPECT_EQ(second.output, (json{{"rows", 6}, {"inserted", 1}, {"updated", 2}, {"unchanged", 3}}));
-  // Row 1's before-state is the original, not what the first run wrote; row 3 (first
-  // changed by the second run) and row 7 (created by it) were added.
-  const json& image = *second.compensation_data;
-  EXPECT_EQ(image["restore"].size(), 3u) << image.dump();
-  EXPECT_EQ(image["remove"].size(), 2u) << image.dump();
-  EXPECT_EQ(image["restore"][0][3], "original");
+  EXPECT_EQ(second.output["resumed_after_chunk"], 1);
+  EXPECT_EQ(second.output["resumed_rows_written"], 3);
+  EXPECT_EQ(second.output["rows"], 0);
+  EXPECT_EQ(ChunkImage(1)["restore"][0][3], "original");
 
-  // The engine's copy is the second result; either copy restores the original.
   ctx.compensation = *second.compensation_data;
   StepResult c = step->Compensate(ctx);
   ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
 }
 
-TEST_F(TableStepsTest, CompensationFallsBackToTheEnginesCopy) {
+// A run stopped after some chunks (here: ownership lost at the 4th chunk's commit)
+// leaves those chunks committed with their checkpoint; the next run resumes after
+// them, copies only the rest, and compensation undoes both runs' chunks exactly.
+TEST_F(TableStepsTest, InterruptedRunResumesFromTheCheckpoint) {
+  const char* ddl = "CREATE TABLE n (id INT PRIMARY KEY, v VARCHAR(20), g INT) DEFAULT CHARSET=utf8mb4";
+  src_.Exec(ddl);
+  tgt_.Exec(ddl);
+  src_.Exec("INSERT INTO n SELECT seq, CONCAT('v', seq), 1 FROM seq_1_to_1000");
+  tgt_.Exec("INSERT INTO n SELECT seq, 'old', 1 FROM seq_1_to_1000 WHERE seq % 2 = 0");
+  const auto before = Dump(tgt_, "n", "id");
+  auto step = Sync("g = :g", {{"chunk_size", 100}}, "n");
+  FakeContext ctx(ds_, {{"g", 1}});
+  ctx.owner_checks_left = 3;
+  StepResult r = step->Execute(ctx);
+  EXPECT_EQ(r.kind, StepResult::Kind::kTransient);
+  EXPECT_NE(r.error.find("lost ownership"), std::string::npos) << r.error;
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0"), 3);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM n WHERE v <> 'old'"), 300);  // 3 chunks of 100
+
+  FakeContext next(ds_, {{"g", 1}});  // the next owner, same step code
+  StepResult r2 = step->Execute(next);
+  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  EXPECT_EQ(r2.output["resumed_after_chunk"], 3);
+  EXPECT_EQ(r2.output["resumed_rows_written"], 300);
+  EXPECT_EQ(r2.output["rows"], 700);  // only the ranges after the checkpoint
+  EXPECT_EQ(r2.output["inserted"], 350);
+  EXPECT_EQ(r2.output["updated"], 350);
+  EXPECT_EQ(r2.output["chunk_records"], 10);
+  EXPECT_EQ(Dump(tgt_, "n", "id"), Dump(src_, "n", "id"));
+
+  next.compensation = *r2.compensation_data;
+  StepResult c = step->Compensate(next);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  EXPECT_EQ(c.output, (json{{"chunks", 10}, {"removed", 500}, {"restored", 500}}));
+  EXPECT_EQ(Dump(tgt_, "n", "id"), before);
+  EXPECT_EQ(step->Compensate(next).output, (json{{"already_compensated", true}}));
+}
+
+TEST_F(TableStepsTest, CompensationWithoutUndoRecordsFailsNamingThem) {
   CreateDocs();
   tgt_.Exec(kDocRows);
   tgt_.Exec("UPDATE kb_doc SET kind = 'was' WHERE id = 4");
-  const auto before = Dump(tgt_, "kb_doc", "id");
   auto step = Sync("space_id = :space_id");
   FakeContext ctx(ds_, {{"space_id", 1}});
   StepResult r = step->Execute(ctx);
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
-  tgt_.Exec("DELETE FROM dsync_step_undo");  // purged, or the undo table was lost
+  tgt_.Exec("DELETE FROM dsync_sync_chunk");  // purged, or deleted by hand
   ctx.compensation = *r.compensation_data;
-  ASSERT_EQ(step->Compensate(ctx).kind, StepResult::Kind::kOk);
-  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+  StepResult c = step->Compensate(ctx);
+  EXPECT_EQ(c.kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(c.error, "step 'docs': its 1 chunk record(s) in env_b.dsync_sync_chunk are gone (purged after "
+                     "undo_retention_days, or deleted); its before-image cannot be restored");
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE kind = 'was'"), 0);  // nothing half-restored
 }
 
 TEST_F(TableStepsTest, HostilePayloadValuesStayBound) {
@@ -422,7 +487,7 @@ TEST_F(TableStepsTest, LostOwnershipOrCancellationRollsTheTargetBack) {
   EXPECT_EQ(r.kind, StepResult::Kind::kTransient);
   EXPECT_NE(r.error.find("lost ownership"), std::string::npos) << r.error;
   EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc"), 0);
-  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_step_undo"), 0);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0"), 0);
 
   FakeContext cancelled(ds_, {{"space_id", 1}});
   cancelled.stop.request_stop();
@@ -466,6 +531,180 @@ TEST_F(TableStepsTest, PermanentFailures) {
   r = MakeTableSyncStep(Spec("table_sync", unknown))->Execute(ok);
   EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
   EXPECT_NE(r.error.find("unknown datasource 'env_c'"), std::string::npos) << r.error;
+}
+
+// Issue 13: a 200k-row table whose target holds a different, older copy (every row
+// older, some missing, some only on the target) syncs chunk by chunk, and its
+// compensation restores the target byte for byte.
+TEST_F(TableStepsTest, LargeTableIntoAnOlderCopySyncsAndCompensatesExactly) {
+  const char* ddl =
+      "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3), "
+      "n DECIMAL(12,2)) DEFAULT CHARSET=utf8mb4";
+  src_.Exec(ddl);
+  tgt_.Exec(ddl);
+  src_.Exec("INSERT INTO big SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND, seq / 100 "
+            "FROM seq_1_to_200000");
+  tgt_.Exec("INSERT INTO big SELECT seq, 1, CONCAT('old ', seq), '2024-01-01' + INTERVAL seq SECOND, NULL "
+            "FROM seq_1_to_200000 WHERE seq % 10 <> 3");
+  tgt_.Exec("INSERT INTO big SELECT seq, 1, 'target only', NULL, 1 FROM seq_200001_to_200100");
+  const auto before = Dump(tgt_, "big", "id");
+  auto step = Sync("grp = :g", json::object(), "big");
+  FakeContext ctx(ds_, {{"g", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 200000}, {"inserted", 20000}, {"updated", 180000}, {"unchanged", 0}}));
+  EXPECT_GT(r.output["chunk_records"].get<int>(), 10);  // committed chunk by chunk
+  EXPECT_LT(r.compensation_data->dump().size(), 200u) << r.compensation_data->dump();  // a reference only
+  EXPECT_EQ(Dump(tgt_, "big", "id", "id <= 200000"), Dump(src_, "big", "id"));
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM big WHERE name = 'target only'"), 100);
+
+  ctx.compensation = *r.compensation_data;
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  EXPECT_EQ(c.output["removed"], 20000);
+  EXPECT_EQ(c.output["restored"], 180000);
+  EXPECT_EQ(Dump(tgt_, "big", "id"), before);
+}
+
+// Issue 13 item 2: the checksum diff sees each kind of single-row difference that
+// collations and text conversions hide, and reads and writes only those chunks.
+TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseChunks) {
+  const char* ddl = R"(
+    CREATE TABLE d (
+      id INT PRIMARY KEY,
+      ci VARCHAR(20) COLLATE utf8mb4_general_ci NULL,
+      pad VARCHAR(20) COLLATE utf8mb4_bin NULL,
+      bin VARBINARY(8) NULL,
+      at DATETIME(6) NULL,
+      x DOUBLE NULL
+    ) DEFAULT CHARSET=utf8mb4)";
+  src_.Exec(ddl);
+  tgt_.Exec(ddl);
+  src_.Exec("INSERT INTO d SELECT seq, 'a', 'x', 0x0102, '2024-01-01 00:00:00.123456', 0.1e0 + 0.2e0 "
+            "FROM seq_1_to_1000");
+  tgt_.Exec("INSERT INTO d SELECT * FROM `" + src_.url().schema + "`.d");
+  // One difference per chunk of 100 rows, each of another kind; chunks 3, 6 and 9 stay equal.
+  src_.Exec("UPDATE d SET ci = NULL WHERE id = 50");      // NULL vs 'a'...
+  tgt_.Exec("UPDATE d SET ci = '' WHERE id = 50");        // ... target '': NULL vs ''
+  src_.Exec("UPDATE d SET ci = 'NULL' WHERE id = 150");   // the string 'NULL' vs NULL
+  tgt_.Exec("UPDATE d SET ci = NULL WHERE id = 150");
+  tgt_.Exec("UPDATE d SET ci = 'A' WHERE id = 350");      // case only, under a _ci collation
+  tgt_.Exec("UPDATE d SET pad = 'x ' WHERE id = 450");    // trailing space only
+  tgt_.Exec("UPDATE d SET bin = 0x0103 WHERE id = 750");  // one binary byte
+  tgt_.Exec("UPDATE d SET at = '2024-01-01 00:00:00.123457' WHERE id = 850");  // one microsecond
+  tgt_.Exec("UPDATE d SET x = 0.3e0 WHERE id = 950");     // the last bit of a double
+  ASSERT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM d WHERE x = 0.3e0"), 1);
+  ASSERT_NE(Dump(tgt_, "d", "id"), Dump(src_, "d", "id"));
+
+  auto step = Sync("1 = 1", {{"chunk_size", 100}}, "d");
+  FakeContext ctx(ds_, json::object());
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 1000}, {"inserted", 0}, {"updated", 7}, {"unchanged", 993}}));
+  EXPECT_EQ(r.output["chunks"], 11);  // 10 of 100 rows, and the empty range after the last key
+  EXPECT_EQ(r.output["chunks_equal"], 4);
+  EXPECT_EQ(r.output["chunks_written"], 7);
+  EXPECT_EQ(r.output["rows_fetched"], 7);  // only the differing rows were read whole
+  EXPECT_EQ(Dump(tgt_, "d", "id"), Dump(src_, "d", "id"));
+
+  // Nothing differs any more: a re-sync (another event) reads no row.
+  FakeContext again(ds_, json::object(), "EV-2#0");
+  StepResult r2 = step->Execute(again);
+  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  EXPECT_EQ(r2.output["chunks_equal"], 11);
+  EXPECT_EQ(r2.output["rows_fetched"], 0);
+}
+
+// Rows changed by the same bit pattern at the same place (n: 2 -> 3 in two rows of
+// equal length) cancel in a plain BIT_XOR of CRC32s; the range checksum still sees them.
+TEST_F(TableStepsTest, ChecksumSeesIdenticalChangesInPairs) {
+  src_.Exec("CREATE TABLE p (id INT PRIMARY KEY, n INT)");
+  tgt_.Exec("CREATE TABLE p (id INT PRIMARY KEY, n INT)");
+  src_.Exec("INSERT INTO p VALUES (10, 3), (11, 3), (12, 5), (13, 5)");
+  tgt_.Exec("INSERT INTO p VALUES (10, 2), (11, 2), (12, 4), (13, 4)");
+  auto step = Sync("1 = 1", json::object(), "p");
+  FakeContext ctx(ds_, json::object());
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["updated"], 4);
+  EXPECT_EQ(Dump(tgt_, "p", "id"), Dump(src_, "p", "id"));
+}
+
+// Issue 13 item 3: customer -> orders -> order items as one saga's three steps, the
+// children selected through their parents, compensated in reverse.
+TEST_F(TableStepsTest, SubqueryFilterSyncsAnEntityGraphAndCompensatesIt) {
+  for (TestSchema* db : {&src_, &tgt_}) {
+    db->Exec("CREATE TABLE customer (id INT PRIMARY KEY, name VARCHAR(40))");
+    db->Exec("CREATE TABLE orders (id INT PRIMARY KEY, customer_id INT NOT NULL, total DECIMAL(10,2), KEY (customer_id))");
+    db->Exec("CREATE TABLE order_item (id INT PRIMARY KEY, order_id INT NOT NULL, sku VARCHAR(20), qty INT, KEY (order_id))");
+  }
+  src_.Exec("INSERT INTO customer VALUES (1, 'ann'), (2, 'bob')");
+  src_.Exec("INSERT INTO orders SELECT seq, 1 + seq % 2, seq * 1.5 FROM seq_1_to_40");  // even ids: ann's
+  src_.Exec("INSERT INTO order_item SELECT seq, 1 + seq % 40, CONCAT('sku', seq), seq % 7 FROM seq_1_to_400");
+  // The target: an older state of customer 1 (one order's items differ, one item is
+  // gone from the source), and bob.
+  tgt_.Exec("INSERT INTO customer VALUES (1, 'ann (old)'), (2, 'bob')");
+  tgt_.Exec("INSERT INTO orders SELECT * FROM `" + src_.url().schema + "`.orders WHERE id <= 20");
+  tgt_.Exec("INSERT INTO order_item SELECT * FROM `" + src_.url().schema + "`.order_item WHERE id <= 200");
+  tgt_.Exec("UPDATE order_item SET qty = 99 WHERE order_id = 4");
+  tgt_.Exec("INSERT INTO order_item VALUES (1000, 4, 'gone', 1)");
+  const std::vector<std::string> tables = {"customer", "orders", "order_item"};
+  std::map<std::string, std::vector<std::string>> before;
+  for (const auto& t : tables) before[t] = Dump(tgt_, t, "id");
+
+  std::vector<std::unique_ptr<StepHandler>> steps;
+  steps.push_back(Sync("id = :cid", json::object(), "customer"));
+  steps.push_back(Sync("customer_id = :cid", json::object(), "orders"));
+  steps.push_back(MakeTableSyncStep(Spec(
+      "table_sync",
+      {{"source", "env_a"}, {"target", "env_b"}, {"table", "order_item"}, {"delete_missing", true},
+       {"where", "order_id IN (SELECT id FROM orders WHERE customer_id = :cid)"}, {"chunk_size", 50}},
+      "items")));
+  std::vector<std::unique_ptr<FakeContext>> ctxs;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ctxs.push_back(std::make_unique<FakeContext>(ds_, json{{"cid", 1}}, "EV-G#" + std::to_string(i)));
+    StepResult r = steps[i]->Execute(*ctxs[i]);
+    ASSERT_EQ(r.kind, StepResult::Kind::kOk) << tables[i] << ": " << r.error;
+    ctxs[i]->compensation = *r.compensation_data;
+    if (i == 2) {
+      EXPECT_EQ(r.output["rows"], 200);  // 20 orders of customer 1, 10 items each
+      EXPECT_EQ(r.output["deleted"], 1);
+    }
+  }
+  const std::string items_of_1 = "order_id IN (SELECT id FROM orders WHERE customer_id = 1)";
+  EXPECT_EQ(Dump(tgt_, "customer", "id", "id = 1"), Dump(src_, "customer", "id", "id = 1"));
+  EXPECT_EQ(Dump(tgt_, "orders", "id", "customer_id = 1"), Dump(src_, "orders", "id", "customer_id = 1"));
+  EXPECT_EQ(Dump(tgt_, "order_item", "id", items_of_1), Dump(src_, "order_item", "id", items_of_1));
+  EXPECT_EQ(Dump(tgt_, "customer", "id", "id = 2"), Dump(src_, "customer", "id", "id = 2"));  // untouched
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM order_item WHERE order_id IN (SELECT id FROM orders WHERE "
+                          "customer_id = 2) AND id > 200"),
+            0);  // bob's newer items were not synced
+
+  // Compensation in reverse: items, orders, customer.
+  for (size_t i = steps.size(); i-- > 0;) {
+    StepResult c = steps[i]->Compensate(*ctxs[i]);
+    ASSERT_EQ(c.kind, StepResult::Kind::kOk) << tables[i] << ": " << c.error;
+  }
+  for (const auto& t : tables) EXPECT_EQ(Dump(tgt_, t, "id"), before[t]) << t;
+
+  // A hostile value for the subquery's integer column stays a value: refused.
+  FakeContext hostile(ds_, json{{"cid", "1 OR 1=1"}}, "EV-H#2");
+  StepResult h = steps[2]->Execute(hostile);
+  EXPECT_EQ(h.kind, StepResult::Kind::kPermanent);
+  EXPECT_NE(h.error.find("payload field 'cid' must be an integer (column `customer_id` of env_a.orders)"),
+            std::string::npos)
+      << h.error;
+  FakeContext text(ds_, json{{"cid", "x') OR ('1'='1"}}, "EV-H2#2");
+  EXPECT_EQ(steps[2]->Execute(text).kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(Dump(tgt_, "order_item", "id"), before["order_item"]);
+
+  // A subquery table the source lacks: a clear permanent failure.
+  auto missing = MakeTableSyncStep(Spec("table_sync", {{"source", "env_a"}, {"target", "env_b"}, {"table", "orders"},
+                                                       {"where", "customer_id IN (SELECT id FROM nope)"}}));
+  FakeContext m(ds_, json::object(), "EV-M#0");
+  StepResult mr = missing->Execute(m);
+  EXPECT_EQ(mr.kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(mr.error, "table env_a.nope (read by the where of step 'docs') does not exist");
 }
 
 }  // namespace

@@ -22,8 +22,10 @@ TEST(DbUrl, ParsesFullForm) {
   DbUrl u = DbUrl::Parse("mysql://dsync:secret@db.example:3307/kb_sync");
   EXPECT_EQ(u.user, "dsync");
   EXPECT_EQ(u.password, "secret");
-  EXPECT_EQ(u.host, "db.example");
-  EXPECT_EQ(u.port, 3307);
+  ASSERT_EQ(u.hosts.size(), 1u);
+  EXPECT_EQ(u.hosts[0].name, "db.example");
+  EXPECT_EQ(u.hosts[0].port, 3307);
+  EXPECT_EQ(u.order, HostOrder::kFailover);
   EXPECT_EQ(u.schema, "kb_sync");
   EXPECT_EQ(u.socket, "");
   EXPECT_EQ(u.pool_size, 8);
@@ -31,7 +33,7 @@ TEST(DbUrl, ParsesFullForm) {
 
 TEST(DbUrl, DefaultsPortAndAllowsEmptyPassword) {
   DbUrl u = DbUrl::Parse("mysql://root@localhost/dsync");
-  EXPECT_EQ(u.port, 3306);
+  EXPECT_EQ(u.hosts.at(0).port, 3306);
   EXPECT_EQ(u.password, "");
   EXPECT_EQ(u.Masked(), "mysql://root@localhost:3306/dsync");
 }
@@ -57,9 +59,57 @@ TEST(DbUrl, ParsesOptions) {
 
 TEST(DbUrl, ParsesBracketedIpv6Host) {
   DbUrl u = DbUrl::Parse("mysql://a:b@[::1]:3310/s");
-  EXPECT_EQ(u.host, "::1");
-  EXPECT_EQ(u.port, 3310);
+  EXPECT_EQ(u.hosts.at(0).name, "::1");
+  EXPECT_EQ(u.hosts.at(0).port, 3310);
   EXPECT_EQ(u.Masked(), "mysql://a:***@[::1]:3310/s");
+}
+
+TEST(DbUrl, ParsesHostListInOrder) {
+  DbUrl u = DbUrl::Parse("mysql://u:p@127.0.0.1:4001,db-2.example:4002,db3/s");
+  ASSERT_EQ(u.hosts.size(), 3u);
+  EXPECT_EQ(u.hosts[0], (DbHost{"127.0.0.1", 4001}));
+  EXPECT_EQ(u.hosts[1], (DbHost{"db-2.example", 4002}));
+  EXPECT_EQ(u.hosts[2], (DbHost{"db3", 3306}));
+  EXPECT_EQ(u.Masked(), "mysql://u:***@127.0.0.1:4001,db-2.example:4002,db3:3306/s");
+}
+
+TEST(DbUrl, ParsesIpv6InAHostList) {
+  DbUrl u = DbUrl::Parse("mysql://u:p@[::1]:4001,[fe80::1:2]:4002,[::ffff:127.0.0.1],10.0.0.1:4004/s");
+  ASSERT_EQ(u.hosts.size(), 4u);
+  EXPECT_EQ(u.hosts[0], (DbHost{"::1", 4001}));
+  EXPECT_EQ(u.hosts[1], (DbHost{"fe80::1:2", 4002}));
+  EXPECT_EQ(u.hosts[2], (DbHost{"::ffff:127.0.0.1", 3306}));
+  EXPECT_EQ(u.hosts[3], (DbHost{"10.0.0.1", 4004}));
+  EXPECT_EQ(u.Masked(), "mysql://u:***@[::1]:4001,[fe80::1:2]:4002,[::ffff:127.0.0.1]:3306,10.0.0.1:4004/s");
+}
+
+TEST(DbUrl, PasswordMayContainColonsAndCommasAndEncodedAt) {
+  DbUrl u = DbUrl::Parse("mysql://u:a:b,c%40d,:@h1:1,h2:2/s");
+  EXPECT_EQ(u.user, "u");
+  EXPECT_EQ(u.password, "a:b,c@d,:");
+  ASSERT_EQ(u.hosts.size(), 2u);
+  EXPECT_EQ(u.hosts[0], (DbHost{"h1", 1}));
+  EXPECT_EQ(u.hosts[1], (DbHost{"h2", 2}));
+  EXPECT_EQ(u.Masked().find("a:b"), std::string::npos);
+  // A literal '@' in the password still parses: the host list never holds one.
+  EXPECT_EQ(DbUrl::Parse("mysql://u:p@ss@h1:1/s").password, "p@ss");
+}
+
+TEST(DbUrl, ParsesOrderOption) {
+  EXPECT_EQ(DbUrl::Parse("mysql://u:p@h1,h2/s?order=random").order, HostOrder::kRandom);
+  EXPECT_EQ(DbUrl::Parse("mysql://u:p@h1,h2/s?order=failover").order, HostOrder::kFailover);
+  EXPECT_EQ(DbUrl::Parse("mysql://u:p@h1,h2/s?order=random").Masked(),
+            "mysql://u:***@h1:3306,h2:3306/s?order=random");
+}
+
+TEST(DbUrl, UnmaskedRoundTripsThroughParse) {
+  DbUrl u = DbUrl::Parse("mysql://us%40er:a:b,c%40d%2F%3F@[::1]:1,h2:2/s?order=random");
+  DbUrl again = DbUrl::Parse(u.Unmasked());
+  EXPECT_EQ(again.user, "us@er");
+  EXPECT_EQ(again.password, "a:b,c@d/?");
+  EXPECT_EQ(again.hosts, u.hosts);
+  EXPECT_EQ(again.order, HostOrder::kRandom);
+  EXPECT_EQ(again.schema, "s");
 }
 
 TEST(DbUrl, MaskedNeverContainsPassword) {
@@ -69,9 +119,10 @@ TEST(DbUrl, MaskedNeverContainsPassword) {
 }
 
 TEST(DbUrl, WithSchemaKeepsEverythingElse) {
-  DbUrl u = DbUrl::Parse("mysql://a:b@h:1234/one?pool_size=2").WithSchema("two");
+  DbUrl u = DbUrl::Parse("mysql://a:b@h:1234,g:1235/one?pool_size=2").WithSchema("two");
   EXPECT_EQ(u.schema, "two");
-  EXPECT_EQ(u.port, 1234);
+  EXPECT_EQ(u.hosts.size(), 2u);
+  EXPECT_EQ(u.hosts.at(0).port, 1234);
   EXPECT_EQ(u.pool_size, 2);
 }
 
@@ -112,13 +163,42 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"mysql://u:hunter2@h/s?socket=", "socket option is empty"},
                       BadCase{"mysql://u:hunter2%zz@h/s", "bad %-escape in password"},
                       BadCase{"mysql://u:hunter2%4@h/s", "truncated %-escape"},
-                      BadCase{"mysql://u:hunter2@h/a/b", "contains '/'"}));
+                      BadCase{"mysql://u:hunter2@h/a/b", "contains '/'"},
+                      // host lists
+                      BadCase{"mysql://u:hunter2@/s", "missing host"},
+                      BadCase{"mysql://u:hunter2@,/s", "empty entry in the host list"},
+                      BadCase{"mysql://u:hunter2@h1:1,/s", "empty entry in the host list"},
+                      BadCase{"mysql://u:hunter2@,h1:1/s", "empty entry in the host list"},
+                      BadCase{"mysql://u:hunter2@h1:1,,h2:2/s", "empty entry in the host list"},
+                      BadCase{"mysql://u:hunter2@h1:1,h2:0/s", "port must be a number from 1 to 65535"},
+                      BadCase{"mysql://u:hunter2@h1:1,h2:65536/s", "port must be"},
+                      BadCase{"mysql://u:hunter2@h1:1,h2:x/s", "port must be"},
+                      BadCase{"mysql://u:hunter2@h1:1,h2:/s", "port must be"},
+                      BadCase{"mysql://u:hunter2@h1:1,:2/s", "missing host"},
+                      BadCase{"mysql://u:hunter2@h1:1,h1:1/s", "host h1:1 is listed twice"},
+                      BadCase{"mysql://u:hunter2@H1:1,h1:1/s", "host h1:1 is listed twice"},
+                      BadCase{"mysql://u:hunter2@h1,h1:3306/s", "host h1:3306 is listed twice"},
+                      BadCase{"mysql://u:hunter2@[::1]:5,[::1]:5/s", "host [::1]:5 is listed twice"},
+                      BadCase{"mysql://u:hunter2@::1/s", "must be in brackets"},
+                      BadCase{"mysql://u:hunter2@h1,::1:3306/s", "must be in brackets"},
+                      BadCase{"mysql://u:hunter2@[]:1/s", "is not an IPv6 address"},
+                      BadCase{"mysql://u:hunter2@[db.example]:1/s", "is not an IPv6 address"},
+                      BadCase{"mysql://u:hunter2@[::1]x/s", "unexpected text after ]"},
+                      BadCase{"mysql://u:hunter2@h1,h%32/s", "bad character in host"},
+                      BadCase{"mysql://u:hunter2@h1;h2/s", "bad character in host"},
+                      BadCase{"mysql://u:hunter2@h1 ,h2/s", "bad character in host"},
+                      BadCase{"mysql://u:hunter2@h1,h2/s?order=nearest", "order must be failover or random"},
+                      BadCase{"mysql://u:hunter2@h1,h2/s?socket=%2Ftmp%2Fs", "socket option needs a single host"},
+                      // a password with ':' and ',' is still masked in every message
+                      BadCase{"mysql://u:hunter2:,x@h1:1,h1:1/s", "listed twice"},
+                      BadCase{"mysql://u:,hunter2@h1,h2:99999/s", "port must be"}));
 
 TEST(MaskPasswords, MasksUrlsInsideText) {
   EXPECT_EQ(MaskPasswords("cannot reach mysql://u:hunter2@h:1/s today"),
             "cannot reach mysql://u:***@h:1/s today");
   EXPECT_EQ(MaskPasswords("no url here: a:b@c"), "no url here: a:b@c");
   EXPECT_EQ(MaskPasswords("mysql://u@h/s"), "mysql://u@h/s");
+  EXPECT_EQ(MaskPasswords("to mysql://u:a:b,c@h1:1,h2:2/s failed"), "to mysql://u:***@h1:1,h2:2/s failed");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Unit tests (no database) of the table steps' start-time validation: the params of
 // table_sync / table_delete, and the `where` grammar that keeps payload values bound.
+#include <chrono>
 #include <set>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "saga/steps/table_chunks.h"
 #include "saga/steps/table_sql.h"
 #include "saga/steps/table_steps.h"
 #include "saga/steps/table_where.h"
@@ -102,9 +104,9 @@ TEST(TableStepsConfig, RejectsWrongTypes) {
   EXPECT_HAS(SyncError(With(SyncParams(), "table", 5)), "'table' must be a string, got an integer");
   EXPECT_HAS(SyncError(With(SyncParams(), "where", json::array())), "'where' must be a string");
   EXPECT_HAS(SyncError(With(SyncParams(), "source", "")), "'source' must not be empty");
-  EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", 0)), "'chunk_size' must be an integer from 1 to 10000, got 0");
+  EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", 0)), "'chunk_size' must be an integer from 1 to 100000, got 0");
   EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", -5)), "'chunk_size' must be an integer");
-  EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", 10001)), "'chunk_size' must be an integer");
+  EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", 100001)), "'chunk_size' must be an integer");
   EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", "100")), "'chunk_size' must be an integer");
   EXPECT_HAS(SyncError(With(SyncParams(), "chunk_size", 1.5)), "'chunk_size' must be an integer");
   EXPECT_HAS(SyncError(With(SyncParams(), "delete_missing", "yes")), "'delete_missing' must be true or false");
@@ -143,11 +145,11 @@ TEST(TableStepsConfig, RejectsUnsafeWhere) {
       {"", "must not be empty"},
       {"space_id = : x", "':' without a placeholder name"},
       {"space_id = SLEEP(10)", "must not call functions"},
-      {"space_id IN (SELECT id FROM kb_space)", "is not a supported filter"},
+      {"space_id = (SELECT id FROM kb_space)", "subquery outside 'column [NOT] IN (SELECT ...)'"},
       {"space_id = :a OR", "is not a supported filter"},
       {"space_id", "is not a supported filter"},
       {"space_id = @x", "unsupported character '@'"},
-      {"space_id = :a UNION SELECT 1", "is not a supported filter"},
+      {"space_id = :a UNION SELECT 1", "must not use UNION"},
       {"(space_id = :a", "is not a supported filter"},
       {"`a b` = 1", "bad column name"},
   };
@@ -170,6 +172,83 @@ TEST(TableWhere, CompilesToBoundPlaceholders) {
   auto between = CompileWhere("n BETWEEN -5 AND :hi AND (t IS NOT NULL) AND s NOT LIKE :p AND :v < x");
   EXPECT_EQ(between.sql, "`n` BETWEEN -5 AND ? AND (`t` IS NOT NULL) AND `s` NOT LIKE ? AND ? < `x`");
   EXPECT_EQ(between.param_columns, (std::vector<std::string>{"n", "s", "x"}));
+}
+
+// Entity graphs: one level of `column [NOT] IN (SELECT column FROM table [WHERE ...])`.
+TEST(TableWhere, AcceptsOneLevelOfSubquery) {
+  auto w = CompileWhere("order_id IN (SELECT id FROM orders WHERE customer_id = :cid AND state <> 'gone') AND n > :n");
+  EXPECT_EQ(w.sql,
+            "`order_id` IN (SELECT `orders`.`id` FROM `orders` WHERE `orders`.`customer_id` = ? AND "
+            "`orders`.`state` <> 'gone') AND `n` > ?");
+  EXPECT_EQ(w.params, (std::vector<std::string>{"cid", "n"}));
+  EXPECT_EQ(w.param_columns, (std::vector<std::string>{"customer_id", "n"}));
+  EXPECT_EQ(w.param_tables, (std::vector<std::string>{"orders", ""}));
+  EXPECT_EQ(w.columns, (std::set<std::string>{"order_id", "n"}));
+  ASSERT_EQ(w.subqueries.size(), 1u);
+  EXPECT_EQ(w.subqueries[0].table, "orders");
+  EXPECT_EQ(w.subqueries[0].columns, (std::set<std::string>{"id", "customer_id", "state"}));
+
+  auto n = CompileWhere("id not in (select `parent` from `Tree$1`) OR id IN (SELECT id FROM t2)");
+  EXPECT_EQ(n.sql, "`id` NOT IN (SELECT `Tree$1`.`parent` FROM `Tree$1`) OR `id` IN (SELECT `t2`.`id` FROM `t2`)");
+  EXPECT_EQ(n.subqueries.size(), 2u);
+}
+
+TEST(TableStepsConfig, RefusesForbiddenSubqueriesNamingTheStep) {
+  struct Case {
+    const char* where;
+    const char* reason;
+  } cases[] = {
+      {"a IN (SELECT id FROM t WHERE b IN (SELECT id FROM u))", "nests subqueries"},
+      {"a IN (SELECT MAX(id) FROM t)", "must not call functions"},
+      {"a IN (SELECT id FROM t WHERE LOWER(x) = :x)", "must not call functions"},
+      {"a IN (SELECT id FROM t UNION SELECT id FROM u)", "must not use UNION"},
+      {"a IN (SELECT id FROM t WHERE x = 1 UNION SELECT 1)", "must not use UNION"},
+      {"a IN (SELECT id FROM t /* c */)", "must not contain '/*'"},
+      {"a IN (SELECT id FROM t -- c\n)", "must not contain '--'"},
+      {"a IN (SELECT id FROM t) # c", "must not contain '#'"},
+      {"a IN (SELECT id, b FROM t)", "more than one column"},
+      {"a IN (SELECT * FROM t)", "unsupported character '*'"},
+      {"a IN (SELECT id FROM t x)", "more than 'SELECT column FROM table"},
+      {"a IN (SELECT id FROM t JOIN u)", "more than 'SELECT column FROM table"},
+      {"a IN (SELECT id FROM t LIMIT 1)", "more than 'SELECT column FROM table"},
+      {"a IN (SELECT id FROM t WHERE x = 1 LIMIT 1)", "expected ')' closing the subquery"},
+      {"a IN (SELECT id FROM db.t)", "unsupported character '.'"},
+      {"a IN (SELECT id)", "expected FROM"},
+      {"a IN (SELECT id FROM t", "expected ')' closing the subquery"},
+      {"1 IN (SELECT id FROM t)", "compared with something other than a column"},
+      {"a IN (SELECT id FROM t WHERE y = (SELECT 1))", "subquery outside"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_HAS(SyncError(With(SyncParams(), "where", c.where)), c.reason) << c.where;
+    EXPECT_HAS(DeleteError({{"target", "env_b"}, {"table", "kb_doc"}, {"where", c.where}}), c.reason) << c.where;
+  }
+}
+
+TEST(TableChunks, SizerAdaptsTowardTheTargetTimeWithinBounds) {
+  using std::chrono::milliseconds;
+  table::ChunkSizer s(10000);
+  EXPECT_EQ(s.next(), 1000u);
+  s.Observe(1000, milliseconds(100), 0, 0);  // 5x too fast: at most 4x larger
+  EXPECT_EQ(s.next(), 4000u);
+  s.Observe(4000, milliseconds(250), 0, 0);  // 2x too fast
+  EXPECT_EQ(s.next(), 8000u);
+  s.Observe(8000, milliseconds(100), 0, 0);  // capped by chunk_size
+  EXPECT_EQ(s.next(), 10000u);
+  s.Observe(10000, milliseconds(2000), 0, 0);  // 4x too slow
+  EXPECT_EQ(s.next(), 2500u);
+  s.Observe(2500, milliseconds(500), 1u << 20, 2500);  // on target, held rows weigh 1 MiB
+  EXPECT_EQ(s.next(), 2500u);
+  s.Observe(2500, milliseconds(500), 40u << 20, 2500);  // 40 MiB: bytes bound (2 MiB), within 4x
+  EXPECT_EQ(s.next(), 625u);
+  s.Shrink();
+  EXPECT_EQ(s.next(), 156u);
+  table::ChunkSizer one(1);
+  one.Observe(1, milliseconds(1), 0, 0);
+  EXPECT_EQ(one.next(), 1u);
+  one.Shrink();
+  EXPECT_EQ(one.next(), 1u);
+  table::ChunkSizer small(300);
+  EXPECT_EQ(small.next(), 300u);
 }
 
 TEST(TableWhere, ErrorsAreOneLine) {

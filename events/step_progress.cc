@@ -1,0 +1,23 @@
+#include "events/step_progress.h"
+
+namespace dsync::events {
+namespace {
+
+// The step's running output, fenced by the event's claimed version.
+//   params: output, step code, event id, version
+constexpr const char* kWriteStepProgressSql = R"(
+UPDATE distribute_event_step SET output = ?
+WHERE code = ? AND status IN ('EXECUTING', 'COMPENSATING')
+  AND EXISTS (SELECT 1 FROM distribute_event WHERE id = ? AND version = ?))";
+
+}  // namespace
+
+bool WriteStepProgress(storage::ConnectionPool& pool, const std::string& step_code, int64_t event_id,
+                       int version, const nlohmann::json& progress) {
+  const std::string text = progress.dump();
+  return pool.Run("step progress", [&](storage::Connection& c) {
+           return c.Execute(kWriteStepProgressSql, text, step_code, event_id, static_cast<long long>(version));
+         }) == 1;
+}
+
+}  // namespace dsync::events

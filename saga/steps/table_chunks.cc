@@ -1,0 +1,134 @@
+#include "saga/steps/table_chunks.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace dsync::saga::table {
+namespace {
+
+std::string Quoted(const std::string& name) { return "`" + name + "`"; }
+
+}  // namespace
+
+std::string RangeWhere(const ColumnSet& key, const BoundFilter& filter, const KeyRange& range) {
+  std::string sql = "(" + filter.sql + ")";
+  if (range.lo) sql += " AND (" + key.AfterKey() + ")";
+  if (range.hi) sql += " AND (" + key.AtOrBeforeKey() + ")";
+  return sql;
+}
+
+std::vector<SqlValue> RangeValues(const ColumnSet& key, const BoundFilter& filter, const KeyRange& range) {
+  std::vector<SqlValue> out = filter.params;
+  if (range.lo) key.AppendAfterKeyValues(*range.lo, out);
+  if (range.hi) key.AppendAfterKeyValues(*range.hi, out);  // same shape of values
+  return out;
+}
+
+// SELECT COUNT(*), BIT_XOR(<row hash> * K) FROM t WHERE <range>
+RangeChecksum ChecksumRange(storage::Connection& c, const std::string& table, const ColumnSet& cols,
+                            const ColumnSet& key, const BoundFilter& filter, const KeyRange& range) {
+  // CRC32 is linear over GF(2): rows changed by the same bit pattern at the same place
+  // (n -> n+1 on even n, a date moved by one second) cancel in pairs under a plain
+  // BIT_XOR. Multiplying by an odd constant first (the product fits in 64 bits) breaks
+  // that linearity.
+  const std::string sql = "SELECT COUNT(*), COALESCE(BIT_XOR(" + cols.RowHashExpr() + " * 2654435761), 0) FROM " +
+                          Quoted(table) + " WHERE " + RangeWhere(key, filter, range);
+  auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
+  RangeChecksum out;
+  if (rs->next()) {
+    out.rows = rs->getInt64(1);
+    out.crc_xor = rs->getUInt64(2);
+  }
+  return out;
+}
+
+// SELECT <key>, <row hash> FROM t WHERE <range> ORDER BY <key>
+std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table, const ColumnSet& cols,
+                               const ColumnSet& key, const BoundFilter& filter, const KeyRange& range) {
+  const std::string sql = "SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Quoted(table) +
+                          " WHERE " + RangeWhere(key, filter, range) + " ORDER BY " + key.OrderBy();
+  auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
+  std::vector<KeyHash> out;
+  const auto hash_col = static_cast<uint32_t>(key.size() + 1);
+  while (rs->next()) {
+    KeyHash kh;
+    kh.key.reserve(key.size());
+    for (size_t i = 0; i < key.size(); ++i) {
+      auto idx = static_cast<uint32_t>(i + 1);
+      if (rs->isNull(idx)) kh.key.emplace_back(std::nullopt);
+      else kh.key.emplace_back(std::string(rs->getString(idx)));
+    }
+    kh.hash = static_cast<uint32_t>(rs->getUInt64(hash_col));
+    out.push_back(std::move(kh));
+  }
+  return out;
+}
+
+// SELECT <key> FROM t WHERE <filter> AND <key > lo> ORDER BY <key> LIMIT 1 OFFSET n-1
+std::optional<Row> NthKeyAfter(storage::Connection& c, const std::string& table, const ColumnSet& key,
+                               const BoundFilter& filter, const std::optional<Row>& lo, size_t n) {
+  const KeyRange range{lo, std::nullopt};
+  const std::string sql = "SELECT " + key.SelectList() + " FROM " + Quoted(table) + " WHERE " +
+                          RangeWhere(key, filter, range) + " ORDER BY " + key.OrderBy() + " LIMIT 1 OFFSET " +
+                          std::to_string(n > 0 ? n - 1 : 0);
+  auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
+  std::vector<Row> rows = key.ReadAll(*rs);
+  if (rows.empty()) return std::nullopt;
+  return std::move(rows.front());
+}
+
+// SELECT <cols> FROM t WHERE <range> ORDER BY <key> [LIMIT n] [FOR UPDATE]
+std::vector<Row> ReadRange(storage::Connection& c, const std::string& table, const ColumnSet& cols,
+                           const ColumnSet& key, const BoundFilter& filter, const KeyRange& range, size_t limit,
+                           bool for_update) {
+  std::string sql = "SELECT " + cols.SelectList() + " FROM " + Quoted(table) + " WHERE " +
+                    RangeWhere(key, filter, range) + " ORDER BY " + key.OrderBy();
+  if (limit > 0) sql += " LIMIT " + std::to_string(limit);
+  if (for_update) sql += " FOR UPDATE";
+  auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
+  return cols.ReadAll(*rs);
+}
+
+ChunkSizer::ChunkSizer(size_t max_rows, Options options)
+    : max_rows_(std::max<size_t>(1, max_rows)),
+      options_(options),
+      next_(std::min(max_rows_, std::max<size_t>(1, options.start_rows))) {}
+
+void ChunkSizer::Observe(size_t rows, std::chrono::nanoseconds took, size_t held_bytes, size_t held_rows) {
+  double want = static_cast<double>(max_rows_);
+  if (took.count() > 0 && rows > 0) {
+    want = static_cast<double>(rows) * static_cast<double>(options_.target.count()) / static_cast<double>(took.count());
+  }
+  if (held_rows > 0 && held_bytes > 0) {
+    double per_row = static_cast<double>(held_bytes) / static_cast<double>(held_rows);
+    want = std::min(want, static_cast<double>(options_.max_bytes) / per_row);
+  }
+  const double lo = std::max(1.0, static_cast<double>(next_) / 4);
+  const double hi = static_cast<double>(next_) * 4;
+  want = std::clamp(want, lo, hi);
+  next_ = std::clamp<size_t>(static_cast<size_t>(want), 1, max_rows_);
+}
+
+void ChunkSizer::Shrink() { next_ = std::max<size_t>(1, next_ / 4); }
+
+nlohmann::json KeyToJson(const Row& key) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Cell& cell : key) {
+    if (cell) out.push_back(*cell);
+    else out.push_back(nullptr);
+  }
+  return out;
+}
+
+Row KeyFromJson(const nlohmann::json& j) {
+  if (!j.is_array() || j.empty()) throw std::invalid_argument("a key is not a non-empty array");
+  Row out;
+  for (const auto& cell : j) {
+    if (cell.is_null()) out.emplace_back(std::nullopt);
+    else if (cell.is_string()) out.emplace_back(cell.get<std::string>());
+    else throw std::invalid_argument("a key cell is neither a string nor null");
+  }
+  return out;
+}
+
+}  // namespace dsync::saga::table

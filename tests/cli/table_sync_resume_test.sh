@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Issue 13 acceptance through real processes: a table_sync step of 200k rows into a
+# target holding an older copy, committed chunk by chunk.
+#  A. the node running it is kill -9ed mid-step: the next owner resumes after the
+#     last committed chunk (chunks committed before are not copied again: every key
+#     range is in exactly one chunk record, by the two attempts), the step row showed
+#     progress while it ran, and the target ends equal to the source;
+#  B. the owner is frozen (SIGSTOP) past the offline timeout: another node takes the
+#     event over and finishes it; the frozen node, resumed, commits no chunk after
+#     losing the event.
+source "$(dirname "$0")/lib.sh"
+
+fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, node_address, last_error FROM distribute_event" >&2; sql "SELECT step_name, status, error_details, output FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
+SRC="${SCHEMA}_a"; TGT="${SCHEMA}_b"
+drop_datasources() {
+  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" \
+    -e "DROP DATABASE IF EXISTS \`$SRC\`; DROP DATABASE IF EXISTS \`$TGT\`" 2>/dev/null || true
+}
+trap 'cleanup; drop_datasources' EXIT
+dbq() {  # dbq SCHEMA "SQL"
+  MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$1" -e "$2"
+}
+base="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT"
+
+cat > "$WORK/dsync.json" <<JSON
+{
+  "database": "$DB_URL",
+  "service": "tsync",
+  "datasources": { "env_a": "$base/$SRC", "env_b": "$base/$TGT" },
+  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
+  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
+  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 8000, "capacity": 2 },
+  "topics": {
+    "BIG": {
+      "max_retry": 5, "backoff_base_ms": 200, "backoff_max_ms": 1000, "ordered": false,
+      "steps": [ { "name": "big", "type": "table_sync", "source": "env_a", "target": "env_b",
+                   "table": "big", "where": "grp = :g", "chunk_size": 2000 } ]
+    }
+  }
+}
+JSON
+export DSYNC_LOG_LEVEL=info
+start_node() { start_bg "$1" "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address "127.0.0.1:$2"; }
+node_of() { sql "SELECT node_address FROM distribute_event WHERE code = '$1'"; }
+chunks() {  # chunks CODE [ATTEMPT]: chunk records of the event's step
+  dbq "$TGT" "SELECT COUNT(*) FROM dsync_sync_chunk WHERE step_code = '$1#1' AND chunk_no > 0 ${2:+AND attempt = $2}"
+}
+# Rows of the target differing from the source in any column, byte for byte, or missing.
+differing() {
+  dbq "$SRC" "SELECT COUNT(*) FROM big a LEFT JOIN \`$TGT\`.big b USING (id)
+              WHERE NOT (BINARY a.name <=> BINARY b.name AND a.at <=> b.at AND a.grp <=> b.grp)"
+}
+
+for s in "$SRC" "$TGT"; do
+  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "CREATE DATABASE \`$s\`"
+  dbq "$s" "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3))"
+done
+dbq "$SRC" "INSERT INTO big SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND FROM seq_1_to_200000"
+dbq "$TGT" "INSERT INTO big SELECT seq, 1, CONCAT('old ', seq), NULL FROM seq_1_to_200000 WHERE seq % 10 <> 7"
+
+"$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
+start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+start_node n1 7301
+wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 1 ]]' 10 "node n1 online"
+
+# --- A: kill -9 mid-step, the next owner resumes -----------------------------------
+produce big-a '{"g": 1}' BIG
+wait_for '[[ $(chunks big-a 2>/dev/null) -ge 5 ]]' 120 "five chunks committed by n1"
+wait_for '[[ $(sql "SELECT output FROM distribute_event_step WHERE job_code = '"'big-a'"'") == *running* ]]' 60 \
+  "progress in the step row while it runs"
+progress=$(sql "SELECT output FROM distribute_event_step WHERE job_code = 'big-a'")
+kill9 "$PID_n1"
+sleep 0.5
+done_by_n1=$(chunks big-a)
+rows_by_n1=$(dbq "$TGT" "SELECT SUM(rows_read) FROM dsync_sync_chunk WHERE step_code = 'big-a#1' AND chunk_no > 0")
+echo "n1 committed $done_by_n1 chunks ($rows_by_n1 rows) before kill -9; progress was: $progress"
+(( done_by_n1 >= 5 )) || fail "n1 committed $done_by_n1 chunks"
+(( rows_by_n1 < 200000 )) || fail "n1 finished before it was killed; nothing to resume"
+start_node n2 7302
+wait_for '[[ $(event_status big-a) == SUCCESS ]]' 180 "big-a SUCCESS on the next owner"
+out=$(sql "SELECT output FROM distribute_event_step WHERE job_code = 'big-a'")
+echo "step output: $out"
+[[ $out == *"\"resumed_after_chunk\":$done_by_n1,"* ]] || fail "the next owner did not resume after chunk $done_by_n1: $out"
+expect_eq "$(chunks big-a 1)" "$done_by_n1" "the first attempt's chunks are the ones committed before the kill"
+expect_eq "$(dbq "$TGT" "SELECT SUM(rows_read) FROM dsync_sync_chunk WHERE step_code = 'big-a#1' AND attempt = 2")" \
+  "$((200000 - rows_by_n1))" "the next owner read only the rows after the checkpoint"
+expect_eq "$(dbq "$TGT" "SELECT COUNT(*) FROM dsync_sync_chunk a JOIN dsync_sync_chunk b ON a.step_code = b.step_code
+   AND b.chunk_no = a.chunk_no + 1 WHERE a.step_code = 'big-a#1' AND a.chunk_no > 0 AND NOT (a.hi_key <=> b.lo_key)")" 0 \
+  "chunk ranges follow each other without gap or overlap"
+expect_eq "$(differing)" 0 "target equals source after the resumed sync"
+
+# --- B: the owner frozen past the offline timeout writes no chunk after losing ---------
+dbq "$TGT" "UPDATE big SET name = CONCAT('older ', id)"
+produce big-b '{"g": 1}' BIG
+wait_for '[[ $(chunks big-b 2>/dev/null) -ge 3 ]]' 120 "three chunks of big-b committed by n2"
+owner=$(node_of big-b)
+expect_eq "$owner" "127.0.0.1:7302" "n2 runs big-b"
+kill -STOP "$PID_n2"
+start_node n3 7303
+wait_for '[[ $(node_of big-b) == 127.0.0.1:7303 && $(event_status big-b) == RUNNING ]]' 30 "n3 took big-b over"
+by_frozen=$(chunks big-b 1)
+kill -CONT "$PID_n2"
+wait_for '[[ $(event_status big-b) == SUCCESS ]]' 180 "big-b SUCCESS"
+sleep 1
+expect_eq "$(chunks big-b 1)" "$by_frozen" "the frozen node committed no chunk after losing the event"
+expect_eq "$(dbq "$TGT" "SELECT SUM(rows_read) FROM dsync_sync_chunk WHERE step_code = 'big-b#1'")" 200000 \
+  "each key range of big-b is in exactly one chunk record"
+expect_eq "$(differing)" 0 "target equals source after the takeover"
+expect_eq "$(saga_violations)" 0 "saga order holds"
+echo "PASS table_sync_resume_test"
