@@ -878,7 +878,11 @@ TEST_F(ApiHttpTest, MetricsOfAWholePipelineParseAndCarryEveryFamily) {
   EXPECT_LT(v("dsync_dispatch_latency_seconds_sum"), 4 * 5.0);
   EXPECT_EQ(v("dsync_claim_latency_seconds_count"), 4);
   EXPECT_LT(v("dsync_claim_latency_seconds_sum"), 4 * 5.0);
-  EXPECT_EQ(v("dsync_step_duration_seconds_count{action=\"execute\"}"), 3 * 3 + 1);
+  // m-fail's first step runs once, or twice when the node deferred its claim (a fast
+  // topic: the failing first step runs unclaimed, then again under its own claim;
+  // docs/event-lifecycle.md, deferred claims).
+  EXPECT_GE(v("dsync_step_duration_seconds_count{action=\"execute\"}"), 3 * 3 + 1);
+  EXPECT_LE(v("dsync_step_duration_seconds_count{action=\"execute\"}"), 3 * 3 + 2);
   EXPECT_EQ(v("dsync_step_duration_seconds_count{action=\"compensate\"}"), 0) << "s1 failed: nothing to undo";
   EXPECT_EQ(v("dsync_compensations_total"), 1);
   EXPECT_EQ(v("dsync_event_runs_total{outcome=\"succeeded\"}"), 3);
