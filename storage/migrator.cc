@@ -170,8 +170,8 @@ void TakeLock(Connection& c, const std::string& holder, Millis timeout, Clock& c
         if (std::string(rs->getString(1)) == holder) return;
         seen = std::string(rs->getString(1)) + " until " + std::string(rs->getString(2)) + " UTC";
       }
-    } catch (const sql::SQLException& e) {
-      if (!TranslateSqlException(e, "").retryable_in_transaction()) throw;
+    } catch (const StatementError& e) {
+      if (!e.retryable_in_transaction()) throw;
     }
     if (clock.Now() >= deadline) {
       throw SchemaError("another `dsync migrate` holds the migration lock (" + seen + "); waited " +
