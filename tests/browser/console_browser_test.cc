@@ -12,6 +12,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/support/percent_encode.h"
 #include <nlohmann/json.hpp>
 
 #include "api/event_store.h"
@@ -59,20 +61,7 @@ Settings BrowserSettings() {
 // JavaScript string literal of `s`.
 std::string Js(const std::string& s) { return json(s).dump(); }
 
-std::string Encode(const std::string& s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    }
-  }
-  return out;
-}
+std::string Encode(const std::string& s) { return testing::PercentEncode(s); }
 
 class ConsoleBrowserTest : public ::testing::Test {
  protected:

@@ -19,6 +19,8 @@
 #include <Poco/Net/HTTPResponse.h>
 #include <Poco/StreamCopier.h>
 #include <gtest/gtest.h>
+
+#include "tests/support/percent_encode.h"
 #include <nlohmann/json.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
@@ -87,20 +89,7 @@ struct CallOptions {
   bool chunked = false;
 };
 
-std::string Encode(const std::string& s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    }
-  }
-  return out;
-}
+std::string Encode(const std::string& s) { return testing::PercentEncode(s); }
 
 std::string Hex(const std::string& s) {
   static const char* kHex = "0123456789ABCDEF";
