@@ -21,6 +21,7 @@ struct CommitGroups::Group {
   // The outcome, once done.
   bool done = false;
   bool rolled_back = false;
+  bool emptied = false;  // every member left without a success: nothing to commit or lose
   std::set<int64_t> lost;        // events whose fence failed
   std::optional<DbError> error;  // kCommitUnknown
   std::condition_variable done_cv;
@@ -151,7 +152,7 @@ void CommitGroups::CommitterLoop(std::stop_token stop) {
     g->done = true;
     stats_.groups++;
     stats_.members += static_cast<uint64_t>(g->members);
-    if (g->rolled_back) stats_.rolled_back++;
+    if (g->rolled_back && !g->emptied) stats_.rolled_back++;
     g->tx.reset();     // rolled back if still open
     g->lease.reset();  // back to the pool (a broken one is dropped there)
     g->done_cv.notify_all();
@@ -163,7 +164,13 @@ void CommitGroups::Finish(Group& g) {
     if (g.tx) g.tx->Rollback();
     g.rolled_back = true;
   };
-  if (g.poisoned || g.successes.empty()) return roll_back();
+  if (!g.poisoned && g.successes.empty()) {
+    // Its members all left (claims that matched no row): an empty transaction ends,
+    // no member's work is lost, so it does not count as a rolled-back group.
+    g.emptied = true;
+    return roll_back();
+  }
+  if (g.poisoned) return roll_back();
   try {
     BeginGroup(pool_, g);
     storage::Connection& c = **g.lease;

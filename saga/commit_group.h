@@ -63,6 +63,8 @@ class GroupRolledBack : public std::runtime_error {
 };
 
 struct CommitGroupStats {
+  // rolled_back: groups whose members' work was discarded (fence lost, a member
+  // abandoned, a statement failed); a group that every member left is not one.
   std::atomic<uint64_t> groups{0}, members{0}, rolled_back{0};
 };
 
