@@ -3,7 +3,8 @@
 // any client would, and a probe of the database's round-trip and commit costs.
 //
 //   dsync_load_bench produce --db URL --count N [--rows-per-statement K] [--connections C]
-//                            [--rate R] [--tick-ms T] [--topic T] [--prefix P] [--payload JSON]
+//                            [--rate R] [--tick-ms T] [--wake-dispatcher SERVICE] [--topic T]
+//                            [--prefix P] [--payload JSON]
 //   dsync_load_bench produce-api --api http://HOST:PORT --count N [--rows-per-statement K]
 //                            [--connections C] [--topic T] [--prefix P] [--payload JSON]
 //   dsync_load_bench probe   --db URL [--count N]
@@ -17,7 +18,10 @@
 //   connections [1], each a thread with its own share of the codes. With --rate R
 //   (events/s, one connection only) it paces itself: every T ms [10] it inserts what is
 //   due by then (floor(R * elapsed) minus what it has sent, at most K rows per statement),
-//   so a slow statement is caught up in the next tick. Prints
+//   so a slow statement is caught up in the next tick. With --wake-dispatcher SERVICE it
+//   then wakes that service's leading dispatcher, as `dsync produce` and the API do
+//   (dispatcher/dispatcher_waker.h); without it, it is the plain-SQL producer, which
+//   nothing tells the dispatcher about. Prints
 //     PRODUCED rows=N statements=S seconds=X rate=Y max_lag_rows=L
 //   (rate = rows / wall time from the first statement to the last commit).
 // produce-api: the same events through `dsync serve`: POST /v1/batches with K events
@@ -126,8 +130,10 @@
 #include <Poco/URI.h>
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dispatcher/dispatcher_waker.h"
 #include "events/process_log.h"
 #include "storage/connection.h"
 #include "storage/db_url.h"
@@ -148,6 +154,7 @@ struct Options {
   int connections = 1;
   double rate = 0;  // 0: as fast as possible
   int tick_ms = 10;
+  std::string wake_service;  // --wake-dispatcher: wake this service's dispatcher each tick
   std::string topic = "E2E_1";
   std::string prefix = "ev";
   std::string payload = "{}";
@@ -162,7 +169,7 @@ struct Options {
 [[noreturn]] void Usage(const std::string& why) {
   throw UsageError(why +
                    " (usage: dsync_load_bench produce --db URL --count N [--rows-per-statement K] "
-                   "[--connections C] [--rate R] [--tick-ms T] [--topic T] [--prefix P] [--payload JSON] | "
+                   "[--connections C] [--rate R] [--tick-ms T] [--wake-dispatcher SERVICE] [--topic T] [--prefix P] [--payload JSON] | "
                    "probe --db URL [--count N] | "
                    "ceiling --db URL [--events N] [--threads T] [--batch B] [--steps K] [--tx-per-batch [--exact]] [--prefix P])");
 }
@@ -199,6 +206,7 @@ Options ParseArgs(int argc, char** argv) {
     else if (a == "--connections") o.connections = static_cast<int>(number(i, a, 1));
     else if (a == "--rate") o.rate = number(i, a, 0);
     else if (a == "--tick-ms") o.tick_ms = static_cast<int>(number(i, a, 1));
+    else if (a == "--wake-dispatcher") o.wake_service = value(i, a);
     else if (a == "--topic") o.topic = value(i, a);
     else if (a == "--prefix") o.prefix = value(i, a);
     else if (a == "--payload") o.payload = value(i, a);
@@ -213,6 +221,9 @@ Options ParseArgs(int argc, char** argv) {
   if (o.command == "produce-api" ? o.api.empty() : o.url.empty()) Usage("--db (or --api) is required");
   if (o.command != "probe" && o.count == 0) Usage("--count is required");
   if (o.rate > 0 && o.connections != 1) Usage("--rate works with one connection");
+  if (!o.wake_service.empty() && (o.command != "produce" || o.rate <= 0)) {
+    Usage("--wake-dispatcher works with produce --rate");
+  }
   // A prepared statement takes at most 65,535 placeholders; the step INSERT binds 13 a row.
   if (o.command == "ceiling" && static_cast<int64_t>(o.batch) * o.steps * 13 > 65535) {
     Usage("--batch x --steps must stay <= 5041 (13 placeholders per step row, 65,535 per statement)");
@@ -252,18 +263,27 @@ int Produce(const Options& o) {
   Steady::time_point start;
   if (o.rate > 0) {
     Connection c(url);
+    SystemClock clock;
+    std::unique_ptr<storage::ConnectionPool> wake_pool;
+    std::unique_ptr<dispatcher::DispatcherWaker> waker;
+    if (!o.wake_service.empty()) {
+      wake_pool = std::make_unique<storage::ConnectionPool>(url);
+      waker = std::make_unique<dispatcher::DispatcherWaker>(*wake_pool, o.wake_service, clock);
+    }
     start = Steady::now();
     int64_t sent = 0;
     auto next_tick = start;
     while (sent < o.count) {
       int64_t due = std::min<int64_t>(o.count, static_cast<int64_t>(o.rate * Seconds(Steady::now() - start)));
       max_lag = std::max(max_lag, due - sent);
+      const int64_t before = sent;
       while (sent < due) {
         int rows = static_cast<int>(std::min<int64_t>(due - sent, o.rows_per_statement));
         InsertRows(c, o, sent, rows);
         sent += rows;
         ++statements;
       }
+      if (waker && sent > before) waker->Wake();
       next_tick += std::chrono::milliseconds(o.tick_ms);
       std::this_thread::sleep_until(next_tick);
     }
