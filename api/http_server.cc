@@ -24,10 +24,7 @@
 #include <Poco/Timespan.h>
 #include <spdlog/spdlog.h>
 
-#include "consumer/consumer_node.h"
 #include "core/error.h"
-#include "dispatcher/dispatcher_service.h"
-#include "saga/saga_engine.h"
 
 namespace dsync::api {
 
@@ -300,8 +297,8 @@ HttpOptions HttpOptionsFromSettings(const ApiSettings& api) {
   return o;
 }
 
-HttpServer::HttpServer(EventStore& store, HttpOptions options, MetricsSources sources)
-    : store_(store), options_(std::move(options)), sources_(sources) {}
+HttpServer::HttpServer(EventStore& store, HttpOptions options, metrics::Registry components)
+    : store_(store), options_(std::move(options)), components_(std::move(components)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -765,175 +762,10 @@ void HttpServer::StreamEvent(const std::string& code, Poco::Net::HTTPServerRespo
 }
 
 std::string HttpServer::RenderMetrics() {
-  using metrics::Type;
   metrics::TextWriter w;
-
-  // From the database, on each scrape.
-  api::Health h = store_.CheckHealth();
-  w.Family("dsync_database_up", "1 when the framework database answered this scrape.", Type::kGauge);
-  w.Sample("dsync_database_up", {}, h.database_ok ? 1 : 0);
-  if (h.database_ok) {
-    w.Family("dsync_schema_version", "Applied schema migration version.", Type::kGauge);
-    w.Sample("dsync_schema_version", {}, h.schema_version);
-    w.Family("dsync_lease_held", "1 when some dispatcher holds an unexpired lease (database view).", Type::kGauge);
-    w.Sample("dsync_lease_held", {}, h.lease.held ? 1 : 0);
-    w.Family("dsync_lease_token", "Fencing token of the current or last lease tenure.", Type::kGauge);
-    w.Sample("dsync_lease_token", {}, static_cast<double>(h.lease.token));
-    w.Family("dsync_lease_expires_in_seconds", "Time left on the held lease; 0 when free.", Type::kGauge);
-    w.Sample("dsync_lease_expires_in_seconds", {}, static_cast<double>(h.lease.expires_in_ms) / 1000.0);
-    try {
-      auto counts = store_.CountByTopicStatus();
-      std::map<std::string, std::map<std::string, int64_t>> by_topic;
-      for (const auto& [topic, status, n] : counts) by_topic[topic][status] = n;
-      w.Family("dsync_events", "Events by topic and status.", Type::kGauge);
-      static const char* kStatuses[] = {"PENDING", "ASSIGNED", "RUNNING", "SUCCESS",
-                                        "FAILED", "COMPENSATING", "COMPENSATED"};
-      for (const auto& [topic, statuses] : by_topic) {
-        for (const char* status : kStatuses) {
-          auto it = statuses.find(status);
-          w.Sample("dsync_events", {{"topic", topic}, {"status", status}},
-                   static_cast<double>(it == statuses.end() ? 0 : it->second));
-        }
-      }
-      std::map<std::string, int64_t> nodes{{"online", 0}, {"draining", 0}, {"offline", 0}};
-      int64_t in_flight = 0;
-      for (const auto& n : store_.Nodes(true)) {
-        nodes[n.status]++;
-        in_flight += n.in_flight;
-      }
-      w.Family("dsync_nodes", "Registered consumer nodes of the service by status.", Type::kGauge);
-      for (const auto& [status, n] : nodes) w.Sample("dsync_nodes", {{"status", status}}, static_cast<double>(n));
-      w.Family("dsync_nodes_in_flight_events", "Events ASSIGNED, RUNNING or COMPENSATING on the service's nodes.",
-               Type::kGauge);
-      w.Sample("dsync_nodes_in_flight_events", {}, static_cast<double>(in_flight));
-    } catch (const Error& e) {
-      spdlog::warn("METRICS_DB_ERROR err={}", e.what());
-    }
-  }
-
-  if (sources_.pool != nullptr) {
-    storage::PoolStats p = sources_.pool->stats();
-    w.Family("dsync_db_pool_connections", "Framework database connections by state.", Type::kGauge);
-    w.Sample("dsync_db_pool_connections", {{"state", "in_use"}}, p.in_use);
-    w.Sample("dsync_db_pool_connections", {{"state", "idle"}}, std::max(0, p.open - p.in_use));
-    w.Family("dsync_db_pool_max_connections", "Size limit of the connection pool.", Type::kGauge);
-    w.Sample("dsync_db_pool_max_connections", {}, p.max_size);
-    w.Family("dsync_db_pool_connects_total", "Connections opened.", Type::kCounter);
-    w.Sample("dsync_db_pool_connects_total", {}, static_cast<double>(p.connects));
-    w.Family("dsync_db_pool_discarded_total", "Connections dropped as broken.", Type::kCounter);
-    w.Sample("dsync_db_pool_discarded_total", {}, static_cast<double>(p.discarded));
-    w.Family("dsync_db_pool_borrow_waits_total", "Borrows that waited for a free connection.", Type::kCounter);
-    w.Sample("dsync_db_pool_borrow_waits_total", {}, static_cast<double>(p.borrow_waits));
-    w.Family("dsync_db_retries_total", "Units of work re-run after a deadlock, lock timeout or lost connection.",
-             Type::kCounter);
-    w.Sample("dsync_db_retries_total", {}, static_cast<double>(p.retries));
-  }
-
-  // Resets by reason, from whichever components run here.
-  metrics::Labels none;
-  std::vector<std::pair<std::string, uint64_t>> resets;
-  if (sources_.dispatcher != nullptr) {
-    dispatcher::DispatcherStats s = sources_.dispatcher->stats();
-    w.Family("dsync_dispatcher_leader", "1 while this process holds the dispatcher lease.", Type::kGauge);
-    w.Sample("dsync_dispatcher_leader", none, s.leader ? 1 : 0);
-    w.Family("dsync_lease_acquired_total", "Lease tenures started by this process.", Type::kCounter);
-    w.Sample("dsync_lease_acquired_total", none, static_cast<double>(s.lease_acquired));
-    w.Family("dsync_lease_lost_total", "Lease tenures lost by this process, by cause.", Type::kCounter);
-    w.Sample("dsync_lease_lost_total", {{"cause", "watchdog"}}, static_cast<double>(s.lease_lost_by_watchdog));
-    w.Sample("dsync_lease_lost_total", {{"cause", "other"}},
-             static_cast<double>(s.lease_lost - std::min(s.lease_lost, s.lease_lost_by_watchdog)));
-    w.Family("dsync_dispatch_cycles_total", "Dispatch cycles run, by result.", Type::kCounter);
-    w.Sample("dsync_dispatch_cycles_total", {{"result", "ok"}},
-             static_cast<double>(s.cycles - std::min(s.cycles, s.cycle_failures)));
-    w.Sample("dsync_dispatch_cycles_total", {{"result", "failed"}}, static_cast<double>(s.cycle_failures));
-    w.Family("dsync_dispatch_assigned_total", "Events assigned to a node.", Type::kCounter);
-    w.Sample("dsync_dispatch_assigned_total", none, static_cast<double>(s.assigned));
-    w.Family("dsync_dispatch_lost_races_total", "Assignments whose event changed since it was read.", Type::kCounter);
-    w.Sample("dsync_dispatch_lost_races_total", none, static_cast<double>(s.lost_races));
-    w.Family("dsync_dispatch_fenced_out_total", "Cycles whose writes the lease fence refused.", Type::kCounter);
-    w.Sample("dsync_dispatch_fenced_out_total", none, static_cast<double>(s.fenced_out));
-    w.Family("dsync_dispatch_latency_seconds", "From an event being due to its assignment to a node.",
-             Type::kHistogram);
-    w.Histogram("dsync_dispatch_latency_seconds", none, s.dispatch_latency);
-    w.Family("dsync_dispatch_cycle_duration_seconds", "Duration of a dispatch cycle.", Type::kHistogram);
-    w.Histogram("dsync_dispatch_cycle_duration_seconds", none, s.cycle_duration);
-    w.Family("dsync_events_unroutable",
-             "PENDING events of a topic no live node can run (none serves it, reaches its datasources, or "
-             "could build its plan), at the leader's last check; reasons in v_events_needing_attention.",
-             Type::kGauge);
-    for (const auto& [topic, u] : s.unroutable) {
-      w.Sample("dsync_events_unroutable", {{"topic", topic}}, static_cast<double>(u.pending));
-    }
-    w.Family("dsync_sweeps_total", "Sweeper passes, by result.", Type::kCounter);
-    w.Sample("dsync_sweeps_total", {{"result", "ok"}}, static_cast<double>(s.sweeps - std::min(s.sweeps, s.sweep_failures)));
-    w.Sample("dsync_sweeps_total", {{"result", "failed"}}, static_cast<double>(s.sweep_failures));
-    w.Family("dsync_nodes_marked_offline_total", "Nodes the sweeper marked offline.", Type::kCounter);
-    w.Sample("dsync_nodes_marked_offline_total", none, static_cast<double>(s.nodes_marked_offline));
-    w.Family("dsync_event_reset_races_total", "Resets skipped because the event changed since it was read.",
-             Type::kCounter);
-    w.Sample("dsync_event_reset_races_total", none, static_cast<double>(s.reset_races));
-    resets.emplace_back("node_offline", s.resets_node_offline);
-    resets.emplace_back("timed_out", s.resets_timed_out);
-  }
-  if (sources_.consumer != nullptr) {
-    consumer::ConsumerStats& c = *sources_.consumer;
-    w.Family("dsync_consumer_polls_total", "Polls for assigned events.", Type::kCounter);
-    w.Sample("dsync_consumer_polls_total", none, static_cast<double>(c.polls.load()));
-    w.Family("dsync_consumer_polled_events_total", "Assigned events taken up by this node.", Type::kCounter);
-    w.Sample("dsync_consumer_polled_events_total", none, static_cast<double>(c.polled_events.load()));
-    w.Family("dsync_consumer_in_flight_events", "Events queued or running on this node.", Type::kGauge);
-    w.Sample("dsync_consumer_in_flight_events", none, c.in_flight.load());
-    resets.emplace_back("node_restarted", c.handed_back_at_start.load());
-    resets.emplace_back("node_drained", c.handed_back_at_drain.load());
-    resets.emplace_back("run_abandoned", c.handed_back_abandoned.load());
-  }
-  if (!resets.empty()) {
-    w.Family("dsync_event_resets_total", "Events handed back to PENDING, by reason.", Type::kCounter);
-    for (const auto& [reason, n] : resets) {
-      w.Sample("dsync_event_resets_total", {{"reason", reason}}, static_cast<double>(n));
-    }
-  }
-  if (sources_.saga != nullptr) {
-    saga::SagaStats& s = *sources_.saga;
-    w.Family("dsync_events_claimed_total", "Claims tried by this node's saga engine, by result.", Type::kCounter);
-    w.Sample("dsync_events_claimed_total", {{"result", "claimed"}}, static_cast<double>(s.claimed.load()));
-    w.Sample("dsync_events_claimed_total", {{"result", "not_claimed"}}, static_cast<double>(s.not_claimed.load()));
-    w.Family("dsync_event_runs_total", "Runs of claimed events, by where they left the event.", Type::kCounter);
-    w.Sample("dsync_event_runs_total", {{"outcome", "succeeded"}}, static_cast<double>(s.succeeded.load()));
-    w.Sample("dsync_event_runs_total", {{"outcome", "retry_scheduled"}}, static_cast<double>(s.retries.load()));
-    w.Sample("dsync_event_runs_total", {{"outcome", "compensated"}}, static_cast<double>(s.compensated.load()));
-    w.Sample("dsync_event_runs_total", {{"outcome", "failed"}}, static_cast<double>(s.failed.load()));
-    w.Sample("dsync_event_runs_total", {{"outcome", "lost_ownership"}}, static_cast<double>(s.lost_ownership.load()));
-    w.Family("dsync_compensations_total", "Events whose compensation started on this node.", Type::kCounter);
-    w.Sample("dsync_compensations_total", none, static_cast<double>(s.compensations_started.load()));
-    w.Family("dsync_steps_total", "Step handler invocations, by action.", Type::kCounter);
-    w.Sample("dsync_steps_total", {{"action", "execute"}}, static_cast<double>(s.steps_executed.load()));
-    w.Sample("dsync_steps_total", {{"action", "compensate"}}, static_cast<double>(s.steps_compensated.load()));
-    w.Family("dsync_claim_latency_seconds", "From an event's assignment to its claim (ASSIGNED -> RUNNING).",
-             Type::kHistogram);
-    w.Histogram("dsync_claim_latency_seconds", none, s.claim_latency.snapshot());
-    w.Family("dsync_step_duration_seconds", "Step handler run time, by action.", Type::kHistogram);
-    w.Histogram("dsync_step_duration_seconds", {{"action", "execute"}}, s.step_duration.snapshot());
-    w.Histogram("dsync_step_duration_seconds", {{"action", "compensate"}}, s.compensation_duration.snapshot());
-  }
-
-  w.Family("dsync_http_requests_total", "HTTP requests served, by route, method and status code.", Type::kCounter);
-  for (const auto& [labels, n] : stats_.requests.snapshot()) {
-    w.Sample("dsync_http_requests_total", labels, static_cast<double>(n));
-  }
-  w.Family("dsync_http_request_duration_seconds", "HTTP request handling time by route (streams: their lifetime).",
-           Type::kHistogram);
-  for (size_t r = 0; r < kRouteCount; ++r) {
-    // kCreateEvent and kListEvents share the path; tell them apart by method.
-    const Route route = static_cast<Route>(r);
-    metrics::Labels labels{{"route", RouteName(route)}};
-    if (route == Route::kCreateEvent) labels.emplace_back("method", "POST");
-    else if (route == Route::kListEvents) labels.emplace_back("method", "GET");
-    else labels.emplace_back("method", "any");
-    w.Histogram("dsync_http_request_duration_seconds", labels, stats_.duration[r].snapshot());
-  }
-  w.Family("dsync_http_open_streams", "Open server-sent-event streams.", Type::kGauge);
-  w.Sample("dsync_http_open_streams", none, stats_.open_streams.load());
+  WriteDatabaseMetrics(store_, w);
+  components_.WriteTo(w);
+  WriteMetrics(stats_, w);
   return w.str();
 }
 

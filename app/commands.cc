@@ -1,6 +1,7 @@
 #include "app/commands.h"
 
 #include "app/command_support.h"
+#include "app/component_metrics.h"
 #include "api/event_store.h"
 #include "api/http_server.h"
 
@@ -228,7 +229,7 @@ int RunServe(const Invocation& inv) {
   if (s.dispatcher.wakeups) store.OnProduced([&waker] { waker.Wake(); });
   api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
   http.threads = kApiThreads;
-  api::HttpServer server(store, http, {.pool = pool.get()});
+  api::HttpServer server(store, http, ComponentMetrics({.pool = pool.get()}));
   server.Start();
   spdlog::info("API_STARTED listen={} port={} auth={} db={}", s.api.listen, server.port(),
                s.api.token.empty() ? "none" : "bearer", pool->url().Masked());
@@ -258,8 +259,8 @@ int RunAll(const Invocation& inv) {
   api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
   http.threads = kApiThreads;
   api::HttpServer server(store, http,
-                         {.pool = pool.get(), .dispatcher = &dispatcher, .saga = &parts.engine.stats(),
-                          .consumer = &parts.node.stats()});
+                         ComponentMetrics({.pool = pool.get(), .dispatcher = &dispatcher,
+                                           .saga = &parts.engine.stats(), .consumer = &parts.node.stats()}));
   server.Start();
   dispatcher.Start();
   parts.node.Start();

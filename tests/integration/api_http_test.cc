@@ -27,6 +27,7 @@
 
 #include "api/event_store.h"
 #include "api/http_server.h"
+#include "app/component_metrics.h"
 #include "consumer/consumer_node.h"
 #include "core/clock.h"
 #include "dispatcher/dispatcher_service.h"
@@ -142,8 +143,8 @@ class ApiHttpTest : public ::testing::Test {
     o.stream_poll_interval = 30ms;
     return o;
   }
-  void StartServer(HttpOptions o, MetricsSources sources = {}) {
-    server_ = std::make_unique<HttpServer>(store_, std::move(o), sources);
+  void StartServer(HttpOptions o, app::MetricsComponents components = {}) {
+    server_ = std::make_unique<HttpServer>(store_, std::move(o), app::ComponentMetrics(components));
     server_->Start();
     ASSERT_GT(server_->port(), 0);
   }
@@ -732,7 +733,7 @@ TEST_F(ApiHttpTest, DatabaseFailuresAre503WithoutDetails) {
   storage::ConnectionPool dead(url);
   EventStore store(dead, settings_);
   HttpOptions o = Options();
-  HttpServer server(store, o, {.pool = &dead});
+  HttpServer server(store, o, app::ComponentMetrics({.pool = &dead}));
   server.Start();
   auto call = [&](const std::string& method, const std::string& path, const std::optional<std::string>& body) {
     Poco::Net::HTTPClientSession session("127.0.0.1", server.port());
