@@ -34,6 +34,7 @@
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
 #include "tests/support/test_db.h"
+#include "tests/support/fake_clock.h"
 
 namespace dsync::api {
 namespace {

@@ -20,6 +20,7 @@
 #include "registry/offline_sweeper.h"
 #include "storage/migrator.h"
 #include "tests/support/test_db.h"
+#include "tests/support/fake_clock.h"
 
 namespace dsync::registry {
 namespace {

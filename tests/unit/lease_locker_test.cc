@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "dispatcher/locker.h"
+#include "tests/support/fake_clock.h"
 
 namespace dsync::dispatcher {
 namespace {
