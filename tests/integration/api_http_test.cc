@@ -34,6 +34,7 @@
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
 #include "tests/support/test_db.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/fake_clock.h"
 
 namespace dsync::api {
@@ -103,25 +104,7 @@ std::string Hex(const std::string& s) {
   return out;
 }
 
-// Routes the default spdlog logger into a string for the test's lifetime.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("capture", sink);
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() {
-    spdlog::default_logger()->flush();
-    return out_.str();
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 class ApiHttpTest : public ::testing::Test {
  protected:

@@ -17,6 +17,7 @@
 #include "tests/support/assigned_events.h"
 #include "saga/step_handler.h"
 #include "tests/support/saga_invariants.h"
+#include "tests/support/db_test.h"
 #include "tests/support/test_db.h"
 
 namespace dsync::saga {
@@ -54,7 +55,7 @@ std::vector<std::string> Codes(const std::vector<AssignedEvent>& events) {
   return out;
 }
 
-class ClaimBatchTest : public ::testing::Test {
+class ClaimBatchTest : public testing::DbTest {
  protected:
   ClaimBatchTest()
       : plans_(Topics(), StepRegistry::WithBuiltins()), datasources_({}),
@@ -62,22 +63,6 @@ class ClaimBatchTest : public ::testing::Test {
 
   void TearDown() override { EXPECT_SAGA_ORDER(db_.pool()); }
 
-  template <class... Args>
-  uint64_t Exec(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test exec", [&](storage::Connection& c) { return c.Execute(sql, args...); });
-  }
-  template <class... Args>
-  int64_t Int(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test query", [&](storage::Connection& c) {
-      return c.QueryInt(sql, args...).value_or(-1);
-    });
-  }
-  template <class... Args>
-  std::string Str(const std::string& sql, const Args&... args) {
-    return db_.pool()
-        .Run("test query", [&](storage::Connection& c) { return c.QueryString(sql, args...); })
-        .value_or("<null>");
-  }
 
   void ProduceRaw(const std::string& code, const std::string& topic, std::optional<std::string> payload) {
     if (payload) {
@@ -172,7 +157,6 @@ class ClaimBatchTest : public ::testing::Test {
     }
   }
 
-  TestSchema db_;
   SystemClock clock_;
   Plans plans_;
   Datasources datasources_;

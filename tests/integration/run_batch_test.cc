@@ -30,7 +30,9 @@
 #include "tests/support/assigned_events.h"
 #include "saga/step_handler.h"
 #include "tests/support/saga_invariants.h"
+#include "tests/support/db_test.h"
 #include "tests/support/test_db.h"
+#include "tests/support/log_capture.h"
 
 namespace dsync::saga {
 
@@ -45,28 +47,7 @@ using testing::TestSchema;
 
 constexpr const char* kNodeA = "10.0.0.1:7001";
 
-// Routes the default spdlog logger into a string for the test's lifetime.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("capture", sink);
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  int Count(const std::string& needle) {
-    spdlog::default_logger()->flush();
-    const std::string t = out_.str();
-    int n = 0;
-    for (auto pos = t.find(needle); pos != std::string::npos; pos = t.find(needle, pos + 1)) ++n;
-    return n;
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 // What a test injects into one step execution (by step code): it runs before the
 // step's own work and may decide the step's result. Runs on the batch's thread.
@@ -122,7 +103,7 @@ std::map<std::string, TopicSettings> Topics() {
 
 int StepsOf(const std::string& topic) { return topic == "ONE" ? 1 : 3; }
 
-class RunBatchTest : public ::testing::Test {
+class RunBatchTest : public testing::DbTest {
  protected:
   RunBatchTest()
       : plans_(Topics(), Registry()), datasources_({}), engine_(db_.pool(), plans_, datasources_, clock_, kNodeA) {}
@@ -139,22 +120,6 @@ class RunBatchTest : public ::testing::Test {
     return r;
   }
 
-  template <class... Args>
-  uint64_t Exec(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test exec", [&](storage::Connection& c) { return c.Execute(sql, args...); });
-  }
-  template <class... Args>
-  int64_t Int(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test query", [&](storage::Connection& c) {
-      return c.QueryInt(sql, args...).value_or(-1);
-    });
-  }
-  template <class... Args>
-  std::string Str(const std::string& sql, const Args&... args) {
-    return db_.pool()
-        .Run("test query", [&](storage::Connection& c) { return c.QueryString(sql, args...); })
-        .value_or("<null>");
-  }
 
   // Produced and assigned to node A, as the dispatcher leaves it.
   void ProduceAssigned(const std::string& code, const std::string& topic, const json& payload = json::object()) {
@@ -296,7 +261,6 @@ class RunBatchTest : public ::testing::Test {
   }
 
   std::map<std::string, Hook> hooks_;  // by step code; see HookedStep
-  TestSchema db_;
   SystemClock clock_;
   Plans plans_;
   Datasources datasources_;

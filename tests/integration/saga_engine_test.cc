@@ -19,7 +19,9 @@
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
 #include "tests/support/saga_invariants.h"
+#include "tests/support/db_test.h"
 #include "tests/support/test_db.h"
+#include "tests/support/log_capture.h"
 
 namespace dsync::saga {
 namespace {
@@ -31,31 +33,7 @@ using testing::TestSchema;
 constexpr const char* kNodeA = "10.0.0.1:7001";
 constexpr const char* kNodeB = "10.0.0.2:7001";
 
-// Routes the default spdlog logger into a string for the test's lifetime.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("capture", sink);
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() {
-    spdlog::default_logger()->flush();
-    return out_.str();
-  }
-  int Count(const std::string& needle) {
-    std::string t = text();
-    int n = 0;
-    for (auto pos = t.find(needle); pos != std::string::npos; pos = t.find(needle, pos + 1)) ++n;
-    return n;
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 // A step type for the child-step tests: the plan step adds two children; every
 // execution writes a demo_ledger row through tx(); compensation deletes it.
@@ -115,7 +93,7 @@ StepRegistry Registry() {
   return r;
 }
 
-class SagaEngineTest : public ::testing::Test {
+class SagaEngineTest : public testing::DbTest {
  protected:
   SagaEngineTest()
       : plans_(Topics(), Registry()), datasources_({}),
@@ -123,21 +101,6 @@ class SagaEngineTest : public ::testing::Test {
         engine_b_(db_.pool(), plans_, datasources_, clock_, kNodeB) {}
 
   void TearDown() override { EXPECT_SAGA_ORDER(db_.pool()); }
-
-  template <class... Args>
-  uint64_t Exec(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test exec", [&](storage::Connection& c) { return c.Execute(sql, args...); });
-  }
-  template <class... Args>
-  std::optional<std::string> Str(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test query", [&](storage::Connection& c) { return c.QueryString(sql, args...); });
-  }
-  template <class... Args>
-  int64_t Int(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test query", [&](storage::Connection& c) {
-      return c.QueryInt(sql, args...).value_or(-1);
-    });
-  }
 
   // The seed's plain producer INSERT.
   void ProduceRaw(const std::string& code, const std::string& topic, const std::string& payload) {
@@ -184,14 +147,13 @@ class SagaEngineTest : public ::testing::Test {
   }
 
   std::string EventStr(const std::string& code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event WHERE code = ?", code).value_or("<null>");
+    return Str("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
   }
   int64_t EventInt(const std::string& code, const std::string& column) {
     return Int("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
   }
   std::string StepStr(const std::string& step_code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code)
-        .value_or("<null>");
+    return Str("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
   }
   int64_t StepInt(const std::string& step_code, const std::string& column) {
     return Int("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
@@ -246,7 +208,6 @@ class SagaEngineTest : public ::testing::Test {
               1u);
   }
 
-  TestSchema db_;
   SystemClock clock_;
   Plans plans_;
   Datasources datasources_;
@@ -471,7 +432,7 @@ TEST_F(SagaEngineTest, LostOwnershipWritesNothingMore) {
   auto snapshot = [&] {
     return Str("SELECT GROUP_CONCAT(CONCAT_WS('|', code, status, COALESCE(node_address, ''), attempt, "
                "COALESCE(executed_at, ''), modifier_time, retry_count) ORDER BY code) "
-               "FROM distribute_event_step WHERE job_code = 'E6'").value_or("");
+               "FROM distribute_event_step WHERE job_code = 'E6'");
   };
   std::string before = snapshot();
   runner.join();
