@@ -24,6 +24,7 @@
 #include "tests/browser/chromium.h"
 #include "tests/support/assigned_events.h"
 #include "tests/support/test_db.h"
+#include "tests/support/saga_fixtures.h"
 
 namespace dsync::api {
 namespace {
@@ -37,24 +38,12 @@ const std::string kHostileCode = "<img src=x onerror=\"window.__pwned=1\">";
 const std::string kHostilePayload = "</script><script>window.__pwned=2</script>";
 const std::string kHostileError = "<img src=x onerror=window.__pwned=3><b>bold</b>";
 
-StepSpec Demo(const std::string& name) {
-  StepSpec s;
-  s.name = name;
-  s.type = "demo";
-  return s;
-}
-
 Settings BrowserSettings() {
   Settings s;
   s.service = "console-test";
   s.registry.offline_timeout = 120000ms;  // the hand-written node row stays live
-  TopicSettings demo;
-  demo.max_retry = 2;
-  demo.steps = {Demo("s1"), Demo("s2"), Demo("s3")};
-  s.topics["DEMO"] = demo;
-  TopicSettings other = demo;
-  other.steps = {Demo("only")};
-  s.topics["OTHER"] = other;
+  const TopicSettings defaults;
+  testing::AddDemoAndOtherTopics(s, /*max_retry=*/2, defaults.backoff_base, defaults.backoff_max);
   return s;
 }
 

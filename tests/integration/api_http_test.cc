@@ -36,6 +36,7 @@
 #include "tests/support/test_db.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/fake_clock.h"
+#include "tests/support/saga_fixtures.h"
 
 namespace dsync::api {
 namespace {
@@ -47,13 +48,6 @@ using testing::TestSchema;
 constexpr int64_t kMaxBody = 64 * 1024;
 constexpr const char* kNode = "127.0.0.1:7301";
 
-StepSpec Demo(const std::string& name) {
-  StepSpec s;
-  s.name = name;
-  s.type = "demo";
-  return s;
-}
-
 Settings TestSettings() {
   Settings s;
   s.service = "api-test";
@@ -62,15 +56,7 @@ Settings TestSettings() {
   s.registry.offline_timeout = 5000ms;
   s.dispatcher.poll_interval = 50ms;
   s.dispatcher.idle_interval = 100ms;
-  TopicSettings demo;
-  demo.max_retry = 2;
-  demo.backoff_base = 50ms;
-  demo.backoff_max = 100ms;
-  demo.steps = {Demo("s1"), Demo("s2"), Demo("s3")};
-  s.topics["DEMO"] = demo;
-  TopicSettings other = demo;
-  other.steps = {Demo("only")};
-  s.topics["OTHER"] = other;
+  testing::AddDemoAndOtherTopics(s, /*max_retry=*/2, /*backoff_base=*/50ms, /*backoff_max=*/100ms);
   return s;
 }
 

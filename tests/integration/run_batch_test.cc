@@ -33,6 +33,7 @@
 #include "tests/support/db_test.h"
 #include "tests/support/test_db.h"
 #include "tests/support/log_capture.h"
+#include "tests/support/saga_fixtures.h"
 
 namespace dsync::saga {
 
@@ -81,19 +82,10 @@ class HookedStep final : public StepHandler {
   std::map<std::string, Hook>& hooks_;
 };
 
-StepSpec Spec(const std::string& name, const std::string& type) {
-  StepSpec s;
-  s.name = name;
-  s.type = type;
-  return s;
-}
+StepSpec Spec(const std::string& name, const std::string& type) { return testing::Step(name, type); }
 
 std::map<std::string, TopicSettings> Topics() {
-  TopicSettings demo;
-  demo.max_retry = 3;
-  demo.backoff_base = 100ms;
-  demo.backoff_max = 1000ms;
-  demo.steps = {Spec("s1", "demo"), Spec("s2", "demo"), Spec("s3", "demo")};
+  TopicSettings demo = testing::DemoTopic(/*max_retry=*/3, /*backoff_base=*/100ms, /*backoff_max=*/1000ms);
   TopicSettings one = demo;
   one.steps = {Spec("only", "demo")};
   TopicSettings hooked = demo;
@@ -161,24 +153,6 @@ class RunBatchTest : public testing::DbTest {
   // The version the poll saw (the batch claim made it + 1).
   int64_t Polled(const std::string& code) { return claimed_.at(code).version; }
 
-  std::string EventStr(const std::string& code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
-  }
-  int64_t EventInt(const std::string& code, const std::string& column) {
-    return Int("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
-  }
-  std::string StepStr(const std::string& step_code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
-  }
-  int64_t StepInt(const std::string& step_code, const std::string& column) {
-    return Int("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
-  }
-  int64_t Ledger(const std::string& step_code) {  // -1: no row
-    return Int("SELECT applications FROM demo_ledger WHERE idempotency_key = ?", step_code);
-  }
-  int64_t LedgerRows(const std::string& event_code) {
-    return Int("SELECT COUNT(*) FROM demo_ledger WHERE event_code = ?", event_code);
-  }
 
   // Everything the engine could write for an event: its row, its steps, its ledger
   // rows; to compare "nothing written since".

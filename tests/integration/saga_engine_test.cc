@@ -22,6 +22,7 @@
 #include "tests/support/db_test.h"
 #include "tests/support/test_db.h"
 #include "tests/support/log_capture.h"
+#include "tests/support/saga_fixtures.h"
 
 namespace dsync::saga {
 namespace {
@@ -56,19 +57,11 @@ class ChunkerStep final : public StepHandler {
   }
 };
 
-StepSpec Demo(const std::string& name) {
-  StepSpec s;
-  s.name = name;
-  s.type = "demo";
-  return s;
-}
+using testing::Step;
+StepSpec Demo(const std::string& name) { return Step(name); }
 
 std::map<std::string, TopicSettings> Topics() {
-  TopicSettings demo;
-  demo.max_retry = 3;
-  demo.backoff_base = 100ms;
-  demo.backoff_max = 1000ms;
-  demo.steps = {Demo("s1"), Demo("s2"), Demo("s3")};
+  TopicSettings demo = testing::DemoTopic(/*max_retry=*/3, /*backoff_base=*/100ms, /*backoff_max=*/1000ms);
 
   TopicSettings retry_many = demo;
   retry_many.max_retry = 100;
@@ -146,24 +139,6 @@ class SagaEngineTest : public testing::DbTest {
     return engine.Run(Load(code), {});
   }
 
-  std::string EventStr(const std::string& code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
-  }
-  int64_t EventInt(const std::string& code, const std::string& column) {
-    return Int("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
-  }
-  std::string StepStr(const std::string& step_code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
-  }
-  int64_t StepInt(const std::string& step_code, const std::string& column) {
-    return Int("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
-  }
-  int64_t Ledger(const std::string& step_code) {
-    return Int("SELECT applications FROM demo_ledger WHERE idempotency_key = ?", step_code);
-  }
-  int64_t LedgerRows(const std::string& event_code) {
-    return Int("SELECT COUNT(*) FROM demo_ledger WHERE event_code = ?", event_code);
-  }
   json Result(const std::string& code) { return json::parse(EventStr(code, "result")); }
   json ProcessLog(const std::string& code) { return json::parse(EventStr(code, "process_log")); }
   // Microseconds between two step timestamps.

@@ -38,6 +38,27 @@ class DbTest : public ::testing::Test {
         .value_or("<null>");
   }
 
+  // One column of an event row (by code) or a step row (by step code); "<null>" / -1 as above.
+  std::string EventStr(const std::string& code, const std::string& column) {
+    return Str("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
+  }
+  int64_t EventInt(const std::string& code, const std::string& column) {
+    return Int("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
+  }
+  std::string StepStr(const std::string& step_code, const std::string& column) {
+    return Str("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
+  }
+  int64_t StepInt(const std::string& step_code, const std::string& column) {
+    return Int("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
+  }
+  // The demo step's side effects (demo_ledger): a step's applications (-1: no row), an event's rows.
+  int64_t Ledger(const std::string& step_code) {
+    return Int("SELECT applications FROM demo_ledger WHERE idempotency_key = ?", step_code);
+  }
+  int64_t LedgerRows(const std::string& event_code) {
+    return Int("SELECT COUNT(*) FROM demo_ledger WHERE event_code = ?", event_code);
+  }
+
   TestSchema db_;  // constructed before the derived fixture's members, which may use its pool
 };
 
