@@ -33,6 +33,7 @@
 #include "dispatcher/dispatcher_service.h"
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
+#include "tests/support/assigned_events.h"
 #include "tests/support/test_db.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/fake_clock.h"
@@ -188,24 +189,8 @@ class ApiHttpTest : public ::testing::Test {
                        kNode, code);
     }),
               1u);
-    saga::AssignedEvent e = db_.pool().Run("load", [&](storage::Connection& c) {
-      auto rs = c.Query("SELECT id, code, tenant_id, data_id, topic, payload, phase, version, attempt, retry_count "
-                        "FROM distribute_event WHERE code = ?",
-                        code);
-      saga::AssignedEvent a;
-      EXPECT_TRUE(rs->next());
-      a.id = rs->getInt64(1);
-      a.code = rs->getString(2);
-      a.tenant_id = rs->getString(3);
-      a.data_id = rs->getString(4);
-      a.topic = rs->getString(5);
-      a.payload = rs->getString(6);
-      a.phase = rs->getString(7);
-      a.version = rs->getInt(8);
-      a.attempt = rs->getInt(9);
-      a.retry_count = rs->getInt(10);
-      return a;
-    });
+    saga::AssignedEvent e = testing::LoadAssigned(db_.pool(), code);
+    EXPECT_NE(e.id, 0) << code;
     return engine_.Run(e, {});
   }
 

@@ -19,6 +19,7 @@
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
 #include "tests/support/saga_invariants.h"
+#include "tests/support/assigned_events.h"
 #include "tests/support/db_test.h"
 #include "tests/support/test_db.h"
 #include "tests/support/log_capture.h"
@@ -112,28 +113,7 @@ class SagaEngineTest : public testing::DbTest {
               1u)
         << code << " is not PENDING";
   }
-  AssignedEvent Load(const std::string& code) {
-    return db_.pool().Run("load event", [&](storage::Connection& c) {
-      auto rs = c.Query("SELECT id, code, tenant_id, data_id, topic, COALESCE(payload, ''), phase, "
-                        "COALESCE(trace_id, ''), version, attempt, retry_count "
-                        "FROM distribute_event WHERE code = ?",
-                        code);
-      AssignedEvent e;
-      if (!rs->next()) return e;
-      e.id = rs->getInt64(1);
-      e.code = rs->getString(2);
-      e.tenant_id = rs->getString(3);
-      e.data_id = rs->getString(4);
-      e.topic = rs->getString(5);
-      e.payload = rs->getString(6);
-      e.phase = rs->getString(7);
-      e.trace_id = rs->getString(8);
-      e.version = rs->getInt(9);
-      e.attempt = rs->getInt(10);
-      e.retry_count = rs->getInt(11);
-      return e;
-    });
-  }
+  AssignedEvent Load(const std::string& code) { return testing::LoadAssigned(db_.pool(), code); }
   Outcome AssignAndRun(const std::string& code, SagaEngine& engine, const std::string& node = kNodeA) {
     Assign(code, node);
     return engine.Run(Load(code), {});
