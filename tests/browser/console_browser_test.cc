@@ -25,6 +25,7 @@
 #include "tests/support/assigned_events.h"
 #include "tests/support/test_db.h"
 #include "tests/support/saga_fixtures.h"
+#include "tests/support/engine_parts.h"
 
 namespace dsync::api {
 namespace {
@@ -57,9 +58,7 @@ class ConsoleBrowserTest : public ::testing::Test {
   ConsoleBrowserTest()
       : settings_(BrowserSettings()),
         store_(db_.pool(), settings_),
-        plans_(settings_.topics, saga::StepRegistry::WithBuiltins()),
-        datasources_({}),
-        engine_(db_.pool(), plans_, datasources_, clock_, kNode) {
+        parts_(db_.pool(), settings_, kNode) {
     const char* dir = std::getenv("DSYNC_SCREENSHOT_DIR");
     shots_ = dir && *dir ? dir : std::filesystem::current_path().string() + "/console-screenshots";
     std::filesystem::create_directories(shots_);
@@ -167,10 +166,9 @@ class ConsoleBrowserTest : public ::testing::Test {
   testing::TestSchema db_;
   Settings settings_;
   EventStore store_;
-  SystemClock clock_;
-  saga::Plans plans_;
-  saga::Datasources datasources_;
-  saga::SagaEngine engine_;
+  testing::EngineParts parts_;  // the in-process engine that runs the produced events
+  SystemClock& clock_ = parts_.clock;
+  saga::SagaEngine& engine_ = parts_.engine;
   std::string shots_;
 };
 

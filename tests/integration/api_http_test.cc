@@ -38,6 +38,7 @@
 #include "tests/support/log_capture.h"
 #include "tests/support/fake_clock.h"
 #include "tests/support/saga_fixtures.h"
+#include "tests/support/engine_parts.h"
 
 namespace dsync::api {
 namespace {
@@ -98,9 +99,7 @@ class ApiHttpTest : public ::testing::Test {
   ApiHttpTest()
       : settings_(TestSettings()),
         store_(db_.pool(), settings_),
-        plans_(settings_.topics, saga::StepRegistry::WithBuiltins()),
-        datasources_({}),
-        engine_(db_.pool(), plans_, datasources_, clock_, kNode) {}
+        parts_(db_.pool(), settings_, kNode) {}
 
   ~ApiHttpTest() override {
     if (server_) server_->Stop();
@@ -197,10 +196,9 @@ class ApiHttpTest : public ::testing::Test {
   TestSchema db_;
   Settings settings_;
   EventStore store_;
-  SystemClock clock_;
-  saga::Plans plans_;
-  saga::Datasources datasources_;
-  saga::SagaEngine engine_;
+  testing::EngineParts parts_;  // the in-process engine that runs the produced events
+  SystemClock& clock_ = parts_.clock;
+  saga::SagaEngine& engine_ = parts_.engine;
   std::unique_ptr<HttpServer> server_;
 };
 
