@@ -43,6 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/settings.h"
+#include "core/metrics.h"
 #include "events/rows.h"
 #include "storage/connection_pool.h"
 
@@ -225,5 +226,10 @@ class EventStore {
   const Settings& settings_;
   std::function<void()> on_produced_;
 };
+
+// The families /metrics reads from the framework database on each scrape
+// (dsync_database_up, schema version, lease, events by topic and status, nodes);
+// api/store_metrics.cc. A database failure leaves out what it could not read.
+void WriteDatabaseMetrics(EventStore& store, metrics::TextWriter& w);
 
 }  // namespace dsync::api

@@ -24,20 +24,10 @@
 #include <Poco/Timespan.h>
 #include <spdlog/spdlog.h>
 
-#include "consumer/consumer_node.h"
+#include "api/http_text.h"
 #include "core/error.h"
-#include "dispatcher/dispatcher_service.h"
-#include "saga/saga_engine.h"
 
 namespace dsync::api {
-
-// A rejection decided by the HTTP layer itself (auth, routing, size, media type).
-struct HttpError : Error {
-  HttpError(int status, const std::string& message, std::string allow = {})
-      : Error(message), status(status), allow(std::move(allow)) {}
-  int status;
-  std::string allow;  // for 405
-};
 
 struct HttpServer::Reply {
   Reply() = default;
@@ -62,150 +52,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kMaxJsonDepth = 64;
 constexpr int64_t kLingerMaxBytes = 64LL << 20;
-
-// JSON text of anything we answer: invalid UTF-8 (a row written by plain SQL may hold
-// any bytes) becomes U+FFFD instead of an exception.
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-std::string ErrorBody(const std::string& message) {
-  std::string line = message.substr(0, 1000);
-  for (char& c : line) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
-  }
-  return Dump(json{{"error", line}});
-}
-
-// Decodes %XX (and '+' as a space in query strings). Throws HttpError 400.
-std::string PercentDecode(std::string_view s, bool plus_as_space) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%') {
-      if (i + 2 >= s.size()) throw HttpError(400, "malformed percent-encoding in the URL");
-      const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
-      if (hi < 0 || lo < 0) throw HttpError(400, "malformed percent-encoding in the URL");
-      out += static_cast<char>(hi * 16 + lo);
-      i += 2;
-    } else if (s[i] == '+' && plus_as_space) {
-      out += ' ';
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-std::string PercentEncode(std::string_view s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-        c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    }
-  }
-  return out;
-}
-
-// Valid UTF-8 without control characters (what EventStore accepts in any text field).
-bool IsCleanText(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
-    for (size_t k = 1; k < len; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) return false;
-    i += len;
-  }
-  return true;
-}
-
-std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  for (;;) {
-    size_t pos = s.find(sep, start);
-    out.push_back(s.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
-    if (pos == std::string_view::npos) break;
-    start = pos + 1;
-  }
-  return out;
-}
-
-// Equal iff `given` equals `secret`; the time taken depends on the secret's length
-// only, never on where the first difference is.
-bool ConstantTimeEquals(const std::string& secret, const std::string& given) {
-  unsigned char diff = secret.size() == given.size() ? 0 : 1;
-  for (size_t i = 0; i < secret.size(); ++i) {
-    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    diff |= static_cast<unsigned char>(static_cast<unsigned char>(secret[i]) ^ g);
-  }
-  return diff == 0;
-}
-
-bool IEquals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-const char* MethodLabel(const std::string& m) {
-  static const char* kKnown[] = {"GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"};
-  for (const char* k : kKnown) {
-    if (m == k) return k;
-  }
-  return "other";
-}
-
-// Parses JSON with a nesting limit (a deep body would otherwise recurse through the
-// stack when serialised). Throws UsageError.
-json ParseJsonBody(const std::string& body) {
-  if (body.empty()) throw UsageError("the request body is empty; expected a JSON object");
-  try {
-    return json::parse(body, [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxJsonDepth) {
-        throw UsageError("the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-      }
-      return true;
-    });
-  } catch (const json::parse_error& e) {
-    throw UsageError("the body is not valid JSON (at byte " + std::to_string(e.byte) + ")");
-  }
-}
-
-// Strict non-negative integer of at most `max_digits` digits. Throws UsageError.
-int64_t ParseCount(const std::string& name, const std::string& text, size_t max_digits) {
-  if (text.empty() || text.size() > max_digits ||
-      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    throw UsageError(name + " must be a positive integer");
-  }
-  return std::stoll(text);
-}
 
 // The progress document a stream sends.
 json Progress(const EventDetail& d) {
@@ -300,8 +147,8 @@ HttpOptions HttpOptionsFromSettings(const ApiSettings& api) {
   return o;
 }
 
-HttpServer::HttpServer(EventStore& store, HttpOptions options, MetricsSources sources)
-    : store_(store), options_(std::move(options)), sources_(sources) {}
+HttpServer::HttpServer(EventStore& store, HttpOptions options, metrics::Registry components)
+    : store_(store), options_(std::move(options)), components_(std::move(components)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -765,175 +612,10 @@ void HttpServer::StreamEvent(const std::string& code, Poco::Net::HTTPServerRespo
 }
 
 std::string HttpServer::RenderMetrics() {
-  using metrics::Type;
   metrics::TextWriter w;
-
-  // From the database, on each scrape.
-  api::Health h = store_.CheckHealth();
-  w.Family("dsync_database_up", "1 when the framework database answered this scrape.", Type::kGauge);
-  w.Sample("dsync_database_up", {}, h.database_ok ? 1 : 0);
-  if (h.database_ok) {
-    w.Family("dsync_schema_version", "Applied schema migration version.", Type::kGauge);
-    w.Sample("dsync_schema_version", {}, h.schema_version);
-    w.Family("dsync_lease_held", "1 when some dispatcher holds an unexpired lease (database view).", Type::kGauge);
-    w.Sample("dsync_lease_held", {}, h.lease.held ? 1 : 0);
-    w.Family("dsync_lease_token", "Fencing token of the current or last lease tenure.", Type::kGauge);
-    w.Sample("dsync_lease_token", {}, static_cast<double>(h.lease.token));
-    w.Family("dsync_lease_expires_in_seconds", "Time left on the held lease; 0 when free.", Type::kGauge);
-    w.Sample("dsync_lease_expires_in_seconds", {}, static_cast<double>(h.lease.expires_in_ms) / 1000.0);
-    try {
-      auto counts = store_.CountByTopicStatus();
-      std::map<std::string, std::map<std::string, int64_t>> by_topic;
-      for (const auto& [topic, status, n] : counts) by_topic[topic][status] = n;
-      w.Family("dsync_events", "Events by topic and status.", Type::kGauge);
-      static const char* kStatuses[] = {"PENDING", "ASSIGNED", "RUNNING", "SUCCESS",
-                                        "FAILED", "COMPENSATING", "COMPENSATED"};
-      for (const auto& [topic, statuses] : by_topic) {
-        for (const char* status : kStatuses) {
-          auto it = statuses.find(status);
-          w.Sample("dsync_events", {{"topic", topic}, {"status", status}},
-                   static_cast<double>(it == statuses.end() ? 0 : it->second));
-        }
-      }
-      std::map<std::string, int64_t> nodes{{"online", 0}, {"draining", 0}, {"offline", 0}};
-      int64_t in_flight = 0;
-      for (const auto& n : store_.Nodes(true)) {
-        nodes[n.status]++;
-        in_flight += n.in_flight;
-      }
-      w.Family("dsync_nodes", "Registered consumer nodes of the service by status.", Type::kGauge);
-      for (const auto& [status, n] : nodes) w.Sample("dsync_nodes", {{"status", status}}, static_cast<double>(n));
-      w.Family("dsync_nodes_in_flight_events", "Events ASSIGNED, RUNNING or COMPENSATING on the service's nodes.",
-               Type::kGauge);
-      w.Sample("dsync_nodes_in_flight_events", {}, static_cast<double>(in_flight));
-    } catch (const Error& e) {
-      spdlog::warn("METRICS_DB_ERROR err={}", e.what());
-    }
-  }
-
-  if (sources_.pool != nullptr) {
-    storage::PoolStats p = sources_.pool->stats();
-    w.Family("dsync_db_pool_connections", "Framework database connections by state.", Type::kGauge);
-    w.Sample("dsync_db_pool_connections", {{"state", "in_use"}}, p.in_use);
-    w.Sample("dsync_db_pool_connections", {{"state", "idle"}}, std::max(0, p.open - p.in_use));
-    w.Family("dsync_db_pool_max_connections", "Size limit of the connection pool.", Type::kGauge);
-    w.Sample("dsync_db_pool_max_connections", {}, p.max_size);
-    w.Family("dsync_db_pool_connects_total", "Connections opened.", Type::kCounter);
-    w.Sample("dsync_db_pool_connects_total", {}, static_cast<double>(p.connects));
-    w.Family("dsync_db_pool_discarded_total", "Connections dropped as broken.", Type::kCounter);
-    w.Sample("dsync_db_pool_discarded_total", {}, static_cast<double>(p.discarded));
-    w.Family("dsync_db_pool_borrow_waits_total", "Borrows that waited for a free connection.", Type::kCounter);
-    w.Sample("dsync_db_pool_borrow_waits_total", {}, static_cast<double>(p.borrow_waits));
-    w.Family("dsync_db_retries_total", "Units of work re-run after a deadlock, lock timeout or lost connection.",
-             Type::kCounter);
-    w.Sample("dsync_db_retries_total", {}, static_cast<double>(p.retries));
-  }
-
-  // Resets by reason, from whichever components run here.
-  metrics::Labels none;
-  std::vector<std::pair<std::string, uint64_t>> resets;
-  if (sources_.dispatcher != nullptr) {
-    dispatcher::DispatcherStats s = sources_.dispatcher->stats();
-    w.Family("dsync_dispatcher_leader", "1 while this process holds the dispatcher lease.", Type::kGauge);
-    w.Sample("dsync_dispatcher_leader", none, s.leader ? 1 : 0);
-    w.Family("dsync_lease_acquired_total", "Lease tenures started by this process.", Type::kCounter);
-    w.Sample("dsync_lease_acquired_total", none, static_cast<double>(s.lease_acquired));
-    w.Family("dsync_lease_lost_total", "Lease tenures lost by this process, by cause.", Type::kCounter);
-    w.Sample("dsync_lease_lost_total", {{"cause", "watchdog"}}, static_cast<double>(s.lease_lost_by_watchdog));
-    w.Sample("dsync_lease_lost_total", {{"cause", "other"}},
-             static_cast<double>(s.lease_lost - std::min(s.lease_lost, s.lease_lost_by_watchdog)));
-    w.Family("dsync_dispatch_cycles_total", "Dispatch cycles run, by result.", Type::kCounter);
-    w.Sample("dsync_dispatch_cycles_total", {{"result", "ok"}},
-             static_cast<double>(s.cycles - std::min(s.cycles, s.cycle_failures)));
-    w.Sample("dsync_dispatch_cycles_total", {{"result", "failed"}}, static_cast<double>(s.cycle_failures));
-    w.Family("dsync_dispatch_assigned_total", "Events assigned to a node.", Type::kCounter);
-    w.Sample("dsync_dispatch_assigned_total", none, static_cast<double>(s.assigned));
-    w.Family("dsync_dispatch_lost_races_total", "Assignments whose event changed since it was read.", Type::kCounter);
-    w.Sample("dsync_dispatch_lost_races_total", none, static_cast<double>(s.lost_races));
-    w.Family("dsync_dispatch_fenced_out_total", "Cycles whose writes the lease fence refused.", Type::kCounter);
-    w.Sample("dsync_dispatch_fenced_out_total", none, static_cast<double>(s.fenced_out));
-    w.Family("dsync_dispatch_latency_seconds", "From an event being due to its assignment to a node.",
-             Type::kHistogram);
-    w.Histogram("dsync_dispatch_latency_seconds", none, s.dispatch_latency);
-    w.Family("dsync_dispatch_cycle_duration_seconds", "Duration of a dispatch cycle.", Type::kHistogram);
-    w.Histogram("dsync_dispatch_cycle_duration_seconds", none, s.cycle_duration);
-    w.Family("dsync_events_unroutable",
-             "PENDING events of a topic no live node can run (none serves it, reaches its datasources, or "
-             "could build its plan), at the leader's last check; reasons in v_events_needing_attention.",
-             Type::kGauge);
-    for (const auto& [topic, u] : s.unroutable) {
-      w.Sample("dsync_events_unroutable", {{"topic", topic}}, static_cast<double>(u.pending));
-    }
-    w.Family("dsync_sweeps_total", "Sweeper passes, by result.", Type::kCounter);
-    w.Sample("dsync_sweeps_total", {{"result", "ok"}}, static_cast<double>(s.sweeps - std::min(s.sweeps, s.sweep_failures)));
-    w.Sample("dsync_sweeps_total", {{"result", "failed"}}, static_cast<double>(s.sweep_failures));
-    w.Family("dsync_nodes_marked_offline_total", "Nodes the sweeper marked offline.", Type::kCounter);
-    w.Sample("dsync_nodes_marked_offline_total", none, static_cast<double>(s.nodes_marked_offline));
-    w.Family("dsync_event_reset_races_total", "Resets skipped because the event changed since it was read.",
-             Type::kCounter);
-    w.Sample("dsync_event_reset_races_total", none, static_cast<double>(s.reset_races));
-    resets.emplace_back("node_offline", s.resets_node_offline);
-    resets.emplace_back("timed_out", s.resets_timed_out);
-  }
-  if (sources_.consumer != nullptr) {
-    consumer::ConsumerStats& c = *sources_.consumer;
-    w.Family("dsync_consumer_polls_total", "Polls for assigned events.", Type::kCounter);
-    w.Sample("dsync_consumer_polls_total", none, static_cast<double>(c.polls.load()));
-    w.Family("dsync_consumer_polled_events_total", "Assigned events taken up by this node.", Type::kCounter);
-    w.Sample("dsync_consumer_polled_events_total", none, static_cast<double>(c.polled_events.load()));
-    w.Family("dsync_consumer_in_flight_events", "Events queued or running on this node.", Type::kGauge);
-    w.Sample("dsync_consumer_in_flight_events", none, c.in_flight.load());
-    resets.emplace_back("node_restarted", c.handed_back_at_start.load());
-    resets.emplace_back("node_drained", c.handed_back_at_drain.load());
-    resets.emplace_back("run_abandoned", c.handed_back_abandoned.load());
-  }
-  if (!resets.empty()) {
-    w.Family("dsync_event_resets_total", "Events handed back to PENDING, by reason.", Type::kCounter);
-    for (const auto& [reason, n] : resets) {
-      w.Sample("dsync_event_resets_total", {{"reason", reason}}, static_cast<double>(n));
-    }
-  }
-  if (sources_.saga != nullptr) {
-    saga::SagaStats& s = *sources_.saga;
-    w.Family("dsync_events_claimed_total", "Claims tried by this node's saga engine, by result.", Type::kCounter);
-    w.Sample("dsync_events_claimed_total", {{"result", "claimed"}}, static_cast<double>(s.claimed.load()));
-    w.Sample("dsync_events_claimed_total", {{"result", "not_claimed"}}, static_cast<double>(s.not_claimed.load()));
-    w.Family("dsync_event_runs_total", "Runs of claimed events, by where they left the event.", Type::kCounter);
-    w.Sample("dsync_event_runs_total", {{"outcome", "succeeded"}}, static_cast<double>(s.succeeded.load()));
-    w.Sample("dsync_event_runs_total", {{"outcome", "retry_scheduled"}}, static_cast<double>(s.retries.load()));
-    w.Sample("dsync_event_runs_total", {{"outcome", "compensated"}}, static_cast<double>(s.compensated.load()));
-    w.Sample("dsync_event_runs_total", {{"outcome", "failed"}}, static_cast<double>(s.failed.load()));
-    w.Sample("dsync_event_runs_total", {{"outcome", "lost_ownership"}}, static_cast<double>(s.lost_ownership.load()));
-    w.Family("dsync_compensations_total", "Events whose compensation started on this node.", Type::kCounter);
-    w.Sample("dsync_compensations_total", none, static_cast<double>(s.compensations_started.load()));
-    w.Family("dsync_steps_total", "Step handler invocations, by action.", Type::kCounter);
-    w.Sample("dsync_steps_total", {{"action", "execute"}}, static_cast<double>(s.steps_executed.load()));
-    w.Sample("dsync_steps_total", {{"action", "compensate"}}, static_cast<double>(s.steps_compensated.load()));
-    w.Family("dsync_claim_latency_seconds", "From an event's assignment to its claim (ASSIGNED -> RUNNING).",
-             Type::kHistogram);
-    w.Histogram("dsync_claim_latency_seconds", none, s.claim_latency.snapshot());
-    w.Family("dsync_step_duration_seconds", "Step handler run time, by action.", Type::kHistogram);
-    w.Histogram("dsync_step_duration_seconds", {{"action", "execute"}}, s.step_duration.snapshot());
-    w.Histogram("dsync_step_duration_seconds", {{"action", "compensate"}}, s.compensation_duration.snapshot());
-  }
-
-  w.Family("dsync_http_requests_total", "HTTP requests served, by route, method and status code.", Type::kCounter);
-  for (const auto& [labels, n] : stats_.requests.snapshot()) {
-    w.Sample("dsync_http_requests_total", labels, static_cast<double>(n));
-  }
-  w.Family("dsync_http_request_duration_seconds", "HTTP request handling time by route (streams: their lifetime).",
-           Type::kHistogram);
-  for (size_t r = 0; r < kRouteCount; ++r) {
-    // kCreateEvent and kListEvents share the path; tell them apart by method.
-    const Route route = static_cast<Route>(r);
-    metrics::Labels labels{{"route", RouteName(route)}};
-    if (route == Route::kCreateEvent) labels.emplace_back("method", "POST");
-    else if (route == Route::kListEvents) labels.emplace_back("method", "GET");
-    else labels.emplace_back("method", "any");
-    w.Histogram("dsync_http_request_duration_seconds", labels, stats_.duration[r].snapshot());
-  }
-  w.Family("dsync_http_open_streams", "Open server-sent-event streams.", Type::kGauge);
-  w.Sample("dsync_http_open_streams", none, stats_.open_streams.load());
+  WriteDatabaseMetrics(store_, w);
+  components_.WriteTo(w);
+  WriteMetrics(stats_, w);
   return w.str();
 }
 

@@ -2,8 +2,9 @@
 // api::EventStore (every rule about events lives there), plus /healthz and
 // Prometheus /metrics.
 //
-//   api::HttpServer server(store, api::HttpOptionsFromSettings(settings.api),
-//                          {.pool = &pool, .dispatcher = &dispatcher, .saga = &engine.stats()});
+//   metrics::Registry components;   // the metric writers of this process's components (app/)
+//   components.Add([&](metrics::TextWriter& w) { storage::WriteMetrics(pool.stats(), w); });
+//   api::HttpServer server(store, api::HttpOptionsFromSettings(settings.api), std::move(components));
 //   server.Start();                 // binds; throws UsageError (bad listen) or Error (bind failed)
 //   ... wait for SIGTERM ...
 //   server.Stop();                  // ends streams, finishes requests, closes the socket
@@ -34,7 +35,9 @@
 //   GET  /, /assets/{file}         the web console (api/console.h); no token needed,
 //                                  the files hold no data
 //   GET  /healthz                  200 when the database answers, else 503; lease state
-//   GET  /metrics                  Prometheus text format 0.0.4
+//   GET  /metrics                  Prometheus text format 0.0.4: the database's families
+//                                  (WriteDatabaseMetrics), the registered components'
+//                                  writers in order, then the server's own (HttpStats)
 //
 // Rejections, all 4xx with a JSON message, and none writes anything:
 //   401 a token is configured and the request lacks `Authorization: Bearer <token>`
@@ -80,16 +83,6 @@ class HTTPServerResponse;
 }  // namespace Net
 }  // namespace Poco
 
-namespace dsync::dispatcher {
-class DispatcherService;
-}
-namespace dsync::saga {
-struct SagaStats;
-}
-namespace dsync::consumer {
-struct ConsumerStats;
-}
-
 namespace dsync::api {
 
 struct HttpOptions {
@@ -106,15 +99,6 @@ struct HttpOptions {
 // listen, token and max_body_bytes from the config's `api` section.
 HttpOptions HttpOptionsFromSettings(const ApiSettings& api);
 
-// In-process components whose counters /metrics exports. Each is optional (null:
-// not in this process); each must outlive the server.
-struct MetricsSources {
-  storage::ConnectionPool* pool = nullptr;
-  dispatcher::DispatcherService* dispatcher = nullptr;
-  saga::SagaStats* saga = nullptr;
-  consumer::ConsumerStats* consumer = nullptr;
-};
-
 // The routes, as the `route` label of the request metrics.
 enum class Route {
   kCreateEvent, kListEvents, kGetEvent, kStreamEvent, kRetryEvent, kCreateBatch, kGetBatch,
@@ -130,10 +114,14 @@ struct HttpStats {
   std::atomic<uint64_t> rejected_streams{0};  // 503: max_streams reached
 };
 
+// The server's families of /metrics (dsync_http_*); api/http_metrics.cc.
+void WriteMetrics(const HttpStats& stats, metrics::TextWriter& w);
+
 class HttpServer {
  public:
-  // `store` must outlive the server. Does not bind until Start().
-  HttpServer(EventStore& store, HttpOptions options, MetricsSources sources = {});
+  // `store` must outlive the server, and so must the components `components` reads
+  // (their writers run on each scrape of /metrics). Does not bind until Start().
+  HttpServer(EventStore& store, HttpOptions options, metrics::Registry components = {});
   ~HttpServer();  // Stop()s
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -174,7 +162,7 @@ class HttpServer {
 
   EventStore& store_;
   const HttpOptions options_;
-  const MetricsSources sources_;
+  const metrics::Registry components_;
   HttpStats stats_;
   SystemClock clock_;
   console::ThroughputHistory throughput_{clock_};

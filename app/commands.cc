@@ -1,6 +1,7 @@
 #include "app/commands.h"
 
 #include "app/command_support.h"
+#include "app/component_metrics.h"
 #include "api/event_store.h"
 #include "api/http_server.h"
 
@@ -228,7 +229,7 @@ int RunServe(const Invocation& inv) {
   if (s.dispatcher.wakeups) store.OnProduced([&waker] { waker.Wake(); });
   api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
   http.threads = kApiThreads;
-  api::HttpServer server(store, http, {.pool = pool.get()});
+  api::HttpServer server(store, http, ComponentMetrics({.pool = pool.get()}));
   server.Start();
   spdlog::info("API_STARTED listen={} port={} auth={} db={}", s.api.listen, server.port(),
                s.api.token.empty() ? "none" : "bearer", pool->url().Masked());
@@ -258,8 +259,8 @@ int RunAll(const Invocation& inv) {
   api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
   http.threads = kApiThreads;
   api::HttpServer server(store, http,
-                         {.pool = pool.get(), .dispatcher = &dispatcher, .saga = &parts.engine.stats(),
-                          .consumer = &parts.node.stats()});
+                         ComponentMetrics({.pool = pool.get(), .dispatcher = &dispatcher,
+                                           .saga = &parts.engine.stats(), .consumer = &parts.node.stats()}));
   server.Start();
   dispatcher.Start();
   parts.node.Start();
@@ -288,6 +289,22 @@ int RunSweep(const Invocation& inv) {
   return 0;
 }
 
+// The flags of a consumer node (`node`, and `all` after its --listen).
+std::vector<OptionSpec> NodeFlags() {
+  return {{"node-address", true, "HOST:PORT this node is known by (default hostname:pid); keep it stable"},
+          {"capacity", true, "events run in parallel (default consumer.capacity, 8)"},
+          {"prefetch", true, "events held beyond capacity, queued for a free worker (default consumer.prefetch; -1: as many as capacity, 0: none)"},
+          {"topics", true, "comma-separated topics to serve (default: every topic of the config)"},
+          {"datasources", true, "comma-separated datasources this node may use (default: every datasource of the config); "
+                                "it checks and reports those it reaches, and gets only events whose steps need no other"},
+          {"service", true, "service name (default from config, kbs-sync)"}};
+}
+
+std::vector<OptionSpec> WithFlags(std::vector<OptionSpec> first, const std::vector<OptionSpec>& then) {
+  first.insert(first.end(), then.begin(), then.end());
+  return first;
+}
+
 }  // namespace
 
 const std::vector<CommandSpec>& Commands() {
@@ -298,13 +315,7 @@ const std::vector<CommandSpec>& Commands() {
        "",
        0,
        0,
-       {{"node-address", true, "HOST:PORT this node is known by (default hostname:pid); keep it stable"},
-        {"capacity", true, "events run in parallel (default consumer.capacity, 8)"},
-        {"prefetch", true, "events held beyond capacity, queued for a free worker (default consumer.prefetch; -1: as many as capacity, 0: none)"},
-        {"topics", true, "comma-separated topics to serve (default: every topic of the config)"},
-        {"datasources", true, "comma-separated datasources this node may use (default: every datasource of the config); "
-                              "it checks and reports those it reaches, and gets only events whose steps need no other"},
-        {"service", true, "service name (default from config, kbs-sync)"}}},
+       NodeFlags()},
       {"serve",
        "run the HTTP API (events, batches, SSE progress streams, nodes, /healthz, /metrics)",
        "",
@@ -318,14 +329,7 @@ const std::vector<CommandSpec>& Commands() {
        "",
        0,
        0,
-       {{"listen", true, "HOST:PORT of the API (default api.listen, 127.0.0.1:8080)"},
-        {"node-address", true, "HOST:PORT this node is known by (default hostname:pid); keep it stable"},
-        {"capacity", true, "events run in parallel (default consumer.capacity, 8)"},
-        {"prefetch", true, "events held beyond capacity, queued for a free worker (default consumer.prefetch; -1: as many as capacity, 0: none)"},
-        {"topics", true, "comma-separated topics to serve (default: every topic of the config)"},
-        {"datasources", true, "comma-separated datasources this node may use (default: every datasource of the config); "
-                              "it checks and reports those it reaches, and gets only events whose steps need no other"},
-        {"service", true, "service name (default from config, kbs-sync)"}}},
+       WithFlags({{"listen", true, "HOST:PORT of the API (default api.listen, 127.0.0.1:8080)"}}, NodeFlags())},
       {"dispatcher",
        "run a dispatcher: lease-elected leader assigns due events to the least-loaded live nodes and "
        "runs the sweeper (several may run at once)",

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -105,10 +106,18 @@ void Explain(storage::ConnectionPool& pool) {
                           "SELECT code FROM distribute_event e WHERE e.phase = 'COMPENSATE' AND e.status IN "
                           "('PENDING', 'ASSIGNED', 'COMPENSATING') LIMIT 20"}) {
       auto rs = c.Query(std::string("EXPLAIN ") + q);
+      // storage::ResultSet reads by column number: find EXPLAIN's columns by label.
+      auto column = [&](const std::string& label) {
+        for (int i = 1; i <= rs->columnCount(); ++i) {
+          if (rs->columnLabel(i) == label) return i;
+        }
+        throw std::runtime_error("EXPLAIN has no column " + label);
+      };
+      const int type = column("type"), key = column("key"), rows = column("rows"), extra = column("Extra");
       while (rs->next()) {
-        std::cout << "  EXPLAIN " << std::string(q).substr(0, 60) << "... -> type=" << rs->getString("type")
-                  << " key=" << rs->getString("key") << " rows=" << rs->getString("rows")
-                  << " extra=" << rs->getString("Extra") << "\n";
+        std::cout << "  EXPLAIN " << std::string(q).substr(0, 60) << "... -> type=" << rs->getString(type)
+                  << " key=" << rs->getString(key) << " rows=" << rs->getString(rows)
+                  << " extra=" << rs->getString(extra) << "\n";
       }
     }
   });

@@ -30,30 +30,32 @@ namespace dsync {
 
 using Millis = std::chrono::milliseconds;
 
+// Each field: its config key, what it means, and its default (the initialiser; the
+// same text is in docs/configuration.md and `dsync config-keys`).
 struct RegistrySettings {
-  Millis heartbeat_interval{10000};   // registry.heartbeat_interval_ms
-  Millis offline_timeout{30000};      // registry.offline_timeout_ms
-  Millis sweep_interval{5000};        // registry.sweep_interval_ms: offline marking cadence
-  Millis purge_after{7LL * 24 * 3600 * 1000};  // registry.purge_after_ms: delete rows silent this long
+  Millis heartbeat_interval{10000};   // registry.heartbeat_interval_ms: how often a node refreshes its row; <= offline_timeout / 2. Default 10 s
+  Millis offline_timeout{30000};      // registry.offline_timeout_ms: a node silent this long (database clock) is offline. Default 30 s
+  Millis sweep_interval{5000};        // registry.sweep_interval_ms: offline marking cadence of the leader's sweeper. Default 5 s
+  Millis purge_after{7LL * 24 * 3600 * 1000};  // registry.purge_after_ms: delete rows silent this long; > offline_timeout. Default 7 days
 };
 
 struct DispatcherSettings {
-  Millis poll_interval{200};          // dispatcher.poll_interval_ms
-  Millis idle_interval{1000};         // dispatcher.idle_interval_ms
-  Millis busy_interval{10};           // dispatcher.busy_interval_ms: <= poll_interval
-  Millis lease_ttl{10000};            // dispatcher.lease_ttl_ms
-  int batch_size = 500;               // dispatcher.batch_size
-  bool wakeups = true;                // dispatcher.wakeups: wake nodes, accept wake-ups
-  std::string wakeup_listen = "127.0.0.1:0";  // dispatcher.wakeup_listen: UDP HOST:PORT (0: any port)
+  Millis poll_interval{200};          // dispatcher.poll_interval_ms: pause while events wait; <= idle_interval. Default 200 ms
+  Millis idle_interval{1000};         // dispatcher.idle_interval_ms: longest pause while nothing is due. Default 1 s
+  Millis busy_interval{10};           // dispatcher.busy_interval_ms: pause after a round with work; <= poll_interval. Default 10 ms
+  Millis lease_ttl{10000};            // dispatcher.lease_ttl_ms: lease lifetime (database clock), renewed every third. Default 10 s
+  int batch_size = 500;               // dispatcher.batch_size: most events assigned per round, >= 1. Default 500
+  bool wakeups = true;                // dispatcher.wakeups: wake nodes after assigning, accept wake-ups. Default true
+  std::string wakeup_listen = "127.0.0.1:0";  // dispatcher.wakeup_listen: UDP HOST:PORT for wake-ups (0: any port). Default 127.0.0.1:0
 };
 
 struct ConsumerSettings {
-  Millis poll_interval{200};          // consumer.poll_interval_ms
-  Millis drain_timeout{30000};        // consumer.drain_timeout_ms
-  int capacity = 8;                   // consumer.capacity: parallel events (--capacity)
-  int prefetch = -1;                  // consumer.prefetch (--prefetch): -1 = capacity, 0 = none
-  bool wakeups = true;                // consumer.wakeups: listen for wake-ups, wake the dispatcher
-  std::string wakeup_listen;          // consumer.wakeup_listen: UDP HOST:PORT; "": the node address
+  Millis poll_interval{200};          // consumer.poll_interval_ms: how often a node looks for its events. Default 200 ms
+  Millis drain_timeout{30000};        // consumer.drain_timeout_ms: on shutdown, how long running events may take. Default 30 s
+  int capacity = 8;                   // consumer.capacity (--capacity): parallel events, 1..10000. Default 8
+  int prefetch = -1;                  // consumer.prefetch (--prefetch): held beyond capacity; -1 = capacity, 0 = none. Default -1
+  bool wakeups = true;                // consumer.wakeups: listen for wake-ups, wake the dispatcher. Default true
+  std::string wakeup_listen;          // consumer.wakeup_listen: UDP HOST:PORT for wake-ups. Default "": the node address
 };
 
 // Events a node may hold assigned beyond `capacity`, waiting for a free worker:
@@ -63,43 +65,43 @@ inline int EffectivePrefetch(const ConsumerSettings& s) {
 }
 
 struct ApiSettings {
-  std::string listen = "127.0.0.1:8080";  // api.listen
-  std::string token;                      // api.token: bearer token; empty = no auth
-  int64_t max_body_bytes = 1048576;       // api.max_body_bytes
+  std::string listen = "127.0.0.1:8080";  // api.listen (--listen): HOST:PORT of the HTTP API. Default 127.0.0.1:8080
+  std::string token;                      // api.token: bearer token the API requires. Default "": no auth
+  int64_t max_body_bytes = 1048576;       // api.max_body_bytes: largest request body, >= 1. Default 1 MiB
 };
 
 // One step of a topic's plan. `params` holds the type-specific keys (source, target,
 // table, where, ...) verbatim; the step type validates them when plans are built.
 struct StepSpec {
-  std::string name;
-  std::string type;
-  int max_retry = -1;                 // -1: the topic's max_retry
-  Millis timeout{0};                  // timeout_ms; 0: the topic's max_processing_time_ms
-  nlohmann::json params = nlohmann::json::object();
+  std::string name;                   // steps[].name: required, unique within the topic, <= 50 characters
+  std::string type;                   // steps[].type: required; table_sync, table_delete, demo or a registered type
+  int max_retry = -1;                 // steps[].max_retry: retries of this step. Default -1: the topic's max_retry
+  Millis timeout{0};                  // steps[].timeout_ms: deadline of one attempt. Default 0: the topic's max_processing_time_ms
+  nlohmann::json params = nlohmann::json::object();  // every other key of the step, verbatim. Default {}
 };
 
 struct TopicSettings {
-  int max_retry = 3;
-  Millis backoff_base{1000};          // backoff_base_ms
-  Millis backoff_max{60000};          // backoff_max_ms
-  Millis max_processing_time{300000}; // max_processing_time_ms: since last activity
-  int batch_limit = 0;                // 0: dispatcher.batch_size
-  int priority = 0;                   // default priority of new events; smaller runs first
-  std::string strategy = "least_load";  // least_load|weighted|least_connections|round_robin|consistent_hash
-  bool ordered = true;                // per (tenant_id, data_id) ordering
-  std::vector<StepSpec> steps;
+  int max_retry = 3;                  // max_retry: retries of a failing step before compensation, >= 0. Default 3
+  Millis backoff_base{1000};          // backoff_base_ms: delay before the first retry. Default 1 s
+  Millis backoff_max{60000};          // backoff_max_ms: longest delay between retries. Default 60 s
+  Millis max_processing_time{300000}; // max_processing_time_ms: longest without activity before the event is stuck. Default 5 min
+  int batch_limit = 0;                // batch_limit: most events of the topic per round. Default 0: dispatcher.batch_size
+  int priority = 0;                   // priority: of new events; smaller runs first. Default 0
+  std::string strategy = "least_load";  // strategy: least_load|weighted|least_connections|round_robin|consistent_hash. Default least_load
+  bool ordered = true;                // ordered: one event per (tenant_id, data_id) at a time, in creation order. Default true
+  std::vector<StepSpec> steps;        // steps: required, non-empty; run in order, compensated in reverse
 };
 
 struct Settings {
-  std::string database;               // URL; validated by storage::DbUrl::Parse at use
-  std::string service = "kbs-sync";
-  std::string log_level = "info";
-  std::map<std::string, std::string> datasources;  // name -> URL
-  RegistrySettings registry;
-  DispatcherSettings dispatcher;
-  ConsumerSettings consumer;
-  ApiSettings api;
-  std::map<std::string, TopicSettings> topics;
+  std::string database;               // database (--db, DSYNC_DB_URL): framework database URL; validated by storage::DbUrl::Parse at use. Required
+  std::string service = "kbs-sync";   // service (--service): nodes of one service share events. Default kbs-sync
+  std::string log_level = "info";     // log_level (--log-level): trace|debug|info|warn|error|off. Default info
+  std::map<std::string, std::string> datasources;  // datasources: name -> database URL, named by steps. Default {}
+  RegistrySettings registry;          // registry.*
+  DispatcherSettings dispatcher;      // dispatcher.*
+  ConsumerSettings consumer;          // consumer.*
+  ApiSettings api;                    // api.*
+  std::map<std::string, TopicSettings> topics;  // topics: name -> topic. Required when a file is given
 
   // Cross-field rules. Throws ConfigError with a one-line reason.
   void Validate() const;

@@ -79,6 +79,10 @@ struct ConsumerStats {
   std::atomic<int> in_flight{0};
 };
 
+// The node's families of /metrics (dsync_consumer_*; its reasons of
+// dsync_event_resets_total); consumer/consumer_metrics.cc.
+void WriteMetrics(const ConsumerStats& stats, metrics::TextWriter& w);
+
 class ConsumerNode {
  public:
   ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engine, Clock& clock,

@@ -1,5 +1,8 @@
 #include "core/clock.h"
 
+#include <condition_variable>
+#include <mutex>
+
 namespace dsync {
 
 bool SystemClock::SleepFor(Millis d, std::stop_token stop) {
@@ -7,29 +10,6 @@ bool SystemClock::SleepFor(Millis d, std::stop_token stop) {
   std::condition_variable_any cv;
   std::unique_lock lock(mu);
   return !cv.wait_for(lock, stop, d, [] { return false; }) && !stop.stop_requested();
-}
-
-Clock::TimePoint FakeClock::Now() {
-  std::lock_guard lock(mu_);
-  return now_;
-}
-
-bool FakeClock::SleepFor(Millis d, std::stop_token stop) {
-  if (stop.stop_requested()) return false;
-  std::lock_guard lock(mu_);
-  now_ += d;
-  slept_ += d;
-  return true;
-}
-
-void FakeClock::Advance(Millis d) {
-  std::lock_guard lock(mu_);
-  now_ += d;
-}
-
-Millis FakeClock::total_slept() {
-  std::lock_guard lock(mu_);
-  return slept_;
 }
 
 }  // namespace dsync

@@ -223,4 +223,36 @@ void TextWriter::Histogram(std::string_view name, const Labels& labels, const Hi
   out_ += ' ' + FormatValue(static_cast<double>(cumulative)) + '\n';
 }
 
+void TextWriter::SharedSample(std::string_view family, std::string_view help, Type type, const Labels& labels,
+                              double value) {
+  RequireName(family);
+  shared_.push_back({std::string(family), std::string(help), type, labels, value});
+}
+
+void Registry::Add(Writer writer) { writers_.push_back(std::move(writer)); }
+
+void Registry::WriteTo(TextWriter& out) const {
+  std::vector<TextWriter> parts(writers_.size());
+  std::map<std::string, size_t> last;  // shared family -> index of the last writer adding to it
+  for (size_t i = 0; i < writers_.size(); ++i) {
+    writers_[i](parts[i]);
+    for (const auto& s : parts[i].shared_) last[s.family] = i;
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    out.out_ += parts[i].out_;
+    for (const auto& [family, at] : last) {
+      if (at != i) continue;
+      bool first = true;
+      for (const auto& part : parts) {
+        for (const auto& s : part.shared_) {
+          if (s.family != family) continue;
+          if (first) out.Family(s.family, s.help, s.type);
+          first = false;
+          out.Sample(s.family, s.labels, s.value);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace dsync::metrics

@@ -1,8 +1,9 @@
-// Metrics primitives: a fixed-bucket latency histogram, a labelled counter, and a
-// writer for the Prometheus text exposition format (version 0.0.4). No registry and
-// no globals: each component keeps its metrics in its stats struct, and whoever
-// serves /metrics (api::HttpServer) asks the components it was given for snapshots
-// and writes them with TextWriter.
+// Metrics primitives: a fixed-bucket latency histogram, a labelled counter, a writer
+// for the Prometheus text exposition format (version 0.0.4), and a Registry of
+// component writers. No globals: each component keeps its metrics in its stats struct
+// and has a writer function beside it (`WriteMetrics(const XStats&, TextWriter&)`, as
+// userver's DumpMetric); app/ registers the writers of the components a process runs,
+// and /metrics (api::HttpServer) concatenates them.
 //
 //   metrics::Histogram latency;                       // seconds, 0.001 .. 10 (+Inf)
 //   latency.Observe(std::chrono::microseconds(1800)); // one lock-free update
@@ -14,6 +15,10 @@
 //   w.Sample("dsync_events", {{"topic", "SPACE_ADD"}, {"status", "PENDING"}}, 12);
 //   std::string body = w.str();
 //
+//   metrics::Registry components;                     // filled once in app/
+//   components.Add([&](metrics::TextWriter& w) { dispatcher::WriteMetrics(d.stats(), w); });
+//   components.WriteTo(w);                            // each writer's families, in order
+//
 // Label values may be any bytes (topics come from the database, where a plain SQL
 // producer may have written anything): the writer escapes \ " and newline as the
 // format requires and replaces invalid UTF-8 by U+FFFD, so every line parses.
@@ -23,13 +28,15 @@
 // Thread safety: Histogram and LabeledCounter are safe to update and snapshot from
 // any thread (Histogram without locks: one relaxed atomic add per bucket, count and
 // sum). A snapshot taken during updates may see an observation in the bucket but not
-// yet in the sum; scrapers tolerate that. TextWriter is a plain value.
+// yet in the sum; scrapers tolerate that. TextWriter is a plain value. A Registry is
+// filled before it is shared; WriteTo may then run on any number of threads at once.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -105,11 +112,43 @@ class TextWriter {
   // `name_bucket{labels,le="..."}` cumulative per bound and +Inf, `name_sum`, `name_count`.
   void Histogram(std::string_view name, const Labels& labels, const HistogramSnapshot& h);
 
+  // A sample of a family that several components write (e.g. event resets by reason,
+  // counted by the dispatcher and by the consumer). Not written here: Registry::WriteTo
+  // collects these from every writer and writes the family once, with every writer's
+  // samples in order, right after the last writer that added one. Each writer passes
+  // the same `help` and `type`.
+  void SharedSample(std::string_view family, std::string_view help, Type type, const Labels& labels,
+                    double value);
+
   const std::string& str() const { return out_; }
 
  private:
+  friend class Registry;
+  struct Shared {
+    std::string family, help;
+    Type type;
+    Labels labels;
+    double value;
+  };
   void WriteLabels(const Labels& labels, std::string_view le);
   std::string out_;
+  std::vector<Shared> shared_;
+};
+
+// The metric writers of the components one process runs, in the order /metrics shows
+// them.
+class Registry {
+ public:
+  using Writer = std::function<void(TextWriter&)>;
+  // `writer` must stay callable (the component it reads alive) while the registry is used.
+  void Add(Writer writer);
+  // Runs every writer, appending their families to `out` in the order added, and the
+  // shared families (TextWriter::SharedSample) after the last writer that added to each.
+  void WriteTo(TextWriter& out) const;
+  bool empty() const { return writers_.empty(); }
+
+ private:
+  std::vector<Writer> writers_;
 };
 
 // Exposed for tests.

@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "config/settings.h"
+#include "events/assign.h"
 
 namespace dsync::dispatcher {
 
@@ -105,17 +106,8 @@ struct NodeLoad {
   std::map<std::string, std::string> bad_topics;  // topic -> why its plan failed there
 };
 
-struct PendingEvent {
-  int64_t id = 0;
-  int64_t version = 0;
-  std::string topic;
-  std::string tenant_id;
-  std::string data_id;
-  int priority = 0;
-  // How long it had been due when read (NOW(3) - max(next_run_time, modifier_time)),
-  // for the dispatch-latency metric only; negative: unknown.
-  std::chrono::microseconds due_age{-1};
-};
+// A due PENDING event as the dispatch cycle read it: events/'s row, not a copy of it.
+using PendingEvent = events::DueEvent;
 
 struct Assignment {
   int64_t event_id = 0;

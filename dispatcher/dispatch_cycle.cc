@@ -131,22 +131,7 @@ std::vector<PendingEvent> DispatchCycle::ReadDue(const PageFilter& f, const Curs
   const std::string exhausted = CommaList(excluded);
   const std::string unordered = CommaList(f.unordered_topics);
   const events::DueFilter filter{after.priority, after.id, f.any_topic, served, exhausted, unordered, f.limit};
-  std::vector<events::DueEvent> due =
-      pool_.Run("read due events", [&](storage::Connection& c) { return events::ReadDue(c, filter); });
-  std::vector<PendingEvent> out;
-  out.reserve(due.size());
-  for (auto& d : due) {
-    PendingEvent e;
-    e.id = d.id;
-    e.version = d.version;
-    e.topic = std::move(d.topic);
-    e.tenant_id = std::move(d.tenant_id);
-    e.data_id = std::move(d.data_id);
-    e.priority = d.priority;
-    e.due_age = d.due_age;
-    out.push_back(std::move(e));
-  }
-  return out;
+  return pool_.Run("read due events", [&](storage::Connection& c) { return events::ReadDue(c, filter); });
 }
 
 DispatchCycle::WriteResult DispatchCycle::Write(const std::vector<Assignment>& assignments,

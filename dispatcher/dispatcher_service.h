@@ -78,6 +78,10 @@ struct DispatcherStats {
   uint64_t reset_races = 0;             // resets skipped: the event changed since read
 };
 
+// The dispatcher's families of /metrics (lease, dispatch, sweeper; its reasons of
+// dsync_event_resets_total); dispatcher/dispatcher_metrics.cc.
+void WriteMetrics(const DispatcherStats& stats, metrics::TextWriter& w);
+
 class DispatcherService {
  public:
   // Reads settings.service, .registry, .dispatcher and .topics. `pool` and `clock`

@@ -75,6 +75,7 @@ std::string DispatcherLockName(const std::string& service);
 // when `fence` still holds the lease for at least fence.margin more (database clock).
 // A plain read, no lock (see above). Throws DbError (inside Transact) like
 // any statement.
+// REQUIRES: the last statement of the caller's transaction, just before its COMMIT.
 bool HoldsLease(storage::Connection& c, const LeaseFence& fence);
 // Its statement, for bench/dispatch_bench.cc's EXPLAIN. Params: lock_name, owner,
 // token, margin (µs).

@@ -2,7 +2,8 @@
 // into the step's `output` column while it runs, so an operator sees it in the step
 // row, `dsync events show` and the API. The step's final output replaces it.
 //
-// Fenced like every write after a claim (DESIGN.md invariant 1): the UPDATE matches
+// Fenced like every write after a claim (docs/event-lifecycle.md, "at most one
+// owner"): the UPDATE matches
 // only while the event is still at the version the writer claimed it with, so a node
 // that lost the event (reset, reassigned, frozen past the offline timeout) writes
 // nothing. Autocommitted on its own: progress is informational and never part of the

@@ -196,6 +196,7 @@ inline StepState PlanState(const Plans::Plan& plan, const events::NewStep& row, 
 // caller's transaction: SagaEngine::ClaimBatch's for a poll, EventRun::ClaimInGroup's
 // for one event. Returns the ids claimed; throws ClaimRulesNeeded when rows of a
 // claimed event's code exist (the claim was written: the caller rolls back).
+// REQUIRES: inside the caller's transaction (`c` is its connection).
 inline std::set<int64_t> ClaimWithPlanRows(storage::Connection& c, const Plans& plans,
                                     const std::vector<const AssignedEvent*>& events, const std::string& node) {
   std::vector<events::ClaimRow> claims;
@@ -311,6 +312,7 @@ class EventRun {
   // tx(); false when the event is no longer assigned here (nothing written). Throws
   // ClaimRulesNeeded when rows of its code exist (the claim was written: roll back).
   bool claim_deferred() const { return claim_ == ClaimState::kDeferred; }
+  // REQUIRES: inside the commit group's transaction (`c`).
   bool ClaimInGroup(storage::Connection& c);
   Deps& deps() { return d_; }
   const AssignedEvent& event() const { return ev_; }
@@ -332,6 +334,7 @@ class EventRun {
   // Start of a run: the plan and the parsed payload; returns why the event must be
   // rejected (unknown topic, payload not JSON), empty when it can run.
   std::string Prepare();
+  // REQUIRES: inside the caller's claim transaction (`c`).
   Claim ClaimTx(storage::Connection& c, const std::string& reject);
   // After the claim transaction: the outcome when it left nothing to run (stats and
   // log as Go reports them), else nullopt (claimed; steps_ and phase_ are set).
@@ -343,6 +346,7 @@ class EventRun {
   // BeginStep's ClaimAndRerun: also begins the step again (BeginStep returns
   // nullopt only with a success staged for EndStep).
   std::optional<Outcome> RerunClaimed(const std::string& why);
+  // REQUIRES: inside the claim's transaction (`c`), after the claim's fenced UPDATE.
   void LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing, bool& first_marked);
   std::vector<StepState> FromRows(const std::vector<events::StepRow>& rows) const;
   // In the caller's transaction, after a fenced write: RUNNING -> COMPENSATING with

@@ -146,6 +146,10 @@ struct SagaStats {
   metrics::Histogram compensation_duration;  // StepHandler::Compensate, seconds
 };
 
+// The engine's families of /metrics (claims, runs, steps, latencies);
+// saga/saga_metrics.cc.
+void WriteMetrics(const SagaStats& stats, metrics::TextWriter& w);
+
 class DeadlineTimer;
 class CommitGroups;
 struct CommitGroupStats;

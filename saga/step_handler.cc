@@ -2,8 +2,6 @@
 
 #include "core/error.h"
 #include "events/transitions.h"
-#include "saga/steps/demo_step.h"
-#include "saga/steps/table_steps.h"
 #include "storage/db_url.h"
 
 namespace dsync::saga {
@@ -46,14 +44,6 @@ std::unique_ptr<StepHandler> StepRegistry::Create(const StepSpec& spec) const {
   auto handler = it->second(spec);
   if (!handler) throw ConfigError("step type '" + spec.type + "' built no handler");
   return handler;
-}
-
-StepRegistry StepRegistry::WithBuiltins() {
-  StepRegistry registry;
-  registry.Register("table_sync", [](const StepSpec& spec) { return MakeTableSyncStep(spec); });
-  registry.Register("table_delete", [](const StepSpec& spec) { return MakeTableDeleteStep(spec); });
-  registry.Register("demo", [](const StepSpec& spec) { return MakeDemoStep(spec); });
-  return registry;
 }
 
 }  // namespace dsync::saga

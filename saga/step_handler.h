@@ -171,7 +171,8 @@ class StepRegistry {
   bool Has(const std::string& type) const { return factories_.count(type) > 0; }
   std::unique_ptr<StepHandler> Create(const StepSpec& spec) const;  // throws ConfigError
 
-  // A registry with table_sync, table_delete and demo.
+  // A registry with the built-in step types (table_sync, table_delete, demo). Defined
+  // in saga/steps/builtin_steps.cc, beside the steps: the engine does not know them.
   static StepRegistry WithBuiltins();
 
  private:

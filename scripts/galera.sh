@@ -28,6 +28,7 @@
 #
 # Only processes this script started are ever signalled, by their PID files.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/mariadb_common.sh"
 
 MEMBERS=3
 PROVIDER=${GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
@@ -70,22 +71,8 @@ write_cnf() {  # dir n
   for i in $(seq 1 $MEMBERS); do
     cluster+="${cluster:+,}127.0.0.1:$(cut -d' ' -f2 "$(mdir "$dir" "$i")/ports")"
   done
-  cat > "$m/my.cnf" <<CNF
-[mariadbd]
-datadir=$m/data
-socket=$m/sock
-port=$client
-bind-address=127.0.0.1
-pid-file=$m/mariadbd.pid
-tmpdir=$m/tmp
-log-error=$m/err.log
-skip-name-resolve
-innodb_flush_log_at_trx_commit=1
-innodb_buffer_pool_size=128M
-innodb_log_file_size=64M
-max_connections=1000
-character-set-server=utf8mb4
-collation-server=utf8mb4_general_ci
+  server_cnf "$m" "$client" 128M 64M > "$m/my.cnf"
+  cat >> "$m/my.cnf" <<CNF
 binlog_format=ROW
 default_storage_engine=InnoDB
 innodb_autoinc_lock_mode=2
@@ -175,25 +162,13 @@ start_once() {
 
   local m1
   m1=$(mdir "$dir" 1)
-  # shellcheck disable=SC2046
-  if ! TMPDIR=$m1/tmp mariadb-install-db $(user_opt) --datadir="$m1/data" --auth-root-authentication-method=normal \
-      --skip-test-db >"$dir/install.log" 2>&1; then
-    cat "$dir/install.log" >&2
-    rm -rf "$dir"
-    die "mariadb-install-db failed"
-  fi
+  install_datadir "$m1" "$dir/install.log" || { rm -rf "$dir"; die "mariadb-install-db failed"; }
   # 1. Member 1 alone: users and schema, then a clean stop (grastate.dat gets a seqno).
   launch "$dir" 1 --wsrep-new-cluster
   wait_synced "$dir" 1 60 || { fail_member "$dir" 1 "did not bootstrap"; return; }
   local password
-  password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
-  mariadb --socket="$m1/sock" -uroot <<SQL
-CREATE USER 'dsync'@'127.0.0.1' IDENTIFIED BY '$password';
-CREATE USER 'dsync'@'localhost' IDENTIFIED BY '$password';
-GRANT ALL PRIVILEGES ON *.* TO 'dsync'@'127.0.0.1' WITH GRANT OPTION;
-GRANT ALL PRIVILEGES ON *.* TO 'dsync'@'localhost' WITH GRANT OPTION;
-CREATE DATABASE dsync;
-SQL
+  password=$(new_password)
+  create_dsync_user "$m1/sock" "$password"
   stop_pid "$(cat "$m1/pid")"
   # 2. Its datadir becomes the others' (same history: they join by IST, not SST).
   for n in $(seq 2 $MEMBERS); do

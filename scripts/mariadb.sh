@@ -13,6 +13,7 @@
 # with a random password and all privileges, and an empty schema `dsync`.
 # Only the process this script started is ever signalled, by its PID file.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/mariadb_common.sh"
 
 die() { echo "mariadb.sh: $*" >&2; exit 1; }
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -40,24 +41,7 @@ launch() {  # dir: starts mariadbd with dir/my.cnf, records the PID
 }
 
 write_cnf() {  # dir port
-  cat > "$1/my.cnf" <<CNF
-[mariadbd]
-datadir=$1/data
-socket=$1/sock
-port=$2
-bind-address=127.0.0.1
-pid-file=$1/mariadbd.pid
-tmpdir=$1/tmp
-log-error=$1/err.log
-skip-name-resolve
-skip-log-bin
-innodb_flush_log_at_trx_commit=1
-innodb_buffer_pool_size=256M
-innodb_log_file_size=256M
-max_connections=1000
-character-set-server=utf8mb4
-collation-server=utf8mb4_general_ci
-CNF
+  { server_cnf "$1" "$2" 256M 256M; echo "skip-log-bin"; } > "$1/my.cnf"
 }
 
 cmd_start() {
@@ -67,16 +51,9 @@ cmd_start() {
   # A tmpdir of its own: at start mariadbd deletes every "#sql*" file in its tmpdir,
   # which in a shared /tmp are the temporary tables of the other servers running.
   mkdir "$dir/data" "$dir/tmp"
-  local user=()
-  ((EUID == 0)) && user=(--user=root)
-  if ! TMPDIR=$dir/tmp mariadb-install-db "${user[@]}" --datadir="$dir/data" --auth-root-authentication-method=normal \
-      --skip-test-db >"$dir/install.log" 2>&1; then
-    cat "$dir/install.log" >&2
-    rm -rf "$dir"
-    die "mariadb-install-db failed"
-  fi
+  install_datadir "$dir" "$dir/install.log" || { rm -rf "$dir"; die "mariadb-install-db failed"; }
   local password
-  password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  password=$(new_password)
   local port started=0
   for _ in $(seq 1 20); do
     port=$((20000 + RANDOM % 40000))
@@ -92,13 +69,7 @@ cmd_start() {
     rm -rf "$dir"
     die "mariadbd did not start"
   fi
-  mariadb --socket="$dir/sock" -uroot <<SQL
-CREATE USER 'dsync'@'127.0.0.1' IDENTIFIED BY '$password';
-CREATE USER 'dsync'@'localhost' IDENTIFIED BY '$password';
-GRANT ALL PRIVILEGES ON *.* TO 'dsync'@'127.0.0.1' WITH GRANT OPTION;
-GRANT ALL PRIVILEGES ON *.* TO 'dsync'@'localhost' WITH GRANT OPTION;
-CREATE DATABASE dsync;
-SQL
+  create_dsync_user "$dir/sock" "$password"
   echo "mysql://dsync:$password@127.0.0.1:$port/dsync" > "$dir/url"
   echo "$port" > "$dir/port"
   echo "$dir"

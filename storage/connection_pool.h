@@ -49,6 +49,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/metrics.h"
 #include "storage/connection.h"
 #include "storage/db_url.h"
 #include "storage/transaction.h"
@@ -72,6 +73,10 @@ struct PoolStats {
   uint64_t failovers = 0;       // times new connections moved to another host
   std::string host;             // the host new connections go to now ("name:port")
 };
+
+// The pool's families of /metrics (dsync_db_pool_*, dsync_db_retries_total);
+// storage/pool_metrics.cc.
+void WriteMetrics(const PoolStats& stats, metrics::TextWriter& w);
 
 struct PoolOptions {
   int max_size = 0;                 // 0: the URL's pool_size

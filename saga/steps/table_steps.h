@@ -1,4 +1,4 @@
-// The built-in data-moving step types (DESIGN.md "CONTRACT: built-in step types").
+// The built-in data-moving step types (README.md "Built-in steps").
 //
 // table_sync: copy the rows of one table that match a filter from a source datasource
 // to a target datasource, upserting by primary key, chunk by chunk, each chunk

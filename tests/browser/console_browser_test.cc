@@ -24,6 +24,8 @@
 #include "tests/browser/chromium.h"
 #include "tests/support/assigned_events.h"
 #include "tests/support/test_db.h"
+#include "tests/support/saga_fixtures.h"
+#include "tests/support/engine_parts.h"
 
 namespace dsync::api {
 namespace {
@@ -37,24 +39,12 @@ const std::string kHostileCode = "<img src=x onerror=\"window.__pwned=1\">";
 const std::string kHostilePayload = "</script><script>window.__pwned=2</script>";
 const std::string kHostileError = "<img src=x onerror=window.__pwned=3><b>bold</b>";
 
-StepSpec Demo(const std::string& name) {
-  StepSpec s;
-  s.name = name;
-  s.type = "demo";
-  return s;
-}
-
 Settings BrowserSettings() {
   Settings s;
   s.service = "console-test";
   s.registry.offline_timeout = 120000ms;  // the hand-written node row stays live
-  TopicSettings demo;
-  demo.max_retry = 2;
-  demo.steps = {Demo("s1"), Demo("s2"), Demo("s3")};
-  s.topics["DEMO"] = demo;
-  TopicSettings other = demo;
-  other.steps = {Demo("only")};
-  s.topics["OTHER"] = other;
+  const TopicSettings defaults;
+  testing::AddDemoAndOtherTopics(s, /*max_retry=*/2, defaults.backoff_base, defaults.backoff_max);
   return s;
 }
 
@@ -68,9 +58,7 @@ class ConsoleBrowserTest : public ::testing::Test {
   ConsoleBrowserTest()
       : settings_(BrowserSettings()),
         store_(db_.pool(), settings_),
-        plans_(settings_.topics, saga::StepRegistry::WithBuiltins()),
-        datasources_({}),
-        engine_(db_.pool(), plans_, datasources_, clock_, kNode) {
+        parts_(db_.pool(), settings_, kNode) {
     const char* dir = std::getenv("DSYNC_SCREENSHOT_DIR");
     shots_ = dir && *dir ? dir : std::filesystem::current_path().string() + "/console-screenshots";
     std::filesystem::create_directories(shots_);
@@ -178,10 +166,9 @@ class ConsoleBrowserTest : public ::testing::Test {
   testing::TestSchema db_;
   Settings settings_;
   EventStore store_;
-  SystemClock clock_;
-  saga::Plans plans_;
-  saga::Datasources datasources_;
-  saga::SagaEngine engine_;
+  testing::EngineParts parts_;  // the in-process engine that runs the produced events
+  SystemClock& clock_ = parts_.clock;
+  saga::SagaEngine& engine_ = parts_.engine;
   std::string shots_;
 };
 

@@ -27,12 +27,18 @@
 
 #include "api/event_store.h"
 #include "api/http_server.h"
+#include "app/component_metrics.h"
 #include "consumer/consumer_node.h"
 #include "core/clock.h"
 #include "dispatcher/dispatcher_service.h"
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
+#include "tests/support/assigned_events.h"
 #include "tests/support/test_db.h"
+#include "tests/support/log_capture.h"
+#include "tests/support/fake_clock.h"
+#include "tests/support/saga_fixtures.h"
+#include "tests/support/engine_parts.h"
 
 namespace dsync::api {
 namespace {
@@ -44,13 +50,6 @@ using testing::TestSchema;
 constexpr int64_t kMaxBody = 64 * 1024;
 constexpr const char* kNode = "127.0.0.1:7301";
 
-StepSpec Demo(const std::string& name) {
-  StepSpec s;
-  s.name = name;
-  s.type = "demo";
-  return s;
-}
-
 Settings TestSettings() {
   Settings s;
   s.service = "api-test";
@@ -59,15 +58,7 @@ Settings TestSettings() {
   s.registry.offline_timeout = 5000ms;
   s.dispatcher.poll_interval = 50ms;
   s.dispatcher.idle_interval = 100ms;
-  TopicSettings demo;
-  demo.max_retry = 2;
-  demo.backoff_base = 50ms;
-  demo.backoff_max = 100ms;
-  demo.steps = {Demo("s1"), Demo("s2"), Demo("s3")};
-  s.topics["DEMO"] = demo;
-  TopicSettings other = demo;
-  other.steps = {Demo("only")};
-  s.topics["OTHER"] = other;
+  testing::AddDemoAndOtherTopics(s, /*max_retry=*/2, /*backoff_base=*/50ms, /*backoff_max=*/100ms);
   return s;
 }
 
@@ -101,34 +92,14 @@ std::string Hex(const std::string& s) {
   return out;
 }
 
-// Routes the default spdlog logger into a string for the test's lifetime.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("capture", sink);
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() {
-    spdlog::default_logger()->flush();
-    return out_.str();
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 class ApiHttpTest : public ::testing::Test {
  protected:
   ApiHttpTest()
       : settings_(TestSettings()),
         store_(db_.pool(), settings_),
-        plans_(settings_.topics, saga::StepRegistry::WithBuiltins()),
-        datasources_({}),
-        engine_(db_.pool(), plans_, datasources_, clock_, kNode) {}
+        parts_(db_.pool(), settings_, kNode) {}
 
   ~ApiHttpTest() override {
     if (server_) server_->Stop();
@@ -142,8 +113,8 @@ class ApiHttpTest : public ::testing::Test {
     o.stream_poll_interval = 30ms;
     return o;
   }
-  void StartServer(HttpOptions o, MetricsSources sources = {}) {
-    server_ = std::make_unique<HttpServer>(store_, std::move(o), sources);
+  void StartServer(HttpOptions o, app::MetricsComponents components = {}) {
+    server_ = std::make_unique<HttpServer>(store_, std::move(o), app::ComponentMetrics(components));
     server_->Start();
     ASSERT_GT(server_->port(), 0);
   }
@@ -217,34 +188,17 @@ class ApiHttpTest : public ::testing::Test {
                        kNode, code);
     }),
               1u);
-    saga::AssignedEvent e = db_.pool().Run("load", [&](storage::Connection& c) {
-      auto rs = c.Query("SELECT id, code, tenant_id, data_id, topic, payload, phase, version, attempt, retry_count "
-                        "FROM distribute_event WHERE code = ?",
-                        code);
-      saga::AssignedEvent a;
-      EXPECT_TRUE(rs->next());
-      a.id = rs->getInt64(1);
-      a.code = rs->getString(2);
-      a.tenant_id = rs->getString(3);
-      a.data_id = rs->getString(4);
-      a.topic = rs->getString(5);
-      a.payload = rs->getString(6);
-      a.phase = rs->getString(7);
-      a.version = rs->getInt(8);
-      a.attempt = rs->getInt(9);
-      a.retry_count = rs->getInt(10);
-      return a;
-    });
+    saga::AssignedEvent e = testing::LoadAssigned(db_.pool(), code);
+    EXPECT_NE(e.id, 0) << code;
     return engine_.Run(e, {});
   }
 
   TestSchema db_;
   Settings settings_;
   EventStore store_;
-  SystemClock clock_;
-  saga::Plans plans_;
-  saga::Datasources datasources_;
-  saga::SagaEngine engine_;
+  testing::EngineParts parts_;  // the in-process engine that runs the produced events
+  SystemClock& clock_ = parts_.clock;
+  saga::SagaEngine& engine_ = parts_.engine;
   std::unique_ptr<HttpServer> server_;
 };
 
@@ -732,7 +686,7 @@ TEST_F(ApiHttpTest, DatabaseFailuresAre503WithoutDetails) {
   storage::ConnectionPool dead(url);
   EventStore store(dead, settings_);
   HttpOptions o = Options();
-  HttpServer server(store, o, {.pool = &dead});
+  HttpServer server(store, o, app::ComponentMetrics({.pool = &dead}));
   server.Start();
   auto call = [&](const std::string& method, const std::string& path, const std::optional<std::string>& body) {
     Poco::Net::HTTPClientSession session("127.0.0.1", server.port());

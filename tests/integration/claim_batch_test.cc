@@ -17,7 +17,9 @@
 #include "tests/support/assigned_events.h"
 #include "saga/step_handler.h"
 #include "tests/support/saga_invariants.h"
+#include "tests/support/db_test.h"
 #include "tests/support/test_db.h"
+#include "tests/support/saga_fixtures.h"
 
 namespace dsync::saga {
 namespace {
@@ -29,21 +31,9 @@ using testing::TestSchema;
 constexpr const char* kNodeA = "10.0.0.1:7001";
 constexpr const char* kNodeB = "10.0.0.2:7001";
 
-StepSpec Demo(const std::string& name) {
-  StepSpec s;
-  s.name = name;
-  s.type = "demo";
-  return s;
-}
-
 std::map<std::string, TopicSettings> Topics() {
-  TopicSettings demo;
-  demo.max_retry = 3;
-  demo.backoff_base = 100ms;
-  demo.backoff_max = 1000ms;
-  demo.steps = {Demo("s1"), Demo("s2"), Demo("s3")};
-  TopicSettings one = demo;
-  one.steps = {Demo("only")};
+  TopicSettings demo = testing::DemoTopic(/*max_retry=*/3, /*backoff_base=*/100ms, /*backoff_max=*/1000ms);
+  TopicSettings one = testing::DemoTopic(3, 100ms, 1000ms, {"only"});
   return {{"DEMO", demo}, {"ONE", one}};
 }
 
@@ -54,7 +44,7 @@ std::vector<std::string> Codes(const std::vector<AssignedEvent>& events) {
   return out;
 }
 
-class ClaimBatchTest : public ::testing::Test {
+class ClaimBatchTest : public testing::DbTest {
  protected:
   ClaimBatchTest()
       : plans_(Topics(), StepRegistry::WithBuiltins()), datasources_({}),
@@ -62,22 +52,6 @@ class ClaimBatchTest : public ::testing::Test {
 
   void TearDown() override { EXPECT_SAGA_ORDER(db_.pool()); }
 
-  template <class... Args>
-  uint64_t Exec(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test exec", [&](storage::Connection& c) { return c.Execute(sql, args...); });
-  }
-  template <class... Args>
-  int64_t Int(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test query", [&](storage::Connection& c) {
-      return c.QueryInt(sql, args...).value_or(-1);
-    });
-  }
-  template <class... Args>
-  std::string Str(const std::string& sql, const Args&... args) {
-    return db_.pool()
-        .Run("test query", [&](storage::Connection& c) { return c.QueryString(sql, args...); })
-        .value_or("<null>");
-  }
 
   void ProduceRaw(const std::string& code, const std::string& topic, std::optional<std::string> payload) {
     if (payload) {
@@ -108,18 +82,6 @@ class ClaimBatchTest : public ::testing::Test {
     return testing::PollAssigned(db_.pool(), node);
   }
 
-  std::string EventStr(const std::string& code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
-  }
-  int64_t EventInt(const std::string& code, const std::string& column) {
-    return Int("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
-  }
-  std::string StepStr(const std::string& step_code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
-  }
-  int64_t StepInt(const std::string& step_code, const std::string& column) {
-    return Int("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
-  }
   int64_t StepRows(const std::string& event_code) {
     return Int("SELECT COUNT(*) FROM distribute_event_step WHERE job_code = ?", event_code);
   }
@@ -172,7 +134,6 @@ class ClaimBatchTest : public ::testing::Test {
     }
   }
 
-  TestSchema db_;
   SystemClock clock_;
   Plans plans_;
   Datasources datasources_;

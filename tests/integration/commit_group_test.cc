@@ -31,6 +31,7 @@
 #include "saga/step_handler.h"
 #include "events/transitions.h"
 #include "tests/support/saga_invariants.h"
+#include "tests/support/db_test.h"
 #include "tests/support/test_db.h"
 
 namespace dsync::saga {
@@ -91,26 +92,12 @@ struct Event {
   std::string step_code() const { return code + "#1"; }
 };
 
-class CommitGroupTest : public ::testing::Test {
+class CommitGroupTest : public testing::DbTest {
  protected:
   void TearDown() override { EXPECT_SAGA_ORDER(pool()); }
 
   storage::ConnectionPool& pool() { return db_.pool(); }
 
-  template <class... Args>
-  uint64_t Exec(const std::string& sql, const Args&... args) {
-    return pool().Run("test exec", [&](storage::Connection& c) { return c.Execute(sql, args...); });
-  }
-  template <class... Args>
-  int64_t Int(const std::string& sql, const Args&... args) {
-    return pool().Run("test query", [&](storage::Connection& c) { return c.QueryInt(sql, args...).value_or(-1); });
-  }
-  template <class... Args>
-  std::string Str(const std::string& sql, const Args&... args) {
-    return pool()
-        .Run("test query", [&](storage::Connection& c) { return c.QueryString(sql, args...); })
-        .value_or("<null>");
-  }
 
   // An event RUNNING on kNode at `version` (attempt 1) with its one step EXECUTING.
   Event MakeEvent(const std::string& code, int version = kVersion) {
@@ -184,7 +171,6 @@ class CommitGroupTest : public ::testing::Test {
     }
   }
 
-  TestSchema db_;
 };
 
 // Keeps the committer busy (see the top of the file) until Release() or destruction.

@@ -13,6 +13,7 @@
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/event_sweeper.h"
 #include "tests/integration/dispatcher_fixtures.h"
+#include "tests/support/log_capture.h"
 
 namespace dsync::dispatcher {
 namespace {
@@ -20,24 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 using namespace fixtures;
 
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto logger = std::make_shared<spdlog::logger>(
-        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out_));
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() {
-    spdlog::default_logger()->flush();
-    return out_.str();
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 std::string Field(TestSchema& db, int64_t id, const std::string& column) {
   return Text(db, "SELECT " + column + " FROM distribute_event WHERE id = " + std::to_string(id));

@@ -14,6 +14,7 @@
 #include "dispatcher/lease_lock.h"
 #include "dispatcher/locker.h"
 #include "tests/support/test_db.h"
+#include "tests/support/fake_clock.h"
 
 namespace dsync::dispatcher {
 namespace {

@@ -20,6 +20,8 @@
 #include "registry/offline_sweeper.h"
 #include "storage/migrator.h"
 #include "tests/support/test_db.h"
+#include "tests/support/log_capture.h"
+#include "tests/support/fake_clock.h"
 
 namespace dsync::registry {
 namespace {
@@ -77,29 +79,7 @@ bool Eventually(F done) {
   return true;
 }
 
-// Routes the default spdlog logger into a string for the test's lifetime.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("capture", sink);
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-
-  int Count(const std::string& needle) {
-    spdlog::default_logger()->flush();
-    std::string text = out_.str();
-    int n = 0;
-    for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) ++n;
-    return n;
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 std::vector<std::string> Addresses(const std::vector<NodeInfo>& nodes) {
   std::vector<std::string> out;

@@ -30,7 +30,10 @@
 #include "tests/support/assigned_events.h"
 #include "saga/step_handler.h"
 #include "tests/support/saga_invariants.h"
+#include "tests/support/db_test.h"
 #include "tests/support/test_db.h"
+#include "tests/support/log_capture.h"
+#include "tests/support/saga_fixtures.h"
 
 namespace dsync::saga {
 
@@ -45,28 +48,7 @@ using testing::TestSchema;
 
 constexpr const char* kNodeA = "10.0.0.1:7001";
 
-// Routes the default spdlog logger into a string for the test's lifetime.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("capture", sink);
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  int Count(const std::string& needle) {
-    spdlog::default_logger()->flush();
-    const std::string t = out_.str();
-    int n = 0;
-    for (auto pos = t.find(needle); pos != std::string::npos; pos = t.find(needle, pos + 1)) ++n;
-    return n;
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 // What a test injects into one step execution (by step code): it runs before the
 // step's own work and may decide the step's result. Runs on the batch's thread.
@@ -100,19 +82,10 @@ class HookedStep final : public StepHandler {
   std::map<std::string, Hook>& hooks_;
 };
 
-StepSpec Spec(const std::string& name, const std::string& type) {
-  StepSpec s;
-  s.name = name;
-  s.type = type;
-  return s;
-}
+StepSpec Spec(const std::string& name, const std::string& type) { return testing::Step(name, type); }
 
 std::map<std::string, TopicSettings> Topics() {
-  TopicSettings demo;
-  demo.max_retry = 3;
-  demo.backoff_base = 100ms;
-  demo.backoff_max = 1000ms;
-  demo.steps = {Spec("s1", "demo"), Spec("s2", "demo"), Spec("s3", "demo")};
+  TopicSettings demo = testing::DemoTopic(/*max_retry=*/3, /*backoff_base=*/100ms, /*backoff_max=*/1000ms);
   TopicSettings one = demo;
   one.steps = {Spec("only", "demo")};
   TopicSettings hooked = demo;
@@ -122,7 +95,7 @@ std::map<std::string, TopicSettings> Topics() {
 
 int StepsOf(const std::string& topic) { return topic == "ONE" ? 1 : 3; }
 
-class RunBatchTest : public ::testing::Test {
+class RunBatchTest : public testing::DbTest {
  protected:
   RunBatchTest()
       : plans_(Topics(), Registry()), datasources_({}), engine_(db_.pool(), plans_, datasources_, clock_, kNodeA) {}
@@ -139,22 +112,6 @@ class RunBatchTest : public ::testing::Test {
     return r;
   }
 
-  template <class... Args>
-  uint64_t Exec(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test exec", [&](storage::Connection& c) { return c.Execute(sql, args...); });
-  }
-  template <class... Args>
-  int64_t Int(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test query", [&](storage::Connection& c) {
-      return c.QueryInt(sql, args...).value_or(-1);
-    });
-  }
-  template <class... Args>
-  std::string Str(const std::string& sql, const Args&... args) {
-    return db_.pool()
-        .Run("test query", [&](storage::Connection& c) { return c.QueryString(sql, args...); })
-        .value_or("<null>");
-  }
 
   // Produced and assigned to node A, as the dispatcher leaves it.
   void ProduceAssigned(const std::string& code, const std::string& topic, const json& payload = json::object()) {
@@ -196,24 +153,6 @@ class RunBatchTest : public ::testing::Test {
   // The version the poll saw (the batch claim made it + 1).
   int64_t Polled(const std::string& code) { return claimed_.at(code).version; }
 
-  std::string EventStr(const std::string& code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
-  }
-  int64_t EventInt(const std::string& code, const std::string& column) {
-    return Int("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
-  }
-  std::string StepStr(const std::string& step_code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
-  }
-  int64_t StepInt(const std::string& step_code, const std::string& column) {
-    return Int("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
-  }
-  int64_t Ledger(const std::string& step_code) {  // -1: no row
-    return Int("SELECT applications FROM demo_ledger WHERE idempotency_key = ?", step_code);
-  }
-  int64_t LedgerRows(const std::string& event_code) {
-    return Int("SELECT COUNT(*) FROM demo_ledger WHERE event_code = ?", event_code);
-  }
 
   // Everything the engine could write for an event: its row, its steps, its ledger
   // rows; to compare "nothing written since".
@@ -296,7 +235,6 @@ class RunBatchTest : public ::testing::Test {
   }
 
   std::map<std::string, Hook> hooks_;  // by step code; see HookedStep
-  TestSchema db_;
   SystemClock clock_;
   Plans plans_;
   Datasources datasources_;

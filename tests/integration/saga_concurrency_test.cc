@@ -14,6 +14,7 @@
 #include "saga/step_handler.h"
 #include "tests/support/saga_invariants.h"
 #include "tests/support/test_db.h"
+#include "tests/support/assigned_events.h"
 
 namespace dsync::saga {
 namespace {
@@ -62,28 +63,7 @@ TEST(SagaConcurrency, TwoHundredEventsOnEightEnginesAllSucceedExactlyOnce) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      std::vector<AssignedEvent> mine = pool.Run("poll", [&](storage::Connection& c) {
-        std::vector<AssignedEvent> out;
-        auto rs = c.Query("SELECT id, code, tenant_id, data_id, topic, payload, phase, version, attempt, "
-                          "retry_count FROM distribute_event WHERE node_address = ? AND status = 'ASSIGNED' "
-                          "ORDER BY id",
-                          "node-" + std::to_string(t) + ":7001");
-        while (rs->next()) {
-          AssignedEvent e;
-          e.id = rs->getInt64(1);
-          e.code = rs->getString(2);
-          e.tenant_id = rs->getString(3);
-          e.data_id = rs->getString(4);
-          e.topic = rs->getString(5);
-          e.payload = rs->getString(6);
-          e.phase = rs->getString(7);
-          e.version = rs->getInt(8);
-          e.attempt = rs->getInt(9);
-          e.retry_count = rs->getInt(10);
-          out.push_back(e);
-        }
-        return out;
-      });
+      std::vector<AssignedEvent> mine = testing::PollAssigned(pool, "node-" + std::to_string(t) + ":7001");
       for (const AssignedEvent& e : mine) {
         Outcome out = engines[t]->Run(e, {});
         if (out != Outcome::kSucceeded) {

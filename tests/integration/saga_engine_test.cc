@@ -19,7 +19,11 @@
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
 #include "tests/support/saga_invariants.h"
+#include "tests/support/assigned_events.h"
+#include "tests/support/db_test.h"
 #include "tests/support/test_db.h"
+#include "tests/support/log_capture.h"
+#include "tests/support/saga_fixtures.h"
 
 namespace dsync::saga {
 namespace {
@@ -31,31 +35,7 @@ using testing::TestSchema;
 constexpr const char* kNodeA = "10.0.0.1:7001";
 constexpr const char* kNodeB = "10.0.0.2:7001";
 
-// Routes the default spdlog logger into a string for the test's lifetime.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("capture", sink);
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() {
-    spdlog::default_logger()->flush();
-    return out_.str();
-  }
-  int Count(const std::string& needle) {
-    std::string t = text();
-    int n = 0;
-    for (auto pos = t.find(needle); pos != std::string::npos; pos = t.find(needle, pos + 1)) ++n;
-    return n;
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 // A step type for the child-step tests: the plan step adds two children; every
 // execution writes a demo_ledger row through tx(); compensation deletes it.
@@ -78,19 +58,11 @@ class ChunkerStep final : public StepHandler {
   }
 };
 
-StepSpec Demo(const std::string& name) {
-  StepSpec s;
-  s.name = name;
-  s.type = "demo";
-  return s;
-}
+using testing::Step;
+StepSpec Demo(const std::string& name) { return Step(name); }
 
 std::map<std::string, TopicSettings> Topics() {
-  TopicSettings demo;
-  demo.max_retry = 3;
-  demo.backoff_base = 100ms;
-  demo.backoff_max = 1000ms;
-  demo.steps = {Demo("s1"), Demo("s2"), Demo("s3")};
+  TopicSettings demo = testing::DemoTopic(/*max_retry=*/3, /*backoff_base=*/100ms, /*backoff_max=*/1000ms);
 
   TopicSettings retry_many = demo;
   retry_many.max_retry = 100;
@@ -115,7 +87,7 @@ StepRegistry Registry() {
   return r;
 }
 
-class SagaEngineTest : public ::testing::Test {
+class SagaEngineTest : public testing::DbTest {
  protected:
   SagaEngineTest()
       : plans_(Topics(), Registry()), datasources_({}),
@@ -123,21 +95,6 @@ class SagaEngineTest : public ::testing::Test {
         engine_b_(db_.pool(), plans_, datasources_, clock_, kNodeB) {}
 
   void TearDown() override { EXPECT_SAGA_ORDER(db_.pool()); }
-
-  template <class... Args>
-  uint64_t Exec(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test exec", [&](storage::Connection& c) { return c.Execute(sql, args...); });
-  }
-  template <class... Args>
-  std::optional<std::string> Str(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test query", [&](storage::Connection& c) { return c.QueryString(sql, args...); });
-  }
-  template <class... Args>
-  int64_t Int(const std::string& sql, const Args&... args) {
-    return db_.pool().Run("test query", [&](storage::Connection& c) {
-      return c.QueryInt(sql, args...).value_or(-1);
-    });
-  }
 
   // The seed's plain producer INSERT.
   void ProduceRaw(const std::string& code, const std::string& topic, const std::string& payload) {
@@ -156,52 +113,12 @@ class SagaEngineTest : public ::testing::Test {
               1u)
         << code << " is not PENDING";
   }
-  AssignedEvent Load(const std::string& code) {
-    return db_.pool().Run("load event", [&](storage::Connection& c) {
-      auto rs = c.Query("SELECT id, code, tenant_id, data_id, topic, COALESCE(payload, ''), phase, "
-                        "COALESCE(trace_id, ''), version, attempt, retry_count "
-                        "FROM distribute_event WHERE code = ?",
-                        code);
-      AssignedEvent e;
-      if (!rs->next()) return e;
-      e.id = rs->getInt64(1);
-      e.code = rs->getString(2);
-      e.tenant_id = rs->getString(3);
-      e.data_id = rs->getString(4);
-      e.topic = rs->getString(5);
-      e.payload = rs->getString(6);
-      e.phase = rs->getString(7);
-      e.trace_id = rs->getString(8);
-      e.version = rs->getInt(9);
-      e.attempt = rs->getInt(10);
-      e.retry_count = rs->getInt(11);
-      return e;
-    });
-  }
+  AssignedEvent Load(const std::string& code) { return testing::LoadAssigned(db_.pool(), code); }
   Outcome AssignAndRun(const std::string& code, SagaEngine& engine, const std::string& node = kNodeA) {
     Assign(code, node);
     return engine.Run(Load(code), {});
   }
 
-  std::string EventStr(const std::string& code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event WHERE code = ?", code).value_or("<null>");
-  }
-  int64_t EventInt(const std::string& code, const std::string& column) {
-    return Int("SELECT " + column + " FROM distribute_event WHERE code = ?", code);
-  }
-  std::string StepStr(const std::string& step_code, const std::string& column) {
-    return Str("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code)
-        .value_or("<null>");
-  }
-  int64_t StepInt(const std::string& step_code, const std::string& column) {
-    return Int("SELECT " + column + " FROM distribute_event_step WHERE code = ?", step_code);
-  }
-  int64_t Ledger(const std::string& step_code) {
-    return Int("SELECT applications FROM demo_ledger WHERE idempotency_key = ?", step_code);
-  }
-  int64_t LedgerRows(const std::string& event_code) {
-    return Int("SELECT COUNT(*) FROM demo_ledger WHERE event_code = ?", event_code);
-  }
   json Result(const std::string& code) { return json::parse(EventStr(code, "result")); }
   json ProcessLog(const std::string& code) { return json::parse(EventStr(code, "process_log")); }
   // Microseconds between two step timestamps.
@@ -246,7 +163,6 @@ class SagaEngineTest : public ::testing::Test {
               1u);
   }
 
-  TestSchema db_;
   SystemClock clock_;
   Plans plans_;
   Datasources datasources_;
@@ -471,7 +387,7 @@ TEST_F(SagaEngineTest, LostOwnershipWritesNothingMore) {
   auto snapshot = [&] {
     return Str("SELECT GROUP_CONCAT(CONCAT_WS('|', code, status, COALESCE(node_address, ''), attempt, "
                "COALESCE(executed_at, ''), modifier_time, retry_count) ORDER BY code) "
-               "FROM distribute_event_step WHERE job_code = 'E6'").value_or("");
+               "FROM distribute_event_step WHERE job_code = 'E6'");
   };
   std::string before = snapshot();
   runner.join();

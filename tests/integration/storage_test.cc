@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "storage/connection_pool.h"
 #include "tests/support/test_db.h"
+#include "tests/support/fake_clock.h"
 
 namespace dsync {
 namespace {

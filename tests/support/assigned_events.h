@@ -19,4 +19,9 @@ namespace dsync::testing {
 // In id order. Throws DbError.
 std::vector<saga::AssignedEvent> PollAssigned(storage::ConnectionPool& pool, const std::string& node);
 
+// The event with that code as a poll would hand it to the engine, whatever its status
+// (events::ReadEvent, the one reader of an event row); an AssignedEvent with id 0 when
+// there is none. Throws DbError.
+saga::AssignedEvent LoadAssigned(storage::ConnectionPool& pool, const std::string& code);
+
 }  // namespace dsync::testing

@@ -1,11 +1,12 @@
 #include "tests/support/saga_invariants.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <sstream>
+
+#include "saga/event_run.h"
 
 namespace dsync::testing {
 
@@ -19,23 +20,8 @@ struct Step {
   std::optional<int64_t> compensated_us;
 };
 
-std::vector<int> TreeKey(const std::string& code) {
-  std::vector<int> key;
-  auto hash = code.rfind('#');
-  if (hash == std::string::npos) return key;
-  const char* p = code.data() + hash + 1;
-  const char* end = code.data() + code.size();
-  while (p < end) {
-    int v = 0;
-    auto [next, ec] = std::from_chars(p, end, v);
-    if (ec != std::errc()) return {};
-    key.push_back(v);
-    if (next == end) break;
-    if (*next != '.') return {};
-    p = next + 1;
-  }
-  return key;
-}
+// Step codes are parsed by the engine's own reader (saga/event_run.h): "<event>#2.3" -> {2, 3}.
+using saga::run::TreeKey;
 
 std::vector<std::string> CheckEvent(const std::string& event, const std::string& status,
                                            std::vector<Step> steps) {

@@ -13,6 +13,8 @@
 
 #include "core/clock.h"
 #include "dispatcher/locker.h"
+#include "tests/support/log_capture.h"
+#include "tests/support/fake_clock.h"
 
 namespace dsync::dispatcher {
 namespace {
@@ -79,21 +81,7 @@ class MemoryStrategy final : public LeaseStrategy {
   const std::string owner_;
 };
 
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto logger = std::make_shared<spdlog::logger>(
-        "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out_));
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 constexpr Millis kTtl = 9000ms;  // renew every 3000, retry every 900, watchdog at 7200
 

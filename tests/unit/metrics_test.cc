@@ -184,5 +184,45 @@ TEST(TextWriterTest, RejectsInvalidMetricAndLabelNames) {
   EXPECT_THROW(w.Sample("dsync_x", {{"a b", "v"}}, 1), std::invalid_argument);
 }
 
+TEST(RegistryTest, WritersInOrderAndASharedFamilyOnceAfterItsLastWriter) {
+  Registry r;
+  r.Add([](TextWriter& w) {
+    w.Family("a_total", "A.", Type::kCounter);
+    w.Sample("a_total", {}, 1);
+    w.SharedSample("resets_total", "Resets.", Type::kCounter, {{"reason", "x"}}, 2);
+  });
+  r.Add([](TextWriter& w) {
+    w.SharedSample("resets_total", "Resets.", Type::kCounter, {{"reason", "y"}}, 3);
+    w.Family("b", "B.", Type::kGauge);
+    w.Sample("b", {}, 4);
+  });
+  r.Add([](TextWriter& w) {
+    w.Family("c", "C.", Type::kGauge);
+    w.Sample("c", {}, 5);
+  });
+  TextWriter out;
+  out.Family("first", "Before the registry.", Type::kGauge);
+  out.Sample("first", {}, 0);
+  r.WriteTo(out);
+  EXPECT_EQ(out.str(),
+            "# HELP first Before the registry.\n# TYPE first gauge\nfirst 0\n"
+            "# HELP a_total A.\n# TYPE a_total counter\na_total 1\n"
+            "# HELP b B.\n# TYPE b gauge\nb 4\n"
+            "# HELP resets_total Resets.\n# TYPE resets_total counter\n"
+            "resets_total{reason=\"x\"} 2\nresets_total{reason=\"y\"} 3\n"
+            "# HELP c C.\n# TYPE c gauge\nc 5\n");
+
+  // No writer adding to it: no family at all; an empty registry writes nothing.
+  Registry none;
+  none.Add([](TextWriter& w) { w.Family("c", "C.", Type::kGauge); });
+  TextWriter o2;
+  none.WriteTo(o2);
+  EXPECT_EQ(o2.str(), "# HELP c C.\n# TYPE c gauge\n");
+  TextWriter o3;
+  Registry().WriteTo(o3);
+  EXPECT_EQ(o3.str(), "");
+  EXPECT_THROW(TextWriter().SharedSample("bad-name", "x", Type::kCounter, {}, 1), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace dsync::metrics

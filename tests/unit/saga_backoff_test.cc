@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "saga/backoff.h"
 #include "saga/deadline_timer.h"
+#include "tests/support/fake_clock.h"
 
 namespace dsync::saga {
 namespace {

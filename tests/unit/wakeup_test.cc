@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/wakeup.h"
 #include "dispatcher/dispatcher_waker.h"
+#include "tests/support/fake_clock.h"
 
 namespace dsync::wakeup {
 namespace {

@@ -1,0 +1,19 @@
+// The built-in step types, registered by name: StepRegistry::WithBuiltins (declared
+// in saga/step_handler.h). A new built-in step type adds its line here.
+//
+// Thread safety: returns a new registry each call.
+#include "saga/step_handler.h"
+#include "saga/steps/demo_step.h"
+#include "saga/steps/table_steps.h"
+
+namespace dsync::saga {
+
+StepRegistry StepRegistry::WithBuiltins() {
+  StepRegistry registry;
+  registry.Register("table_sync", [](const StepSpec& spec) { return MakeTableSyncStep(spec); });
+  registry.Register("table_delete", [](const StepSpec& spec) { return MakeTableDeleteStep(spec); });
+  registry.Register("demo", [](const StepSpec& spec) { return MakeDemoStep(spec); });
+  return registry;
+}
+
+}  // namespace dsync::saga

@@ -1,0 +1,28 @@
+#include "tests/support/fake_clock.h"
+
+namespace dsync {
+
+Clock::TimePoint FakeClock::Now() {
+  std::lock_guard lock(mu_);
+  return now_;
+}
+
+bool FakeClock::SleepFor(Millis d, std::stop_token stop) {
+  if (stop.stop_requested()) return false;
+  std::lock_guard lock(mu_);
+  now_ += d;
+  slept_ += d;
+  return true;
+}
+
+void FakeClock::Advance(Millis d) {
+  std::lock_guard lock(mu_);
+  now_ += d;
+}
+
+Millis FakeClock::total_slept() {
+  std::lock_guard lock(mu_);
+  return slept_;
+}
+
+}  // namespace dsync
