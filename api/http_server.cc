@@ -287,6 +287,7 @@ const char* RouteName(Route r) {
     case Route::kDrainNode: return "/v1/nodes/{address}/drain";
     case Route::kOverview: return "/v1/overview";
     case Route::kConsole: return "/ (console)";
+    case Route::kVerify: return "/v1/verify";
     case Route::kUnknown: return "other";
   }
   return "other";
@@ -466,6 +467,8 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
     req.route = Route::kDrainNode, allow = "POST";
   } else if (s.size() == 2 && at(0, "v1") && at(1, "overview")) {
     req.route = Route::kOverview, allow = "GET";
+  } else if (s.size() == 2 && at(0, "v1") && at(1, "verify")) {
+    req.route = Route::kVerify, allow = "GET, POST";
   } else if (console::FindAsset(raw_path) != nullptr) {
     req.route = Route::kConsole, allow = "GET";
   } else if (s.size() == 2 && at(0, "v1") && at(1, "events")) {
@@ -589,6 +592,7 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
       return {200, Dump(console::Overview(store_, throughput_, by_topic))};
     }
     case Route::kConsole: return ConsoleAsset(raw, raw_path);
+    case Route::kVerify: return Verify(req);
     case Route::kStreamEvent:
       StreamEvent(req.code, response);
       streamed = true;
@@ -596,6 +600,24 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
     case Route::kUnknown: break;
   }
   throw HttpError(404, "no such route");
+}
+
+HttpServer::Reply HttpServer::Verify(const Request& req) {
+  if (req.method == "GET") {  // the latest result per (topic or table, filter, table, target)
+    json results = json::array();
+    for (const auto& v : ReadLatestVerify(store_.pool())) results.push_back(v.ToJson());
+    return {200, Dump(json{{"results", results}})};
+  }
+  VerifyRequest r = ParseVerifyRequest(ParseJsonBody(req.body));
+  VerifyService* service;
+  {
+    std::lock_guard lock(verify_mu_);
+    if (!verify_) verify_ = std::make_unique<VerifyService>(store_.settings(), &store_.pool());
+    service = verify_.get();
+  }
+  VerifyReport report = service->Run(r);
+  service->Record(r, report);
+  return {200, Dump(report.ToJson(r.max_keys))};
 }
 
 HttpServer::Reply HttpServer::CreateEvent(const Request& req) {
@@ -808,6 +830,40 @@ std::string HttpServer::RenderMetrics() {
       w.Sample("dsync_nodes_in_flight_events", {}, static_cast<double>(in_flight));
     } catch (const Error& e) {
       spdlog::warn("METRICS_DB_ERROR err={}", e.what());
+    }
+    try {
+      // The latest verify result per (topic or table, filter, table) (V013).
+      // One series per (subject, table, target): the newest of its filters.
+      std::vector<LatestVerify> latest;
+      std::set<std::string> seen;
+      for (auto& v : ReadLatestVerify(store_.pool())) {
+        if (seen.insert(v.subject_kind + '\n' + v.subject + '\n' + v.table_name + '\n' + v.target).second) {
+          latest.push_back(std::move(v));
+        }
+      }
+      w.Family("dsync_verify_last_equal", "1 when the latest verify of the table found it equal, else 0.",
+               Type::kGauge);
+      for (const auto& v : latest) {
+        w.Sample("dsync_verify_last_equal",
+                 {{"subject", v.subject}, {"kind", v.subject_kind}, {"table", v.table_name}, {"target", v.target}},
+                 v.equal ? 1 : 0);
+      }
+      w.Family("dsync_verify_last_differences", "Rows the latest verify of the table found differing.",
+               Type::kGauge);
+      for (const auto& v : latest) {
+        w.Sample("dsync_verify_last_differences",
+                 {{"subject", v.subject}, {"kind", v.subject_kind}, {"table", v.table_name}, {"target", v.target}},
+                 static_cast<double>(v.differences));
+      }
+      w.Family("dsync_verify_last_age_seconds", "Time since the latest verify of the table finished.",
+               Type::kGauge);
+      for (const auto& v : latest) {
+        w.Sample("dsync_verify_last_age_seconds",
+                 {{"subject", v.subject}, {"kind", v.subject_kind}, {"table", v.table_name}, {"target", v.target}},
+                 v.age_seconds);
+      }
+    } catch (const Error& e) {
+      spdlog::warn("METRICS_VERIFY_ERROR err={}", e.what());
     }
   }
 
