@@ -186,27 +186,105 @@ auto Both(F&& f, G&& g) {
   return std::make_pair(std::move(first), second.get());
 }
 
+// The collations of a table's columns (NULL for non-text columns are left out).
+//   params: table
+constexpr const char* kCollationsSql = R"(
+SELECT COLUMN_NAME, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLLATION_NAME IS NOT NULL)";
+
+// True when the text columns among `names` share one collation of an ASCII-compatible
+// character set: then CONCAT_WS needs no CAST(... AS BINARY) per text column (which
+// costs about 2.5x the whole hash on wide text rows) to avoid an illegal mix of
+// collations, and yields the same bytes (so the same row hash as
+// ColumnSet::RowHashExpr: checked by tests/cli/verify_test.sh's repair round trip).
+bool UniformAsciiCollation(ConnectionPool& pool, const std::string& table, const std::vector<std::string>& names) {
+  return pool.Run("verify: collations", [&](Connection& c) {
+    std::set<std::string> collations;
+    bool ascii = true;
+    auto rs = c.Query(kCollationsSql, table);
+    while (rs->next()) {
+      std::string name(rs->getString(1));
+      if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+      std::string charset(rs->getString(2));
+      ascii = ascii && (charset == "utf8mb4" || charset == "utf8mb3" || charset == "utf8" || charset == "latin1" ||
+                        charset == "ascii");
+      collations.insert(std::string(rs->getString(3)));
+    }
+    return ascii && collations.size() <= 1;
+  });
+}
+
+// A row's hash: the bytes ColumnSet::RowHashExpr hashes (each value's own bytes,
+// '|' between, one ISNULL flag per column), built without per-column CASTs when
+// `cast_text` is false (see UniformAsciiCollation).
+std::string RowHashExpr(const ColumnSet& cols, bool cast_text) {
+  if (cast_text) return cols.RowHashExpr();
+  std::string values, nulls;
+  for (size_t i = 0; i < cols.size(); ++i) {
+    const std::string q = "`" + cols.at(i).name + "`";
+    values += ", " + q;
+    nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + q + ")";
+  }
+  return "CRC32(CONCAT_WS(_binary'|'" + values + ", CONCAT(" + nulls + ")))";
+}
+
+// How one side computes checksums and row hashes.
+struct Side {
+  ConnectionPool& pool;
+  const ColumnSet& cols;
+  const ColumnSet& key;
+  const table::BoundFilter& filter;
+  std::string hash;  // RowHashExpr
+};
+
+// SELECT COUNT(*), BIT_XOR(<row hash> * K) FROM t WHERE <range>  (table::ChecksumRange
+// with this side's hash expression)
+table::RangeChecksum Checksum(const Side& side, const std::string& table_name, const table::KeyRange& range) {
+  const std::string sql = "SELECT COUNT(*), COALESCE(BIT_XOR(" + side.hash + " * 2654435761), 0) FROM `" +
+                          table_name + "` WHERE " + table::RangeWhere(side.key, side.filter, range);
+  return side.pool.Run("verify: checksum", [&](Connection& c) {
+    auto rs = c.Query(sql, table::Bind(table::RangeValues(side.key, side.filter, range)));
+    table::RangeChecksum out;
+    if (rs->next()) {
+      out.rows = rs->getInt64(1);
+      out.crc_xor = rs->getUInt64(2);
+    }
+    return out;
+  });
+}
+
+// SELECT <key>, <row hash> FROM t WHERE <range> ORDER BY <key>  (table::RowHashes)
+std::vector<table::KeyHash> Hashes(const Side& side, const std::string& table_name, const table::KeyRange& range) {
+  const std::string sql = "SELECT " + side.key.SelectList() + ", " + side.hash + " FROM `" + table_name +
+                          "` WHERE " + table::RangeWhere(side.key, side.filter, range) + " ORDER BY " +
+                          side.key.OrderBy();
+  return side.pool.Run("verify: row hashes", [&](Connection& c) {
+    auto rs = c.Query(sql, table::Bind(table::RangeValues(side.key, side.filter, range)));
+    std::vector<table::KeyHash> out;
+    const auto hash_col = static_cast<uint32_t>(side.key.size() + 1);
+    while (rs->next()) {
+      table::KeyHash kh;
+      for (size_t i = 0; i < side.key.size(); ++i) {
+        auto idx = static_cast<uint32_t>(i + 1);
+        if (rs->isNull(idx)) kh.key.emplace_back(std::nullopt);
+        else kh.key.emplace_back(std::string(rs->getString(idx)));
+      }
+      kh.hash = static_cast<uint32_t>(rs->getUInt64(hash_col));
+      out.push_back(std::move(kh));
+    }
+    return out;
+  });
+}
+
 void Keep(std::vector<Row>& list, int64_t& total, const Row& key, size_t keep) {
   ++total;
   if (list.size() < keep) list.push_back(key);
 }
 
 // Drills into one differing range: keys and row hashes from both sides.
-void DiffRange(ConnectionPool& src, ConnectionPool& tgt, const TableCheck& check, const ColumnSet& src_cols,
-               const ColumnSet& src_key, const ColumnSet& tgt_cols, const ColumnSet& tgt_key,
-               const table::BoundFilter& src_filter, const table::BoundFilter& tgt_filter,
-               const table::KeyRange& range, const VerifyOptions& options, TableDiff& d) {
-  auto [sh, th] = Both(
-      [&] {
-        return src.Run("verify: row hashes source", [&](Connection& c) {
-          return table::RowHashes(c, check.table, src_cols, src_key, src_filter, range);
-        });
-      },
-      [&] {
-        return tgt.Run("verify: row hashes target", [&](Connection& c) {
-          return table::RowHashes(c, check.table, tgt_cols, tgt_key, tgt_filter, range);
-        });
-      });
+void DiffRange(const Side& src, const Side& tgt, const std::string& table_name, const table::KeyRange& range,
+               const VerifyOptions& options, TableDiff& d) {
+  auto [sh, th] = Both([&] { return Hashes(src, table_name, range); }, [&] { return Hashes(tgt, table_name, range); });
   std::unordered_map<std::string, uint32_t> target;
   target.reserve(th.size());
   for (const table::KeyHash& k : th) target.emplace(table::EncodeKey(k.key), k.hash);
@@ -535,6 +613,12 @@ TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const 
   const table::BoundFilter src_filter{check.where.sql, FilterValues(check, values, s, src_inner)};
   const table::BoundFilter tgt_filter{check.where.sql, FilterValues(check, values, t, tgt_inner)};
   const ColumnSet src_cols(s, names), src_key(s, t.key), tgt_cols(t, names), tgt_key(t, t.key);
+  auto [src_uniform, tgt_uniform] = Both([&] { return UniformAsciiCollation(src, check.table, names); },
+                                         [&] { return UniformAsciiCollation(tgt, check.table, names); });
+  // Both sides hash alike (the same expression) unless both qualify for the fast one.
+  const bool cast_text = !(src_uniform && tgt_uniform);
+  const Side src_side{src, src_cols, src_key, src_filter, RowHashExpr(src_cols, cast_text)};
+  const Side tgt_side{tgt, tgt_cols, tgt_key, tgt_filter, RowHashExpr(tgt_cols, cast_text)};
 
   TableDiff d;
   d.step = check.step;
@@ -552,17 +636,8 @@ TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const 
   });
   if (estimated_rows <= kWholeTableRows) {
     const table::KeyRange all;
-    auto [a, b] = Both(
-        [&] {
-          return src.Run("verify: checksum source", [&](Connection& c) {
-            return table::ChecksumRange(c, check.table, src_cols, src_key, src_filter, all);
-          });
-        },
-        [&] {
-          return tgt.Run("verify: checksum target", [&](Connection& c) {
-            return table::ChecksumRange(c, check.table, tgt_cols, tgt_key, tgt_filter, all);
-          });
-        });
+    auto [a, b] = Both([&] { return Checksum(src_side, check.table, all); },
+                       [&] { return Checksum(tgt_side, check.table, all); });
     if (a == b) {
       d.chunks = 1;
       d.source_rows = a.rows;
@@ -581,23 +656,14 @@ TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const 
     table::KeyRange range{lo, src.Run("verify: range boundary", [&](Connection& c) {
                             return table::NthKeyAfter(c, check.table, src_key, src_filter, lo, sizer.next());
                           })};
-    auto [a, b] = Both(
-        [&] {
-          return src.Run("verify: checksum source", [&](Connection& c) {
-            return table::ChecksumRange(c, check.table, src_cols, src_key, src_filter, range);
-          });
-        },
-        [&] {
-          return tgt.Run("verify: checksum target", [&](Connection& c) {
-            return table::ChecksumRange(c, check.table, tgt_cols, tgt_key, tgt_filter, range);
-          });
-        });
+    auto [a, b] = Both([&] { return Checksum(src_side, check.table, range); },
+                       [&] { return Checksum(tgt_side, check.table, range); });
     ++d.chunks;
     d.source_rows += a.rows;
     d.target_rows += b.rows;
     if (a != b) {
       ++d.chunks_differing;
-      DiffRange(src, tgt, check, src_cols, src_key, tgt_cols, tgt_key, src_filter, tgt_filter, range, options, d);
+      DiffRange(src_side, tgt_side, check.table, range, options, d);
     }
     sizer.Observe(static_cast<size_t>(std::max<int64_t>(a.rows, 1)), std::chrono::steady_clock::now() - started, 0, 0);
     if (!range.hi) break;
