@@ -70,13 +70,13 @@ std::string KeyList(const saga::TableDiff& d, const std::vector<saga::table::Row
 }
 
 void PrintHuman(const api::VerifyReport& report, size_t max_keys) {
-  std::cout << std::left << std::setw(24) << "TABLE" << std::setw(16) << "SOURCE->TARGET" << std::right
+  std::cout << std::left << std::setw(32) << "TABLE" << std::setw(16) << "SOURCE->TARGET" << std::right
             << std::setw(12) << "SRC_ROWS" << std::setw(12) << "TGT_ROWS" << std::setw(9) << "MISSING"
             << std::setw(7) << "EXTRA" << std::setw(10) << "DIFFERENT" << std::setw(8) << "CHUNKS" << std::setw(10)
             << "DIFFERING" << "\n";
   for (const auto& d : report.diffs) {
     std::string name = d.step.empty() ? d.table : d.step + ":" + d.table;
-    std::cout << std::left << std::setw(24) << name.substr(0, 23) << std::setw(16)
+    std::cout << std::left << std::setw(32) << name.substr(0, 31) << std::setw(16)
               << (d.source + "->" + d.target).substr(0, 15) << std::right << std::setw(12) << d.source_rows
               << std::setw(12) << d.target_rows << std::setw(9) << d.missing_total << std::setw(7) << d.extra_total
               << std::setw(10) << d.different_total << std::setw(8) << d.chunks << std::setw(10)
@@ -120,12 +120,12 @@ json PlanJson(const api::VerifyReport& report, size_t max_keys) {
 }
 
 void PrintPlanHuman(const json& plan) {
-  std::cout << std::left << std::setw(24) << "TABLE" << std::right << std::setw(10) << "INSERT" << std::setw(10)
+  std::cout << std::left << std::setw(32) << "TABLE" << std::right << std::setw(10) << "INSERT" << std::setw(10)
             << "UPDATE" << std::setw(10) << "DELETE" << std::setw(12) << "UNCHANGED" << "\n";
   for (const json& t : plan["tables"]) {
     std::string name = t.contains("step") ? t["step"].get<std::string>() + ":" + t["table"].get<std::string>()
                                           : t["table"].get<std::string>();
-    std::cout << std::left << std::setw(24) << name.substr(0, 23) << std::right << std::setw(10)
+    std::cout << std::left << std::setw(32) << name.substr(0, 31) << std::right << std::setw(10)
               << t["insert"].get<int64_t>() << std::setw(10) << t["update"].get<int64_t>() << std::setw(10)
               << t["delete"].get<int64_t>() << std::setw(12) << t["unchanged"].get<int64_t>() << "\n";
     for (const char* k : {"insert_keys", "update_keys", "delete_keys", "extra_kept_keys"}) {

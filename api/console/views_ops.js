@@ -144,7 +144,7 @@ export async function verifyView(main, ctx) {
           h('td', {class: 'code small'}, r.filter.length > 60 ? r.filter.slice(0, 57) + '…' : r.filter),
           h('td', {class: 'code'}, r.table),
           h('td', null, `${r.source} → ${r.target}`),
-          h('td', {class: r.equal ? 'ok' : 'bad'}, r.equal ? 'equal' : 'DIFFERENT'),
+          h('td', null, h('span', {class: ['badge', r.equal ? 'st-SUCCESS' : 'st-FAILED']}, r.equal ? 'equal' : 'different')),
           h('td', null, `${fmtCount(r.source_rows)} / ${fmtCount(r.target_rows)}`),
           h('td', null, fmtCount(r.missing_in_target_total)),
           h('td', null, fmtCount(r.extra_in_target_total)),
