@@ -169,6 +169,10 @@ class EventStore {
   // kept by reference.
   EventStore(storage::ConnectionPool& pool, const Settings& settings);
 
+  // What the store was built with (POST /v1/verify uses both).
+  const Settings& settings() const { return settings_; }
+  storage::ConnectionPool& pool() { return pool_; }
+
   // Throws UsageError for bad input (see the rules above), DbError.
   void Validate(const NewEvent& e) const;
 

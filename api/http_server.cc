@@ -134,6 +134,7 @@ const char* RouteName(Route r) {
     case Route::kDrainNode: return "/v1/nodes/{address}/drain";
     case Route::kOverview: return "/v1/overview";
     case Route::kConsole: return "/ (console)";
+    case Route::kVerify: return "/v1/verify";
     case Route::kUnknown: return "other";
   }
   return "other";
@@ -313,6 +314,8 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
     req.route = Route::kDrainNode, allow = "POST";
   } else if (s.size() == 2 && at(0, "v1") && at(1, "overview")) {
     req.route = Route::kOverview, allow = "GET";
+  } else if (s.size() == 2 && at(0, "v1") && at(1, "verify")) {
+    req.route = Route::kVerify, allow = "GET, POST";
   } else if (console::FindAsset(raw_path) != nullptr) {
     req.route = Route::kConsole, allow = "GET";
   } else if (s.size() == 2 && at(0, "v1") && at(1, "events")) {
@@ -436,6 +439,7 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
       return {200, Dump(console::Overview(store_, throughput_, by_topic))};
     }
     case Route::kConsole: return ConsoleAsset(raw, raw_path);
+    case Route::kVerify: return Verify(req);
     case Route::kStreamEvent:
       StreamEvent(req.code, response);
       streamed = true;
@@ -443,6 +447,24 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
     case Route::kUnknown: break;
   }
   throw HttpError(404, "no such route");
+}
+
+HttpServer::Reply HttpServer::Verify(const Request& req) {
+  if (req.method == "GET") {  // the latest result per (topic or table, filter, table, target)
+    json results = json::array();
+    for (const auto& v : ReadLatestVerify(store_.pool())) results.push_back(v.ToJson());
+    return {200, Dump(json{{"results", results}})};
+  }
+  VerifyRequest r = ParseVerifyRequest(ParseJsonBody(req.body));
+  VerifyService* service;
+  {
+    std::lock_guard lock(verify_mu_);
+    if (!verify_) verify_ = std::make_unique<VerifyService>(store_.settings(), &store_.pool());
+    service = verify_.get();
+  }
+  VerifyReport report = service->Run(r);
+  service->Record(r, report);
+  return {200, Dump(report.ToJson(r.max_keys))};
 }
 
 HttpServer::Reply HttpServer::CreateEvent(const Request& req) {

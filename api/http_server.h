@@ -38,6 +38,12 @@
 //   GET  /metrics                  Prometheus text format 0.0.4: the database's families
 //                                  (WriteDatabaseMetrics), the registered components'
 //                                  writers in order, then the server's own (HttpStats)
+//   POST /v1/verify                {topic, payload} or {source, target, table, where, params?},
+//                                  max_keys? -> 200 {"equal", "tables": [...]}, the JSON of
+//                                  `dsync verify --json` (api/verify_service.h); recorded in
+//                                  dsync_verify_result; bad names/filters 400
+//   GET  /v1/verify                {results: [...]}: v_verify_latest, newest first (the
+//                                  console's Verify page)
 //
 // Rejections, all 4xx with a JSON message, and none writes anything:
 //   401 a token is configured and the request lacks `Authorization: Bearer <token>`
@@ -69,6 +75,7 @@
 
 #include "api/console.h"
 #include "api/event_store.h"
+#include "api/verify_service.h"
 #include "config/settings.h"
 #include "core/clock.h"
 #include "core/metrics.h"
@@ -102,7 +109,7 @@ HttpOptions HttpOptionsFromSettings(const ApiSettings& api);
 // The routes, as the `route` label of the request metrics.
 enum class Route {
   kCreateEvent, kListEvents, kGetEvent, kStreamEvent, kRetryEvent, kCreateBatch, kGetBatch,
-  kNodes, kHealth, kMetrics, kDrainNode, kOverview, kConsole, kUnknown,
+  kNodes, kHealth, kMetrics, kDrainNode, kOverview, kConsole, kVerify, kUnknown,
 };
 inline constexpr size_t kRouteCount = static_cast<size_t>(Route::kUnknown) + 1;
 const char* RouteName(Route r);  // "/v1/events/{code}", ...
@@ -154,6 +161,7 @@ class HttpServer {
   Reply RetryEvent(const Request& req, const std::string& code);
   Reply Nodes(const Request& req);
   Reply Health();
+  Reply Verify(const Request& req);
   Reply ConsoleAsset(const Poco::Net::HTTPServerRequest& raw, std::string_view path);
   // Writes the whole stream itself; throws (before any byte is sent) like the others.
   void StreamEvent(const std::string& code, Poco::Net::HTTPServerResponse& response);
@@ -174,6 +182,8 @@ class HttpServer {
   bool started_ = false;
   std::unique_ptr<Poco::ThreadPool> threads_;
   std::unique_ptr<Poco::Net::HTTPServer> server_;
+  std::mutex verify_mu_;
+  std::unique_ptr<VerifyService> verify_;  // created on the first POST /v1/verify
 };
 
 }  // namespace dsync::api

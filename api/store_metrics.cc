@@ -1,11 +1,13 @@
 // api::WriteDatabaseMetrics: what /metrics reads from the framework database on each
 // scrape, through api::EventStore.
 #include <map>
+#include <set>
 #include <string>
 
 #include <spdlog/spdlog.h>
 
 #include "api/event_store.h"
+#include "api/verify_service.h"
 #include "core/error.h"
 
 namespace dsync::api {
@@ -51,6 +53,40 @@ void WriteDatabaseMetrics(EventStore& store, metrics::TextWriter& w) {
     w.Sample("dsync_nodes_in_flight_events", {}, static_cast<double>(in_flight));
   } catch (const Error& e) {
     spdlog::warn("METRICS_DB_ERROR err={}", e.what());
+  }
+  try {
+    // The latest verify result per (topic or table, filter, table) (V013).
+    // One series per (subject, table, target): the newest of its filters.
+    std::vector<LatestVerify> latest;
+    std::set<std::string> seen;
+    for (auto& v : ReadLatestVerify(store.pool())) {
+      if (seen.insert(v.subject_kind + '\n' + v.subject + '\n' + v.table_name + '\n' + v.target).second) {
+        latest.push_back(std::move(v));
+      }
+    }
+    w.Family("dsync_verify_last_equal", "1 when the latest verify of the table found it equal, else 0.",
+             Type::kGauge);
+    for (const auto& v : latest) {
+      w.Sample("dsync_verify_last_equal",
+               {{"subject", v.subject}, {"kind", v.subject_kind}, {"table", v.table_name}, {"target", v.target}},
+               v.equal ? 1 : 0);
+    }
+    w.Family("dsync_verify_last_differences", "Rows the latest verify of the table found differing.",
+             Type::kGauge);
+    for (const auto& v : latest) {
+      w.Sample("dsync_verify_last_differences",
+               {{"subject", v.subject}, {"kind", v.subject_kind}, {"table", v.table_name}, {"target", v.target}},
+               static_cast<double>(v.differences));
+    }
+    w.Family("dsync_verify_last_age_seconds", "Time since the latest verify of the table finished.",
+             Type::kGauge);
+    for (const auto& v : latest) {
+      w.Sample("dsync_verify_last_age_seconds",
+               {{"subject", v.subject}, {"kind", v.subject_kind}, {"table", v.table_name}, {"target", v.target}},
+               v.age_seconds);
+    }
+  } catch (const Error& e) {
+    spdlog::warn("METRICS_VERIFY_ERROR err={}", e.what());
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include "app/command_support.h"
 #include "app/component_metrics.h"
+#include "app/verify_command.h"
 #include "api/event_store.h"
 #include "api/http_server.h"
 
@@ -389,6 +390,7 @@ const std::vector<CommandSpec>& Commands() {
        0,
        {{"all", false, "include offline and stale rows"}, {"service", true, "service name"}, kJsonOption}},
       {"sweep", "mark nodes with stale heartbeats offline and purge long-dead rows, once", "", 0, 0, {}},
+      VerifyCommandSpec(),
   };
   return kCommands;
 }
@@ -420,6 +422,7 @@ int RunCommand(const Invocation& inv) {
   if (inv.command == "events") return RunEvents(inv);
   if (inv.command == "retry") return RunRetry(inv);
   if (inv.command == "drain") return RunDrain(inv);
+  if (inv.command == "verify") return RunVerify(inv);
   throw UsageError("command '" + inv.command + "' is not implemented");
 }
 

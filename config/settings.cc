@@ -245,7 +245,7 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "topics.<name>.steps[].type", .scope = Scope::kStep, .kind = Kind::kString,
      .field = [](const Target& t) -> FieldRef { return &t.step->type; },
      .min = 1, .max = 50, .required = true,
-     .doc = "Required: step type (table_sync, table_delete, demo or a registered custom type); "
+     .doc = "Required: step type (table_sync, table_delete, table_verify, table_repair, demo or a registered custom type); "
             "the type validates the step's other keys."},
     {.path = "topics.<name>.steps[].max_retry", .scope = Scope::kStep, .kind = Kind::kInteger,
      .field = [](const Target& t) -> FieldRef { return &t.step->max_retry; },

@@ -77,7 +77,8 @@
 #             step's time (step row started_at -> executed_at, database clock), the
 #             server's Bytes_sent during it, and the node's peak RSS (VmHWM, a fresh
 #             node per case); pt-table-sync (percona-toolkit) as the peer for the
-#             unchanged and 1 % cases of the 100k table
+#             unchanged and 1 % cases of the 100k table; and (issue 14) `dsync verify`
+#             of two equal copies of the 100k table vs CHECKSUM TABLE of both
 #   pgboss    the peer: pg-boss (bench/pgboss, pinned) on a throwaway PostgreSQL with
 #             fsync and synchronous_commit on, 20,000 no-op jobs, 4 workers, batch fetch +
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
@@ -1074,6 +1075,24 @@ sync_one_table() {  # sync_one_table TABLE ROWS WITH_PEER
   result sync "$line"
 }
 
+# sync_verify_bench: `dsync verify` of two equal copies of sync_src.doc (issue 14) against
+# CHECKSUM TABLE of both sides (one statement, sequential), $runs runs, medians.
+quiet() { "$@" >/dev/null; }
+sync_verify_bench() {
+  local r v=() c=() rc
+  root_sql "TRUNCATE sync_tgt.doc; INSERT INTO sync_tgt.doc SELECT * FROM sync_src.doc"
+  root_sql "CHECKSUM TABLE sync_src.doc, sync_tgt.doc" >/dev/null  # both tables in the buffer pool
+  for r in $(seq 1 "$runs"); do
+    c+=("$(timed quiet root_sql "CHECKSUM TABLE sync_src.doc, sync_tgt.doc")")
+    v+=("$(timed quiet "$bin" verify --config "$work/dsync.json" --source env_a --target env_b --table doc --where "1 = 1" --json)")
+  done
+  set +e; "$bin" verify --config "$work/dsync.json" --source env_a --target env_b --table doc --where "1 = 1" >/dev/null; rc=$?; set -e
+  [[ $rc == 0 ]] || echo "  (dsync verify of the equal copies exited $rc)"
+  local mv mc; mv=$(echo "${v[*]}" | median); mc=$(echo "${c[*]}" | median)
+  echo "  verify of two equal doc tables: dsync verify ${v[*]} s; CHECKSUM TABLE both sides ${c[*]} s"
+  result sync "verify table=doc rows=$sync_rows verify_s=$mv checksum_table_both_s=$mc verify_vs_checksum_table=$(awk -v a="$mv" -v b="$mc" 'BEGIN { printf "%.2f", a / b }') exit=$rc"
+}
+
 section_sync() {
   new_schema sync_fw
   new_work
@@ -1082,6 +1101,7 @@ section_sync() {
   start_proc dispatcher dispatcher
   local disp=$last_pid
   sync_one_table doc "$sync_rows" yes
+  sync_verify_bench
   sed -i "s/\"table\": \"doc\"/\"table\": \"narrow\"/" "$work/dsync.json"
   sync_one_table narrow "$sync_big_rows" ""
   kill -TERM "$disp" 2>/dev/null || true

@@ -14,7 +14,8 @@
 # kill -9ed (at 35 %) while it runs events; they finish elsewhere. A live progress line runs
 # until every event is terminal; the summary shows events by status and work per
 # node, then verifies with checksums that env_b equals env_a for every synced space
-# and that the poisoned space left env_b exactly as it was.
+# and that the poisoned space left env_b exactly as it was; it ends with `dsync verify`
+# for the synced spaces (exit 0) and for the poisoned one (exit 3: its differences).
 #
 # Exits non-zero if the verification fails; stops everything it started and removes
 # the server. Options (environment): DSYNC_BUILD_DIR (default build),
@@ -344,6 +345,21 @@ check "node3, joined late, did work" \
   "$(sql "SELECT COUNT(*) > 0 FROM distribute_event WHERE node_address = '$(node_addr node3)' AND status = 'SUCCESS'")" 1
 echo "== registry (the killed node is marked offline):"
 dsync nodes --all
+
+# dsync verify: chunk checksums inside both databases, rows only where a chunk differs.
+echo "== dsync verify: env_b against env_a for every synced space (each table, all spaces but $poisoned; exit 0 = equal)"
+verify_rc=0
+for t in kb_space:id kb_doc:space_id kb_tag:space_id kb_permission:space_id; do
+  dsync verify --source env_a --target env_b --table "${t%%:*}" --where "${t#*:} <> :poisoned" \
+    --params "{\"poisoned\": $poisoned}" | sed 's/^/   /' || verify_rc=$?
+done
+check "dsync verify: env_b equals env_a for every synced space (exit 0)" "$verify_rc" 0
+echo "== dsync verify --topic SPACE_ADD --payload '{\"space_id\": $poisoned}': the poisoned space (compensated) differs"
+set +e
+dsync verify --topic SPACE_ADD --payload "{\"space_id\": $poisoned}" --max-keys 3 | sed 's/^/   /'
+poisoned_rc=${PIPESTATUS[0]}
+set -e
+check "dsync verify shows the poisoned space's difference (exit 3)" "$poisoned_rc" 3
 
 cat <<SQL
 == inspect the history yourself: DSYNC_DEMO_KEEP=1 bash scripts/demo.sh keeps the server, then

@@ -1,5 +1,6 @@
 // Nodes (live nodes, their topics, reachable datasources, load history, Drain),
-// Batches (progress of one batch code by status, live) and the Verify placeholder.
+// Batches (progress of one batch code by status, live) and Verify (the latest result
+// per topic or table, filter and target: GET /v1/verify, i.e. v_verify_latest).
 import {h, replace, svg, fmtMs, fmtCount, STATUSES} from './dom.js';
 import {nodeRows} from './views_overview.js';
 
@@ -121,13 +122,38 @@ export async function batchesView(main, ctx) {
 }
 
 export async function verifyView(main, ctx) {
-  replace(main, h('h1', null, 'Verify'),
-    h('section', {class: 'panel placeholder', id: 'verify-placeholder'},
-      h('h2', null, 'Not available yet'),
-      h('p', null, 'Verify results (the latest comparison per table and topic, with the differing keys) will appear here once ',
-        h('code', null, 'dsync verify'), ' and ', h('code', null, 'POST /v1/verify'), ' exist in this build.'),
-      h('p', {class: 'muted'}, 'Nothing on this page is data: it shows no results until then.')));
-  ctx.setStatus('');
-  ctx.done('verify');
-  return null;
+  return ctx.live(async () => {
+    const {results} = await ctx.api('/v1/verify');
+    if (!ctx.isCurrent()) return;
+    const keys = (r) => {
+      const f = r.first_keys || {};
+      const parts = [['missing', f.missing_in_target], ['extra', f.extra_in_target], ['different', f.different]]
+        .filter(([, list]) => Array.isArray(list) && list.length)
+        .map(([what, list]) => `${what}: ${list.slice(0, 3).map((k) => JSON.stringify(k)).join(' ')}`);
+      return parts.length ? parts.join('; ') : '';
+    };
+    replace(main, h('h1', null, 'Verify'),
+      results.length
+        ? h('table', {class: 'grid', id: 'verify-results'},
+          h('caption', null, 'Latest verify result per topic or table, filter and target (dsync verify, POST /v1/verify)'),
+          h('thead', null, h('tr', null, ['Subject', 'Filter', 'Table', 'Source → target', 'Result', 'Rows (source/target)',
+            'Missing', 'Extra', 'Different', 'First differing keys', 'Age'].map((c) => h('th', {scope: 'col'}, c)))),
+          h('tbody', null, results.map((r) => h('tr', {'data-verify-subject': r.subject, 'data-verify-table': r.table,
+            'data-verify-equal': String(r.equal)},
+          h('td', null, h('span', {class: 'muted small'}, r.subject_kind + ' '), r.subject),
+          h('td', {class: 'code small'}, r.filter.length > 60 ? r.filter.slice(0, 57) + '…' : r.filter),
+          h('td', {class: 'code'}, r.table),
+          h('td', null, `${r.source} → ${r.target}`),
+          h('td', null, h('span', {class: ['badge', r.equal ? 'st-SUCCESS' : 'st-FAILED']}, r.equal ? 'equal' : 'different')),
+          h('td', null, `${fmtCount(r.source_rows)} / ${fmtCount(r.target_rows)}`),
+          h('td', null, fmtCount(r.missing_in_target_total)),
+          h('td', null, fmtCount(r.extra_in_target_total)),
+          h('td', null, fmtCount(r.different_total)),
+          h('td', {class: 'code small', 'data-verify-keys': ''}, keys(r)),
+          h('td', null, fmtMs(r.age_seconds * 1000) + ' ago')))))
+        : h('section', {class: 'panel', id: 'verify-empty'},
+          h('p', null, 'No verify result yet. Run ', h('code', null, 'dsync verify'), ' or ',
+            h('code', null, 'POST /v1/verify'), ': each run is recorded and its latest result per table shows here.')));
+    ctx.done('verify');
+  }, 2000);
 }

@@ -5,6 +5,7 @@
 #include "saga/step_handler.h"
 #include "saga/steps/demo_step.h"
 #include "saga/steps/table_steps.h"
+#include "saga/steps/table_verify.h"
 
 namespace dsync::saga {
 
@@ -12,6 +13,8 @@ StepRegistry StepRegistry::WithBuiltins() {
   StepRegistry registry;
   registry.Register("table_sync", [](const StepSpec& spec) { return MakeTableSyncStep(spec); });
   registry.Register("table_delete", [](const StepSpec& spec) { return MakeTableDeleteStep(spec); });
+  registry.Register("table_verify", [](const StepSpec& spec) { return MakeTableVerifyStep(spec); });
+  registry.Register("table_repair", [](const StepSpec& spec) { return MakeTableRepairStep(spec); });
   registry.Register("demo", [](const StepSpec& spec) { return MakeDemoStep(spec); });
   return registry;
 }

@@ -291,11 +291,23 @@ TEST_F(ConsoleBrowserTest, PagesShowTheDataSetAndActionsAskFirst) {
   EXPECT_TRUE(b.WaitFor("document.querySelector('[data-percent]').textContent === '66.7 %'"));
   Shot(b, "batches");
 
-  // --- verify: a labelled placeholder, no data -------------------------------------------
+  // --- verify: the latest result per subject, from the history table (V013) ---------------
   b.Navigate(base + "#/verify");
   ASSERT_TRUE(b.WaitFor("document.body.dataset.view === 'verify'"));
-  EXPECT_NE(b.Eval("document.getElementById('verify-placeholder').textContent").get<std::string>().find("dsync verify"),
+  EXPECT_NE(b.Eval("document.getElementById('verify-empty').textContent").get<std::string>().find("dsync verify"),
             std::string::npos);
+  db_.Exec("INSERT INTO dsync_verify_result (run_id, subject_kind, subject, filter_text, step_name, table_name, "
+           "source_ds, target_ds, is_equal, source_rows, target_rows, missing_in_target, extra_in_target, different, "
+           "chunks, chunks_differing, first_keys, finished_at) VALUES "
+           "('r1', 'topic', 'SPACE_ADD', '{\\\"space_id\\\":13}', 'docs', 'kb_doc', 'env_a', 'env_b', 0, 10, 9, 1, 0, 2, 3, 1, "
+           "'{\\\"missing_in_target\\\":[[1307]],\\\"extra_in_target\\\":[],\\\"different\\\":[[1301],[1302]]}', UTC_TIMESTAMP(3)), "
+           "('r2', 'table', 'kb_tag', 'space_id <> 13 {}', NULL, 'kb_tag', 'env_a', 'env_b', 1, 50, 50, 0, 0, 0, 1, 0, "
+           "'{}', UTC_TIMESTAMP(3))");
+  ASSERT_TRUE(b.WaitFor("document.querySelectorAll('#verify-results tr[data-verify-subject]').length === 2"));
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-verify-subject=SPACE_ADD]').dataset.verifyEqual"), "false");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-verify-subject=kb_tag]').dataset.verifyEqual"), "true");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-verify-subject=SPACE_ADD] [data-verify-keys]').textContent"),
+            "missing: [1307]; different: [1301] [1302]");
   Shot(b, "verify");
 
   EXPECT_TRUE(b.errors().empty()) << b.errors().front();

@@ -1,0 +1,232 @@
+#include "api/verify_service.h"
+
+#include <chrono>
+#include <random>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+
+namespace dsync::api {
+namespace {
+
+using nlohmann::json;
+
+// One row of a run.   params: run_id, subject_kind, subject, filter_text, step_name,
+// table_name, source_ds, target_ds, is_equal, source_rows, target_rows,
+// missing_in_target, extra_in_target, different, chunks, chunks_differing, first_keys,
+// duration_ms
+constexpr const char* kInsertResultSql = R"(
+INSERT INTO dsync_verify_result (run_id, subject_kind, subject, filter_text, step_name, table_name, source_ds,
+  target_ds, is_equal, source_rows, target_rows, missing_in_target, extra_in_target, different, chunks,
+  chunks_differing, first_keys, duration_ms, finished_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3)))";
+
+// The latest results.   params: limit
+constexpr const char* kLatestSql = R"(
+SELECT subject_kind, subject, filter_text, COALESCE(step_name, ''), table_name, source_ds, target_ds, is_equal,
+       source_rows, target_rows, missing_in_target, extra_in_target, different, chunks, chunks_differing,
+       COALESCE(first_keys, ''), age_seconds, DATE_FORMAT(finished_at, '%Y-%m-%dT%H:%i:%s.%fZ')
+FROM v_verify_latest ORDER BY finished_at DESC LIMIT ?)";
+
+constexpr size_t kHistoryKeys = 10;
+constexpr size_t kFilterTextMax = 2048;
+
+std::string RunId() {
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "verify-%08x%08x", rd(), rd());
+  return buf;
+}
+
+std::string RequireString(const json& body, const char* key) {
+  const json& v = body.at(key);
+  if (!v.is_string()) throw UsageError(std::string("'") + key + "' must be a string");
+  return v.get<std::string>();
+}
+
+}  // namespace
+
+std::string VerifyRequest::filter() const {
+  std::string f = topic_mode() ? payload.dump() : where + " " + params.dump();
+  if (f.size() > kFilterTextMax) f.resize(kFilterTextMax);
+  return f;
+}
+
+VerifyRequest ParseVerifyRequest(const json& body) {
+  if (!body.is_object()) throw UsageError("the request must be a JSON object");
+  static const std::set<std::string> kKeys = {"topic", "payload", "source", "target", "table", "where", "params",
+                                              "max_keys"};
+  for (const auto& [k, _] : body.items()) {
+    if (kKeys.count(k) == 0) {
+      throw UsageError("unknown field '" + k.substr(0, 64) +
+                       "' (known: topic, payload, source, target, table, where, params, max_keys)");
+    }
+  }
+  VerifyRequest r;
+  if (body.contains("topic")) {
+    for (const char* k : {"source", "target", "table", "where", "params"}) {
+      if (body.contains(k)) throw UsageError(std::string("'") + k + "' goes with one table, not with 'topic'");
+    }
+    r.topic = RequireString(body, "topic");
+    if (r.topic.empty()) throw UsageError("'topic' must not be empty");
+    if (body.contains("payload")) r.payload = body["payload"];
+    if (!r.payload.is_object()) throw UsageError("'payload' must be a JSON object");
+  } else {
+    if (body.contains("payload")) throw UsageError("'payload' goes with 'topic'");
+    for (const char* k : {"source", "target", "table", "where"}) {
+      if (!body.contains(k)) throw UsageError(std::string("missing '") + k + "' (or give 'topic' and 'payload')");
+    }
+    r.source = RequireString(body, "source");
+    r.target = RequireString(body, "target");
+    r.table = RequireString(body, "table");
+    r.where = RequireString(body, "where");
+    if (body.contains("params")) r.params = body["params"];
+    if (!r.params.is_object()) throw UsageError("'params' must be a JSON object");
+  }
+  if (body.contains("max_keys")) {
+    const json& m = body["max_keys"];
+    if (!m.is_number_integer() || m.get<int64_t>() < 1 || m.get<int64_t>() > 10000) {
+      throw UsageError("'max_keys' must be an integer from 1 to 10000");
+    }
+    r.max_keys = static_cast<size_t>(m.get<int64_t>());
+  }
+  return r;
+}
+
+bool VerifyReport::equal() const {
+  for (const auto& d : diffs) {
+    if (!d.equal()) return false;
+  }
+  return true;
+}
+
+json VerifyReport::ToJson(size_t max_keys) const {
+  json tables = json::array();
+  for (const auto& d : diffs) tables.push_back(d.ToJson(max_keys));
+  return {{"equal", equal()}, {"tables", tables}};
+}
+
+VerifyService::VerifyService(const Settings& settings, storage::ConnectionPool* history)
+    : settings_(settings), history_(history), datasources_(settings.datasources) {}
+
+std::vector<saga::TableCheck> VerifyService::Checks(const VerifyRequest& r) const {
+  std::vector<saga::TableCheck> out;
+  try {
+    if (!r.topic_mode()) {
+      out.push_back(saga::MakeTableCheck(r.source, r.target, r.table, r.where));
+      return out;
+    }
+    auto it = settings_.topics.find(r.topic);
+    if (it == settings_.topics.end()) {
+      std::string known;
+      for (const auto& [name, _] : settings_.topics) known += (known.empty() ? "" : ", ") + name;
+      throw UsageError("unknown topic '" + r.topic.substr(0, 64) + "' (the config has: " +
+                       (known.empty() ? "none" : known) + ")");
+    }
+    for (const StepSpec& spec : it->second.steps) {
+      if (spec.type == "table_sync") out.push_back(saga::ParseTableCheck(spec, "table_sync"));
+    }
+    if (out.empty()) throw UsageError("topic '" + r.topic + "' has no table_sync step to verify");
+  } catch (const saga::VerifyInputError& e) {
+    throw UsageError(e.what());
+  }
+  return out;
+}
+
+VerifyReport VerifyService::Run(const VerifyRequest& r, size_t keep_keys) {
+  const auto started = std::chrono::steady_clock::now();
+  VerifyReport report;
+  report.checks = Checks(r);
+  report.values = r.topic_mode() ? r.payload : r.params;
+  saga::VerifyOptions options;
+  options.keep_keys = keep_keys > 0 ? keep_keys : r.max_keys;
+  for (const auto& check : report.checks) {
+    try {
+      report.diffs.push_back(saga::CompareTable(datasources_, check, report.values, options));
+    } catch (const saga::VerifyInputError& e) {
+      throw UsageError(e.what());
+    } catch (const DbError& e) {
+      // A where naming a column the table lacks reaches the server only through a
+      // subquery's table; unknown databases are a config mistake too.
+      if (e.kind() == DbError::Kind::kNoSuchTable || e.code() == 1054) throw UsageError(e.what());
+      throw;
+    }
+  }
+  report.duration_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+  return report;
+}
+
+bool VerifyService::Record(const VerifyRequest& r, const VerifyReport& report) {
+  if (history_ == nullptr) return false;
+  try {
+    const std::string run_id = RunId();
+    history_->Transact("verify: record history", [&](storage::Connection& c) {
+      for (const auto& d : report.diffs) {
+        json full = d.ToJson(kHistoryKeys);
+        json first = {{"missing_in_target", full["missing_in_target"]},
+                      {"extra_in_target", full["extra_in_target"]},
+                      {"different", full["different"]}};
+        c.Execute(kInsertResultSql, run_id, std::string(r.topic_mode() ? "topic" : "table"), r.subject(), r.filter(),
+                  d.step.empty() ? std::optional<std::string>() : std::optional<std::string>(d.step), d.table,
+                  d.source, d.target, d.equal() ? 1 : 0, static_cast<long long>(d.source_rows),
+                  static_cast<long long>(d.target_rows), static_cast<long long>(d.missing_total),
+                  static_cast<long long>(d.extra_total), static_cast<long long>(d.different_total),
+                  static_cast<long long>(d.chunks), static_cast<long long>(d.chunks_differing), first.dump(),
+                  static_cast<long long>(report.duration_ms));
+      }
+    });
+    spdlog::info("VERIFY_RECORDED run={} subject={} equal={} tables={}", run_id, r.subject(), report.equal(),
+                 report.diffs.size());
+    return true;
+  } catch (const Error& e) {
+    spdlog::warn("VERIFY_HISTORY_FAILED subject={} err={}", r.subject(), e.what());
+    return false;
+  }
+}
+
+json LatestVerify::ToJson() const {
+  json out = {{"subject_kind", subject_kind}, {"subject", subject}, {"filter", filter}, {"table", table_name},
+              {"source", source}, {"target", target}, {"equal", equal}, {"source_rows", source_rows},
+              {"target_rows", target_rows}, {"missing_in_target_total", missing}, {"extra_in_target_total", extra},
+              {"different_total", different}, {"chunks", chunks}, {"chunks_differing", chunks_differing},
+              {"first_keys", first_keys}, {"finished_at", finished_at}, {"age_seconds", age_seconds}};
+  if (!step.empty()) out["step"] = step;
+  return out;
+}
+
+std::vector<LatestVerify> ReadLatestVerify(storage::ConnectionPool& pool, int limit) {
+  return pool.Run("verify: latest", [&](storage::Connection& c) {
+    std::vector<LatestVerify> out;
+    auto rs = c.Query(kLatestSql, limit);
+    while (rs->next()) {
+      LatestVerify v;
+      v.subject_kind = std::string(rs->getString(1));
+      v.subject = std::string(rs->getString(2));
+      v.filter = std::string(rs->getString(3));
+      v.step = std::string(rs->getString(4));
+      v.table_name = std::string(rs->getString(5));
+      v.source = std::string(rs->getString(6));
+      v.target = std::string(rs->getString(7));
+      v.equal = rs->getInt(8) != 0;
+      v.source_rows = rs->getInt64(9);
+      v.target_rows = rs->getInt64(10);
+      v.missing = rs->getInt64(11);
+      v.extra = rs->getInt64(12);
+      v.different = rs->getInt64(13);
+      v.chunks = rs->getInt64(14);
+      v.chunks_differing = rs->getInt64(15);
+      v.differences = v.missing + v.extra + v.different;
+      v.first_keys = json::parse(std::string(rs->getString(16)), nullptr, false);
+      if (v.first_keys.is_discarded()) v.first_keys = nullptr;
+      v.age_seconds = rs->getDouble(17);
+      v.finished_at = std::string(rs->getString(18));
+      out.push_back(std::move(v));
+    }
+    return out;
+  });
+}
+
+}  // namespace dsync::api

@@ -1,0 +1,716 @@
+#include "saga/steps/table_verify.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <future>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "saga/steps/table_chunks.h"
+#include "saga/steps/table_steps.h"
+
+namespace dsync::saga {
+namespace {
+
+using nlohmann::json;
+using storage::Connection;
+using storage::ConnectionPool;
+using table::ColumnKind;
+using table::ColumnSet;
+using table::Row;
+using table::SqlValue;
+using table::TableSchema;
+
+constexpr int kMaxChunkRows = 100000;
+// Tables of at most this many rows (the source's estimate) are first compared whole.
+constexpr int64_t kWholeTableRows = 2000000;
+
+// The source table's estimated row count.   params: table
+constexpr const char* kTableRowsSql = R"(
+SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?)";
+constexpr const char* kRepairKeyPrefix = "dsync_k";
+
+// User text inside a one-line message.
+std::string Printable(std::string_view s) {
+  std::string out;
+  for (char c : s.substr(0, 64)) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  if (s.size() > 64) out += "...";
+  return out;
+}
+
+std::string JsonKind(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+bool IsIntegerKind(ColumnKind k) {
+  return k == ColumnKind::kSigned || k == ColumnKind::kUnsigned || k == ColumnKind::kBit;
+}
+
+template <class T>
+std::optional<T> ParseInteger(const std::string& s) {
+  T v{};
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::string Who(const TableCheck& c) { return c.step.empty() ? "table " + c.table : "step '" + c.step + "'"; }
+
+// The filter's values from `values` in placeholder order; a string compared with an
+// integer column must be a canonical integer (as table_sync binds them).
+std::vector<SqlValue> FilterValues(const TableCheck& check, const json& values, const TableSchema& outer,
+                                   const std::map<std::string, TableSchema>& inner) {
+  std::vector<SqlValue> out;
+  for (size_t i = 0; i < check.where.params.size(); ++i) {
+    const std::string& field = check.where.params[i];
+    if (!values.is_object() || !values.contains(field)) {
+      throw VerifyInputError("no value for :" + field + " (needed by the where of " + Who(check) + ")");
+    }
+    const json& v = values[field];
+    const TableSchema* schema = &outer;
+    if (!check.where.param_tables[i].empty()) {
+      auto it = inner.find(check.where.param_tables[i]);
+      schema = it == inner.end() ? nullptr : &it->second;
+    }
+    const table::Column* column = check.where.param_columns[i].empty() || schema == nullptr
+                                      ? nullptr
+                                      : schema->Find(check.where.param_columns[i]);
+    if (v.is_null()) {
+      out.push_back({std::monostate{}});
+    } else if (v.is_boolean()) {
+      out.push_back({v.get<bool>()});
+    } else if (v.is_number_unsigned()) {
+      out.push_back({v.get<uint64_t>()});
+    } else if (v.is_number_integer()) {
+      out.push_back({v.get<int64_t>()});
+    } else if (v.is_number_float()) {
+      out.push_back({v.get<double>()});
+    } else if (v.is_string()) {
+      const std::string& s = v.get_ref<const std::string&>();
+      if (column != nullptr && IsIntegerKind(column->kind)) {
+        if (auto n = ParseInteger<int64_t>(s)) out.push_back({*n});
+        else if (auto u = ParseInteger<uint64_t>(s)) out.push_back({*u});
+        else {
+          throw VerifyInputError(":" + field + " must be an integer (column `" + column->name + "` of " +
+                                 schema->label + "), got '" + Printable(s) + "'");
+        }
+      } else {
+        out.push_back({s});
+      }
+    } else {
+      throw VerifyInputError(":" + field + " is " + JsonKind(v) + "; only strings, numbers, booleans and null bind");
+    }
+  }
+  return out;
+}
+
+TableSchema Describe(ConnectionPool& pool, const std::string& datasource, const std::string& name) {
+  auto schema = pool.Run("verify: describe table",
+                         [&](Connection& c) { return table::DescribeTable(c, datasource, name); });
+  if (!schema) throw VerifyInputError("table " + datasource + "." + name + " does not exist");
+  return std::move(*schema);
+}
+
+std::map<std::string, TableSchema> DescribeSubqueries(ConnectionPool& pool, const std::string& datasource,
+                                                      const TableCheck& check) {
+  std::map<std::string, TableSchema> out;
+  for (const auto& sq : check.where.subqueries) {
+    if (out.count(sq.table) == 0) out.emplace(sq.table, Describe(pool, datasource, sq.table));
+    for (const std::string& c : sq.columns) {
+      if (out.at(sq.table).Find(c) == nullptr) {
+        throw VerifyInputError("the where of " + Who(check) + " reads column `" + c + "`, which " + datasource + "." +
+                               sq.table + " does not have");
+      }
+    }
+  }
+  return out;
+}
+
+// The synced columns, as table_sync chooses them.
+std::vector<std::string> ColumnNames(const TableCheck& check, const TableSchema& s, const TableSchema& t) {
+  if (t.key.empty()) throw VerifyInputError("table " + t.label + " has no primary key");
+  for (const std::string& k : t.key) {
+    const table::Column* sc = s.Find(k);
+    if (sc == nullptr) throw VerifyInputError("table " + s.label + " has no column `" + k + "` (primary key of " + t.label + ")");
+    if (sc->column_type != t.Find(k)->column_type) {
+      throw VerifyInputError("primary key column `" + k + "` is " + sc->column_type + " in " + s.label + " but " +
+                             t.Find(k)->column_type + " in " + t.label);
+    }
+    if (sc->kind == ColumnKind::kFloat) throw VerifyInputError("floating-point key `" + k + "` is not supported");
+  }
+  std::vector<std::string> names;
+  if (!check.columns.empty()) {
+    for (const std::string& n : check.columns) {
+      if (s.Find(n) == nullptr || t.Find(n) == nullptr) {
+        throw VerifyInputError("column `" + n + "` of " + Who(check) + " is missing from " +
+                               (s.Find(n) == nullptr ? s.label : t.label));
+      }
+    }
+    for (const std::string& k : t.key) {
+      if (std::find(check.columns.begin(), check.columns.end(), k) == check.columns.end()) {
+        throw VerifyInputError("the columns of " + Who(check) + " must include the primary key column `" + k + "`");
+      }
+    }
+    return check.columns;
+  }
+  for (const std::string& n : t.WritableColumns()) {
+    if (s.Find(n) != nullptr) names.push_back(n);
+  }
+  return names;
+}
+
+void RequireFilterColumns(const TableCheck& check, const TableSchema& t) {
+  for (const std::string& c : check.where.columns) {
+    if (t.Find(c) == nullptr) {
+      throw VerifyInputError("the where of " + Who(check) + " reads column `" + c + "`, which " + t.label +
+                             " does not have");
+    }
+  }
+}
+
+template <class F, class G>
+auto Both(F&& f, G&& g) {
+  auto second = std::async(std::launch::async, std::forward<G>(g));
+  auto first = f();
+  return std::make_pair(std::move(first), second.get());
+}
+
+// The collations of a table's columns (NULL for non-text columns are left out).
+//   params: table
+constexpr const char* kCollationsSql = R"(
+SELECT COLUMN_NAME, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLLATION_NAME IS NOT NULL)";
+
+// True when the text columns among `names` share one collation of an ASCII-compatible
+// character set: then CONCAT_WS needs no CAST(... AS BINARY) per text column (which
+// costs about 2.5x the whole hash on wide text rows) to avoid an illegal mix of
+// collations, and yields the same bytes (so the same row hash as
+// ColumnSet::RowHashExpr: checked by tests/cli/verify_test.sh's repair round trip).
+bool UniformAsciiCollation(ConnectionPool& pool, const std::string& table, const std::vector<std::string>& names) {
+  return pool.Run("verify: collations", [&](Connection& c) {
+    std::set<std::string> collations;
+    bool ascii = true;
+    auto rs = c.Query(kCollationsSql, table);
+    while (rs->next()) {
+      std::string name(rs->getString(1));
+      if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+      std::string charset(rs->getString(2));
+      ascii = ascii && (charset == "utf8mb4" || charset == "utf8mb3" || charset == "utf8" || charset == "latin1" ||
+                        charset == "ascii");
+      collations.insert(std::string(rs->getString(3)));
+    }
+    return ascii && collations.size() <= 1;
+  });
+}
+
+// A row's hash: the bytes ColumnSet::RowHashExpr hashes (each value's own bytes,
+// '|' between, one ISNULL flag per column), built without per-column CASTs when
+// `cast_text` is false (see UniformAsciiCollation).
+std::string RowHashExpr(const ColumnSet& cols, bool cast_text) {
+  if (cast_text) return cols.RowHashExpr();
+  std::string values, nulls;
+  for (size_t i = 0; i < cols.size(); ++i) {
+    const std::string q = "`" + cols.at(i).name + "`";
+    values += ", " + q;
+    nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + q + ")";
+  }
+  return "CRC32(CONCAT_WS(_binary'|'" + values + ", CONCAT(" + nulls + ")))";
+}
+
+// How one side computes checksums and row hashes.
+struct Side {
+  ConnectionPool& pool;
+  const ColumnSet& cols;
+  const ColumnSet& key;
+  const table::BoundFilter& filter;
+  std::string hash;  // RowHashExpr
+};
+
+// SELECT COUNT(*), BIT_XOR(<row hash> * K) FROM t WHERE <range>  (table::ChecksumRange
+// with this side's hash expression)
+table::RangeChecksum Checksum(const Side& side, const std::string& table_name, const table::KeyRange& range) {
+  const std::string sql = "SELECT COUNT(*), COALESCE(BIT_XOR(" + side.hash + " * 2654435761), 0) FROM `" +
+                          table_name + "` WHERE " + table::RangeWhere(side.key, side.filter, range);
+  return side.pool.Run("verify: checksum", [&](Connection& c) {
+    auto rs = c.Query(sql, table::Bind(table::RangeValues(side.key, side.filter, range)));
+    table::RangeChecksum out;
+    if (rs->next()) {
+      out.rows = rs->getInt64(1);
+      out.crc_xor = rs->getUInt64(2);
+    }
+    return out;
+  });
+}
+
+// SELECT <key>, <row hash> FROM t WHERE <range> ORDER BY <key>  (table::RowHashes)
+std::vector<table::KeyHash> Hashes(const Side& side, const std::string& table_name, const table::KeyRange& range) {
+  const std::string sql = "SELECT " + side.key.SelectList() + ", " + side.hash + " FROM `" + table_name +
+                          "` WHERE " + table::RangeWhere(side.key, side.filter, range) + " ORDER BY " +
+                          side.key.OrderBy();
+  return side.pool.Run("verify: row hashes", [&](Connection& c) {
+    auto rs = c.Query(sql, table::Bind(table::RangeValues(side.key, side.filter, range)));
+    std::vector<table::KeyHash> out;
+    const auto hash_col = static_cast<uint32_t>(side.key.size() + 1);
+    while (rs->next()) {
+      table::KeyHash kh;
+      for (size_t i = 0; i < side.key.size(); ++i) {
+        auto idx = static_cast<uint32_t>(i + 1);
+        if (rs->isNull(idx)) kh.key.emplace_back(std::nullopt);
+        else kh.key.emplace_back(std::string(rs->getString(idx)));
+      }
+      kh.hash = static_cast<uint32_t>(rs->getUInt64(hash_col));
+      out.push_back(std::move(kh));
+    }
+    return out;
+  });
+}
+
+void Keep(std::vector<Row>& list, int64_t& total, const Row& key, size_t keep) {
+  ++total;
+  if (list.size() < keep) list.push_back(key);
+}
+
+// Drills into one differing range: keys and row hashes from both sides.
+void DiffRange(const Side& src, const Side& tgt, const std::string& table_name, const table::KeyRange& range,
+               const VerifyOptions& options, TableDiff& d) {
+  auto [sh, th] = Both([&] { return Hashes(src, table_name, range); }, [&] { return Hashes(tgt, table_name, range); });
+  std::unordered_map<std::string, uint32_t> target;
+  target.reserve(th.size());
+  for (const table::KeyHash& k : th) target.emplace(table::EncodeKey(k.key), k.hash);
+  std::unordered_map<std::string, bool> in_source;
+  in_source.reserve(sh.size());
+  for (const table::KeyHash& k : sh) {
+    std::string enc = table::EncodeKey(k.key);
+    auto it = target.find(enc);
+    if (it == target.end()) Keep(d.missing, d.missing_total, k.key, options.keep_keys);
+    else if (it->second != k.hash) Keep(d.different, d.different_total, k.key, options.keep_keys);
+    in_source.emplace(std::move(enc), true);
+  }
+  for (const table::KeyHash& k : th) {
+    if (in_source.count(table::EncodeKey(k.key)) == 0) Keep(d.extra, d.extra_total, k.key, options.keep_keys);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Step config (the keys of table_sync)
+
+[[noreturn]] void Fail(const StepSpec& spec, const char* type, const std::string& why) {
+  throw ConfigError("config: step '" + Printable(spec.name) + "' (" + type + "): " + why);
+}
+
+std::string StringKey(const StepSpec& spec, const char* type, const char* key) {
+  auto it = spec.params.find(key);
+  if (it == spec.params.end()) Fail(spec, type, std::string("missing key '") + key + "'");
+  if (!it->is_string() || it->get_ref<const std::string&>().empty()) {
+    Fail(spec, type, std::string("'") + key + "' must be a non-empty string");
+  }
+  return it->get<std::string>();
+}
+
+// ---------------------------------------------------------------------------
+// table_verify
+
+class TableVerifyStep final : public StepHandler {
+ public:
+  explicit TableVerifyStep(TableCheck check) : check_(std::move(check)) {}
+
+  StepResult Execute(StepContext& ctx) override {
+    try {
+      VerifyOptions options;
+      options.keep_keys = 5;
+      options.stop = ctx.stop_token();
+      TableDiff d = CompareTable(ctx.datasources(), check_, ctx.payload(), options);
+      json out = d.ToJson(5);
+      if (d.equal()) return StepResult::Ok(std::move(out));
+      std::string first;
+      auto add = [&](const char* what, const std::vector<Row>& keys) {
+        if (!keys.empty() && first.empty()) first = std::string(" (first ") + what + ": " + d.KeyJson(keys[0]).dump() + ")";
+      };
+      add("missing", d.missing);
+      add("extra", d.extra);
+      add("different", d.different);
+      return StepResult::Permanent("table_verify " + check_.step + ": " + check_.source + "." + check_.table +
+                                   " and " + check_.target + "." + check_.table + " differ: " +
+                                   std::to_string(d.missing_total) + " missing in target, " +
+                                   std::to_string(d.extra_total) + " extra in target, " +
+                                   std::to_string(d.different_total) + " different" + first);
+    } catch (const VerifyInputError& e) {
+      return StepResult::Permanent("table_verify " + check_.step + ": " + e.what());
+    } catch (const UsageError& e) {
+      return StepResult::Permanent("table_verify " + check_.step + ": " + e.what());
+    } catch (const DbError& e) {
+      if (e.kind() == DbError::Kind::kNoSuchTable || e.code() == 1054) {
+        return StepResult::Permanent("table_verify " + check_.step + ": " + e.what());
+      }
+      throw;
+    }
+  }
+
+  // Verifying writes nothing.
+  StepResult Compensate(StepContext&) override { return StepResult::Ok(); }
+
+ private:
+  const TableCheck check_;
+};
+
+// ---------------------------------------------------------------------------
+// table_repair
+
+// A context whose payload is the repair's generated one; everything else forwards.
+class PayloadContext final : public StepContext {
+ public:
+  PayloadContext(StepContext& inner, json payload) : inner_(inner), payload_(std::move(payload)) {}
+  const std::string& event_code() const override { return inner_.event_code(); }
+  const std::string& step_name() const override { return inner_.step_name(); }
+  const std::string& idempotency_key() const override { return inner_.idempotency_key(); }
+  const json& payload() const override { return payload_; }
+  int attempt() const override { return inner_.attempt(); }
+  int step_retry_count() const override { return inner_.step_retry_count(); }
+  const json& compensation_data() const override { return inner_.compensation_data(); }
+  std::chrono::steady_clock::time_point deadline() const override { return inner_.deadline(); }
+  std::stop_token stop_token() const override { return inner_.stop_token(); }
+  storage::Connection& tx() override { return inner_.tx(); }
+  bool StillOwner() override { return inner_.StillOwner(); }
+  Datasources& datasources() override { return inner_.datasources(); }
+  void InsertAtCommit(std::string_view head, std::string_view tail, std::vector<storage::Value> row) override {
+    inner_.InsertAtCommit(head, tail, std::move(row));
+  }
+  void ReportProgress(const json& progress) override { inner_.ReportProgress(progress); }
+
+ private:
+  StepContext& inner_;
+  json payload_;
+};
+
+class TableRepairStep final : public StepHandler {
+ public:
+  explicit TableRepairStep(std::string name) : name_(std::move(name)) {}
+
+  StepResult Execute(StepContext& ctx) override {
+    return Run(ctx, [](StepHandler& h, StepContext& c) { return h.Execute(c); });
+  }
+  StepResult Compensate(StepContext& ctx) override {
+    return Run(ctx, [](StepHandler& h, StepContext& c) { return h.Compensate(c); });
+  }
+
+ private:
+  template <class F>
+  StepResult Run(StepContext& ctx, F&& f) {
+    std::unique_ptr<StepHandler> sync;
+    json payload;
+    try {
+      std::tie(sync, payload) = Build(ctx.payload());
+    } catch (const std::exception& e) {
+      return StepResult::Permanent("table_repair " + name_ + ": " + e.what());
+    }
+    PayloadContext inner(ctx, std::move(payload));
+    return f(*sync, inner);
+  }
+
+  // The table_sync handler and payload for a repair payload (RepairPayload).
+  std::pair<std::unique_ptr<StepHandler>, json> Build(const json& p) const {
+    if (!p.is_object()) throw VerifyInputError("the payload is not an object");
+    auto text = [&](const char* k) {
+      if (!p.contains(k) || !p[k].is_string()) throw VerifyInputError(std::string("payload field '") + k + "' must be a string");
+      return p[k].get<std::string>();
+    };
+    const json& keys = p.value("keys", json());
+    const json& key_columns = p.value("key_columns", json());
+    if (!keys.is_array() || keys.empty() || static_cast<int64_t>(keys.size()) > kMaxRepairKeys) {
+      throw VerifyInputError("payload field 'keys' must be an array of 1 to " + std::to_string(kMaxRepairKeys) + " keys");
+    }
+    if (!key_columns.is_array() || key_columns.empty()) throw VerifyInputError("payload field 'key_columns' must be a non-empty array");
+    std::vector<std::string> kc;
+    for (const json& c : key_columns) {
+      if (!c.is_string() || !table::IsPlainIdentifier(c.get_ref<const std::string&>())) {
+        throw VerifyInputError("payload field 'key_columns' holds a bad column name");
+      }
+      kc.push_back(c.get<std::string>());
+    }
+    json values = p.value("params", json::object());
+    if (!values.is_object()) throw VerifyInputError("payload field 'params' must be an object");
+    std::string filter;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const json& k = keys[i];
+      if (!k.is_array() || k.size() != kc.size()) throw VerifyInputError("key " + std::to_string(i) + " has the wrong shape");
+      std::string term;
+      for (size_t j = 0; j < kc.size(); ++j) {
+        if (!(k[j].is_string() || k[j].is_number_integer())) {
+          throw VerifyInputError("key " + std::to_string(i) + " holds " + JsonKind(k[j]));
+        }
+        std::string field = kRepairKeyPrefix + std::to_string(i) + "_" + std::to_string(j);
+        if (values.contains(field)) throw VerifyInputError("params must not use the name " + field);
+        values[field] = k[j];
+        term += (j > 0 ? " AND `" : "`") + kc[j] + "` = :" + field;
+      }
+      filter += (i > 0 ? " OR (" : "(") + term + ")";
+    }
+    json spec_params = {{"source", text("source")},
+                        {"target", text("target")},
+                        {"table", text("table")},
+                        {"where", "(" + text("where") + ") AND (" + filter + ")"},
+                        {"delete_missing", true}};
+    if (p.contains("columns")) spec_params["columns"] = p["columns"];
+    StepSpec spec;
+    spec.name = name_;
+    spec.type = "table_sync";
+    spec.params = std::move(spec_params);
+    return {MakeTableSyncStep(spec), std::move(values)};
+  }
+
+  const std::string name_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+TableCheck ParseTableCheck(const StepSpec& spec, const char* type) {
+  static const std::set<std::string> kKeys = {"source", "target", "table", "where", "chunk_size",
+                                              "columns", "delete_missing", "undo_retention_days", "on_conflict"};
+  if (!spec.params.is_object()) Fail(spec, type, "params must be an object");
+  // A table_sync step's own factory checks its keys (which may grow); a table_verify
+  // step is checked here.
+  for (const auto& [key, _] : spec.params.items()) {
+    if (kKeys.count(key) == 0 && std::string_view(type) != "table_sync") {
+      Fail(spec, type, "unknown key '" + Printable(key) + "'");
+    }
+  }
+  TableCheck c;
+  c.step = spec.name;
+  c.source = StringKey(spec, type, "source");
+  c.target = StringKey(spec, type, "target");
+  if (c.source == c.target) Fail(spec, type, "'source' and 'target' are the same datasource");
+  c.table = StringKey(spec, type, "table");
+  if (!table::IsPlainIdentifier(c.table)) Fail(spec, type, "'table' must be a plain identifier");
+  c.where_text = StringKey(spec, type, "where");
+  try {
+    c.where = table::CompileWhere(c.where_text);
+  } catch (const table::WhereError& e) {
+    Fail(spec, type, std::string("'where' ") + e.what());
+  }
+  if (auto it = spec.params.find("columns"); it != spec.params.end()) {
+    if (!it->is_array() || it->empty()) Fail(spec, type, "'columns' must be a non-empty array of column names");
+    for (const json& n : *it) {
+      if (!n.is_string() || !table::IsPlainIdentifier(n.get_ref<const std::string&>())) {
+        Fail(spec, type, "'columns' has a bad column name " + Printable(n.dump()));
+      }
+      c.columns.push_back(n.get<std::string>());
+    }
+  }
+  if (auto it = spec.params.find("chunk_size"); it != spec.params.end()) {
+    // Checked as table_sync checks it. A sync's chunk is bounded by the rows it holds
+    // in memory; a checksum range holds none, so verify ranges grow to kMaxChunkRows.
+    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > kMaxChunkRows) {
+      Fail(spec, type, "'chunk_size' must be an integer from 1 to " + std::to_string(kMaxChunkRows));
+    }
+  }
+  if (auto it = spec.params.find("delete_missing"); it != spec.params.end()) {
+    if (!it->is_boolean()) Fail(spec, type, "'delete_missing' must be true or false");
+    c.delete_missing = it->get<bool>();
+  }
+  return c;
+}
+
+TableCheck MakeTableCheck(const std::string& source, const std::string& target, const std::string& table_name,
+                          const std::string& where, const std::vector<std::string>& columns) {
+  TableCheck c;
+  c.source = source;
+  c.target = target;
+  if (source.empty() || target.empty()) throw VerifyInputError("both a source and a target datasource are needed");
+  if (source == target) throw VerifyInputError("source and target are the same datasource '" + Printable(source) + "'");
+  if (!table::IsPlainIdentifier(table_name)) {
+    throw VerifyInputError("table must be a plain identifier ([A-Za-z0-9_$], at most 64), got '" +
+                           Printable(table_name) + "'");
+  }
+  c.table = table_name;
+  c.where_text = where;
+  try {
+    c.where = table::CompileWhere(where);
+  } catch (const table::WhereError& e) {
+    throw VerifyInputError(std::string("where ") + e.what());
+  }
+  for (const std::string& n : columns) {
+    if (!table::IsPlainIdentifier(n)) throw VerifyInputError("bad column name '" + Printable(n) + "'");
+  }
+  c.columns = columns;
+  return c;
+}
+
+json TableDiff::KeyJson(const Row& key) const {
+  json out = json::array();
+  for (size_t i = 0; i < key.size(); ++i) {
+    const table::Cell& cell = key[i];
+    if (!cell) {
+      out.push_back(nullptr);
+      continue;
+    }
+    ColumnKind kind = i < key_kinds.size() ? key_kinds[i] : ColumnKind::kText;
+    if (kind == ColumnKind::kSigned) {
+      if (auto v = ParseInteger<int64_t>(*cell)) {
+        out.push_back(*v);
+        continue;
+      }
+    } else if (kind == ColumnKind::kUnsigned || kind == ColumnKind::kBit) {
+      if (auto v = ParseInteger<uint64_t>(*cell)) {
+        out.push_back(*v);
+        continue;
+      }
+    }
+    out.push_back(*cell);  // binary keys as hex
+  }
+  return out;
+}
+
+json TableDiff::ToJson(size_t max_keys) const {
+  auto list = [&](const std::vector<Row>& keys) {
+    json a = json::array();
+    for (size_t i = 0; i < keys.size() && i < max_keys; ++i) a.push_back(KeyJson(keys[i]));
+    return a;
+  };
+  json out = {{"table", table},
+              {"source", source},
+              {"target", target},
+              {"where", where},
+              {"key_columns", key_columns},
+              {"source_rows", source_rows},
+              {"target_rows", target_rows},
+              {"missing_in_target", list(missing)},
+              {"extra_in_target", list(extra)},
+              {"different", list(different)},
+              {"missing_in_target_total", missing_total},
+              {"extra_in_target_total", extra_total},
+              {"different_total", different_total},
+              {"chunks", chunks},
+              {"chunks_differing", chunks_differing},
+              {"equal", equal()}};
+  if (!step.empty()) out["step"] = step;
+  return out;
+}
+
+TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const json& values,
+                       const VerifyOptions& options) {
+  ConnectionPool& src = datasources.Get(check.source);
+  ConnectionPool& tgt = datasources.Get(check.target);
+  const TableSchema s = Describe(src, check.source, check.table);
+  const TableSchema t = Describe(tgt, check.target, check.table);
+  const std::vector<std::string> names = ColumnNames(check, s, t);
+  RequireFilterColumns(check, s);
+  RequireFilterColumns(check, t);
+  const auto src_inner = DescribeSubqueries(src, check.source, check);
+  const auto tgt_inner = DescribeSubqueries(tgt, check.target, check);
+  const table::BoundFilter src_filter{check.where.sql, FilterValues(check, values, s, src_inner)};
+  const table::BoundFilter tgt_filter{check.where.sql, FilterValues(check, values, t, tgt_inner)};
+  const ColumnSet src_cols(s, names), src_key(s, t.key), tgt_cols(t, names), tgt_key(t, t.key);
+  auto [src_uniform, tgt_uniform] = Both([&] { return UniformAsciiCollation(src, check.table, names); },
+                                         [&] { return UniformAsciiCollation(tgt, check.table, names); });
+  // Both sides hash alike (the same expression) unless both qualify for the fast one.
+  const bool cast_text = !(src_uniform && tgt_uniform);
+  const Side src_side{src, src_cols, src_key, src_filter, RowHashExpr(src_cols, cast_text)};
+  const Side tgt_side{tgt, tgt_cols, tgt_key, tgt_filter, RowHashExpr(tgt_cols, cast_text)};
+
+  TableDiff d;
+  d.step = check.step;
+  d.table = check.table;
+  d.source = check.source;
+  d.target = check.target;
+  d.where = check.where_text;
+  d.key_columns = t.key;
+  for (const std::string& k : t.key) d.key_kinds.push_back(t.Find(k)->kind);
+
+  // A table small enough to scan in one statement is first compared whole: equal
+  // tables (the usual answer) then cost one checksum statement per side.
+  const int64_t estimated_rows = src.Run("verify: table size", [&](Connection& c) {
+    return c.QueryInt(kTableRowsSql, check.table).value_or(0);
+  });
+  if (estimated_rows <= kWholeTableRows) {
+    const table::KeyRange all;
+    auto [a, b] = Both([&] { return Checksum(src_side, check.table, all); },
+                       [&] { return Checksum(tgt_side, check.table, all); });
+    if (a == b) {
+      d.chunks = 1;
+      d.source_rows = a.rows;
+      d.target_rows = b.rows;
+      return d;
+    }
+  }
+
+  table::ChunkSizer::Options sizing;
+  sizing.max_bytes = SIZE_MAX;  // a range's rows stay in the databases
+  table::ChunkSizer sizer(static_cast<size_t>(check.chunk_size), sizing);
+  std::optional<Row> lo;
+  for (;;) {
+    if (options.stop.stop_requested()) throw Error("verify of " + check.table + " was cancelled");
+    const auto started = std::chrono::steady_clock::now();
+    table::KeyRange range{lo, src.Run("verify: range boundary", [&](Connection& c) {
+                            return table::NthKeyAfter(c, check.table, src_key, src_filter, lo, sizer.next());
+                          })};
+    auto [a, b] = Both([&] { return Checksum(src_side, check.table, range); },
+                       [&] { return Checksum(tgt_side, check.table, range); });
+    ++d.chunks;
+    d.source_rows += a.rows;
+    d.target_rows += b.rows;
+    if (a != b) {
+      ++d.chunks_differing;
+      DiffRange(src_side, tgt_side, check.table, range, options, d);
+    }
+    sizer.Observe(static_cast<size_t>(std::max<int64_t>(a.rows, 1)), std::chrono::steady_clock::now() - started, 0, 0);
+    if (!range.hi) break;
+    lo = range.hi;
+  }
+  spdlog::debug("VERIFY_TABLE table={} source={} target={} equal={} chunks={} differing={}", check.table,
+                check.source, check.target, d.equal(), d.chunks, d.chunks_differing);
+  return d;
+}
+
+json RepairPayload(const TableCheck& check, const json& values, const TableDiff& diff) {
+  const int64_t total = diff.missing_total + diff.extra_total + diff.different_total;
+  if (total > kMaxRepairKeys) {
+    throw VerifyInputError(std::to_string(total) + " keys of " + check.table + " differ; a repair syncs at most " +
+                           std::to_string(kMaxRepairKeys) + " (run the topic's sync instead)");
+  }
+  if (static_cast<int64_t>(diff.missing.size() + diff.extra.size() + diff.different.size()) != total) {
+    throw std::logic_error("RepairPayload: the diff does not hold every differing key");
+  }
+  for (ColumnKind k : diff.key_kinds) {
+    if (k == ColumnKind::kBinary) throw VerifyInputError("a repair of a table with a binary key is not supported");
+  }
+  json keys = json::array();
+  for (const auto* list : {&diff.missing, &diff.different, &diff.extra}) {
+    for (const Row& k : *list) keys.push_back(diff.KeyJson(k));
+  }
+  json params = json::object();
+  for (const std::string& name : check.where.params) {
+    if (values.is_object() && values.contains(name)) params[name] = values[name];
+  }
+  json p = {{"source", check.source}, {"target", check.target}, {"table", check.table},
+            {"where", check.where_text}, {"params", params}, {"key_columns", diff.key_columns},
+            {"keys", keys}};
+  if (!check.columns.empty()) p["columns"] = check.columns;
+  return p;
+}
+
+std::unique_ptr<StepHandler> MakeTableVerifyStep(const StepSpec& spec) {
+  return std::make_unique<TableVerifyStep>(ParseTableCheck(spec, "table_verify"));
+}
+
+std::unique_ptr<StepHandler> MakeTableRepairStep(const StepSpec& spec) {
+  if (!spec.params.is_object() || !spec.params.empty()) {
+    throw ConfigError("config: step '" + Printable(spec.name) +
+                      "' (table_repair): takes no keys (what to repair comes from the event payload)");
+  }
+  return std::make_unique<TableRepairStep>(spec.name);
+}
+
+}  // namespace dsync::saga
