@@ -610,8 +610,12 @@ HttpServer::Reply HttpServer::CreateBatch(const Request& req) {
   json body = ParseJsonBody(req.body);
   if (!body.is_object()) throw UsageError("the batch must be a JSON object {batch_code, events}");
   for (const auto& [key, _] : body.items()) {
-    if (key != "batch_code" && key != "events") throw UsageError("unknown field (expected batch_code, events)");
+    if (key != "batch_code" && key != "events" && key != "on_complete") {
+      throw UsageError("unknown field (expected batch_code, events, on_complete)");
+    }
   }
+  std::optional<OnComplete> on_complete;
+  if (auto oc = body.find("on_complete"); oc != body.end() && !oc->is_null()) on_complete = ParseOnComplete(*oc);
   auto code = body.find("batch_code");
   if (code == body.end() || !code->is_string()) throw UsageError("batch_code must be a string");
   auto list = body.find("events");
@@ -625,7 +629,7 @@ HttpServer::Reply HttpServer::CreateBatch(const Request& req) {
       throw UsageError("events[" + std::to_string(i) + "]: " + e.what());
     }
   }
-  BatchResult r = store_.ProduceBatch(code->get<std::string>(), std::move(events));
+  BatchResult r = store_.ProduceBatch(code->get<std::string>(), std::move(events), on_complete);
   return {r.created > 0 ? 201 : 200,
           Dump(json{{"batch_code", r.batch_code}, {"created", r.created}, {"existing", r.existing}})};
 }
@@ -874,6 +878,17 @@ std::string HttpServer::RenderMetrics() {
     w.Sample("dsync_event_reset_races_total", none, static_cast<double>(s.reset_races));
     resets.emplace_back("node_offline", s.resets_node_offline);
     resets.emplace_back("timed_out", s.resets_timed_out);
+    w.Family("dsync_retention_removed_total",
+             "Finished events and steps removed (deleted or archived) by this process's retention passes.",
+             Type::kCounter);
+    w.Sample("dsync_retention_removed_total", {{"table", "event"}}, static_cast<double>(s.retention.events_removed));
+    w.Sample("dsync_retention_removed_total", {{"table", "step"}}, static_cast<double>(s.retention.steps_removed));
+    w.Family("dsync_retention_passes_total", "Retention passes, by result.", Type::kCounter);
+    w.Sample("dsync_retention_passes_total", {{"result", "ok"}}, static_cast<double>(s.retention.passes));
+    w.Sample("dsync_retention_passes_total", {{"result", "failed"}}, static_cast<double>(s.retention.failures));
+    w.Family("dsync_batches_completed_total", "Completion events of finished batches produced by this process.",
+             Type::kCounter);
+    w.Sample("dsync_batches_completed_total", none, static_cast<double>(s.batches_completed));
   }
   if (sources_.consumer != nullptr) {
     consumer::ConsumerStats& c = *sources_.consumer;

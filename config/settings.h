@@ -44,7 +44,20 @@ struct DispatcherSettings {
   Millis lease_ttl{10000};            // dispatcher.lease_ttl_ms
   int batch_size = 500;               // dispatcher.batch_size
   bool wakeups = true;                // dispatcher.wakeups: wake nodes, accept wake-ups
+  Millis batch_check_interval{1000};  // dispatcher.batch_check_interval_ms: completion of open batches
   std::string wakeup_listen = "127.0.0.1:0";  // dispatcher.wakeup_listen: UDP HOST:PORT (0: any port)
+};
+
+// Retention (docs/event-lifecycle.md "Retention"): the dispatcher leader removes
+// finished events and their steps, in batches, once they are this old.
+struct RetentionSettings {
+  bool enabled = true;                              // retention.enabled: false keeps everything
+  Millis finished_after{7LL * 24 * 3600 * 1000};    // retention.finished_after_ms: SUCCESS, COMPENSATED
+  Millis failed_after{30LL * 24 * 3600 * 1000};     // retention.failed_after_ms: FAILED
+  bool archive = false;                             // retention.archive: move to *_archive, not delete
+  int batch_size = 500;                             // retention.batch_size: events per transaction
+  Millis interval{60000};                           // retention.interval_ms: between passes
+  Millis batch_pause{20};                           // retention.batch_pause_ms: between batches of a pass
 };
 
 struct ConsumerSettings {
@@ -99,6 +112,7 @@ struct Settings {
   DispatcherSettings dispatcher;
   ConsumerSettings consumer;
   ApiSettings api;
+  RetentionSettings retention;
   std::map<std::string, TopicSettings> topics;
 
   // Cross-field rules. Throws ConfigError with a one-line reason.
