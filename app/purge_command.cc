@@ -75,7 +75,7 @@ int RunPurge(const Invocation& inv) {
   } else {
     SystemClock clock;
     events::Purger purger(archive, s.retention.batch_size);
-    counts = dispatcher::Retention::Purge(*pool, clock, purger, selector, Millis(0), std::stop_token(),
+    counts = dispatcher::Retention::Purge(*pool, clock, purger, selector, Millis(0), 0, std::stop_token(),
                                           [] { return true; });
     nodes = registry.Purge();
   }

@@ -194,7 +194,7 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "retention.batch_pause_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
      .field = [](const Target& t) -> FieldRef { return &t.settings->retention.batch_pause; },
      .default_text = "20", .env = "DSYNC_RETENTION_BATCH_PAUSE_MS",
-     .doc = "Pause between two batches of a pass, leaving the database to dispatch."},
+     .doc = "Least pause between two batches of a pass; the pause is also at least 3 times what the last batch took, so a pass keeps the database busy at most a quarter of the time and backs off when it is slow."},
 
     // consumer
     {.path = "consumer.poll_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,

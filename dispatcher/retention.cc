@@ -1,19 +1,30 @@
 #include "dispatcher/retention.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 namespace dsync::dispatcher {
+namespace {
+
+// A leader's pass pauses after each batch at least this many times as long as the
+// batch took: it keeps the database busy at most a quarter of the time, and backs off
+// by itself when the database is slow (loaded), so dispatching keeps its speed.
+constexpr int kPausePerWork = 3;
+
+}  // namespace
 
 Retention::Retention(storage::ConnectionPool& pool, Clock& clock, RetentionSettings settings)
     : pool_(pool), clock_(clock), settings_(settings), purger_(settings.archive, settings.batch_size) {}
 
 events::PurgeCounts Retention::Purge(storage::ConnectionPool& pool, Clock& clock, events::Purger& purger,
-                                     const events::PurgeSelector& selector, Millis pause, std::stop_token stop,
-                                     const std::function<bool()>& keep_going) {
+                                     const events::PurgeSelector& selector, Millis pause, int pause_per_work,
+                                     std::stop_token stop, const std::function<bool()>& keep_going) {
   events::PurgeCounts total;
   events::PurgeCursor cursor =
       pool.Run("retention bound", [&](storage::Connection& c) { return purger.Begin(c, selector); });
   while (!cursor.done && !stop.stop_requested() && keep_going()) {
+    const Clock::TimePoint started = clock.Now();
     std::vector<int64_t> ids = pool.Run("retention scan", [&](storage::Connection& c) {
       return purger.NextCandidates(c, selector, cursor);
     });
@@ -21,7 +32,9 @@ events::PurgeCounts Retention::Purge(storage::ConnectionPool& pool, Clock& clock
     total += pool.Transact("retention batch", [&](storage::Connection& c) {
       return purger.RemoveBatch(c, selector, cursor, ids);
     });
-    if (!cursor.done && pause.count() > 0 && !clock.SleepFor(pause, stop)) break;
+    const Millis worked = std::chrono::duration_cast<Millis>(clock.Now() - started);
+    const Millis wait = std::max(pause, worked * pause_per_work);
+    if (!cursor.done && wait.count() > 0 && !clock.SleepFor(wait, stop)) break;
   }
   return total;
 }
@@ -30,9 +43,9 @@ events::PurgeCounts Retention::RunPass(std::stop_token stop, const std::function
   events::PurgeCounts total;
   try {
     total += Purge(pool_, clock_, purger_, {{"SUCCESS", "COMPENSATED"}, settings_.finished_after},
-                   settings_.batch_pause, stop, keep_going);
-    total += Purge(pool_, clock_, purger_, {{"FAILED"}, settings_.failed_after}, settings_.batch_pause, stop,
-                   keep_going);
+                   settings_.batch_pause, kPausePerWork, stop, keep_going);
+    total += Purge(pool_, clock_, purger_, {{"FAILED"}, settings_.failed_after}, settings_.batch_pause,
+                   kPausePerWork, stop, keep_going);
   } catch (...) {
     ++failures_;
     events_ += static_cast<uint64_t>(total.events);

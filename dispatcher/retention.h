@@ -1,7 +1,8 @@
 // Retention as the dispatcher leader applies it (config `retention`), and `dsync purge`
 // on demand: passes of events::Purger batches (events/purge.h) with a pause between
 // batches, so a pass never holds a lock longer than one small transaction and leaves
-// the database to dispatch in between.
+// the database to dispatch in between (at least retention.batch_pause_ms, and at least
+// three times as long as the batch took: the pass backs off when the database is busy).
 //
 //   dispatcher::Retention retention(pool, clock, settings.retention);
 //   events::PurgeCounts removed = retention.RunPass(stop, [&] { return locker.is_leader(); });
@@ -42,11 +43,14 @@ class Retention {
   // One pass (see above). Throws DbError (batches committed before stay committed).
   events::PurgeCounts RunPass(std::stop_token stop, const std::function<bool()>& keep_going);
 
-  // Purges one selector to its end: batches of `batch` events, `pause` between them.
-  // Used by RunPass and by `dsync purge`. Throws DbError.
+  // Purges one selector to its end, batch after batch, pausing between two batches for
+  // `pause` or `pause_per_work` times as long as the batch took, whichever is longer
+  // (RunPass: retention.batch_pause_ms and 3, so a pass keeps the database busy at
+  // most a quarter of the time and slows down by itself when the database is slow;
+  // `dsync purge`: 0 and 0, full speed). Throws DbError.
   static events::PurgeCounts Purge(storage::ConnectionPool& pool, Clock& clock, events::Purger& purger,
-                                   const events::PurgeSelector& selector, Millis pause, std::stop_token stop,
-                                   const std::function<bool()>& keep_going);
+                                   const events::PurgeSelector& selector, Millis pause, int pause_per_work,
+                                   std::stop_token stop, const std::function<bool()>& keep_going);
 
   const RetentionSettings& settings() const { return settings_; }
   RetentionStats stats() const;

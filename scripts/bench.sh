@@ -710,8 +710,7 @@ purge_rows=${DSYNC_BENCH_PURGE_ROWS:-1000000}
 section_purge() {
   echo "== purge: $purge_rows finished events (1 step each) purged in batches during a 1-step burn-down of $events events"
   echo "   machine load before: $(uptime)"
-  start_server
-  local r t0 t1 offs=() ons=() removed=() ratio_runs=()
+  local r t0 t1 offs=() ons=() removed=() ratio_runs=() mode
   root_sql "SET GLOBAL max_allowed_packet = 268435456"
   for r in $(seq 1 "$runs"); do
     new_schema "purge_$r"
@@ -729,18 +728,22 @@ section_purge() {
          FROM seq_1_to_$purge_rows"
     t1=$(now_s)
     echo "   run $r: seeded $purge_rows events + $purge_rows steps in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
-    purge_burndown off "$r"
-    offs+=("$purge_rate")
-    echo "   run $r: without purge $purge_rate events/s"
-    purge_burndown on "$r"
-    ons+=("$purge_rate")
-    removed+=("$purge_removed")
+    # Alternate which goes first, so a drift of the machine's load favours neither.
+    for mode in $( ((r % 2)) && echo "off on" || echo "on off"); do
+      purge_burndown "$mode" "$r"
+      if [[ $mode == off ]]; then
+        offs+=("$purge_rate")
+        echo "   run $r: without purge $purge_rate events/s"
+      else
+        ons+=("$purge_rate")
+        removed+=("$purge_removed")
+        echo "   run $r: with purge $purge_rate events/s; the purge removed $purge_removed events meanwhile" \
+             "(left: $(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'old-%'"))"
+      fi
+    done
     ratio_runs+=("$(awk -v a="${ons[-1]}" -v b="${offs[-1]}" 'BEGIN { printf "%.2f", a / b }')")
-    echo "   run $r: with purge $purge_rate events/s; the purge removed $purge_removed events meanwhile" \
-         "(left: $(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'old-%'"))"
     drop_schema
   done
-  stop_server
   local off on
   off=$(printf '%s\n' "${offs[@]}" | median)
   on=$(printf '%s\n' "${ons[@]}" | median)

@@ -69,7 +69,7 @@ void SeedMix(TestSchema& db) {
 events::PurgeCounts PurgeAll(TestSchema& db, bool archive, const events::PurgeSelector& selector, int batch) {
   SystemClock clock;
   events::Purger purger(archive, batch);
-  return Retention::Purge(db.pool(), clock, purger, selector, Millis(0), std::stop_token(), [] { return true; });
+  return Retention::Purge(db.pool(), clock, purger, selector, Millis(0), 0, std::stop_token(), [] { return true; });
 }
 
 TEST(RetentionTest, PurgeRemovesOnlyTerminalEventsOlderThanTheBoundWithTheirSteps) {
