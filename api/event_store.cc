@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "dispatcher/lease_lock.h"
 #include "events/assign.h"
+#include "events/batches.h"
 #include "events/produce.h"
 #include "events/retry.h"
 #include "registry/node_directory.h"
@@ -365,8 +366,47 @@ ProduceResult EventStore::Produce(const NewEvent& e) {
   return result;
 }
 
-BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<NewEvent> events) {
+OnComplete ParseOnComplete(const nlohmann::json& body) {
+  if (!body.is_object()) throw UsageError("on_complete must be a JSON object {topic, payload?, tenant_id?}");
+  OnComplete o;
+  for (const auto& [key, value] : body.items()) {
+    if (key == "topic") {
+      if (!value.is_string()) throw UsageError("on_complete.topic must be a string");
+      o.topic = value.get<std::string>();
+    } else if (key == "payload") {
+      if (!value.is_object()) throw UsageError("on_complete.payload must be a JSON object");
+      o.payload = value;
+    } else if (key == "tenant_id") {
+      if (!value.is_string()) throw UsageError("on_complete.tenant_id must be a string");
+      o.tenant_id = value.get<std::string>();
+    } else {
+      throw UsageError("on_complete: unknown field (expected topic, payload, tenant_id)");
+    }
+  }
+  if (o.topic.empty()) throw UsageError("on_complete.topic is required");
+  return o;
+}
+
+BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<NewEvent> events,
+                                     const std::optional<OnComplete>& on_complete) {
   RequireText("batch code", batch_code, 1, 64);
+  std::optional<events::BatchCompletionRow> completion;
+  if (on_complete) {
+    // Checked as the event it will become (topic configured, sizes, payload object).
+    NewEvent probe;
+    probe.code = events::CompletionCode(batch_code);
+    probe.topic = on_complete->topic;
+    probe.tenant_id = on_complete->tenant_id;
+    probe.data_id = batch_code;
+    probe.payload = on_complete->payload;
+    try {
+      Validate(probe);
+    } catch (const UsageError& err) {
+      throw UsageError(std::string("on_complete: ") + err.what());
+    }
+    completion = events::BatchCompletionRow{batch_code, on_complete->tenant_id, on_complete->topic,
+                                            on_complete->payload.dump(), std::nullopt};
+  }
   if (events.empty()) throw UsageError("the batch has no events");
   if (events.size() > kMaxBatchEvents) {
     throw UsageError("the batch has " + std::to_string(events.size()) + " events; at most " +
@@ -391,6 +431,7 @@ BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<
   for (const NewEvent& e : events) rows.push_back(EventValues(e, settings_.topics.at(e.topic)));
   BatchResult produced = pool_.Transact("produce batch", [&](storage::Connection& c) {
     const int existing = events::InsertEvents(c, rows);
+    if (completion) events::InsertBatchCompletion(c, *completion);
     return BatchResult{batch_code, static_cast<int>(rows.size()) - existing, existing};
   });
   if (produced.created > 0 && on_produced_) on_produced_();  // wake-ups (issue 19)

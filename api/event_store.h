@@ -88,6 +88,18 @@ struct ProduceResult {
   bool created = false;  // false: the code existed; `event` is the existing one
 };
 
+// A batch's completion event (events/batches.h): produced by the dispatcher leader
+// once every event of the batch is terminal, with the batch's counts by status added
+// to `payload` under "batch".
+struct OnComplete {
+  std::string topic;  // a configured topic
+  nlohmann::json payload = nlohmann::json::object();
+  std::string tenant_id = "0";
+};
+
+// Reads {topic, payload?, tenant_id?}; unknown fields are rejected. Throws UsageError.
+OnComplete ParseOnComplete(const nlohmann::json& body);
+
 struct BatchResult {
   std::string batch_code;
   int created = 0;
@@ -183,7 +195,12 @@ class EventStore {
   // Many events under one batch code, in one transaction (all validated first; any
   // invalid event rejects the whole batch with its index in the message). Codes that
   // exist already are left untouched and counted as existing. At most 10,000 events.
-  BatchResult ProduceBatch(const std::string& batch_code, std::vector<NewEvent> events);
+  // With `on_complete`, the batch's completion event is recorded in the same
+  // transaction (distribute_batch; a batch already recorded keeps its first one):
+  // call it with the batch's last events, when earlier ones were produced by earlier
+  // calls.
+  BatchResult ProduceBatch(const std::string& batch_code, std::vector<NewEvent> events,
+                           const std::optional<OnComplete>& on_complete = std::nullopt);
 
   // Called after Produce/ProduceBatch committed new events (the dispatcher's wake-up,
   // dispatcher/dispatcher_waker.h). Set once, before use.

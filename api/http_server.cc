@@ -479,8 +479,12 @@ HttpServer::Reply HttpServer::CreateBatch(const Request& req) {
   json body = ParseJsonBody(req.body);
   if (!body.is_object()) throw UsageError("the batch must be a JSON object {batch_code, events}");
   for (const auto& [key, _] : body.items()) {
-    if (key != "batch_code" && key != "events") throw UsageError("unknown field (expected batch_code, events)");
+    if (key != "batch_code" && key != "events" && key != "on_complete") {
+      throw UsageError("unknown field (expected batch_code, events, on_complete)");
+    }
   }
+  std::optional<OnComplete> on_complete;
+  if (auto oc = body.find("on_complete"); oc != body.end() && !oc->is_null()) on_complete = ParseOnComplete(*oc);
   auto code = body.find("batch_code");
   if (code == body.end() || !code->is_string()) throw UsageError("batch_code must be a string");
   auto list = body.find("events");
@@ -494,7 +498,7 @@ HttpServer::Reply HttpServer::CreateBatch(const Request& req) {
       throw UsageError("events[" + std::to_string(i) + "]: " + e.what());
     }
   }
-  BatchResult r = store_.ProduceBatch(code->get<std::string>(), std::move(events));
+  BatchResult r = store_.ProduceBatch(code->get<std::string>(), std::move(events), on_complete);
   return {r.created > 0 ? 201 : 200,
           Dump(json{{"batch_code", r.batch_code}, {"created", r.created}, {"existing", r.existing}})};
 }

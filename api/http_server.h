@@ -13,8 +13,10 @@
 //   POST /v1/events                {code, topic, tenant_id, data_id, payload?, priority?,
 //                                   delay_ms?, trace_id?} -> 201 + event, or 200 + the
 //                                   existing event when the code exists (idempotent)
-//   POST /v1/batches               {batch_code, events: [...]} -> 201 {batch_code, created,
-//                                   existing} (200 when every code existed); one transaction
+//   POST /v1/batches               {batch_code, events: [...], on_complete?: {topic, payload?,
+//                                   tenant_id?}} -> 201 {batch_code, created, existing} (200 when
+//                                   every code existed); one transaction; on_complete: one
+//                                   completion event once all are terminal (events/batches.h)
 //   GET  /v1/batches/{code}        progress: {batch_code, total, by_status, terminal, percent_done}
 //   GET  /v1/events?topic=&status=&limit=&after=
 //                                  {events: [...], next: "<cursor>" | null}, newest first;

@@ -45,5 +45,9 @@ int RunEvents(const Invocation& inv);
 int RunRetry(const Invocation& inv);
 int RunDrain(const Invocation& inv);
 int RunNodes(const Invocation& inv);
+// Retention on demand (app/purge_command.cc).
+int RunPurge(const Invocation& inv);
+// "90s", "15m", "12h", "7d", "500ms" -> milliseconds. Throws UsageError naming --<name>.
+Millis ParseDuration(const std::string& name, const std::string& text);
 
 }  // namespace dsync::app

@@ -197,10 +197,14 @@ int RunNode(const Invocation& inv) {
 
 // --- dispatcher ------------------------------------------------------------
 
+// One per thread of dispatcher::DispatcherService (lease, dispatch, sweep, retention,
+// batches) and one for the wake-up listener's lookups.
+constexpr int kDispatcherConnections = 6;
+
 int RunDispatcher(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
   SetupLogging(s.log_level, "dispatcher");
-  auto pool = OpenDatabase(s, 4);
+  auto pool = OpenDatabase(s, kDispatcherConnections);
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
   dispatcher::DispatcherService service(*pool, s, clock);
@@ -249,7 +253,7 @@ int RunAll(const Invocation& inv) {
   consumer::ConsumerOptions options = NodeOptions(inv, s);
   SetupLogging(s.log_level, "all");
   const std::map<std::string, TopicSettings> topics = BuildableTopics(s, options);
-  auto pool = OpenDatabase(s, NodeConnections(s.consumer.capacity) + 4 + kApiThreads);
+  auto pool = OpenDatabase(s, NodeConnections(s.consumer.capacity) + kDispatcherConnections + kApiThreads);
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
   dispatcher::DispatcherService dispatcher(*pool, s, clock);
@@ -356,6 +360,9 @@ const std::vector<CommandSpec>& Commands() {
         {"file", true, "JSON-lines file of events ('-' = stdin); every line is checked before any is written"},
         {"batch", true, "batch code for --file (default generated; progress: dsync events --batch CODE)"},
         {"batch-size", true, "events per transaction with --file (default 1000)"},
+        {"on-complete-topic", true, "with --file: produce one completion event of this topic once every event "
+                                    "of the batch is terminal (payload gets the batch's counts under \"batch\")"},
+        {"on-complete-payload", true, "JSON object for the completion event (default {})"},
         kJsonOption}},
       {"events",
        "list events newest first (filters, keyset paging), a batch's progress, or one event with "
@@ -391,6 +398,18 @@ const std::vector<CommandSpec>& Commands() {
        {{"all", false, "include offline and stale rows"}, {"service", true, "service name"}, kJsonOption}},
       {"sweep", "mark nodes with stale heartbeats offline and purge long-dead rows, once", "", 0, 0, {}},
       VerifyCommandSpec(),
+      {"purge",
+       "remove finished events (SUCCESS, COMPENSATED, FAILED) and their steps older than a bound, in small "
+       "batches, and registry rows silent longer than registry.purge_after_ms; prints the counts",
+       "",
+       0,
+       0,
+       {{"older-than", true, "DURATION since the event finished: a number and ms, s, m, h or d (e.g. 7d)"},
+        {"status", true, "only these terminal statuses (comma-separated; default SUCCESS,COMPENSATED,FAILED)"},
+        {"archive", false, "move the rows to distribute_event_archive / distribute_event_step_archive "
+                           "(default retention.archive)"},
+        {"dry-run", false, "count what would be removed; write nothing"},
+        kJsonOption}},
   };
   return kCommands;
 }
@@ -418,6 +437,7 @@ int RunCommand(const Invocation& inv) {
   if (inv.command == "serve") return RunServe(inv);
   if (inv.command == "all") return RunAll(inv);
   if (inv.command == "sweep") return RunSweep(inv);
+  if (inv.command == "purge") return RunPurge(inv);
   if (inv.command == "produce") return RunProduce(inv);
   if (inv.command == "events") return RunEvents(inv);
   if (inv.command == "retry") return RunRetry(inv);

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dispatcher/dispatcher_waker.h"
+#include "events/batches.h"
 
 namespace dsync::app {
 namespace {
@@ -135,10 +136,29 @@ int RunProduceFile(const Invocation& inv, Store& s, const std::string& file) {
     }
   }
   const std::string batch = inv.Get("batch").value_or(GeneratedBatchCode());
+  // The completion event rides with the last transaction: when its row becomes
+  // visible, every event of the batch is in.
+  std::optional<api::OnComplete> on_complete;
+  if (auto topic = inv.Get("on-complete-topic")) {
+    nlohmann::json payload = nlohmann::json::object();
+    if (auto p = inv.Get("on-complete-payload")) {
+      payload = nlohmann::json::parse(*p, nullptr, false);
+      if (payload.is_discarded() || !payload.is_object()) {
+        throw UsageError("--on-complete-payload must be a JSON object");
+      }
+    }
+    on_complete = api::OnComplete{*topic, std::move(payload), "0"};
+    // Checked before any event is written.
+    s.store->Validate({events::CompletionCode(batch), *topic, "0", batch, on_complete->payload, {}, 0, "", ""});
+  } else if (inv.Get("on-complete-payload")) {
+    throw UsageError("--on-complete-payload needs --on-complete-topic");
+  }
   api::BatchResult total{batch, 0, 0};
   for (size_t start = 0; start < events.size(); start += batch_size) {
     size_t end = std::min(events.size(), start + batch_size);
-    auto r = s.store->ProduceBatch(batch, {events.begin() + start, events.begin() + end});
+    const bool last = end == events.size();
+    auto r = s.store->ProduceBatch(batch, {events.begin() + start, events.begin() + end},
+                                   last ? on_complete : std::nullopt);
     total.created += r.created;
     total.existing += r.existing;
   }
@@ -161,7 +181,9 @@ int RunProduce(const Invocation& inv) {
   dispatcher::DispatcherWaker waker(*s.pool, s.settings.service, clock);
   if (s.settings.dispatcher.wakeups) s.store->OnProduced([&waker] { waker.Wake(); });
   if (auto file = inv.Get("file")) return RunProduceFile(inv, s, *file);
-  if (inv.Get("batch") || inv.Get("batch-size")) throw UsageError("--batch and --batch-size need --file");
+  if (inv.Get("batch") || inv.Get("batch-size") || inv.Get("on-complete-topic") || inv.Get("on-complete-payload")) {
+    throw UsageError("--batch, --batch-size and --on-complete-* need --file");
+  }
   api::NewEvent e = EventFromFlags(inv);
   auto result = s.store->Produce(e);
   if (inv.Flag("json")) {

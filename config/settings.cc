@@ -151,11 +151,50 @@ constexpr KeyDescriptor kKeys[] = {
      .doc = "Send a wake-up datagram (UDP) to each node right after assigning it events, and "
             "accept wake-ups from producers and nodes (the address is published in the lease "
             "row). false: polling only."},
+    {.path = "dispatcher.batch_check_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.batch_check_interval; },
+     .default_text = "1000", .env = "DSYNC_DISPATCHER_BATCH_CHECK_INTERVAL_MS",
+     .doc = "How often the leader checks open batches that name a completion event "
+            "(distribute_batch): one GROUP BY per open batch."},
+
     {.path = "dispatcher.wakeup_listen", .scope = Scope::kSettings, .kind = Kind::kString,
      .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.wakeup_listen; },
      .min = 1, .default_text = "\"127.0.0.1:0\"", .env = "DSYNC_DISPATCHER_WAKEUP_LISTEN",
      .doc = "UDP HOST:PORT the dispatcher receives wake-ups on; port 0 picks a free one. "
             "Loopback by default: only producers and nodes on this machine can wake it."},
+
+    // retention
+    {.path = "retention.enabled", .scope = Scope::kSettings, .kind = Kind::kBool,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.enabled; },
+     .default_text = "true", .env = "DSYNC_RETENTION_ENABLED",
+     .doc = "The dispatcher leader removes finished events (and their steps) older than the "
+            "bounds below. false: keep everything (dsync purge still works on demand)."},
+    {.path = "retention.finished_after_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.finished_after; },
+     .default_text = "604800000", .env = "DSYNC_RETENTION_FINISHED_AFTER_MS",
+     .doc = "SUCCESS and COMPENSATED events are kept this long after they finished (7 days)."},
+    {.path = "retention.failed_after_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.failed_after; },
+     .default_text = "2592000000", .env = "DSYNC_RETENTION_FAILED_AFTER_MS",
+     .doc = "FAILED events are kept this long after they failed (30 days)."},
+    {.path = "retention.archive", .scope = Scope::kSettings, .kind = Kind::kBool,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.archive; },
+     .default_text = "false", .env = "DSYNC_RETENTION_ARCHIVE",
+     .doc = "true: move removed rows to distribute_event_archive / distribute_event_step_archive "
+            "(same columns; view v_events_all) instead of deleting them."},
+    {.path = "retention.batch_size", .scope = Scope::kSettings, .kind = Kind::kInteger,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.batch_size; },
+     .min = 1, .max = 10000, .default_text = "500", .env = "DSYNC_RETENTION_BATCH_SIZE",
+     .doc = "Events removed per transaction (their steps with them): bounds each statement's "
+            "rows and locks. 1 to 10000."},
+    {.path = "retention.interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.interval; },
+     .default_text = "60000", .env = "DSYNC_RETENTION_INTERVAL_MS",
+     .doc = "Pause between two retention passes of the leader."},
+    {.path = "retention.batch_pause_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.batch_pause; },
+     .default_text = "20", .env = "DSYNC_RETENTION_BATCH_PAUSE_MS",
+     .doc = "Least pause between two batches of a pass; the pause is also at least 3 times what the last batch took, so a pass keeps the database busy at most a quarter of the time and backs off when it is slow."},
 
     // consumer
     {.path = "consumer.poll_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,

@@ -46,7 +46,20 @@ struct DispatcherSettings {
   Millis lease_ttl{10000};            // dispatcher.lease_ttl_ms: lease lifetime (database clock), renewed every third. Default 10 s
   int batch_size = 500;               // dispatcher.batch_size: most events assigned per round, >= 1. Default 500
   bool wakeups = true;                // dispatcher.wakeups: wake nodes after assigning, accept wake-ups. Default true
+  Millis batch_check_interval{1000};  // dispatcher.batch_check_interval_ms: how often the leader checks open batches for completion. Default 1 s
   std::string wakeup_listen = "127.0.0.1:0";  // dispatcher.wakeup_listen: UDP HOST:PORT for wake-ups (0: any port). Default 127.0.0.1:0
+};
+
+// Retention (docs/event-lifecycle.md "Retention"): the dispatcher leader removes
+// finished events and their steps, in batches, once they are this old.
+struct RetentionSettings {
+  bool enabled = true;                              // retention.enabled: false keeps everything
+  Millis finished_after{7LL * 24 * 3600 * 1000};    // retention.finished_after_ms: SUCCESS, COMPENSATED
+  Millis failed_after{30LL * 24 * 3600 * 1000};     // retention.failed_after_ms: FAILED
+  bool archive = false;                             // retention.archive: move to *_archive, not delete
+  int batch_size = 500;                             // retention.batch_size: events per transaction
+  Millis interval{60000};                           // retention.interval_ms: between passes
+  Millis batch_pause{20};                           // retention.batch_pause_ms: between batches of a pass
 };
 
 struct ConsumerSettings {
@@ -101,6 +114,7 @@ struct Settings {
   DispatcherSettings dispatcher;      // dispatcher.*
   ConsumerSettings consumer;          // consumer.*
   ApiSettings api;                    // api.*
+  RetentionSettings retention;        // retention.*
   std::map<std::string, TopicSettings> topics;  // topics: name -> topic. Required when a file is given
 
   // Cross-field rules. Throws ConfigError with a one-line reason.

@@ -50,6 +50,17 @@ void WriteMetrics(const DispatcherStats& s, metrics::TextWriter& w) {
   w.Sample("dsync_event_reset_races_total", none, static_cast<double>(s.reset_races));
   events::WriteEventResets(w, "node_offline", s.resets_node_offline);
   events::WriteEventResets(w, "timed_out", s.resets_timed_out);
+  w.Family("dsync_retention_removed_total",
+           "Finished events and steps removed (deleted or archived) by this process's retention passes.",
+           Type::kCounter);
+  w.Sample("dsync_retention_removed_total", {{"table", "event"}}, static_cast<double>(s.retention.events_removed));
+  w.Sample("dsync_retention_removed_total", {{"table", "step"}}, static_cast<double>(s.retention.steps_removed));
+  w.Family("dsync_retention_passes_total", "Retention passes, by result.", Type::kCounter);
+  w.Sample("dsync_retention_passes_total", {{"result", "ok"}}, static_cast<double>(s.retention.passes));
+  w.Sample("dsync_retention_passes_total", {{"result", "failed"}}, static_cast<double>(s.retention.failures));
+  w.Family("dsync_batches_completed_total", "Completion events of finished batches produced by this process.",
+           Type::kCounter);
+  w.Sample("dsync_batches_completed_total", none, static_cast<double>(s.batches_completed));
 }
 
 }  // namespace dsync::dispatcher

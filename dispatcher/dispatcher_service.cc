@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "dispatcher/dispatcher_waker.h"
+#include "events/batches.h"
 
 namespace dsync::dispatcher {
 namespace {
@@ -42,7 +43,11 @@ DispatcherService::DispatcherService(storage::ConnectionPool& pool, const Settin
              WithWakeAddress(std::move(owner_id), wake_listener_ ? wake_listener_->address() : "")),
       locker_(lease_, clock, LockerOptionsFrom(settings.dispatcher), lease_.lock_name()),
       cycle_(pool, clock, PlannerConfigFromSettings(settings), CycleOptionsFrom(settings)),
-      sweeper_(pool, SweeperOptionsFromSettings(settings)) {
+      sweeper_(pool, SweeperOptionsFromSettings(settings)),
+      retention_(pool, clock, settings.retention),
+      batches_(pool, settings),
+      batch_check_interval_(settings.dispatcher.batch_check_interval),
+      pool_(pool) {
   if (settings.dispatcher.wakeups) {
     cycle_.OnAssigned([this](const std::vector<std::string>& nodes) {
       for (const auto& n : nodes) wake_sender_.Send(n);
@@ -60,16 +65,24 @@ void DispatcherService::Start() {
   if (wake_listener_) wake_listener_->Start([this] { wake_signal_.Notify(); });
   dispatch_thread_ = std::jthread([this](std::stop_token stop) { DispatchLoop(stop); });
   sweep_thread_ = std::jthread([this](std::stop_token stop) { SweepLoop(stop); });
+  retention_thread_ = std::jthread([this](std::stop_token stop) { RetentionLoop(stop); });
+  batch_thread_ = std::jthread([this](std::stop_token stop) { BatchLoop(stop); });
 }
 
 void DispatcherService::Stop() {
   if (!dispatch_thread_.joinable()) return;
   dispatch_thread_.request_stop();
   sweep_thread_.request_stop();
+  retention_thread_.request_stop();
+  batch_thread_.request_stop();
   dispatch_thread_.join();
   sweep_thread_.join();
+  retention_thread_.join();
+  batch_thread_.join();
   dispatch_thread_ = std::jthread();
   sweep_thread_ = std::jthread();
+  retention_thread_ = std::jthread();
+  batch_thread_ = std::jthread();
   locker_.Stop();
   if (wake_listener_) wake_listener_->Stop();
   const CycleStats cs = cycle_.stats();
@@ -126,6 +139,40 @@ void DispatcherService::SweepLoop(std::stop_token stop) {
   }
 }
 
+void DispatcherService::RetentionLoop(std::stop_token stop) {
+  const RetentionSettings& r = retention_.settings();
+  if (!r.enabled) return;
+  // The first pass waits one poll interval for leadership, not a whole retention
+  // interval: a fresh leader catches up at once.
+  Millis delay = dispatcher_settings_.poll_interval;
+  while (clock_.SleepFor(delay, stop)) {
+    delay = r.interval;
+    if (!locker_.is_leader()) {
+      delay = dispatcher_settings_.poll_interval * 5;
+      continue;
+    }
+    try {
+      retention_.RunPass(stop, [this] { return locker_.is_leader(); });
+      pool_.Run("purge completed batches", [&](storage::Connection& c) {
+        return events::PurgeCompletedBatches(c, r.finished_after, r.batch_size);
+      });
+    } catch (const std::exception& e) {
+      spdlog::warn("RETENTION_FAILED lock={} err={}", lease_.lock_name(), e.what());
+    }
+  }
+}
+
+void DispatcherService::BatchLoop(std::stop_token stop) {
+  while (clock_.SleepFor(batch_check_interval_, stop)) {
+    if (!locker_.is_leader()) continue;
+    try {
+      batches_.CheckOnce([this, &stop] { return !stop.stop_requested() && locker_.is_leader(); });
+    } catch (const std::exception& e) {
+      spdlog::warn("BATCH_CHECK_FAILED lock={} err={}", lease_.lock_name(), e.what());
+    }
+  }
+}
+
 DispatcherStats DispatcherService::stats() {
   DispatcherStats s;
   LockerStats l = locker_.stats();
@@ -154,6 +201,9 @@ DispatcherStats DispatcherService::stats() {
   s.resets_node_offline = w.resets_node_offline;
   s.resets_timed_out = w.resets_timed_out;
   s.reset_races = w.reset_races;
+  s.retention = retention_.stats();
+  s.batch_checks = batches_.checks();
+  s.batches_completed = batches_.completed();
   return s;
 }
 

@@ -9,7 +9,7 @@
 //   service.Stop();                      // stops the loops, releases the lease
 //   DispatcherStats s = service.stats(); // counters for metrics
 //
-// Threads (three, each holding at most one pooled connection at a time):
+// Threads (five, each holding at most one pooled connection at a time):
 //   - lease: dispatcher::Locker on lock "dispatcher:<service>", ttl
 //     dispatcher.lease_ttl_ms (renew at ttl/3, watchdog at ttl - ttl/5);
 //   - dispatch: DispatchCycle::RunOnce while leader, fenced by the lease token; then
@@ -18,7 +18,13 @@
 //     from dispatcher.poll_interval_ms to dispatcher.idle_interval_ms while nothing
 //     is due (and after consecutive failures), else poll_interval (NextDispatchDelay);
 //     polls leadership every poll_interval while a follower;
-//   - sweep: EventSweeper::SweepOnce every registry.sweep_interval_ms while leader.
+//   - sweep: EventSweeper::SweepOnce every registry.sweep_interval_ms while leader;
+//   - retention: Retention::RunPass every retention.interval_ms while leader (when
+//     retention.enabled), in batches of retention.batch_size with
+//     retention.batch_pause_ms between them, stopping when leadership is lost; then
+//     completed distribute_batch rows older than retention.finished_after_ms;
+//   - batches: BatchCompleter::CheckOnce every dispatcher.batch_check_interval_ms
+//     while leader (completion events of finished batches).
 // Wake-ups (dispatcher.wakeups, default on; core/wakeup.h): after each page's
 // assignments commit, one UDP datagram to each node that got events; and a UDP
 // listener on dispatcher.wakeup_listen (loopback, any port) whose address is published
@@ -42,10 +48,12 @@
 #include "config/settings.h"
 #include "core/clock.h"
 #include "core/wakeup.h"
+#include "dispatcher/batch_completer.h"
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/event_sweeper.h"
 #include "dispatcher/lease_lock.h"
 #include "dispatcher/locker.h"
+#include "dispatcher/retention.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::dispatcher {
@@ -76,6 +84,9 @@ struct DispatcherStats {
   uint64_t resets_node_offline = 0;
   uint64_t resets_timed_out = 0;
   uint64_t reset_races = 0;             // resets skipped: the event changed since read
+  RetentionStats retention;             // events and steps removed by retention passes
+  uint64_t batch_checks = 0;
+  uint64_t batches_completed = 0;       // completion events produced by this process
 };
 
 // The dispatcher's families of /metrics (lease, dispatch, sweeper; its reasons of
@@ -104,6 +115,8 @@ class DispatcherService {
  private:
   void DispatchLoop(std::stop_token stop);
   void SweepLoop(std::stop_token stop);
+  void RetentionLoop(std::stop_token stop);
+  void BatchLoop(std::stop_token stop);
   // The pause between cycles; a wake-up ends it early.
   bool Pause(Millis delay, std::stop_token stop);
 
@@ -119,8 +132,14 @@ class DispatcherService {
   Locker locker_;
   DispatchCycle cycle_;
   EventSweeper sweeper_;
+  Retention retention_;
+  BatchCompleter batches_;
+  const Millis batch_check_interval_;
+  storage::ConnectionPool& pool_;
   std::jthread dispatch_thread_;
   std::jthread sweep_thread_;
+  std::jthread retention_thread_;
+  std::jthread batch_thread_;
 };
 
 }  // namespace dsync::dispatcher

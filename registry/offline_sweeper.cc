@@ -16,6 +16,11 @@ constexpr const char* kPurgeSilent = R"(
 DELETE FROM distribute_node_registry
 WHERE last_heartbeat_time < NOW(3) - INTERVAL ? MICROSECOND)";
 
+// Params: purge_after in microseconds (int64).
+constexpr const char* kCountSilent = R"(
+SELECT COUNT(*) FROM distribute_node_registry
+WHERE last_heartbeat_time < NOW(3) - INTERVAL ? MICROSECOND)";
+
 int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
 
 }  // namespace
@@ -43,6 +48,12 @@ uint64_t OfflineSweeper::Purge() {
   });
   if (n > 0) spdlog::info("NODES_PURGED count={} purge_after_ms={}", n, purge_after_.count());
   return n;
+}
+
+uint64_t OfflineSweeper::CountPurgeable() {
+  return static_cast<uint64_t>(pool_.Run("count silent nodes", [&](storage::Connection& c) {
+    return c.QueryInt(kCountSilent, Micros(purge_after_)).value_or(0);
+  }));
 }
 
 SweepResult OfflineSweeper::Sweep() {

@@ -34,6 +34,8 @@ class OfflineSweeper {
   uint64_t MarkOffline();
   // Deletes rows whose last heartbeat is older than purge_after. Throws DbError.
   uint64_t Purge();
+  // How many rows Purge() would delete now (`dsync purge --dry-run`). Throws DbError.
+  uint64_t CountPurgeable();
   // Both.
   SweepResult Sweep();
 

@@ -79,6 +79,13 @@
 #             node per case); pt-table-sync (percona-toolkit) as the peer for the
 #             unchanged and 1 % cases of the 100k table; and (issue 14) `dsync verify`
 #             of two equal copies of the 100k table vs CHECKSUM TABLE of both
+#   purge     issue 16 retention: DSYNC_BENCH_PURGE_ROWS (1,000,000) finished events of
+#             10 days ago, one step each, built by INSERT ... SELECT from a seq table;
+#             then a 1-step burn-down of DSYNC_BENCH_EVENTS events (1 dispatcher + 4 nodes,
+#             as e2e) without retention, and again with the leader's retention pass
+#             deleting those rows in batches (retention.batch_size 500,
+#             batch_pause_ms 20) during the whole burn-down: both events/s, their
+#             ratio (target >= 0.90), and the rows the purge removed meanwhile
 #   pgboss    the peer: pg-boss (bench/pgboss, pinned) on a throwaway PostgreSQL with
 #             fsync and synchronous_commit on, 20,000 no-op jobs, 4 workers, batch fetch +
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
@@ -92,7 +99,7 @@
 # DSYNC_BENCH_SYSBENCH_S (20), DSYNC_BENCH_PGBOSS_BATCHES ("100 500"),
 # DSYNC_BENCH_CEILING_THREADS (4), DSYNC_BENCH_CEILING_BATCH (100),
 # DSYNC_BENCH_BUILD_DIR (build-bench), DSYNC_BENCH_SETTLE_S (90), DSYNC_BENCH_WAKEUPS (true),
-# DSYNC_BENCH_CAPACITIES ("8 16 64 256"), DSYNC_BENCH_IDLE_S (10).
+# DSYNC_BENCH_CAPACITIES ("8 16 64 256"), DSYNC_BENCH_IDLE_S (10), DSYNC_BENCH_PURGE_ROWS (1000000).
 #
 # Output: everything on stdout, and a copy in $build/bench-logs/<section>-<time>.log.
 # Don't edit this file while it runs: bash reads it as it goes.
@@ -101,7 +108,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss galera sync)
+sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss galera sync purge)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -676,6 +683,85 @@ section_capacity() {
   wakeups=$saved_wakeups
 }
 
+# -- purge: burn-down speed with and without the leader's retention pass running --
+# purge_burndown MODE RUN: one 1-step burn-down on the current schema; MODE on/off sets
+# retention.enabled. Sets $purge_rate (events/s) and $purge_removed (finished rows of
+# the seed removed between the first burn-down event created and the last finished).
+purge_burndown() {
+  local mode=$1 r=$2 enabled=false left0 left1 secs
+  [[ $mode == on ]] && enabled=true
+  new_work
+  write_config "$work/dsync.json"
+  # The retention keys, and a pass every second (each pass runs until no old row is left).
+  sed -i "s|\"topics\": {|\"retention\": { \"enabled\": $enabled, \"finished_after_ms\": 86400000, \"interval_ms\": 1000 },\n  \"topics\": {|" "$work/dsync.json"
+  start_cluster 4
+  sleep 1
+  if [[ $mode == on ]]; then
+    # The purge is under way before the burn-down starts.
+    wait_sql "SELECT COUNT(*) < $purge_rows FROM distribute_event WHERE code LIKE 'old-%'" 1 60 0.2
+  fi
+  left0=$(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'old-%'")
+  sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
+       SELECT 'bench', CONCAT('p$mode$r-', seq), CONCAT('d-', seq), 'E2E_1', '{}' FROM seq_1_to_$events"
+  wait_sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'p$mode$r-%' AND status = 'SUCCESS'" "$events" 900 0.5
+  left1=$(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'old-%'")
+  secs=$(sql "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(create_time), MAX(finished_time)) / 1e6
+              FROM distribute_event WHERE code LIKE 'p$mode$r-%'")
+  purge_rate=$(awk -v n="$events" -v s="$secs" 'BEGIN { printf "%.0f", n / s }')
+  purge_removed=$((left0 - left1))
+  if [[ $mode == on ]]; then
+    ((left1 > 0)) || echo "bench.sh: purge: the purge finished before the burn-down did (raise DSYNC_BENCH_PURGE_ROWS)" >&2
+    grep -h RETENTION_PASS "$work"/dispatcher.log | tail -1 || true
+  fi
+  stop_procs
+}
+
+purge_rows=${DSYNC_BENCH_PURGE_ROWS:-1000000}
+section_purge() {
+  echo "== purge: $purge_rows finished events (1 step each) purged in batches during a 1-step burn-down of $events events"
+  echo "   machine load before: $(uptime)"
+  local r t0 t1 offs=() ons=() removed=() ratio_runs=() mode
+  root_sql "SET GLOBAL max_allowed_packet = 268435456"
+  for r in $(seq 1 "$runs"); do
+    new_schema "purge_$r"
+    t0=$(now_s)
+    sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, status, create_time, finished_time,
+                                       started_time, assigned_time, node_address, attempt, version)
+         SELECT 'bench', CONCAT('old-', seq), CONCAT('d-', seq), 'E2E_1', '{}', 'SUCCESS',
+                NOW(3) - INTERVAL 10 DAY, NOW(3) - INTERVAL 10 DAY, NOW(3) - INTERVAL 10 DAY,
+                NOW(3) - INTERVAL 10 DAY, '127.0.0.1:7001', 1, 4
+         FROM seq_1_to_$purge_rows;
+         INSERT INTO distribute_event_step (tenant_id, code, job_code, sort, step_type, step_name, status, attempt,
+                                            started_at, executed_at)
+         SELECT 'bench', CONCAT('old-', seq, '#0'), CONCAT('old-', seq), 0, 'demo', 's1', 'SUCCESS', 1,
+                NOW(3) - INTERVAL 10 DAY, NOW(3) - INTERVAL 10 DAY
+         FROM seq_1_to_$purge_rows"
+    t1=$(now_s)
+    echo "   run $r: seeded $purge_rows events + $purge_rows steps in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
+    # Alternate which goes first, so a drift of the machine's load favours neither.
+    for mode in $( ((r % 2)) && echo "off on" || echo "on off"); do
+      purge_burndown "$mode" "$r"
+      if [[ $mode == off ]]; then
+        offs+=("$purge_rate")
+        echo "   run $r: without purge $purge_rate events/s"
+      else
+        ons+=("$purge_rate")
+        removed+=("$purge_removed")
+        echo "   run $r: with purge $purge_rate events/s; the purge removed $purge_removed events meanwhile" \
+             "(left: $(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'old-%'"))"
+      fi
+    done
+    ratio_runs+=("$(awk -v a="${ons[-1]}" -v b="${offs[-1]}" 'BEGIN { printf "%.2f", a / b }')")
+    drop_schema
+  done
+  local off on
+  off=$(printf '%s\n' "${offs[@]}" | median)
+  on=$(printf '%s\n' "${ons[@]}" | median)
+  result purge "rows=$purge_rows events=$events without_purge_events_per_s=$off with_purge_events_per_s=$on" \
+    "ratio=$(awk -v a="$on" -v b="$off" 'BEGIN { printf "%.2f", a / b }') ratio_runs=$(IFS=,; echo "${ratio_runs[*]}")" \
+    "purged_during_burndown=$(IFS=,; echo "${removed[*]}") runs=$runs load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+}
+
 # -- failover: kill -9 of a node holding 50 RUNNING events --
 section_failover() {
   local held=50 r secs=() detects=()
@@ -1207,4 +1293,6 @@ gf3=$(pick '^RESULT galera target=galera_failover steps=3 ' events_per_s)
 [[ -n $g1 && -n $gf1 ]] && echo "RATIO galera (all through member 1) / single server, 1-step = $gf1 / $g1 = $(ratio "$gf1" "$g1"); 3-step = $gf3 / $g3 = $(ratio "$gf3" "$g3")"
 [[ -n $fo ]] && echo "TARGET failover $fo s (<= offline timeout 3 s + 2 s: $(meets "$fo" 5))"
 [[ -n $rss ]] && echo "TARGET node peak RSS with 1,000 in flight $rss MiB (<= 64: $(meets "$rss" 64))"
+pr=$(pick '^RESULT purge ' ratio)
+[[ -n $pr ]] && echo "TARGET burn-down events/s with the retention purge running / without = $pr (>= 0.90: $(awk -v v="$pr" 'BEGIN { print (v >= 0.9 ? "met" : "missed") }'))"
 echo "logs:     $logs"

@@ -1,0 +1,118 @@
+#include "dispatcher/batch_completer.h"
+
+#include <spdlog/spdlog.h>
+
+#include "dispatcher/retention.h"
+#include "events/batches.h"
+#include "events/purge.h"
+#include "events/rows.h"
+
+namespace dsync::dispatcher {
+namespace {
+
+constexpr int kPage = 200;         // open batches read per query
+constexpr int kMaxPayloadDepth = 64;
+
+// Nesting depth of JSON text, counted without parsing (strings skipped); stops
+// counting past `limit`.
+int NestingDepth(const std::string& text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    else if (ch == '[' || ch == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (ch == ']' || ch == '}') --depth;
+  }
+  return deepest;
+}
+
+}  // namespace
+
+nlohmann::json CompletionPayload(const std::string& stored_payload, const std::string& batch_code,
+                                 const std::map<std::string, int64_t>& by_status) {
+  nlohmann::json counts = nlohmann::json::object();
+  int64_t total = 0;
+  for (const auto& [status, n] : by_status) {
+    counts[status] = n;
+    total += n;
+  }
+  nlohmann::json batch = {{"code", batch_code}, {"total", total}, {"by_status", std::move(counts)}};
+  nlohmann::json payload = nlohmann::json::object();
+  std::string error;
+  if (!stored_payload.empty()) {
+    if (NestingDepth(stored_payload, kMaxPayloadDepth) > kMaxPayloadDepth) {
+      error = "nested deeper than " + std::to_string(kMaxPayloadDepth) + " levels";
+    } else {
+      payload = nlohmann::json::parse(stored_payload, nullptr, false);
+      if (payload.is_discarded()) error = "not valid JSON";
+      else if (!payload.is_object()) error = "not a JSON object";
+      if (!error.empty()) payload = nlohmann::json::object();
+    }
+  }
+  if (!error.empty()) payload["on_complete_payload_error"] = error;
+  payload["batch"] = std::move(batch);
+  return payload;
+}
+
+BatchCompleter::BatchCompleter(storage::ConnectionPool& pool, const Settings& settings)
+    : pool_(pool), topics_(settings.topics) {}
+
+BatchCheckReport BatchCompleter::CheckOnce(const std::function<bool()>& keep_going) {
+  BatchCheckReport report;
+  std::string after;
+  while (keep_going()) {
+    auto open = pool_.Run("read open batches",
+                          [&](storage::Connection& c) { return events::ReadOpenBatches(c, after, kPage); });
+    for (const events::BatchCompletionRow& b : open) {
+      if (!keep_going()) break;
+      ++report.open;
+      auto by_status = pool_.Run("batch progress", [&](storage::Connection& c) {
+        return events::CountBatchByStatus(c, b.batch_code);
+      });
+      int64_t total = 0;
+      bool all_terminal = true;
+      for (const auto& [status, n] : by_status) {
+        total += n;
+        all_terminal = all_terminal && events::IsTerminalStatus(status);
+      }
+      if (total == 0 || !all_terminal || total < b.expected_events.value_or(1)) continue;
+
+      events::NewEventRow e;
+      e.code = events::CompletionCode(b.batch_code);
+      e.topic = b.topic;
+      e.tenant_id = b.tenant_id.empty() ? "0" : b.tenant_id;
+      e.data_id = b.batch_code;
+      e.trace_id = b.batch_code;
+      const auto topic = topics_.find(b.topic);
+      const TopicSettings defaults;
+      const TopicSettings& t = topic == topics_.end() ? defaults : topic->second;
+      e.max_retry = t.max_retry;
+      e.priority = t.priority;
+      e.payload = CompletionPayload(b.payload, b.batch_code, by_status).dump();
+      nlohmann::json counts(by_status);
+      const bool done = pool_.Transact("complete batch", [&](storage::Connection& c) {
+        return events::CompleteBatch(c, b.batch_code, e, counts.dump());
+      });
+      if (done) {
+        ++report.completed;
+        ++completed_;
+        spdlog::info("BATCH_COMPLETED batch={} event={} topic={} total={} by_status={}", b.batch_code, e.code,
+                     e.topic, total, FormatByStatus(by_status));
+      }
+    }
+    if (static_cast<int>(open.size()) < kPage) break;
+    after = open.back().batch_code;
+  }
+  ++checks_;
+  return report;
+}
+
+}  // namespace dsync::dispatcher

@@ -1,0 +1,69 @@
+// Retention as the dispatcher leader applies it (config `retention`), and `dsync purge`
+// on demand: passes of events::Purger batches (events/purge.h) with a pause between
+// batches, so a pass never holds a lock longer than one small transaction and leaves
+// the database to dispatch in between (at least retention.batch_pause_ms, and at least
+// three times as long as the batch took: the pass backs off when the database is busy).
+//
+//   dispatcher::Retention retention(pool, clock, settings.retention);
+//   events::PurgeCounts removed = retention.RunPass(stop, [&] { return locker.is_leader(); });
+//
+// A pass handles SUCCESS + COMPENSATED older than retention.finished_after_ms, then
+// FAILED older than retention.failed_after_ms, each to its end (or until `keep_going`
+// says no: leadership lost). It logs one line when it removed anything:
+//   RETENTION_PASS events=<n> steps=<n> batches=<n> archive=<bool> by_status=SUCCESS:<n>,...
+//
+// Thread safety: RunPass from one thread at a time; stats() from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <stop_token>
+
+#include "config/settings.h"
+#include "core/clock.h"
+#include "events/purge.h"
+#include "storage/connection_pool.h"
+
+namespace dsync::dispatcher {
+
+struct RetentionStats {
+  uint64_t passes = 0;
+  uint64_t failures = 0;         // passes that threw
+  uint64_t events_removed = 0;   // deleted or archived
+  uint64_t steps_removed = 0;
+  uint64_t batches = 0;
+};
+
+class Retention {
+ public:
+  // `pool` and `clock` must outlive it.
+  Retention(storage::ConnectionPool& pool, Clock& clock, RetentionSettings settings);
+
+  // One pass (see above). Throws DbError (batches committed before stay committed).
+  events::PurgeCounts RunPass(std::stop_token stop, const std::function<bool()>& keep_going);
+
+  // Purges one selector to its end, batch after batch, pausing between two batches for
+  // `pause` or `pause_per_work` times as long as the batch took, whichever is longer
+  // (RunPass: retention.batch_pause_ms and 3, so a pass keeps the database busy at
+  // most a quarter of the time and slows down by itself when the database is slow;
+  // `dsync purge`: 0 and 0, full speed). Throws DbError.
+  static events::PurgeCounts Purge(storage::ConnectionPool& pool, Clock& clock, events::Purger& purger,
+                                   const events::PurgeSelector& selector, Millis pause, int pause_per_work,
+                                   std::stop_token stop, const std::function<bool()>& keep_going);
+
+  const RetentionSettings& settings() const { return settings_; }
+  RetentionStats stats() const;
+
+ private:
+  storage::ConnectionPool& pool_;
+  Clock& clock_;
+  const RetentionSettings settings_;
+  events::Purger purger_;
+  std::atomic<uint64_t> passes_{0}, failures_{0}, events_{0}, steps_{0}, batches_{0};
+};
+
+// "SUCCESS:3,FAILED:1".
+std::string FormatByStatus(const std::map<std::string, int64_t>& by_status);
+
+}  // namespace dsync::dispatcher

@@ -1,0 +1,80 @@
+#include "events/batches.h"
+
+#include <cstdio>
+
+namespace dsync::events {
+namespace {
+
+// Params: batch_code, tenant_id, topic, payload, expected_events.
+constexpr const char* kInsertBatch = R"(
+INSERT INTO distribute_batch (batch_code, tenant_id, on_complete_topic, on_complete_payload, expected_events)
+VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE batch_code = batch_code)";
+
+// Params: after, limit.
+constexpr const char* kSelectOpen = R"(
+SELECT batch_code, tenant_id, on_complete_topic, IFNULL(on_complete_payload, ''), expected_events
+FROM distribute_batch WHERE status = 'OPEN' AND batch_code > ? ORDER BY batch_code LIMIT ?)";
+
+// Params: batch_code.
+constexpr const char* kLockBatch = "SELECT status FROM distribute_batch WHERE batch_code = ? FOR UPDATE";
+
+// Params: completion_code, counts, batch_code.
+constexpr const char* kMarkCompleted = R"(
+UPDATE distribute_batch SET status = 'COMPLETED', completion_code = ?, counts = ?, completed_time = NOW(3)
+WHERE batch_code = ? AND status = 'OPEN')";
+
+// Params: older_than (µs), limit.
+constexpr const char* kPurgeCompleted = R"(
+DELETE FROM distribute_batch
+WHERE status = 'COMPLETED' AND completed_time < NOW(3) - INTERVAL ? MICROSECOND LIMIT ?)";
+
+constexpr size_t kMaxCode = 64;
+constexpr const char* kPrefix = "done:";
+
+}  // namespace
+
+std::string CompletionCode(const std::string& batch_code) {
+  std::string code = kPrefix + batch_code;
+  if (code.size() <= kMaxCode) return code;
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char ch : batch_code) h = (h ^ ch) * 1099511628211ULL;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return kPrefix + batch_code.substr(0, kMaxCode - 5 - 17) + "~" + hex;
+}
+
+void InsertBatchCompletion(storage::Connection& c, const BatchCompletionRow& row) {
+  std::optional<std::string> payload;
+  if (!row.payload.empty()) payload = row.payload;
+  c.Execute(kInsertBatch, row.batch_code, row.tenant_id, row.topic, payload, row.expected_events);
+}
+
+std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const std::string& after, int limit) {
+  std::vector<BatchCompletionRow> out;
+  auto rs = c.Query(kSelectOpen, after, limit);
+  while (rs->next()) {
+    BatchCompletionRow b;
+    b.batch_code = rs->getString(1);
+    b.tenant_id = rs->getString(2);
+    b.topic = rs->getString(3);
+    b.payload = rs->getString(4);
+    if (!rs->isNull(5)) b.expected_events = rs->getInt64(5);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+bool CompleteBatch(storage::Connection& c, const std::string& batch_code, const NewEventRow& event,
+                   const std::string& counts_json) {
+  auto status = c.QueryString(kLockBatch, batch_code);
+  if (!status || *status != "OPEN") return false;
+  InsertEvent(c, event);  // false: produced before (a leader that died after its insert
+                          // could not have committed it without the update below)
+  return c.Execute(kMarkCompleted, event.code, counts_json, batch_code) == 1;
+}
+
+int64_t PurgeCompletedBatches(storage::Connection& c, Millis older_than, int limit) {
+  return static_cast<int64_t>(c.Execute(kPurgeCompleted, static_cast<int64_t>(older_than.count()) * 1000, limit));
+}
+
+}  // namespace dsync::events
