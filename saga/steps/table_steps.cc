@@ -473,6 +473,55 @@ json AfterState(Connection& c, const std::string& table, const ColumnSet& cols, 
   return out;
 }
 
+// A chunk record's JSON: Image::ToJson() plus "after" (AfterState), written straight
+// into one string instead of through a JSON tree, which held the chunk's rows a second
+// and third time (tree, then text) at the chunk's peak.
+std::string ChunkRecordText(const Image& image, const json& after) {
+  std::string out;
+  size_t bytes = 256;
+  for (const Row& r : image.restore) bytes += CellBytes(r) + 4 * r.size();
+  for (const Row& r : image.remove) bytes += CellBytes(r) + 4 * r.size();
+  out.reserve(bytes + 12 * after.size());
+  auto text = [&](const std::string& s) { out += json(s).dump(); };  // escaped, UTF-8 checked
+  auto names = [&](const std::vector<std::string>& v) {
+    out += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) out += ',';
+      text(v[i]);
+    }
+    out += ']';
+  };
+  auto rows = [&](const std::vector<Row>& v) {
+    out += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      out += i > 0 ? ",[" : "[";
+      for (size_t c = 0; c < v[i].size(); ++c) {
+        if (c > 0) out += ',';
+        if (v[i][c]) text(*v[i][c]);
+        else out += "null";
+      }
+      out += ']';
+    }
+    out += ']';
+  };
+  out += "{\"format\":1,\"table\":";
+  text(image.table);
+  out += ",\"columns\":";
+  names(image.columns);
+  out += ",\"key\":";
+  names(image.key);
+  out += ",\"binary\":";
+  names(image.binary);
+  out += ",\"restore\":";
+  rows(image.restore);
+  out += ",\"remove\":";
+  rows(image.remove);
+  out += ",\"after\":";
+  out += after.dump();
+  out += '}';
+  return out;
+}
+
 // Multi-row INSERT ... ON DUPLICATE KEY UPDATE of every column, in batches.
 void Upsert(Connection& c, const std::string& table, const ColumnSet& cols, const std::vector<const Row*>& rows,
             int chunk_size) {
@@ -1434,10 +1483,9 @@ class TableSyncStep final : public TableStep {
       const bool changed = !image.restore.empty() || !image.remove.empty();
       std::optional<std::string> image_text;
       if (changed) {
-        json j = image.ToJson();
-        j["after"] = AfterState(tc, cfg_.table, plan.tgt_image, plan.tgt_key, plan.image_key_pos, image,
-                                cfg_.chunk_size, /*for_update=*/false);
-        image_text = j.dump();
+        image_text = ChunkRecordText(image, AfterState(tc, cfg_.table, plan.tgt_image, plan.tgt_key,
+                                                       plan.image_key_pos, image, cfg_.chunk_size,
+                                                       /*for_update=*/false));
       }
       if (image_text && packet > 0 && static_cast<int64_t>(image_text->size()) + 4096 > packet) {
         throw ChunkTooBig("step '" + cfg_.step + "': a chunk's before-image (" +
@@ -1484,9 +1532,11 @@ class TableSyncStep final : public TableStep {
       by_key.emplace(table::EncodeKey(table::Project(before[i], plan.image_key_pos)), i);
     }
     std::unordered_set<std::string> covered;
-    auto restore = [&](const Row& row) {
+    // Each before row goes into the image at most once (matched marks it), so it is
+    // moved, not copied: a chunk holds its before-rows once.
+    auto restore = [&](Row& row) {
       if (covered.insert(table::EncodeKey(table::Project(row, plan.image_key_pos))).second) {
-        image.restore.push_back(row);
+        image.restore.push_back(std::move(row));
       }
     };
     std::vector<bool> matched(before.size(), false);
@@ -1500,7 +1550,7 @@ class TableSyncStep final : public TableStep {
         continue;
       }
       matched[it->second] = true;
-      const Row& b = before[it->second];
+      Row& b = before[it->second];
       bool same = true;
       for (size_t c = 0; c < w.rows[r].size() && same; ++c) {
         same = w.rows[r][c] == b[static_cast<size_t>(plan.sync_in_image[c])];
