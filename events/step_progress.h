@@ -7,7 +7,10 @@
 // only while the event is still at the version the writer claimed it with, so a node
 // that lost the event (reset, reassigned, frozen past the offline timeout) writes
 // nothing. Autocommitted on its own: progress is informational and never part of the
-// step's result.
+// step's result. It is also the owner's heartbeat: the same fence refreshes the
+// event's modifier_time, so a step that reports progress (table_sync, about once a
+// second) may run longer than the topic's max_processing_time_ms without the sweeper
+// resetting it; only a run that stops reporting for that long is taken for stuck.
 //
 // Thread safety: a stateless function; the pool is thread-safe.
 #pragma once
@@ -21,7 +24,8 @@
 
 namespace dsync::events {
 
-// Writes `progress` as the step's output while the event `event_id` is at `version`.
+// Refreshes the event's modifier_time and writes `progress` as the step's output
+// while the event `event_id` is at `version` (RUNNING or COMPENSATING).
 // Returns false when the fence did not match (the event was taken away). Throws
 // DbError.
 bool WriteStepProgress(storage::ConnectionPool& pool, const std::string& step_code, int64_t event_id,

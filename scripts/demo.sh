@@ -101,7 +101,7 @@ count_rows() {
     (SELECT COUNT(*) FROM kb_tag), ' tags, ', (SELECT COUNT(*) FROM kb_permission), ' permissions')"
 }
 echo "   env_a: $(count_rows env_a)"
-echo "   env_b: $(count_rows env_b)  (stale copies of spaces $stale and $poisoned; principal VARCHAR(64), not 191)"
+echo "   env_b: $(count_rows env_b)  (stale copies of spaces $stale and $poisoned; principals of at most 64 characters: a CHECK only env_b has)"
 checksums env_a >"$work/a.sums"
 checksums env_b >"$work/b_before.sums"
 
@@ -292,9 +292,9 @@ check "every event terminal" "$done" "$total"
 check "$((total - 1)) SUCCESS, SPACE_ADD-$poisoned COMPENSATED, none FAILED" \
   "$(sql "SELECT CONCAT(SUM(status = 'SUCCESS'), '/', SUM(status = 'COMPENSATED' AND code = 'SPACE_ADD-$poisoned'),
           '/', SUM(status = 'FAILED')) FROM distribute_event WHERE batch_code = '$batch'")" "$((total - 1))/1/0"
-check "SPACE_ADD-$poisoned failed permanently at 'permissions' (data too long for env_b)" \
+check "SPACE_ADD-$poisoned failed permanently at 'permissions' (env_b's CHECK principal_at_most_64)" \
   "$(sql "SELECT CONCAT(JSON_UNQUOTE(JSON_EXTRACT(result, '$.failed_step')), '/',
-          JSON_UNQUOTE(JSON_EXTRACT(result, '$.kind')), '/', last_error LIKE '%too long%')
+          JSON_UNQUOTE(JSON_EXTRACT(result, '$.kind')), '/', last_error LIKE '%principal_at_most_64%')
           FROM distribute_event WHERE code = 'SPACE_ADD-$poisoned'")" "permissions/permanent/1"
 check "every saga in order: all steps SUCCESS, or a prefix compensated in reverse" \
   "$(sql "SELECT

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "saga/steps/table_chunks.h"
+#include "saga/steps/table_preflight.h"
 #include "saga/steps/table_sql.h"
 #include "saga/steps/table_where.h"
 
@@ -106,6 +107,17 @@ class ChunkTooBig : public std::runtime_error {
 // ---------------------------------------------------------------------------
 // Configuration
 
+// What compensation does with rows someone else changed since the sync wrote them.
+enum class OnConflict { kFail, kSkip, kOverwrite };
+
+const char* OnConflictName(OnConflict o) {
+  switch (o) {
+    case OnConflict::kFail: return "fail";
+    case OnConflict::kSkip: return "skip";
+    default: return "overwrite";
+  }
+}
+
 struct Config {
   std::string type;   // table_sync | table_delete
   std::string step;   // step name, for messages
@@ -117,6 +129,7 @@ struct Config {
   int chunk_size = kDefaultChunkSize;
   std::vector<std::string> columns;
   bool delete_missing = false;
+  OnConflict on_conflict = OnConflict::kFail;
   int undo_retention_days = kDefaultUndoRetentionDays;
 };
 
@@ -221,6 +234,17 @@ class ConfigReader {
     return out;
   }
 
+  OnConflict Conflict(const char* key) const {
+    const json* v = Get(key);
+    if (v == nullptr) return OnConflict::kFail;
+    if (v->is_string()) {
+      for (OnConflict o : {OnConflict::kFail, OnConflict::kSkip, OnConflict::kOverwrite}) {
+        if (v->get_ref<const std::string&>() == OnConflictName(o)) return o;
+      }
+    }
+    Fail(std::string("'") + key + "' must be \"fail\", \"skip\" or \"overwrite\", got " + Printable(v->dump()));
+  }
+
   table::CompiledWhere Where(const std::string& text) const {
     try {
       return table::CompileWhere(text);
@@ -239,7 +263,7 @@ Config ParseConfig(const StepSpec& spec, bool sync) {
   ConfigReader r(spec, type);
   if (sync) {
     r.CheckKeys({"source", "target", "table", "where", "chunk_size", "columns", "delete_missing",
-                 "undo_retention_days"});
+                 "on_conflict", "undo_retention_days"});
   } else {
     r.CheckKeys({"target", "table", "where", "chunk_size", "undo_retention_days"});
   }
@@ -257,6 +281,7 @@ Config ParseConfig(const StepSpec& spec, bool sync) {
   if (sync) {
     c.columns = r.Columns("columns");
     c.delete_missing = r.Bool("delete_missing", false);
+    c.on_conflict = r.Conflict("on_conflict");
   }
   return c;
 }
@@ -388,6 +413,112 @@ std::vector<Row> ReadByKeys(Connection& c, const std::string& table, const Colum
     auto rs = c.Query(sql, Bind(params));
     for (Row& r : cols.ReadAll(*rs)) out.push_back(std::move(r));
   }
+  return out;
+}
+
+// The row hash (ColumnSet::RowHashExpr over `cols`) of each row of `table` whose key
+// is among `keys`, by table::EncodeKey of the key as the table stores it, in batches:
+//   SELECT <key>, <row hash> FROM table WHERE key IN (keys) [FOR UPDATE]
+std::unordered_map<std::string, uint32_t> HashesByKeys(Connection& c, const std::string& table, const ColumnSet& cols,
+                                                       const ColumnSet& key, const std::vector<Row>& keys,
+                                                       int chunk_size, bool for_update) {
+  std::unordered_map<std::string, uint32_t> out;
+  const size_t per = StatementRows(RowsPerStatement(key.size(), chunk_size));
+  const std::string head = "SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Backticked(table) +
+                           " WHERE ";
+  const auto hash_col = static_cast<uint32_t>(key.size() + 1);
+  for (size_t begin = 0; begin < keys.size(); begin += per) {
+    size_t n = std::min(per, keys.size() - begin);
+    size_t padded = table::PaddedCount(n, per);
+    std::vector<SqlValue> params;
+    for (size_t i = 0; i < padded; ++i) key.AppendKeyValues(keys[begin + std::min(i, n - 1)], params);
+    auto rs = c.Query(head + key.MatchKeys(padded) + (for_update ? " FOR UPDATE" : ""), Bind(params));
+    while (rs->next()) {
+      Row k;
+      k.reserve(key.size());
+      for (size_t i = 0; i < key.size(); ++i) {
+        auto idx = static_cast<uint32_t>(i + 1);
+        if (rs->isNull(idx)) k.emplace_back(std::nullopt);
+        else k.emplace_back(std::string(rs->getString(idx)));
+      }
+      out[table::EncodeKey(k)] = static_cast<uint32_t>(rs->getUInt64(hash_col));
+    }
+  }
+  return out;
+}
+
+// The keys of a before-image's entries: its restore rows' keys, then its remove keys.
+std::vector<Row> EntryKeys(const Image& image, const std::vector<int>& key_pos) {
+  std::vector<Row> keys;
+  keys.reserve(image.restore.size() + image.remove.size());
+  for (const Row& r : image.restore) keys.push_back(table::Project(r, key_pos));
+  for (const Row& k : image.remove) keys.push_back(k);
+  return keys;
+}
+
+// The after-image hashes of a chunk (conflict-safe compensation): for each entry of
+// `image` (EntryKeys order), the row hash over the image's columns of the target row
+// with that key as it is now, or null where there is none. Recorded as the chunk
+// commits, and compared with the same read when it is compensated.
+json AfterState(Connection& c, const std::string& table, const ColumnSet& cols, const ColumnSet& key,
+                const std::vector<int>& key_pos, const Image& image, int chunk_size, bool for_update) {
+  const std::vector<Row> keys = EntryKeys(image, key_pos);
+  const auto hashes = HashesByKeys(c, table, cols, key, keys, chunk_size, for_update);
+  json out = json::array();
+  for (const Row& k : keys) {
+    auto it = hashes.find(table::EncodeKey(k));
+    if (it == hashes.end()) out.push_back(nullptr);
+    else out.push_back(it->second);
+  }
+  return out;
+}
+
+// A chunk record's JSON: Image::ToJson() plus "after" (AfterState), written straight
+// into one string instead of through a JSON tree, which held the chunk's rows a second
+// and third time (tree, then text) at the chunk's peak.
+std::string ChunkRecordText(const Image& image, const json& after) {
+  std::string out;
+  size_t bytes = 256;
+  for (const Row& r : image.restore) bytes += CellBytes(r) + 4 * r.size();
+  for (const Row& r : image.remove) bytes += CellBytes(r) + 4 * r.size();
+  out.reserve(bytes + 12 * after.size());
+  auto text = [&](const std::string& s) { out += json(s).dump(); };  // escaped, UTF-8 checked
+  auto names = [&](const std::vector<std::string>& v) {
+    out += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) out += ',';
+      text(v[i]);
+    }
+    out += ']';
+  };
+  auto rows = [&](const std::vector<Row>& v) {
+    out += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      out += i > 0 ? ",[" : "[";
+      for (size_t c = 0; c < v[i].size(); ++c) {
+        if (c > 0) out += ',';
+        if (v[i][c]) text(*v[i][c]);
+        else out += "null";
+      }
+      out += ']';
+    }
+    out += ']';
+  };
+  out += "{\"format\":1,\"table\":";
+  text(image.table);
+  out += ",\"columns\":";
+  names(image.columns);
+  out += ",\"key\":";
+  names(image.key);
+  out += ",\"binary\":";
+  names(image.binary);
+  out += ",\"restore\":";
+  rows(image.restore);
+  out += ",\"remove\":";
+  rows(image.remove);
+  out += ",\"after\":";
+  out += after.dump();
+  out += '}';
   return out;
 }
 
@@ -799,6 +930,17 @@ INSERT INTO dsync_sync_chunk (step_code, chunk_no, step_name, table_name, create
 VALUES (?, 0, ?, ?, NOW(3))
 ON DUPLICATE KEY UPDATE step_code = step_code)";
 
+// The step's fencing token (row 0's attempt): the highest claim attempt of the event
+// that has run the step on this target. A run raises it to its own attempt before its
+// first write; a chunk or compensation transaction of an older attempt then finds it
+// higher and rolls back (table_steps.h "Fencing").   params: step_code
+constexpr const char* kReadFenceSql = R"(
+SELECT attempt FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = 0)";
+
+// Raises the token to the caller's attempt.   params: attempt, step_code, attempt
+constexpr const char* kRaiseFenceSql = R"(
+UPDATE dsync_sync_chunk SET attempt = ? WHERE step_code = ? AND chunk_no = 0 AND attempt < ?)";
+
 // What earlier runs committed.   params: step_code
 constexpr const char* kStepStateSql = R"(
 SELECT COALESCE(MAX(chunk_no), 0), COUNT(*), COALESCE(SUM(compensated_at IS NOT NULL), 0),
@@ -833,6 +975,11 @@ ORDER BY chunk_no DESC)";
 constexpr const char* kReadChunkImageSql = R"(
 SELECT before_image, compensated_at IS NOT NULL FROM dsync_sync_chunk
 WHERE step_code = ? AND chunk_no = ? FOR UPDATE)";
+
+// The same without the lock (the conflict check's first pass).   params: step_code, chunk_no
+constexpr const char* kPeekChunkImageSql = R"(
+SELECT before_image, compensated_at IS NOT NULL FROM dsync_sync_chunk
+WHERE step_code = ? AND chunk_no = ?)";
 
 // params: step_code, chunk_no
 constexpr const char* kMarkChunkCompensatedSql = R"(
@@ -959,6 +1106,33 @@ class TableSyncStep final : public TableStep {
     return p;
   }
 
+  // Schema preflight (table_steps.h): the synced columns and the primary key agree on
+  // both sides, else a permanent failure naming the column. Returns the target's shape
+  // over the before-image columns, kept with the step.
+  table::TableShape Preflight(ConnectionPool& src, ConnectionPool& tgt, const Plan& plan, const TableSchema& s,
+                              const TableSchema& t) const {
+    auto [a, b] = Both(
+        [&] {
+          return src.Run(What("preflight source"), [&](Connection& c) {
+            return table::ReadShape(c, cfg_.table, plan.src_cols.names(), s.key);
+          });
+        },
+        [&] {
+          return tgt.Run(What("preflight target"), [&](Connection& c) {
+            return table::ReadShape(c, cfg_.table, plan.tgt_image.names(), t.key);
+          });
+        });
+    table::TableShape synced;
+    synced.key = b.key;
+    for (const table::ColumnShape& c : b.columns) {
+      if (plan.tgt_cols.IndexOf(c.name) >= 0) synced.columns.push_back(c);
+    }
+    if (auto why = table::CompareShapes(a, s.label, synced, t.label)) {
+      throw PermanentStepError("schema preflight of step '" + cfg_.step + "': " + *why);
+    }
+    return b;
+  }
+
   void PrepareChunks(ConnectionPool& pool) {
     const std::string id = pool.url().Masked();
     bool ready;
@@ -1026,6 +1200,7 @@ class TableSyncStep final : public TableStep {
     const TableSchema s = Describe(src, cfg_.source);
     const TableSchema t = Describe(tgt, cfg_.target);
     const Plan plan = MakePlan(s, t);
+    const table::TableShape shape = Preflight(src, tgt, plan, s, t);
     const Inner src_inner = DescribeSubqueryTables(src, cfg_.source);
     if (!src_inner.missing.empty()) throw PermanentStepError(src_inner.missing);
     const table::BoundFilter src_filter{cfg_.where.sql, FilterValues(cfg_, ctx.payload(), s, src_inner.schemas)};
@@ -1041,6 +1216,7 @@ class TableSyncStep final : public TableStep {
     const std::string step_code = ctx.idempotency_key();
 
     const Resume resume = tgt.Run(What("read checkpoint"), [&](Connection& c) { return ReadResume(c, step_code); });
+    TakeOver(ctx, tgt, step_code);
     Counts counts;
     int last_chunk = resume.last_chunk;
     std::optional<Row> lo = resume.checkpoint;
@@ -1152,13 +1328,16 @@ class TableSyncStep final : public TableStep {
       }
     }
     json out = Progress(counts, resume, last_chunk, true);
+    out["schema_fingerprint"] = shape.Fingerprint();
     spdlog::debug("TABLE_SYNC step={} code={} result={}", cfg_.step, step_code, out.dump());
     json ref = {{"format", 2},
                 {"undo", "dsync_sync_chunk"},
                 {"target", cfg_.target},
                 {"table", cfg_.table},
                 {"step_code", step_code},
-                {"chunks", last_chunk}};
+                {"chunks", last_chunk},
+                {"schema_fingerprint", shape.Fingerprint()},
+                {"schema", shape.ToJson()}};
     return StepResult::Ok(std::move(out), std::move(ref));
   }
 
@@ -1293,6 +1472,7 @@ class TableSyncStep final : public TableStep {
     tgt.Transact(What("sync chunk"), [&](Connection& tc) {
       delta = Counts{};
       tc.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
+      CheckFence(tc, ctx, step_code);
       const int committed = static_cast<int>(tc.QueryInt(kStepStateSql, step_code).value_or(0));
       if (committed != last_chunk) {
         throw Interrupted("another run of step '" + cfg_.step + "' committed chunk " + std::to_string(committed) +
@@ -1302,7 +1482,11 @@ class TableSyncStep final : public TableStep {
       ApplyChunk(tc, plan, w, image, delta);
       const bool changed = !image.restore.empty() || !image.remove.empty();
       std::optional<std::string> image_text;
-      if (changed) image_text = image.ToJson().dump();
+      if (changed) {
+        image_text = ChunkRecordText(image, AfterState(tc, cfg_.table, plan.tgt_image, plan.tgt_key,
+                                                       plan.image_key_pos, image, cfg_.chunk_size,
+                                                       /*for_update=*/false));
+      }
       if (image_text && packet > 0 && static_cast<int64_t>(image_text->size()) + 4096 > packet) {
         throw ChunkTooBig("step '" + cfg_.step + "': a chunk's before-image (" +
                           std::to_string(image_text->size()) + " bytes) exceeds max_allowed_packet of " +
@@ -1348,9 +1532,11 @@ class TableSyncStep final : public TableStep {
       by_key.emplace(table::EncodeKey(table::Project(before[i], plan.image_key_pos)), i);
     }
     std::unordered_set<std::string> covered;
-    auto restore = [&](const Row& row) {
+    // Each before row goes into the image at most once (matched marks it), so it is
+    // moved, not copied: a chunk holds its before-rows once.
+    auto restore = [&](Row& row) {
       if (covered.insert(table::EncodeKey(table::Project(row, plan.image_key_pos))).second) {
-        image.restore.push_back(row);
+        image.restore.push_back(std::move(row));
       }
     };
     std::vector<bool> matched(before.size(), false);
@@ -1364,7 +1550,7 @@ class TableSyncStep final : public TableStep {
         continue;
       }
       matched[it->second] = true;
-      const Row& b = before[it->second];
+      Row& b = before[it->second];
       bool same = true;
       for (size_t c = 0; c < w.rows[r].size() && same; ++c) {
         same = w.rows[r][c] == b[static_cast<size_t>(plan.sync_in_image[c])];
@@ -1395,8 +1581,45 @@ class TableSyncStep final : public TableStep {
     counts.deleted += static_cast<int64_t>(gone.size());
   }
 
+  // Rows changed by someone else since the sync: their count and the first keys.
+  struct Conflicts {
+    int64_t total = 0;
+    json keys = json::array();  // at most kMaxConflictKeys, each a JSON array of key cells
+    void Add(const Row& key) {
+      ++total;
+      if (keys.size() < kMaxConflictKeys) keys.push_back(table::KeyToJson(key));
+    }
+    void Add(const Conflicts& o) {
+      total += o.total;
+      for (const json& k : o.keys) {
+        if (keys.size() < kMaxConflictKeys) keys.push_back(k);
+      }
+    }
+  };
+  static constexpr size_t kMaxConflictKeys = 100;
+
+  // A refusal found under a chunk's locks (after the first pass saw none).
+  struct Refusal {
+    Conflicts conflicts;
+  };
+
+  struct ChunkImage {
+    Image image;
+    json after;  // the after-image hashes (AfterState); null for chunks recorded before them
+  };
+
+  // What one chunk's compensation did.
+  struct Restored {
+    int64_t removed = 0, restored = 0;
+    Conflicts skipped;  // on_conflict skip
+  };
+
   // Compensation: each chunk with a before-image, last first, restored in its own
-  // target transaction together with its compensated mark.
+  // target transaction together with its compensated mark. Rows someone else changed
+  // since the chunk wrote them (their hash differs from the chunk's after-image) are
+  // conflicts, handled by on_conflict: fail refuses before restoring anything (and
+  // again under each chunk's locks), skip leaves them and restores the rest,
+  // overwrite restores them anyway. The outcome is the step row's output.
   StepResult UndoChunks(StepContext& ctx) {
     ConnectionPool& tgt = ctx.datasources().Get(cfg_.target);
     PrepareChunks(tgt);
@@ -1420,38 +1643,205 @@ class TableSyncStep final : public TableStep {
                                cfg_.target + ".dsync_sync_chunk are gone (purged after undo_retention_days, or "
                                "deleted); its before-image cannot be restored");
     }
+    TakeOver(ctx, tgt, step_code);
+    const bool check = cfg_.on_conflict != OnConflict::kOverwrite;
+    Conflicts conflicts;
+    if (cfg_.on_conflict == OnConflict::kFail) {
+      // Read-only first pass: a refusal restores nothing.
+      for (int chunk_no : todo) {
+        CheckStop(ctx);
+        tgt.Run(What("check conflicts"), [&](Connection& c) {
+          auto chunk = ReadChunkImage(c, step_code, chunk_no, false);
+          if (chunk) FindConflicts(c, *chunk, false, conflicts);
+        });
+      }
+      if (conflicts.total > 0) Refuse(ctx, tgt, conflicts);
+    }
     int64_t removed = 0, restored = 0, chunks = 0;
     for (int chunk_no : todo) {
       CheckStop(ctx);
-      auto [rm, rs] = tgt.Transact(What("compensate chunk"), [&](Connection& c) {
-        c.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
-        auto q = c.Query(kReadChunkImageSql, step_code, chunk_no);
-        if (!q->next() || q->getBoolean(2) || q->isNull(1)) return std::make_pair<int64_t, int64_t>(0, 0);
-        json j;
-        try {
-          j = json::parse(std::string(q->getString(1)));
-        } catch (const json::exception&) {
-          throw PermanentStepError("chunk " + std::to_string(chunk_no) + " of step '" + cfg_.step + "' in " +
-                                   cfg_.target + ".dsync_sync_chunk is not valid JSON");
-        }
-        q.reset();
-        auto counts = RestoreImage(c, ParseImage(j, cfg_), ctx);
-        CheckStillOwner(ctx);
-        c.Execute(kMarkChunkCompensatedSql, step_code, chunk_no);
-        return counts;
-      });
-      removed += rm;
-      restored += rs;
+      Restored r;
+      try {
+        r = RestoreChunk(ctx, tgt, step_code, chunk_no, check);
+      } catch (const Refusal& refusal) {
+        Refuse(ctx, tgt, refusal.conflicts);
+      }
+      removed += r.removed;
+      restored += r.restored;
+      conflicts.Add(r.skipped);
       ++chunks;
+      ctx.ReportProgress({{"compensating", true}, {"chunks", chunks}, {"removed", removed}, {"restored", restored}});
     }
     tgt.Transact(What("compensate step"), [&](Connection& c) {
       c.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
+      CheckFence(c, ctx, step_code);
       CheckStillOwner(ctx);
       c.Execute(kMarkStepCompensatedSql, step_code);
     });
-    json out = {{"removed", removed}, {"restored", restored}, {"chunks", chunks}};
+    json out = {{"removed", removed}, {"restored", restored}, {"chunks", chunks},
+                {"on_conflict", OnConflictName(cfg_.on_conflict)}, {"conflicts", conflicts.total}};
+    if (conflicts.total > 0) {
+      out["skipped_keys"] = conflicts.keys;
+      spdlog::warn("TABLE_SYNC_COMPENSATION_SKIPPED event={} step={} code={} conflicts={} keys={}", ctx.event_code(),
+                   cfg_.step, step_code, conflicts.total, conflicts.keys.dump());
+    }
+    ctx.ReportProgress(out);  // the outcome stays the step row's output
     spdlog::debug("TABLE_SYNC_COMPENSATED step={} code={} result={}", cfg_.step, step_code, out.dump());
     return StepResult::Ok(std::move(out));
+  }
+
+  // One chunk restored in one target transaction with its compensated mark. Throws
+  // Refusal (on_conflict fail) when rows conflict.
+  Restored RestoreChunk(StepContext& ctx, ConnectionPool& tgt, const std::string& step_code, int chunk_no,
+                        bool check) {
+    return tgt.Transact(What("compensate chunk"), [&](Connection& c) {
+      Restored out;
+      c.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
+      CheckFence(c, ctx, step_code);
+      auto chunk = ReadChunkImage(c, step_code, chunk_no, true);
+      if (!chunk) return out;
+      if (check) {
+        std::vector<bool> skip = FindConflicts(c, *chunk, true, out.skipped);
+        if (out.skipped.total > 0 && cfg_.on_conflict == OnConflict::kFail) {
+          throw Refusal{out.skipped};  // changed since the first pass; nothing of this chunk restored
+        }
+        if (out.skipped.total > 0) chunk->image = WithoutEntries(chunk->image, skip);
+      }
+      std::tie(out.removed, out.restored) = RestoreImage(c, chunk->image, ctx);
+      CheckStillOwner(ctx);
+      c.Execute(kMarkChunkCompensatedSql, step_code, chunk_no);
+      return out;
+    });
+  }
+
+  // A chunk's before-image and after-image hashes; nullopt when compensated already
+  // or without an image.   [FOR UPDATE with `lock`]
+  std::optional<ChunkImage> ReadChunkImage(Connection& c, const std::string& step_code, int chunk_no, bool lock) {
+    auto q = c.Query(lock ? kReadChunkImageSql : kPeekChunkImageSql, step_code, chunk_no);
+    if (!q->next() || q->getBoolean(2) || q->isNull(1)) return std::nullopt;
+    json j;
+    try {
+      j = json::parse(std::string(q->getString(1)));
+    } catch (const json::exception&) {
+      throw PermanentStepError("chunk " + std::to_string(chunk_no) + " of step '" + cfg_.step + "' in " +
+                               cfg_.target + ".dsync_sync_chunk is not valid JSON");
+    }
+    ChunkImage out{ParseImage(j, cfg_), j.contains("after") ? j["after"] : json()};
+    const size_t entries = out.image.restore.size() + out.image.remove.size();
+    if (!out.after.is_null() && (!out.after.is_array() || out.after.size() != entries)) {
+      throw PermanentStepError("chunk " + std::to_string(chunk_no) + " of step '" + cfg_.step + "' in " +
+                               cfg_.target + ".dsync_sync_chunk has after-image hashes that do not fit its image");
+    }
+    return out;
+  }
+
+  // Marks the entries of the chunk whose target row differs from what the chunk left
+  // (EntryKeys order) and adds them to `out`. A chunk recorded without after-image
+  // hashes has no conflicts. A column of the image that is gone or retyped: let
+  // RestoreImage say so.
+  std::vector<bool> FindConflicts(Connection& c, const ChunkImage& chunk, bool lock, Conflicts& out) {
+    const size_t entries = chunk.image.restore.size() + chunk.image.remove.size();
+    std::vector<bool> conflict(entries, false);
+    if (chunk.after.is_null() || entries == 0) return conflict;
+    auto t = table::DescribeTable(c, cfg_.target, cfg_.table);
+    if (!t) throw PermanentStepError("table " + cfg_.target + "." + cfg_.table + " does not exist");
+    for (const std::string& name : chunk.image.columns) {
+      if (t->Find(name) == nullptr || t->Find(name)->generated) return conflict;
+    }
+    const ColumnSet cols(*t, chunk.image.columns);
+    const ColumnSet key(*t, chunk.image.key);
+    const std::vector<int> key_pos = Positions(cols, chunk.image.key);
+    const json now = AfterState(c, cfg_.table, cols, key, key_pos, chunk.image, cfg_.chunk_size, lock);
+    const std::vector<Row> keys = EntryKeys(chunk.image, key_pos);
+    for (size_t i = 0; i < entries; ++i) {
+      if (now[i] != chunk.after[i]) {
+        conflict[i] = true;
+        out.Add(keys[i]);
+      }
+    }
+    return conflict;
+  }
+
+  static Image WithoutEntries(const Image& image, const std::vector<bool>& skip) {
+    Image out = image;
+    out.restore.clear();
+    out.remove.clear();
+    for (size_t i = 0; i < image.restore.size(); ++i) {
+      if (!skip[i]) out.restore.push_back(image.restore[i]);
+    }
+    for (size_t i = 0; i < image.remove.size(); ++i) {
+      if (!skip[image.restore.size() + i]) out.remove.push_back(image.remove[i]);
+    }
+    return out;
+  }
+
+  // on_conflict fail: records the refusal as the step row's output and fails the
+  // compensation permanently, naming the keys (and how the table's schema changed
+  // since the sync, when it did).
+  [[noreturn]] void Refuse(StepContext& ctx, ConnectionPool& tgt, const Conflicts& conflicts) {
+    std::string keys;
+    for (size_t i = 0; i < conflicts.keys.size() && i < kKeysInMessage; ++i) {
+      keys += (keys.empty() ? "" : ", ") + conflicts.keys[i].dump();
+    }
+    if (conflicts.total > static_cast<int64_t>(kKeysInMessage)) {
+      keys += ", ... (" + std::to_string(conflicts.total - static_cast<int64_t>(kKeysInMessage)) + " more)";
+    }
+    std::string why = "step '" + cfg_.step + "': compensation refused (on_conflict fail): " +
+                      std::to_string(conflicts.total) + " row(s) of " + cfg_.target + "." + cfg_.table +
+                      " changed since the sync wrote them, keys " + keys;
+    const std::string schema = SchemaSinceSync(ctx, tgt);
+    if (!schema.empty()) why += "; " + schema;
+    ctx.ReportProgress({{"compensation", "refused"}, {"on_conflict", "fail"}, {"conflicts", conflicts.total},
+                        {"conflict_keys", conflicts.keys}});
+    spdlog::error("TABLE_SYNC_COMPENSATION_REFUSED event={} step={} code={} conflicts={} keys={}", ctx.event_code(),
+                  cfg_.step, ctx.idempotency_key(), conflicts.total, conflicts.keys.dump());
+    throw PermanentStepError(why);
+  }
+  static constexpr size_t kKeysInMessage = 20;
+
+  // "the schema of env_b.t changed since the sync (fingerprint a -> b): column ..."
+  // from the shape kept in the compensation data; "" when unchanged or unknown.
+  std::string SchemaSinceSync(StepContext& ctx, ConnectionPool& tgt) {
+    const json& data = ctx.compensation_data();
+    if (!data.is_object() || !data.contains("schema")) return "";
+    auto then = table::TableShape::FromJson(data["schema"]);
+    if (!then) return "";
+    std::vector<std::string> names;
+    for (const auto& c : then->columns) names.push_back(c.name);
+    try {
+      auto now = tgt.Run(What("read schema"), [&](Connection& c) -> std::optional<table::TableShape> {
+        auto t = table::DescribeTable(c, cfg_.target, cfg_.table);
+        if (!t) return std::nullopt;
+        return table::ReadShape(c, cfg_.table, names, t->key);
+      });
+      if (!now) return "table " + cfg_.target + "." + cfg_.table + " was dropped since the sync";
+      if (now->Fingerprint() == then->Fingerprint()) return "";
+      return "the schema of " + cfg_.target + "." + cfg_.table + " changed since the sync (fingerprint " +
+             then->Fingerprint() + ", now " + now->Fingerprint() + "): " + table::DescribeChange(*then, *now);
+    } catch (const DbError&) {
+      return "";
+    }
+  }
+
+  // Under the step lock (row 0, taken by the caller's transaction): fails when a later
+  // claim of the event has run the step on this target since.
+  void CheckFence(Connection& c, StepContext& ctx, const std::string& step_code) const {
+    const int64_t token = c.QueryInt(kReadFenceSql, step_code).value_or(0);
+    if (token > ctx.attempt()) {
+      throw Interrupted("step '" + cfg_.step + "' was taken over by a later claim of the event (attempt " +
+                        std::to_string(token) + ", this run's " + std::to_string(ctx.attempt()) +
+                        "); target changes rolled back");
+    }
+  }
+
+  // Before a run's first write: raises the step's fencing token to this run's attempt
+  // (or stops, if a later claim raised it already).
+  void TakeOver(StepContext& ctx, ConnectionPool& tgt, const std::string& step_code) {
+    tgt.Transact(What("fence step"), [&](Connection& c) {
+      c.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
+      CheckFence(c, ctx, step_code);
+      c.Execute(kRaiseFenceSql, ctx.attempt(), step_code, ctx.attempt());
+    });
   }
 
   static constexpr std::chrono::milliseconds kCheckpointEvery{2000};

@@ -35,6 +35,8 @@
 //   delete_missing  table_sync only, optional, default false: also delete the target
 //               rows that match the filter but whose key no longer matches it in the
 //               source (a mirror instead of a merge); they are in the before-image too
+//   on_conflict table_sync only, optional: "fail" (default), "skip" or "overwrite":
+//               see "Conflict-safe compensation"
 //   undo_retention_days  optional, 1..3650, default 7: see "Undo records"
 //
 // Run time:
@@ -68,12 +70,11 @@
 //   FOR UPDATE (the chunk's before-image), an exact comparison, the upserts (and
 //   deletes with delete_missing), the chunk's undo record with its key range (the
 //   checkpoint), ctx.StillOwner(), COMMIT. So data, undo record and checkpoint cannot
-//   disagree, and a node that lost the event commits no further chunk, except one
-//   frozen in the single round trip between that check and its COMMIT (the
-//   framework and the target are different databases: at-least-once). Such a late
-//   chunk is still whole and consistent (it checked the checkpoint under the step
-//   lock), and the new owner, finding a chunk it did not expect, stops with a
-//   transient error and resumes after it. Equal ranges
+//   disagree, and a node that lost the event commits no further chunk once the new
+//   owner has taken the step over (see "Fencing"). A chunk that was inside its
+//   transaction at that instant commits first, whole and consistent (it checked the
+//   checkpoint under the step lock), and the new owner, finding a chunk it did not
+//   expect, stops with a transient error and resumes after it. Equal ranges
 //   are recorded as a checkpoint-only row every 2 s and at the end.
 //   Chunk size adapts toward 0.5 s per chunk (at most 4x per step, 1..chunk_size rows)
 //   and keeps the rows a chunk holds under 2 MiB, so a node's memory is bounded by a
@@ -86,6 +87,49 @@
 //   A re-run of the step (the next owner after a crash, with the same idempotency key)
 //   resumes after the last committed chunk; a range already committed is never read
 //   or written again, so the first before-image of every row is the one kept.
+//
+// Schema preflight (table_sync, before its first write): source and target must agree
+// on each synced column's COLUMN_TYPE, nullability and collation, and on the primary
+// key (columns in order), else a permanent failure naming the column ("schema
+// preflight of step 'docs': column `title` is varchar(200) NULL COLLATE ... in
+// env_a.kb_doc but varchar(100) NULL ... in env_b.kb_doc"). The target's shape over
+// the before-image columns and its fingerprint are kept in the compensation data
+// ("schema", "schema_fingerprint"; the output has the fingerprint), so a refused
+// compensation can say how the table changed since (saga/steps/table_preflight.h).
+//
+// Conflict-safe compensation (table_sync): each chunk record also holds, for every
+// row of its before-image, the hash (ColumnSet::RowHashExpr over the image's columns)
+// of the target row as the chunk left it, or null where it deleted it ("after" in the
+// record's JSON). Compensation reads the same hashes now; a row whose hash differs was
+// changed by someone else since: a conflict. on_conflict:
+//   fail       a read-only pass over all chunks first; any conflict: nothing is
+//              restored, the compensation fails permanently with the keys (the first
+//              20 in the message, up to 100 in the step's output as "conflict_keys")
+//              and, when the table's shape changed since the sync, how; the event
+//              ends FAILED (v_events_needing_attention). Each chunk checks again under
+//              its locks (a write after the first pass refuses there; the chunks
+//              restored before it stay restored and marked).
+//   skip       conflicting rows are left as they are, the rest restored; the output
+//              has "conflicts" and "skipped_keys" (up to 100).
+//   overwrite  no check: every row is restored (the behaviour before conflicts).
+// Chunks recorded without after-hashes (older versions) have no conflicts. The
+// compensation's output ({"removed", "restored", "chunks", "on_conflict",
+// "conflicts"[, "skipped_keys"]}) is also written as the step row's output
+// (ctx.ReportProgress), where it stays: the step's history.
+//
+// Fencing (table_sync): row 0's `attempt` in dsync_sync_chunk is the step's fencing
+// token: every run raises it to its claim attempt (ctx.attempt()) under the step lock
+// before its first write, and every chunk and compensation transaction, holding the
+// step lock, stops ("taken over by a later claim") when the token is above its own
+// attempt. A node frozen past the offline timeout and resumed thus commits no chunk
+// once the new owner has taken the step over; a chunk it was committing at that
+// instant (inside its transaction, after the ownership check) commits before the
+// takeover, which waits for the step lock, and the new owner resumes after it.
+//
+// Heartbeat: ctx.ReportProgress (about once a second while chunks run, and after each
+// compensated chunk) also refreshes the event's modifier_time, fenced by the claimed
+// version (events/step_progress.h), so the sweeper does not reset a sync that runs
+// longer than max_processing_time_ms; the step's own deadline is its timeout_ms.
 //
 // Undo records (why the before-image lives in the target): effects outside the
 // framework database are at-least-once (a node may commit a chunk and die before the

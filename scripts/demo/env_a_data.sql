@@ -5,8 +5,8 @@
 -- permissions (ids s*100+p); titles and tags in several scripts, bodies of 1-5 KB,
 -- DATETIME(3) values with milliseconds, NULLs in the nullable columns.
 -- Space @poisoned also grants a group whose principal is a 74-character LDAP DN: it
--- fits env_a's kb_permission.principal (VARCHAR(191)) but not env_b's older
--- VARCHAR(64) (see env_b_setup.sql), so syncing that space fails at its last step.
+-- fits kb_permission.principal (VARCHAR(191)) but not env_b's CHECK constraint of
+-- at most 64 characters (see env_b_setup.sql), so syncing that space fails at its last step.
 
 INSERT INTO kb_space (id, tenant_id, space_key, name, description, owner, visibility,
                       created_at, updated_at, archived_at)

@@ -1,12 +1,14 @@
--- env_b before the sync: the same tables, one column narrower, and stale copies of
+-- env_b before the sync: the same tables, one more CHECK constraint, and stale copies of
 -- two spaces. Run in env_b after kb_schema.sql and after env_a is filled, with
 --   SET @poisoned = 13, @stale = 7;
 --
--- Schema drift: env_b still runs an older release of the knowledge base in which
--- kb_permission.principal was VARCHAR(64); env_a has since widened it to 191. Any
--- principal longer than 64 characters cannot be written to env_b (strict mode: error
--- 1406 "Data too long", which table_sync classifies as permanent).
-ALTER TABLE kb_permission MODIFY principal VARCHAR(64) NOT NULL;
+-- A policy only env_b enforces: principals of at most 64 characters (env_b's
+-- directory cannot hold longer names). The column types are the same on both sides, so
+-- table_sync's schema preflight passes (a narrower column would fail every space
+-- before its first write, naming the column); a principal longer than 64 characters
+-- cannot be written to env_b (CHECK constraint, error 4025, which table_sync classifies
+-- as permanent).
+ALTER TABLE kb_permission ADD CONSTRAINT principal_at_most_64 CHECK (CHAR_LENGTH(principal) <= 64);
 
 -- Stale copies of spaces @stale and @poisoned, as an earlier sync left them: the space
 -- under its old name, its first six documents as short drafts, their tags, and two

@@ -7,7 +7,8 @@
 #     progress while it ran, and the target ends equal to the source;
 #  B. the owner is frozen (SIGSTOP) past the offline timeout: another node takes the
 #     event over and finishes it; the frozen node, resumed, commits no chunk after
-#     losing the event.
+#     losing the event (the step's fencing token in the target, raised by the new
+#     claim, rolls back any later chunk of the old one).
 source "$(dirname "$0")/lib.sh"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, node_address, last_error FROM distribute_event" >&2; sql "SELECT step_name, status, error_details, output FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
@@ -103,6 +104,13 @@ kill -CONT "$PID_n2"
 wait_for '[[ $(event_status big-b) == SUCCESS ]]' 180 "big-b SUCCESS"
 sleep 1
 expect_eq "$(chunks big-b 1)" "$by_frozen" "the frozen node committed no chunk after losing the event"
+# The target-side fencing token: the new claim raised it before its first chunk, so
+# every chunk of the frozen claim precedes every chunk of the new one.
+expect_eq "$(dbq "$TGT" "SELECT attempt FROM dsync_sync_chunk WHERE step_code = 'big-b#1' AND chunk_no = 0")" 2 \
+  "the step's fencing token is the new claim's attempt"
+expect_eq "$(dbq "$TGT" "SELECT MAX(chunk_no) < (SELECT MIN(chunk_no) FROM dsync_sync_chunk WHERE step_code = 'big-b#1'
+   AND chunk_no > 0 AND attempt = 2) FROM dsync_sync_chunk WHERE step_code = 'big-b#1' AND chunk_no > 0 AND attempt = 1")" 1 \
+  "every chunk of the frozen claim precedes every chunk of the new one"
 expect_eq "$(dbq "$TGT" "SELECT SUM(rows_read) FROM dsync_sync_chunk WHERE step_code = 'big-b#1'")" 200000 \
   "each key range of big-b is in exactly one chunk record"
 expect_eq "$(differing)" 0 "target equals source after the takeover"

@@ -1,8 +1,12 @@
 // table_sync and table_delete against a real MariaDB: two fresh schemas as the
 // source and target datasources, a fake StepContext, and ordered dumps of whole
 // tables (every column as exact text) compared before and after.
+#include <chrono>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
+#include <thread>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -36,7 +40,7 @@ class FakeContext : public StepContext {
   const std::string& step_name() const override { return step_; }
   const std::string& idempotency_key() const override { return key_; }
   const json& payload() const override { return payload_; }
-  int attempt() const override { return 1; }
+  int attempt() const override { return attempt_no; }
   int step_retry_count() const override { return 0; }
   const json& compensation_data() const override { return compensation; }
   std::chrono::steady_clock::time_point deadline() const override {
@@ -46,6 +50,7 @@ class FakeContext : public StepContext {
   storage::Connection& tx() override { throw std::logic_error("table steps must not use the framework tx"); }
   bool StillOwner() override {
     ++owner_checks;
+    if (on_owner_check) on_owner_check(owner_checks);
     if (owner_checks_left >= 0 && owner_checks_left-- == 0) owner = false;
     return owner;
   }
@@ -53,6 +58,8 @@ class FakeContext : public StepContext {
   Datasources& datasources() override { return ds_; }
 
   json compensation = nullptr;  // what Compensate sees
+  int attempt_no = 1;           // the event's claim attempt
+  std::function<void(int)> on_owner_check;  // called with the check's number
   std::stop_source stop;
   bool owner = true;
   int owner_checks = 0;
@@ -213,12 +220,21 @@ TEST_F(TableStepsTest, SyncCopiesMatchingRowsExactly) {
 
   // The engine keeps a reference; the before-image (every row created, none
   // restored) is the chunk's undo record in the target.
+  // With it, the target's shape over the image's columns and its fingerprint (schema
+  // preflight), and in the record the hash of each row as the chunk left it.
   ASSERT_TRUE(r.compensation_data.has_value());
-  EXPECT_EQ(*r.compensation_data, (json{{"format", 2}, {"undo", "dsync_sync_chunk"}, {"target", "env_b"},
-                                        {"table", "kb_doc"}, {"step_code", "EV-1#0"}, {"chunks", 1}}));
+  json ref = *r.compensation_data;
+  EXPECT_EQ(ref["schema"]["columns"][3], (json{"title", "varchar(200)", true, "utf8mb4_general_ci"}));
+  EXPECT_EQ(ref["schema_fingerprint"], r.output["schema_fingerprint"]);
+  ref.erase("schema");
+  ref.erase("schema_fingerprint");
+  EXPECT_EQ(ref, (json{{"format", 2}, {"undo", "dsync_sync_chunk"}, {"target", "env_b"},
+                       {"table", "kb_doc"}, {"step_code", "EV-1#0"}, {"chunks", 1}}));
   json image = ChunkImage(1);
   EXPECT_EQ(image["remove"].size(), 5u);
   EXPECT_EQ(image["restore"].size(), 0u);
+  ASSERT_EQ(image["after"].size(), 5u);
+  EXPECT_TRUE(image["after"][0].is_number_unsigned());
   EXPECT_EQ(image["binary"], json{"data"});
 
   // Running again changes nothing.
@@ -254,7 +270,7 @@ TEST_F(TableStepsTest, CompensationRestoresTheBeforeImageByteForByte) {
   ctx.compensation = *r.compensation_data;
   StepResult c = step->Compensate(ctx);
   ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
-  EXPECT_EQ(c.output, (json{{"chunks", 1}, {"removed", 2}, {"restored", 2}}));
+  EXPECT_EQ(c.output, (json{{"chunks", 1}, {"removed", 2}, {"restored", 2}, {"on_conflict", "fail"}, {"conflicts", 0}}));
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
 
   // A second compensation (crash before the engine recorded the first) is harmless.
@@ -326,7 +342,8 @@ TEST_F(TableStepsTest, InterruptedRunResumesFromTheCheckpoint) {
   next.compensation = *r2.compensation_data;
   StepResult c = step->Compensate(next);
   ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
-  EXPECT_EQ(c.output, (json{{"chunks", 10}, {"removed", 500}, {"restored", 500}}));
+  EXPECT_EQ(c.output, (json{{"chunks", 10}, {"removed", 500}, {"restored", 500}, {"on_conflict", "fail"},
+                             {"conflicts", 0}}));
   EXPECT_EQ(Dump(tgt_, "n", "id"), before);
   EXPECT_EQ(step->Compensate(next).output, (json{{"already_compensated", true}}));
 }
@@ -554,7 +571,8 @@ TEST_F(TableStepsTest, LargeTableIntoAnOlderCopySyncsAndCompensatesExactly) {
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
   EXPECT_EQ(Classic(r.output), (json{{"rows", 200000}, {"inserted", 20000}, {"updated", 180000}, {"unchanged", 0}}));
   EXPECT_GT(r.output["chunk_records"].get<int>(), 10);  // committed chunk by chunk
-  EXPECT_LT(r.compensation_data->dump().size(), 200u) << r.compensation_data->dump();  // a reference only
+  // A reference and the table's shape only, never the image.
+  EXPECT_LT(r.compensation_data->dump().size(), 600u) << r.compensation_data->dump();
   EXPECT_EQ(Dump(tgt_, "big", "id", "id <= 200000"), Dump(src_, "big", "id"));
   EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM big WHERE name = 'target only'"), 100);
 
@@ -705,6 +723,192 @@ TEST_F(TableStepsTest, SubqueryFilterSyncsAnEntityGraphAndCompensatesIt) {
   StepResult mr = missing->Execute(m);
   EXPECT_EQ(mr.kind, StepResult::Kind::kPermanent);
   EXPECT_EQ(mr.error, "table env_a.nope (read by the where of step 'docs') does not exist");
+}
+
+// Issue 14 item 4: a production write to a synced row between the sync and its
+// compensation is a conflict. fail: nothing is restored and the keys are named;
+// skip: those rows are left as production wrote them and the rest are restored;
+// overwrite: everything is restored (the behaviour before conflict checks).
+class ConflictTest : public TableStepsTest {
+ protected:
+  // Syncs space 1 into a target holding an older copy (ids 1, 3 updated; 2, 4
+  // inserted), then production writes: id 1 updated, id 2 (inserted by the sync)
+  // deleted, id 5 (never synced) updated.
+  StepResult SyncThenProductionWrites(StepHandler& step, FakeContext& ctx) {
+    CreateDocs();
+    tgt_.Exec(kDocRows);
+    tgt_.Exec("UPDATE kb_doc SET title = 'old' WHERE id IN (1, 3)");
+    tgt_.Exec("DELETE FROM kb_doc WHERE id IN (2, 4)");
+    before_but_5_ = Dump(tgt_, "kb_doc", "id", "id <> 5");
+    before_36_ = Dump(tgt_, "kb_doc", "id", "id IN (3, 4, 6)");
+    StepResult r = step.Execute(ctx);
+    EXPECT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+    EXPECT_EQ(Classic(r.output), (json{{"rows", 5}, {"inserted", 2}, {"updated", 2}, {"unchanged", 1}}));
+    tgt_.Exec("UPDATE kb_doc SET title = 'production' WHERE id = 1");
+    tgt_.Exec("DELETE FROM kb_doc WHERE id = 2");
+    tgt_.Exec("UPDATE kb_doc SET title = 'production too' WHERE id = 5");
+    after_writes_ = Dump(tgt_, "kb_doc", "id");
+    ctx.compensation = *r.compensation_data;
+    return r;
+  }
+  std::vector<std::string> before_but_5_, before_36_, after_writes_;
+};
+
+TEST_F(ConflictTest, FailRefusesNamingTheKeysAndRestoresNothing) {
+  auto step = Sync("space_id = :space_id", {{"chunk_size", 2}});  // several chunks
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  SyncThenProductionWrites(*step, ctx);
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(c.error, "step 'docs': compensation refused (on_conflict fail): 2 row(s) of env_b.kb_doc changed since "
+                     "the sync wrote them, keys [\"1\"], [\"2\"]");
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), after_writes_);  // not one row restored
+  ASSERT_FALSE(ctx.progress.empty());
+  EXPECT_EQ(ctx.progress.back(), (json{{"compensation", "refused"}, {"on_conflict", "fail"}, {"conflicts", 2},
+                                       {"conflict_keys", {{"1"}, {"2"}}}}));
+  // Repeated (the engine does not, but an operator might retry): the same refusal.
+  EXPECT_EQ(step->Compensate(ctx).error, c.error);
+}
+
+TEST_F(ConflictTest, SkipLeavesConflictingRowsAndRestoresTheRest) {
+  auto step = Sync("space_id = :space_id", {{"on_conflict", "skip"}});
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  SyncThenProductionWrites(*step, ctx);
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  EXPECT_EQ(c.output, (json{{"chunks", 1}, {"removed", 1}, {"restored", 1}, {"on_conflict", "skip"},
+                            {"conflicts", 2}, {"skipped_keys", {{"1"}, {"2"}}}}));
+  EXPECT_EQ(ctx.progress.back(), c.output);  // recorded as the step row's output
+  // id 1 keeps production's write, id 2 stays deleted by production; id 3 and 4 are
+  // restored (3 updated back, 4 removed); 5 and 6 were not the sync's.
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE id = 1 AND title = 'production'"), 1);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE id = 2"), 0);
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id IN (3, 4, 6)"), before_36_);
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id = 5"), Dump(tgt_, "kb_doc", "id", "title = 'production too'"));
+}
+
+TEST_F(ConflictTest, OverwriteRestoresEverything) {
+  auto step = Sync("space_id = :space_id", {{"on_conflict", "overwrite"}});
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  SyncThenProductionWrites(*step, ctx);
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  EXPECT_EQ(c.output, (json{{"chunks", 1}, {"removed", 2}, {"restored", 2}, {"on_conflict", "overwrite"},
+                            {"conflicts", 0}}));
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id <> 5"), before_but_5_);
+}
+
+TEST_F(ConflictTest, BadOnConflictIsRefusedAtStart) {
+  EXPECT_THROW(Sync("1 = 1", {{"on_conflict", "ignore"}}), ConfigError);
+  try {
+    Sync("1 = 1", {{"on_conflict", 1}});
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "config: step 'docs' (table_sync): 'on_conflict' must be \"fail\", \"skip\" or "
+                           "\"overwrite\", got 1");
+  }
+}
+
+// Issue 14 item 5: a column whose type, nullability or collation differs between the
+// source and the target fails the step before it writes anything, naming the column;
+// a compensation refused later explains how the table changed since the sync.
+TEST_F(TableStepsTest, SchemaPreflightFailsNamingTheColumn) {
+  CreateDocs();
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  auto step = Sync("space_id = :space_id");
+  struct Case {
+    const char* alter;
+    const char* error;
+  };
+  const Case cases[] = {
+      {"ALTER TABLE kb_doc MODIFY title VARCHAR(100) NULL",
+       "schema preflight of step 'docs': column `title` is varchar(200) NULL COLLATE utf8mb4_general_ci in "
+       "env_a.kb_doc but varchar(100) NULL COLLATE utf8mb4_general_ci in env_b.kb_doc"},
+      {"ALTER TABLE kb_doc MODIFY kind VARCHAR(40) NULL",
+       "schema preflight of step 'docs': column `kind` is varchar(40) NOT NULL COLLATE utf8mb4_general_ci in "
+       "env_a.kb_doc but varchar(40) NULL COLLATE utf8mb4_general_ci in env_b.kb_doc"},
+      {"ALTER TABLE kb_doc MODIFY title VARCHAR(200) COLLATE utf8mb4_bin NULL",
+       "schema preflight of step 'docs': column `title` is varchar(200) NULL COLLATE utf8mb4_general_ci in "
+       "env_a.kb_doc but varchar(200) NULL COLLATE utf8mb4_bin in env_b.kb_doc"},
+      {"ALTER TABLE kb_doc MODIFY price DECIMAL(30,9) NULL",
+       "schema preflight of step 'docs': column `price` is decimal(30,10) NULL in env_a.kb_doc but decimal(30,9) "
+       "NULL in env_b.kb_doc"},
+  };
+  for (const Case& k : cases) {
+    tgt_.Exec("DROP TABLE kb_doc");
+    tgt_.Exec(kDocTable);
+    tgt_.Exec(k.alter);
+    StepResult r = step->Execute(ctx);
+    EXPECT_EQ(r.kind, StepResult::Kind::kPermanent) << k.alter;
+    EXPECT_EQ(r.error, k.error);
+    EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc"), 0) << k.alter;
+    EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0"), 0) << k.alter;
+  }
+  // Equal schemas: the sync runs and its output and compensation data carry the
+  // target's fingerprint; the column is then widened and a row changed by hand.
+  tgt_.Exec("DROP TABLE kb_doc");
+  tgt_.Exec(kDocTable);
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  const std::string fingerprint = r.output["schema_fingerprint"];
+  EXPECT_EQ(fingerprint.size(), 16u);
+  EXPECT_EQ((*r.compensation_data)["schema_fingerprint"], fingerprint);
+  tgt_.Exec("ALTER TABLE kb_doc MODIFY title VARCHAR(300) NULL");
+  tgt_.Exec("UPDATE kb_doc SET title = 'by hand' WHERE id = 6");
+  ctx.compensation = *r.compensation_data;
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kPermanent);
+  EXPECT_NE(c.error.find("keys [\"6\"]; the schema of env_b.kb_doc changed since the sync (fingerprint " +
+                         fingerprint + ", now "),
+            std::string::npos)
+      << c.error;
+  EXPECT_NE(c.error.find("): column `title` was varchar(200) NULL COLLATE utf8mb4_general_ci, now varchar(300) NULL "
+                         "COLLATE utf8mb4_general_ci"),
+            std::string::npos)
+      << c.error;
+}
+
+// Issue 13: the target-side fencing token. A run of an older claim that goes on after
+// a later claim took the step over (a frozen owner resumed) commits no further chunk:
+// its next chunk transaction finds the token raised and rolls back, so every chunk of
+// the old claim precedes every chunk of the new one.
+TEST_F(TableStepsTest, AStaleOwnerCommitsNoChunkAfterALaterClaimTookOver) {
+  const char* ddl = "CREATE TABLE n (id INT PRIMARY KEY, v VARCHAR(20), g INT) DEFAULT CHARSET=utf8mb4";
+  src_.Exec(ddl);
+  tgt_.Exec(ddl);
+  src_.Exec("INSERT INTO n SELECT seq, CONCAT('v', seq), 1 FROM seq_1_to_3000");
+  auto step = Sync("g = :g", {{"chunk_size", 100}}, "n");
+  FakeContext stale(ds_, {{"g", 1}});
+  FakeContext later(ds_, {{"g", 1}});
+  later.attempt_no = 2;
+  std::future<StepResult> taken;
+  // At its 3rd chunk's ownership check (inside that chunk's transaction: the stale
+  // owner still believes it owns the event), the later claim starts on another
+  // thread; its takeover waits for the step lock, then raises the token.
+  stale.on_owner_check = [&](int n) {
+    if (n != 3) return;
+    taken = std::async(std::launch::async, [&] {
+      StepResult r = step->Execute(later);
+      for (int i = 0; i < 3 && r.kind == StepResult::Kind::kTransient; ++i) r = step->Execute(later);
+      return r;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  };
+  StepResult s = step->Execute(stale);
+  ASSERT_TRUE(taken.valid());
+  StepResult l = taken.get();
+  EXPECT_EQ(s.kind, StepResult::Kind::kTransient);
+  EXPECT_NE(s.error.find("was taken over by a later claim of the event (attempt 2, this run's 1)"), std::string::npos)
+      << s.error;
+  ASSERT_EQ(l.kind, StepResult::Kind::kOk) << l.error;
+  const int64_t old_chunks = tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0 AND attempt = 1");
+  EXPECT_GE(old_chunks, 3);
+  EXPECT_EQ(tgt_.QueryInt("SELECT MAX(chunk_no) FROM dsync_sync_chunk WHERE chunk_no > 0 AND attempt = 1") + 1,
+            tgt_.QueryInt("SELECT MIN(chunk_no) FROM dsync_sync_chunk WHERE chunk_no > 0 AND attempt = 2"));
+  EXPECT_EQ(tgt_.QueryInt("SELECT SUM(rows_read) FROM dsync_sync_chunk WHERE chunk_no > 0"), 3000);
+  EXPECT_EQ(Dump(tgt_, "n", "id"), Dump(src_, "n", "id"));
+  // The stale owner, going on, still writes nothing.
+  EXPECT_EQ(step->Execute(stale).kind, StepResult::Kind::kTransient);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0 AND attempt = 1"), old_chunks);
 }
 
 }  // namespace

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Issue 14 item 4 and issue 13 through real processes (dispatcher, node, MariaDB):
+#  A. conflict-safe compensation: a saga syncs a table, then its next step fails and
+#     the sync is compensated; a production write to a synced row in between is a
+#     conflict. on_conflict fail: the event ends FAILED, listed in
+#     v_events_needing_attention with the key; skip: that row is left, the rest
+#     restored, the skipped key in the step's output; overwrite: all restored.
+#  B. heartbeat: a sync longer than its topic's max_processing_time_ms (with a longer
+#     step timeout) keeps the event's modifier_time fresh, so the sweeper does not
+#     reset it: it succeeds on its first claim.
+source "$(dirname "$0")/lib.sh"
+
+fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, attempt, last_error FROM distribute_event" >&2; sql "SELECT job_code, step_name, status, error_details, output FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
+SRC="${SCHEMA}_a"; TGT="${SCHEMA}_b"
+drop_datasources() {
+  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" \
+    -e "DROP DATABASE IF EXISTS \`$SRC\`; DROP DATABASE IF EXISTS \`$TGT\`" 2>/dev/null || true
+}
+trap 'cleanup; drop_datasources' EXIT
+dbq() {  # dbq SCHEMA "SQL"
+  MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$1" -e "$2"
+}
+base="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT"
+
+saga() {  # saga TOPIC ON_CONFLICT: a sync, then a demo step that can be told to fail
+  cat <<JSON
+    "$1": { "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 200,
+      "steps": [ { "name": "sync", "type": "table_sync", "source": "env_a", "target": "env_b",
+                   "table": "doc", "where": "grp = :g", "on_conflict": "$2" },
+                 { "name": "next", "type": "demo" } ] },
+JSON
+}
+cat > "$WORK/dsync.json" <<JSON
+{
+  "database": "$DB_URL",
+  "service": "tsconf",
+  "datasources": { "env_a": "$base/$SRC", "env_b": "$base/$TGT" },
+  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 3000, "sweep_interval_ms": 250 },
+  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
+  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 8000, "capacity": 2 },
+  "topics": {
+$(saga CF fail)
+$(saga CS skip)
+$(saga CO overwrite)
+    "LONG": { "max_retry": 1, "max_processing_time_ms": 1500,
+      "steps": [ { "name": "long", "type": "table_sync", "source": "env_a", "target": "env_b",
+                   "table": "big", "where": "1 = 1", "chunk_size": 40, "timeout_ms": 300000 } ] }
+  }
+}
+JSON
+for s in "$SRC" "$TGT"; do
+  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "CREATE DATABASE \`$s\`"
+  dbq "$s" "CREATE TABLE doc (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40))"
+  dbq "$s" "CREATE TABLE big (id INT PRIMARY KEY, name VARCHAR(40))"
+done
+dbq "$SRC" "INSERT INTO doc SELECT seq, 1, CONCAT('new ', seq) FROM seq_1_to_10"
+dbq "$SRC" "INSERT INTO big SELECT seq, CONCAT('row ', seq) FROM seq_1_to_120000"
+older_copy() { dbq "$TGT" "DELETE FROM doc; INSERT INTO doc SELECT seq, 1, CONCAT('old ', seq) FROM seq_1_to_8"; }
+dump() { dbq "$TGT" "SELECT id, grp, name FROM doc ORDER BY id"; }
+
+"$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
+start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+start_bg n1 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7351
+wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 1 ]]' 15 "node online"
+
+step_status() { sql "SELECT status FROM distribute_event_step WHERE job_code = '$1' AND step_name = '$2'"; }
+# run_saga CODE TOPIC: the sync succeeds, production writes row 5 while the next step
+# sleeps, then the next step fails permanently and the sync is compensated.
+run_saga() {
+  older_copy
+  before=$(dump)
+  produce "$1" '{"g": 1, "demo": {"sleep_ms": 2500, "fail": {"next": "permanent"}}}' "$2"
+  wait_for '[[ $(step_status '"$1"' sync) == SUCCESS ]]' 60 "$1: sync step SUCCESS"
+  dbq "$TGT" "UPDATE doc SET name = 'production' WHERE id = 5"
+  wait_for '[[ $(event_status '"$1"') == FAILED || $(event_status '"$1"') == COMPENSATED ]]' 60 "$1: event done"
+}
+
+# --- A. fail ---------------------------------------------------------------------------
+run_saga cf-1 CF
+expect_eq "$(event_status cf-1)" FAILED "on_conflict fail: the event ends FAILED"
+expect_eq "$(sql "SELECT reason FROM v_events_needing_attention WHERE code = 'cf-1'")" failed \
+  "on_conflict fail: the event is listed in v_events_needing_attention"
+err=$(sql "SELECT last_error FROM distribute_event WHERE code = 'cf-1'")
+[[ $err == *'compensation refused (on_conflict fail): 1 row(s) of env_b.doc changed since the sync wrote them, keys ["5"]'* ]] \
+  || fail "last_error does not name the conflicting key: $err"
+echo "ok: cf-1 last_error: $err"
+expect_eq "$(sql "SELECT output FROM distribute_event_step WHERE job_code = 'cf-1' AND step_name = 'sync'")" \
+  '{"compensation":"refused","conflict_keys":[["5"]],"conflicts":1,"on_conflict":"fail"}' "the refusal is the step's output"
+expect_eq "$(dbq "$TGT" "SELECT COUNT(*) FROM doc WHERE name LIKE 'new %'")" 9 "nothing restored (9 synced rows left)"
+expect_eq "$(dbq "$TGT" "SELECT name FROM doc WHERE id = 5")" production "production's write kept"
+
+# --- A. skip ---------------------------------------------------------------------------
+run_saga cs-1 CS
+expect_eq "$(event_status cs-1)" COMPENSATED "on_conflict skip: the event is COMPENSATED"
+expect_eq "$(sql "SELECT JSON_EXTRACT(output, '$.skipped_keys') FROM distribute_event_step WHERE job_code = 'cs-1' AND step_name = 'sync'")" \
+  '[["5"]]' "the skipped key is in the step's output"
+expect_eq "$(dump)" "$(echo "$before" | sed 's/^5\t1\told 5$/5\t1\tproduction/')" "the rest restored, row 5 left as production wrote it"
+
+# --- A. overwrite ----------------------------------------------------------------------
+run_saga co-1 CO
+expect_eq "$(event_status co-1)" COMPENSATED "on_conflict overwrite: the event is COMPENSATED"
+expect_eq "$(dump)" "$before" "everything restored, production's write overwritten"
+
+# --- B. a sync longer than max_processing_time_ms --------------------------------------
+produce long-1 '{}' LONG
+wait_for '[[ $(event_status long-1) =~ ^(SUCCESS|FAILED|COMPENSATED)$ ]]' 240 "long-1 done"
+expect_eq "$(event_status long-1)" SUCCESS "the long sync succeeded"
+took=$(sql "SELECT TIMESTAMPDIFF(MICROSECOND, started_time, finished_time) DIV 1000 FROM distribute_event WHERE code = 'long-1'")
+echo "ok: long-1 ran $took ms with max_processing_time_ms 1500"
+(( took > 3000 )) || fail "the sync took only $took ms: too short to show the heartbeat (needs > 2x 1500 ms)"
+expect_eq "$(sql "SELECT attempt FROM distribute_event WHERE code = 'long-1'")" 1 "claimed once: never reset by the sweeper"
+expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE code = 'long-1' AND process_log LIKE '%max_processing_time%'")" 0 \
+  "no timed-out reset in the process log"
+expect_eq "$(dbq "$TGT" "SELECT COUNT(*) FROM big")" 120000 "every row copied"
+expect_eq "$(saga_violations)" 0 "saga order holds"
+echo "PASS table_sync_conflict_test"
