@@ -23,10 +23,14 @@ constexpr const char* kMarkCompleted = R"(
 UPDATE distribute_batch SET status = 'COMPLETED', completion_code = ?, counts = ?, completed_time = NOW(3)
 WHERE batch_code = ? AND status = 'OPEN')";
 
-// Params: older_than (µs), limit.
-constexpr const char* kPurgeCompleted = R"(
-DELETE FROM distribute_batch
-WHERE status = 'COMPLETED' AND completed_time < NOW(3) - INTERVAL ? MICROSECOND LIMIT ?)";
+// Two statements, so that the DELETE locks only the rows it removes: a DELETE with
+// this WHERE may scan the table and wait on an open batch's row that a leader holds
+// while completing it. Params: older_than (µs), limit; then one batch_code.
+constexpr const char* kSelectCompletedBefore = R"(
+SELECT batch_code FROM distribute_batch
+WHERE status = 'COMPLETED' AND completed_time < NOW(3) - INTERVAL ? MICROSECOND ORDER BY batch_code LIMIT ?)";
+constexpr const char* kDeleteCompleted = R"(
+DELETE FROM distribute_batch WHERE batch_code = ? AND status = 'COMPLETED')";
 
 constexpr size_t kMaxCode = 64;
 constexpr const char* kPrefix = "done:";
@@ -74,7 +78,12 @@ bool CompleteBatch(storage::Connection& c, const std::string& batch_code, const 
 }
 
 int64_t PurgeCompletedBatches(storage::Connection& c, Millis older_than, int limit) {
-  return static_cast<int64_t>(c.Execute(kPurgeCompleted, static_cast<int64_t>(older_than.count()) * 1000, limit));
+  std::vector<std::string> codes;
+  auto rs = c.Query(kSelectCompletedBefore, static_cast<int64_t>(older_than.count()) * 1000, limit);
+  while (rs->next()) codes.push_back(rs->getString(1));
+  int64_t removed = 0;
+  for (const std::string& code : codes) removed += static_cast<int64_t>(c.Execute(kDeleteCompleted, code));
+  return removed;
 }
 
 }  // namespace dsync::events

@@ -58,6 +58,12 @@ waiting() {
        ON p.id = t.trx_mysql_thread_id
        WHERE t.trx_state = 'LOCK WAIT' AND p.db = '$SCHEMA' AND t.trx_query LIKE '%distribute_batch%'"
 }
+for i in $(seq 1 200); do [[ $(waiting) == 1 ]] && break; sleep 0.1; done
+if [[ $(waiting) != 1 ]]; then
+  echo "DIAG waiting=$(waiting)"; sql "SELECT t.trx_state, p.db, p.command, p.state, LEFT(IFNULL(t.trx_query, p.info), 100) FROM information_schema.innodb_trx t LEFT JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id"
+  sql "SELECT * FROM distribute_batch"; sql "SELECT status, COUNT(*) FROM distribute_event GROUP BY status"
+  grep -vh "EVENT_\|STEP_\|CLAIM" $WORK/d1.log $WORK/d2.log | cut -c1-250 | tail -30
+fi
 wait_for '[[ $(waiting) == 1 ]]' 20 "the leader inside the completing transaction"
 expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE code = 'done:B1'")" 0 "no completion event yet"
 owner=$(sql "SELECT owner FROM distribute_lease_lock WHERE lock_name LIKE '%batch-e2e%'")
