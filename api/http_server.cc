@@ -874,6 +874,7 @@ std::string HttpServer::RenderMetrics() {
     w.Sample("dsync_event_reset_races_total", none, static_cast<double>(s.reset_races));
     resets.emplace_back("node_offline", s.resets_node_offline);
     resets.emplace_back("timed_out", s.resets_timed_out);
+    resets.emplace_back("not_claimed", s.resets_not_claimed);
   }
   if (sources_.consumer != nullptr) {
     consumer::ConsumerStats& c = *sources_.consumer;

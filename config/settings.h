@@ -83,6 +83,11 @@ struct TopicSettings {
   Millis backoff_base{1000};          // backoff_base_ms
   Millis backoff_max{60000};          // backoff_max_ms
   Millis max_processing_time{300000}; // max_processing_time_ms: since last activity
+  // claim_timeout_ms: longest an event may stay ASSIGNED to a live node that does not
+  // claim it (it does not serve the topic, or it had room) before the sweeper hands it
+  // back. A node claims within a poll (consumer.poll_interval_ms, 200) of having room,
+  // and reports its room every heartbeat (10 s): the default is three heartbeats.
+  Millis claim_timeout{30000};
   int batch_limit = 0;                // 0: dispatcher.batch_size
   int priority = 0;                   // default priority of new events; smaller runs first
   std::string strategy = "least_load";  // least_load|weighted|least_connections|round_robin|consistent_hash
