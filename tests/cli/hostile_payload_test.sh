@@ -39,9 +39,16 @@ sql "UPDATE distribute_event SET status = 'FAILED', result = $DEEP, process_log 
 sql "INSERT INTO distribute_node_registry (service_name, node_address, status, last_heartbeat_time, metadata)
      VALUES ('hostile', '10.0.0.9:1', 0, NOW(3), CONCAT(REPEAT('[', 30000), REPEAT(']', 30000)))"
 
-port=$(free_port)
-start_bg serve "$DSYNC_BIN" serve --config "$WORK/dsync.json" --listen "127.0.0.1:$port"
-wait_for "curl -sf http://127.0.0.1:$port/healthz >/dev/null || ! kill -0 $PID_serve" 30 "API up on $port"
+# A port taken between free_port and the bind (other tests run in parallel) makes
+# serve exit at once with its reason: try another port then, at most three times.
+for try in 1 2 3; do
+  port=$(free_port)
+  start_bg serve "$DSYNC_BIN" serve --config "$WORK/dsync.json" --listen "127.0.0.1:$port"
+  wait_for "curl -sf http://127.0.0.1:$port/healthz >/dev/null || ! kill -0 $PID_serve" 30 "API up on $port"
+  kill -0 "$PID_serve" 2>/dev/null && break
+  echo "serve exited at start (try $try): $(tail -3 "$WORK/serve.log")" >&2
+  (( try < 3 )) || fail "serve does not start"
+done
 api() { curl -s -o "$WORK/body" -w '%{http_code}' "http://127.0.0.1:$port$1"; }
 
 # --- API ---------------------------------------------------------------------
