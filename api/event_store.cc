@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "dispatcher/lease_lock.h"
 #include "events/assign.h"
 #include "events/batches.h"
@@ -120,12 +121,34 @@ std::optional<EventRow> ReadEvent(storage::Connection& c, const std::string& cod
   return events::ReadEvent(c, code);
 }
 
-// JSON text as JSON when it parses, else as a string; empty text as null.
-nlohmann::json JsonOrText(const std::string& text) {
-  if (text.empty()) return nullptr;
-  auto parsed = nlohmann::json::parse(text, nullptr, false);
-  if (!parsed.is_discarded()) return parsed;
-  return text;
+// Stored JSON larger than this is not rendered (a row written by plain SQL may hold up
+// to max_allowed_packet; a page of such rows would be rendered several times over).
+constexpr size_t kMaxRenderedJsonBytes = 1 << 20;
+// Steps (and timeline entries) shown of one event; plans have a handful, child steps
+// (one per chunk) a few thousand.
+constexpr size_t kMaxShownSteps = 10000;
+
+// Sets out[key] to stored JSON text: JSON when it parses, else the text as a string,
+// empty text as null. Text nesting deeper than kMaxJsonDepth or larger than
+// kMaxRenderedJsonBytes is not rendered: out[key] is null and out[key + "_error"] says
+// why (a hostile producer's row is answered, not crashed on).
+void PutStoredJson(nlohmann::json& out, const std::string& key, const std::string& text) {
+  if (text.size() > kMaxRenderedJsonBytes) {
+    out[key] = nullptr;
+    out[key + "_error"] = key + " is " + std::to_string(text.size()) + " bytes (more than " +
+                          std::to_string(kMaxRenderedJsonBytes) + "); not rendered";
+    return;
+  }
+  StoredJson parsed = ParseStoredJson(text, key);
+  switch (parsed.problem) {
+    case StoredJson::kNone: out[key] = std::move(parsed.value); return;
+    case StoredJson::kEmpty: out[key] = text.empty() ? nlohmann::json(nullptr) : nlohmann::json(text); return;
+    case StoredJson::kInvalid: out[key] = text; return;
+    case StoredJson::kTooDeep:
+      out[key] = nullptr;
+      out[key + "_error"] = parsed.message + "; not rendered";
+      return;
+  }
 }
 
 nlohmann::json TextOrNull(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
@@ -161,6 +184,8 @@ NodeView ToView(const registry::NodeInfo& n, int64_t in_flight) {
   v.datasources = n.metadata.datasources;
   v.datasource_errors = n.metadata.datasource_errors;
   v.bad_topics = n.metadata.bad_topics;
+  v.not_claimed_count = n.not_claimed_count;
+  v.last_not_claimed_time = n.last_not_claimed_time;
   return v;
 }
 
@@ -201,7 +226,7 @@ NewEvent ParseNewEvent(const nlohmann::json& body) {
 }
 
 nlohmann::json ToJson(const EventRow& e) {
-  return {{"id", e.id},
+  nlohmann::json out = {{"id", e.id},
           {"code", e.code},
           {"topic", e.topic},
           {"tenant_id", e.tenant_id},
@@ -217,8 +242,6 @@ nlohmann::json ToJson(const EventRow& e) {
           {"progress", e.progress ? nlohmann::json(*e.progress) : nlohmann::json(nullptr)},
           {"batch_code", TextOrNull(e.batch_code)},
           {"trace_id", TextOrNull(e.trace_id)},
-          {"payload", JsonOrText(e.payload)},
-          {"result", JsonOrText(e.result)},
           {"last_error", TextOrNull(e.last_error)},
           {"create_time", TextOrNull(e.create_time)},
           {"next_run_time", TextOrNull(e.next_run_time)},
@@ -226,6 +249,9 @@ nlohmann::json ToJson(const EventRow& e) {
           {"started_time", TextOrNull(e.started_time)},
           {"finished_time", TextOrNull(e.finished_time)},
           {"modifier_time", TextOrNull(e.modifier_time)}};
+  PutStoredJson(out, "payload", e.payload);
+  PutStoredJson(out, "result", e.result);
+  return out;
 }
 
 nlohmann::json ToJson(const EventDetail& d) {
@@ -247,8 +273,8 @@ nlohmann::json ToJson(const EventDetail& d) {
                      {"started_at", TextOrNull(s.started_at)},
                      {"executed_at", TextOrNull(s.executed_at)},
                      {"compensated_at", TextOrNull(s.compensated_at)},
-                     {"error", TextOrNull(s.error_details)},
-                     {"output", JsonOrText(s.output)}});
+                     {"error", TextOrNull(s.error_details)}});
+    PutStoredJson(steps.back(), "output", s.output);
   }
   nlohmann::json timeline = nlohmann::json::array();
   for (const auto& t : d.timeline) {
@@ -266,6 +292,8 @@ nlohmann::json ToJson(const EventDetail& d) {
   out["steps"] = std::move(steps);
   out["timeline"] = std::move(timeline);
   out["process_log"] = d.process_log;
+  if (!d.process_log_error.empty()) out["process_log_error"] = d.process_log_error;
+  if (d.steps_truncated) out["steps_truncated"] = "only the first 10000 steps and timeline entries are shown";
   return out;
 }
 
@@ -291,7 +319,8 @@ nlohmann::json ToJson(const NodeView& n) {
           {"incarnation", n.incarnation},
           {"datasources", n.datasources ? nlohmann::json(*n.datasources) : nlohmann::json(nullptr)},
           {"datasource_errors", n.datasource_errors},
-          {"bad_topics", n.bad_topics}};
+          {"bad_topics", n.bad_topics},
+          {"not_claimed", {{"count", n.not_claimed_count}, {"last", TextOrNull(n.last_not_claimed_time)}}}};
 }
 
 nlohmann::json ToJson(const AttentionRow& a) {
@@ -463,11 +492,27 @@ EventDetail EventStore::Get(const std::string& code) {
   EventDetail d;
   d.event = GetEvent(code);
   pool_.Run("read event steps", [&](storage::Connection& c) {
-    d.steps = events::LoadSteps(c, code);
-    d.timeline = events::ReadTimeline(c, code);
+    // One more than shown: were there more? (Rows written by hand may be any number.)
+    d.steps = events::LoadSteps(c, code, kMaxShownSteps + 1);
+    d.timeline = events::ReadTimeline(c, code, kMaxShownSteps + 1);
+    if (d.steps.size() > kMaxShownSteps || d.timeline.size() > kMaxShownSteps) {
+      d.steps.resize(std::min(d.steps.size(), kMaxShownSteps));
+      d.timeline.resize(std::min(d.timeline.size(), kMaxShownSteps));
+      d.steps_truncated = true;
+    }
     auto log = events::ReadProcessLog(c, code);
-    auto parsed = nlohmann::json::parse(log.value_or("[]"), nullptr, false);
-    d.process_log = parsed.is_array() ? parsed : nlohmann::json::array();
+    const std::string text = log.value_or("[]");
+    if (text.size() > kMaxRenderedJsonBytes) {
+      d.process_log_error = "process_log is " + std::to_string(text.size()) + " bytes (more than " +
+                            std::to_string(kMaxRenderedJsonBytes) + "); not rendered";
+      return;
+    }
+    StoredJson parsed = ParseStoredJson(text, "process_log");
+    if (parsed.problem == StoredJson::kTooDeep) {
+      d.process_log_error = parsed.message + "; not rendered";
+    } else if (parsed.value.is_array()) {
+      d.process_log = std::move(parsed.value);
+    }
   });
   return d;
 }

@@ -76,11 +76,17 @@ struct EventDetail {
   std::vector<StepRow> steps;          // plan order
   std::vector<TimelineEntry> timeline; // forward actions, then compensations as they ran
   nlohmann::json process_log = nlohmann::json::array();
+  std::string process_log_error;       // why process_log is not shown (too deep, too big)
+  bool steps_truncated = false;        // more than 10000 steps or timeline entries: the first shown
 };
 
 bool IsTerminal(const std::string& status);  // SUCCESS, FAILED, COMPENSATED
 
-nlohmann::json ToJson(const EventRow& e);   // payload and result as JSON when they parse
+// Payload and result as JSON when they parse (else as text). Stored JSON nesting deeper
+// than kMaxJsonDepth (core/json_limits.h) or above 1 MiB is answered as null with a
+// "<field>_error" marker beside it ("payload_error", "result_error", a step's
+// "output_error", "process_log_error"), never parsed or rendered in full.
+nlohmann::json ToJson(const EventRow& e);
 nlohmann::json ToJson(const EventDetail& d);
 
 struct ProduceResult {
@@ -156,6 +162,10 @@ struct NodeView {
   std::optional<std::vector<std::string>> datasources;
   std::map<std::string, std::string> datasource_errors;  // name -> why not reached
   std::map<std::string, std::string> bad_topics;         // topic -> why its plan failed there
+  // Events the sweeper handed back because this node did not claim them, and when it
+  // last did (empty: never). JSON: not_claimed {count, last} (last null when never).
+  int64_t not_claimed_count = 0;
+  std::string last_not_claimed_time;
 };
 nlohmann::json ToJson(const NodeView& n);
 

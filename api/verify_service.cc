@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace dsync::api {
 namespace {
@@ -219,8 +220,8 @@ std::vector<LatestVerify> ReadLatestVerify(storage::ConnectionPool& pool, int li
       v.chunks = rs->getInt64(14);
       v.chunks_differing = rs->getInt64(15);
       v.differences = v.missing + v.extra + v.different;
-      v.first_keys = json::parse(std::string(rs->getString(16)), nullptr, false);
-      if (v.first_keys.is_discarded()) v.first_keys = nullptr;
+      StoredJson keys = ParseStoredJson(std::string(rs->getString(16)), "first_keys");
+      v.first_keys = keys.problem == StoredJson::kNone ? std::move(keys.value) : json(nullptr);
       v.age_seconds = rs->getDouble(17);
       v.finished_at = std::string(rs->getString(18));
       out.push_back(std::move(v));

@@ -15,6 +15,7 @@
 #include "app/command_support.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/log.h"
 #include "dispatcher/dispatcher_waker.h"
 #include "events/batches.h"
@@ -72,12 +73,19 @@ std::string GeneratedBatchCode() {
   return std::string("produce-") + stamp + "-" + suffix;
 }
 
+// JSON given on the command line or in a file: UsageError when it is not JSON or nests
+// deeper than kMaxJsonDepth (serialising such a value would recurse through the stack).
+nlohmann::json ParseInputJson(const std::string& text, const std::string& what) {
+  StoredJson parsed = ParseStoredJson(text, what.empty() ? "the JSON" : what);
+  if (parsed.problem == StoredJson::kTooDeep) throw UsageError(parsed.message);
+  if (parsed.problem != StoredJson::kNone) throw UsageError(what.empty() ? "not valid JSON" : what + " is not valid JSON");
+  return std::move(parsed.value);
+}
+
 api::NewEvent EventFromFlags(const Invocation& inv) {
   api::NewEvent e;
   if (auto event = inv.Get("event")) {
-    auto body = nlohmann::json::parse(*event, nullptr, false);
-    if (body.is_discarded()) throw UsageError("--event is not valid JSON");
-    e = api::ParseNewEvent(body);
+    e = api::ParseNewEvent(ParseInputJson(*event, "--event"));
   }
   if (auto v = inv.Get("code")) e.code = *v;
   if (auto v = inv.Get("topic")) e.topic = *v;
@@ -85,8 +93,7 @@ api::NewEvent EventFromFlags(const Invocation& inv) {
   if (auto v = inv.Get("data-id")) e.data_id = *v;
   if (auto v = inv.Get("trace-id")) e.trace_id = *v;
   if (auto v = inv.Get("payload")) {
-    auto payload = nlohmann::json::parse(*v, nullptr, false);
-    if (payload.is_discarded()) throw UsageError("--payload is not valid JSON");
+    auto payload = ParseInputJson(*v, "--payload");
     if (!payload.is_object()) throw UsageError("--payload must be a JSON object");
     e.payload = std::move(payload);
   }
@@ -102,9 +109,7 @@ std::vector<api::NewEvent> ReadEventLines(std::istream& in, const std::string& n
   for (size_t number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      auto body = nlohmann::json::parse(line, nullptr, false);
-      if (body.is_discarded()) throw UsageError("not valid JSON");
-      api::NewEvent e = api::ParseNewEvent(body);
+      api::NewEvent e = api::ParseNewEvent(ParseInputJson(line, ""));
       store.Validate(e);
       events.push_back(std::move(e));
     } catch (const UsageError& err) {
@@ -142,8 +147,10 @@ int RunProduceFile(const Invocation& inv, Store& s, const std::string& file) {
   if (auto topic = inv.Get("on-complete-topic")) {
     nlohmann::json payload = nlohmann::json::object();
     if (auto p = inv.Get("on-complete-payload")) {
-      payload = nlohmann::json::parse(*p, nullptr, false);
-      if (payload.is_discarded() || !payload.is_object()) {
+      StoredJson parsed = ParseStoredJson(*p, "--on-complete-payload");
+      if (parsed.problem == StoredJson::kTooDeep) throw UsageError(parsed.message);
+      payload = std::move(parsed.value);
+      if (parsed.problem != StoredJson::kNone || !payload.is_object()) {
         throw UsageError("--on-complete-payload must be a JSON object");
       }
     }
@@ -239,6 +246,7 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
   if (!e.batch_code.empty()) field("batch", e.batch_code);
   if (!e.trace_id.empty()) field("trace", e.trace_id);
   field("payload", Cell(e.payload, 200));
+  if (JsonNestingDepth(e.payload) > kMaxJsonDepth) field("payload_error", TooDeepMessage("payload") + "; not parsed");
   if (!e.result.empty()) field("result", Cell(e.result, 300));
   if (!e.last_error.empty()) field("last_error", Cell(e.last_error, 300));
 
@@ -258,6 +266,7 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
     }
   }
   if (d.steps.empty()) std::cout << "  (none yet)\n";
+  if (d.steps_truncated) std::cout << "  (only the first 10000 steps and timeline entries are shown)\n";
 
   std::cout << "\ntimeline:\n";
   for (const auto& t : d.timeline) {
@@ -269,6 +278,7 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
   if (d.timeline.empty()) std::cout << "  (nothing ran yet)\n";
 
   std::cout << "\ntransitions (last " << d.process_log.size() << "):\n";
+  if (!d.process_log_error.empty()) std::cout << "  (" << d.process_log_error << ")\n";
   for (const auto& entry : d.process_log) {
     auto str = [&](const char* k) { return entry.contains(k) && entry[k].is_string() ? entry[k].get<std::string>() : ""; };
     std::cout << "  " << std::left << std::setw(24) << When(str("at")) << std::setw(13) << str("from") << "-> "
@@ -391,6 +401,10 @@ int RunNodes(const Invocation& inv) {
     }
     for (const auto& [topic, reason] : n.bad_topics) {
       std::cout << "    bad topic " << topic << ": " << reason << "\n";
+    }
+    if (n.not_claimed_count > 0) {
+      std::cout << "    did not claim " << n.not_claimed_count << " event(s) given to it (handed back; last "
+                << n.last_not_claimed_time << ")\n";
     }
   }
   if (nodes.empty()) {

@@ -16,6 +16,7 @@
 
 #include "api/event_store.h"
 #include "api/verify_service.h"
+#include "core/json_limits.h"
 #include "app/command_support.h"
 #include "app/verify_command.h"
 #include "core/error.h"
@@ -32,8 +33,10 @@ constexpr const char* kDefaultRepairTopic = "dsync_repair";
 json ParseJsonOption(const Invocation& inv, const char* name) {
   auto text = inv.Get(name);
   if (!text) return json::object();
-  json v = json::parse(*text, nullptr, false);
-  if (v.is_discarded()) throw UsageError(std::string("--") + name + " is not valid JSON");
+  StoredJson parsed = ParseStoredJson(*text, std::string("--") + name);
+  if (parsed.problem == StoredJson::kTooDeep) throw UsageError(parsed.message);
+  if (parsed.problem != StoredJson::kNone) throw UsageError(std::string("--") + name + " is not valid JSON");
+  json v = std::move(parsed.value);
   if (!v.is_object()) throw UsageError(std::string("--") + name + " must be a JSON object");
   return v;
 }

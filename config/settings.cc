@@ -256,6 +256,11 @@ constexpr KeyDescriptor kKeys[] = {
      .field = [](const Target& t) -> FieldRef { return &t.topic->max_processing_time; },
      .default_text = "300000",
      .doc = "Longest an event may go without activity before it is treated as stuck."},
+    {.path = "topics.<name>.claim_timeout_ms", .scope = Scope::kTopic, .kind = Kind::kMillis,
+     .field = [](const Target& t) -> FieldRef { return &t.topic->claim_timeout; },
+     .default_text = "30000",
+     .doc = "Longest an event may stay assigned to a live node that does not claim it (the node does not "
+            "serve the topic, or reports room to run it) before the sweeper hands it back."},
     {.path = "topics.<name>.batch_limit", .scope = Scope::kTopic, .kind = Kind::kInteger,
      .field = [](const Target& t) -> FieldRef { return &t.topic->batch_limit; },
      .default_text = "0",

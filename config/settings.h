@@ -98,6 +98,7 @@ struct TopicSettings {
   Millis backoff_base{1000};          // backoff_base_ms: delay before the first retry. Default 1 s
   Millis backoff_max{60000};          // backoff_max_ms: longest delay between retries. Default 60 s
   Millis max_processing_time{300000}; // max_processing_time_ms: longest without activity before the event is stuck. Default 5 min
+  Millis claim_timeout{30000};       // claim_timeout_ms: longest ASSIGNED to a live node that does not claim it (does not serve the topic, or reports room) before the sweeper hands it back. Default 30 s (three heartbeats)
   int batch_limit = 0;                // batch_limit: most events of the topic per round. Default 0: dispatcher.batch_size
   int priority = 0;                   // priority: of new events; smaller runs first. Default 0
   std::string strategy = "least_load";  // strategy: least_load|weighted|least_connections|round_robin|consistent_hash. Default least_load

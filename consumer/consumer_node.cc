@@ -124,8 +124,9 @@ int ConsumerNode::HandBack(HandBackScope scope, const char* reason, const std::s
   });
   int reset = 0;
   for (const auto& h : held) {
-    bool applied = pool_.Run("hand back event",
-                             [&](storage::Connection& c) { return events::ResetEvent(c, h, reason); });
+    // A transaction: a COMPENSATING event's reset also counts on its step (events/reset.h).
+    bool applied = pool_.Transact("hand back event",
+                                  [&](storage::Connection& c) { return events::ResetEvent(c, h, reason); });
     if (applied) {
       ++reset;
       spdlog::info("EVENT_RESET event={} node={} from={} reason=\"{}\"", h.code, options_.node_address, h.status,
@@ -133,6 +134,18 @@ int ConsumerNode::HandBack(HandBackScope scope, const char* reason, const std::s
     }
   }
   return reset;
+}
+
+// The topics this node claims, as PollAssigned's comma list: "" when it serves every
+// topic ("*"). Events of other topics assigned here stay ASSIGNED until the sweeper
+// hands them back (a node restarted with other --topics, an assignment by hand).
+static std::string ServedTopicList(const std::vector<std::string>& topics) {
+  std::string list;
+  for (const std::string& t : topics) {
+    if (t == "*") return "";
+    list += (list.empty() ? "" : ",") + t;
+  }
+  return list;
 }
 
 int ConsumerNode::PollOnce() {
@@ -150,7 +163,8 @@ int ConsumerNode::PollOnce() {
     known = known_;
   }
   std::vector<saga::AssignedEvent> events = pool_.Run("poll assigned events", [&](storage::Connection& c) {
-    std::vector<saga::AssignedEvent> out = events::PollAssigned(c, options_.node_address, limit, known);
+    std::vector<saga::AssignedEvent> out =
+        events::PollAssigned(c, options_.node_address, limit, known, ServedTopicList(options_.topics));
     const Clock::TimePoint polled_at = clock_.Now();
     for (auto& e : out) e.polled_at = polled_at;
     return out;
@@ -216,7 +230,7 @@ void ConsumerNode::HandBackAbandoned() {
         return events::ReadHeldById(c, id, options_.node_address);
       });
       if (!held) continue;  // it settled after all (the commit did apply), or was reset
-      bool applied = pool_.Run("hand back abandoned event", [&](storage::Connection& c) {
+      bool applied = pool_.Transact("hand back abandoned event", [&](storage::Connection& c) {
         return events::ResetEvent(c, *held, "reset: run abandoned on node " + options_.node_address);
       });
       if (applied) {

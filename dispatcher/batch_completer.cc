@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/json_limits.h"
 #include "dispatcher/retention.h"
 #include "events/batches.h"
 #include "events/purge.h"
@@ -15,25 +16,6 @@ constexpr int kMaxPayloadDepth = 64;
 
 // Nesting depth of JSON text, counted without parsing (strings skipped); stops
 // counting past `limit`.
-int NestingDepth(const std::string& text, int limit) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char ch : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
-      continue;
-    }
-    if (ch == '"') in_string = true;
-    else if (ch == '[' || ch == '{') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if (ch == ']' || ch == '}') --depth;
-  }
-  return deepest;
-}
-
 }  // namespace
 
 nlohmann::json CompletionPayload(const std::string& stored_payload, const std::string& batch_code,
@@ -48,7 +30,7 @@ nlohmann::json CompletionPayload(const std::string& stored_payload, const std::s
   nlohmann::json payload = nlohmann::json::object();
   std::string error;
   if (!stored_payload.empty()) {
-    if (NestingDepth(stored_payload, kMaxPayloadDepth) > kMaxPayloadDepth) {
+    if (JsonNestingDepth(stored_payload, kMaxPayloadDepth) > kMaxPayloadDepth) {
       error = "nested deeper than " + std::to_string(kMaxPayloadDepth) + " levels";
     } else {
       payload = nlohmann::json::parse(stored_payload, nullptr, false);

@@ -50,6 +50,7 @@ void WriteMetrics(const DispatcherStats& s, metrics::TextWriter& w) {
   w.Sample("dsync_event_reset_races_total", none, static_cast<double>(s.reset_races));
   events::WriteEventResets(w, "node_offline", s.resets_node_offline);
   events::WriteEventResets(w, "timed_out", s.resets_timed_out);
+  events::WriteEventResets(w, "not_claimed", s.resets_not_claimed);
   w.Family("dsync_retention_removed_total",
            "Finished events and steps removed (deleted or archived) by this process's retention passes.",
            Type::kCounter);

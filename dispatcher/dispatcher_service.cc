@@ -200,6 +200,7 @@ DispatcherStats DispatcherService::stats() {
   s.nodes_purged = w.purged;
   s.resets_node_offline = w.resets_node_offline;
   s.resets_timed_out = w.resets_timed_out;
+  s.resets_not_claimed = w.resets_not_claimed;
   s.reset_races = w.reset_races;
   s.retention = retention_.stats();
   s.batch_checks = batches_.checks();

@@ -83,6 +83,7 @@ struct DispatcherStats {
   uint64_t nodes_purged = 0;
   uint64_t resets_node_offline = 0;
   uint64_t resets_timed_out = 0;
+  uint64_t resets_not_claimed = 0;      // ASSIGNED too long to a live node that did not claim
   uint64_t reset_races = 0;             // resets skipped: the event changed since read
   RetentionStats retention;             // events and steps removed by retention passes
   uint64_t batch_checks = 0;

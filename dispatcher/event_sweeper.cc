@@ -3,21 +3,34 @@
 #include "events/reset.h"
 
 #include <algorithm>
+#include <set>
 
 #include <spdlog/spdlog.h>
+
+#include "registry/node_directory.h"
+#include "registry/node_metadata.h"
 
 namespace dsync::dispatcher {
 
 const char* ResetReasonName(ResetReason r) {
-  return r == ResetReason::kTimedOut ? "timed_out" : "node_offline";
+  switch (r) {
+    case ResetReason::kTimedOut: return "timed_out";
+    case ResetReason::kNotClaimed: return "not_claimed";
+    case ResetReason::kNodeOffline: break;
+  }
+  return "node_offline";
 }
 
 SweeperOptions SweeperOptionsFromSettings(const Settings& settings) {
   SweeperOptions o;
   o.offline_timeout = settings.registry.offline_timeout;
   o.purge_after = settings.registry.purge_after;
-  for (const auto& [name, topic] : settings.topics) o.topic_timeouts[name] = topic.max_processing_time;
+  for (const auto& [name, topic] : settings.topics) {
+    o.topic_timeouts[name] = topic.max_processing_time;
+    o.topic_claim_timeouts[name] = topic.claim_timeout;
+  }
   o.default_timeout = TopicSettings{}.max_processing_time;
+  o.default_claim_timeout = TopicSettings{}.claim_timeout;
   return o;
 }
 
@@ -36,6 +49,16 @@ EventSweeper::EventSweeper(storage::ConnectionPool& pool, SweeperOptions options
   }
   for (const auto& [timeout, topics] : by_timeout) {
     groups_.push_back({timeout, topics, timeout == options_.default_timeout});
+  }
+  std::map<Millis, std::string> by_claim_timeout;
+  by_claim_timeout[options_.default_claim_timeout];
+  for (const auto& [topic, timeout] : options_.topic_claim_timeouts) {
+    std::string& list = by_claim_timeout[timeout];
+    if (!list.empty()) list += ',';
+    list += topic;
+  }
+  for (const auto& [timeout, topics] : by_claim_timeout) {
+    claim_groups_.push_back({timeout, topics, timeout == options_.default_claim_timeout});
   }
 }
 
@@ -76,13 +99,48 @@ std::vector<ResetCandidate> EventSweeper::FindTimedOut(int limit) {
   return out;
 }
 
+std::vector<ResetCandidate> EventSweeper::FindNotClaimed(int limit) {
+  std::vector<ResetCandidate> out;
+  std::set<int64_t> seen;  // one row per registry row of the address: keep the first
+  for (const TimeoutGroup& g : claim_groups_) {
+    auto rows = pool_.Run("find events not claimed", [&](storage::Connection& c) {
+      return events::ReadNotClaimed(c, options_.offline_timeout, g.timeout, g.topics, g.unconfigured,
+                                    configured_topics_, limit);
+    });
+    for (auto& row : rows) {
+      if (!seen.insert(row.id).second) continue;
+      // The directory's rule for unreadable metadata: capacity 1, every topic.
+      const registry::NodeMetadata m = registry::ParseNodeMetadata(row.node_metadata).metadata;
+      const bool serves = m.ServesTopic(row.topic);
+      const bool room = m.processing_count < m.capacity;
+      if (serves && !room) continue;  // full: a prefetched event waits for a free worker
+      ResetCandidate c;
+      c.detail = !serves ? "it does not serve topic " + row.topic
+                         : "it reported room (" + std::to_string(m.processing_count) + " of " +
+                               std::to_string(m.capacity) + " busy)";
+      static_cast<events::InFlightEvent&>(c) = std::move(row);
+      c.reason = ResetReason::kNotClaimed;
+      c.timeout = g.timeout;
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
 bool EventSweeper::Reset(const ResetCandidate& c) {
   const std::string node = c.node_address.empty() ? "(none)" : c.node_address;
-  const std::string error =
-      c.reason == ResetReason::kTimedOut
-          ? "reset: no activity for " + std::to_string(c.idle.count()) + " ms on node " + node +
-                " (max_processing_time_ms " + std::to_string(c.timeout.count()) + ")"
-          : "reset: node " + node + " offline";
+  std::string error;
+  switch (c.reason) {
+    case ResetReason::kTimedOut:
+      error = "reset: no activity for " + std::to_string(c.idle.count()) + " ms on node " + node +
+              " (max_processing_time_ms " + std::to_string(c.timeout.count()) + ")";
+      break;
+    case ResetReason::kNotClaimed:
+      error = "reset: not claimed by node " + node + " for " + std::to_string(c.idle.count()) +
+              " ms (claim_timeout_ms " + std::to_string(c.timeout.count()) + "; " + c.detail + ")";
+      break;
+    case ResetReason::kNodeOffline: error = "reset: node " + node + " offline"; break;
+  }
   // A row lock on the event means a session of its owner is open mid-transaction (a
   // node paused by SIGSTOP or a frozen VM, a partition that kept its TCP session).
   // Waiting for it would pin the whole sweep, every node and event, for as long as
@@ -93,13 +151,20 @@ bool EventSweeper::Reset(const ResetCandidate& c) {
     locked = !events::LockEventIfFree(conn, c.id);
     if (locked) return false;
     events::HeldEvent held{c.id, c.version, c.status, c.code};
-    return events::ResetEvent(conn, held, error,
-                      c.reason == ResetReason::kTimedOut ? std::optional<Millis>(c.timeout) : std::nullopt);
+    // Not claimed: the re-check of the idle time is on modifier_time, which the
+    // assignment set and nothing but a claim (a version change) touches since.
+    const bool idle_check = c.reason == ResetReason::kTimedOut || c.reason == ResetReason::kNotClaimed;
+    if (!events::ResetEvent(conn, held, error, idle_check ? std::optional<Millis>(c.timeout) : std::nullopt)) {
+      return false;
+    }
+    if (c.reason == ResetReason::kNotClaimed) registry::NoteNotClaimed(conn, c.node_address);
+    return true;
   });
   {
     std::lock_guard lock(mu_);
     if (!applied) ++stats_.reset_races;
     else if (c.reason == ResetReason::kTimedOut) ++stats_.resets_timed_out;
+    else if (c.reason == ResetReason::kNotClaimed) ++stats_.resets_not_claimed;
     else ++stats_.resets_node_offline;
   }
   const std::string& trace = c.trace_id.empty() ? c.code : c.trace_id;
@@ -123,14 +188,16 @@ SweepReport EventSweeper::SweepOnce() {
     report.marked_offline = registry.marked_offline;
     report.purged = registry.purged;
     const int batch = std::max(1, options_.batch);
-    for (int kind = 0; kind < 2; ++kind) {
+    for (int kind = 0; kind < 3; ++kind) {
       for (int round = 0; round < options_.max_rounds; ++round) {
-        std::vector<ResetCandidate> found = kind == 0 ? FindOrphaned(batch) : FindTimedOut(batch);
+        std::vector<ResetCandidate> found =
+            kind == 0 ? FindOrphaned(batch) : kind == 1 ? FindTimedOut(batch) : FindNotClaimed(batch);
         uint64_t applied = 0;
         for (const ResetCandidate& c : found) {
           if (Reset(c)) {
             ++applied;
             if (c.reason == ResetReason::kTimedOut) ++report.reset_timed_out;
+            else if (c.reason == ResetReason::kNotClaimed) ++report.reset_not_claimed;
             else ++report.reset_node_offline;
           } else {
             ++report.reset_races;

@@ -8,7 +8,14 @@
 //   3. timeout resets: RUNNING / COMPENSATING events whose last activity
 //      (modifier_time, refreshed by every fenced write of the owner; never the start
 //      time) is older than the topic's max_processing_time (topics missing from the
-//      config: the default, 300 s).
+//      config: the default, 300 s);
+//   4. not-claimed hand-backs: ASSIGNED events older than the topic's claim_timeout
+//      (default 30 s) at a live node that does not claim them: its heartbeat says it
+//      does not serve the topic (restarted with other --topics), or that it had room
+//      (processing_count < capacity) and still did not claim (a bug, a wedged poller).
+//      A node that is full is left alone (prefetched events wait for a free worker).
+//      Each hand-back is counted on the node's registry row (registry::NoteNotClaimed,
+//      shown by `dsync nodes`), in the same transaction.
 //
 // Every reset is the lifecycle's conditional reset (docs/event-lifecycle.md item 6,
 // events/reset.h) on the (version, status) read in the same pass, so an event that
@@ -19,7 +26,7 @@
 // compensation resumes as a compensation. A timeout reset also re-checks the
 // staleness in its WHERE (owner writes refresh modifier_time without a version
 // change). Each reset is logged (warn):
-//   EVENT_RESET event=<code> node=<addr> reason=<node_offline|timed_out> trace=<trace_id or code> ...
+//   EVENT_RESET event=<code> node=<addr> reason=<node_offline|timed_out|not_claimed> trace=<trace_id or code> ...
 //
 // Thread safety: SweepOnce from one thread at a time; stats() from any thread.
 #pragma once
@@ -38,14 +45,15 @@
 
 namespace dsync::dispatcher {
 
-enum class ResetReason { kNodeOffline, kTimedOut };
-const char* ResetReasonName(ResetReason r);  // "node_offline", "timed_out"
+enum class ResetReason { kNodeOffline, kTimedOut, kNotClaimed };
+const char* ResetReasonName(ResetReason r);  // "node_offline", "timed_out", "not_claimed"
 
 // An event found resettable (events::InFlightEvent: the (version, status) its reset
 // is conditional on, its holder, its idle time), and why.
 struct ResetCandidate : events::InFlightEvent {
   ResetReason reason = ResetReason::kNodeOffline;
-  Millis timeout{0};         // kTimedOut: the max_processing_time applied
+  Millis timeout{0};         // kTimedOut: the max_processing_time applied; kNotClaimed: the claim_timeout
+  std::string detail;        // kNotClaimed: why the node should have claimed it
 };
 
 struct SweeperOptions {
@@ -53,6 +61,8 @@ struct SweeperOptions {
   Millis purge_after{7LL * 24 * 3600 * 1000};    // registry.purge_after_ms
   std::map<std::string, Millis> topic_timeouts;  // max_processing_time per configured topic
   Millis default_timeout{300000};                // topics missing from the config
+  std::map<std::string, Millis> topic_claim_timeouts;  // claim_timeout per configured topic
+  Millis default_claim_timeout{30000};           // topics missing from the config
   int batch = 500;                               // candidates read per query
   int max_rounds = 20;                           // queries per kind and sweep, at most
 };
@@ -64,6 +74,7 @@ struct SweepReport {
   uint64_t purged = 0;
   uint64_t reset_node_offline = 0;
   uint64_t reset_timed_out = 0;
+  uint64_t reset_not_claimed = 0;
   uint64_t reset_races = 0;  // candidates that changed before their reset, or whose row a
                              // session of their owner holds locked: left alone
 };
@@ -75,6 +86,7 @@ struct SweeperStats {
   uint64_t purged = 0;
   uint64_t resets_node_offline = 0;
   uint64_t resets_timed_out = 0;
+  uint64_t resets_not_claimed = 0;
   uint64_t reset_races = 0;
 };
 
@@ -83,7 +95,7 @@ class EventSweeper {
   // `pool` must outlive the sweeper.
   EventSweeper(storage::ConnectionPool& pool, SweeperOptions options);
 
-  // Steps 1-3 above. Throws DbError (resets done before the failure stay done).
+  // Steps 1-4 above. Throws DbError (resets done before the failure stay done).
   SweepReport SweepOnce();
 
   // The pieces, public so the read / write race can be tested deterministically.
@@ -91,6 +103,9 @@ class EventSweeper {
   std::vector<ResetCandidate> FindOrphaned(int limit);
   // RUNNING / COMPENSATING events idle longer than their topic allows. Throws DbError.
   std::vector<ResetCandidate> FindTimedOut(int limit);
+  // ASSIGNED events a live node did not claim within the topic's claim_timeout, when
+  // its metadata says it does not serve the topic or had room. Throws DbError.
+  std::vector<ResetCandidate> FindNotClaimed(int limit);
   // The conditional reset of `c`. True when it applied; false when the event no
   // longer has the version and status read (and, for timeouts, was active since).
   // Logs EVENT_RESET when applied and counts either way. Throws DbError.
@@ -109,6 +124,7 @@ class EventSweeper {
   const SweeperOptions options_;
   registry::OfflineSweeper offline_;
   std::vector<TimeoutGroup> groups_;
+  std::vector<TimeoutGroup> claim_groups_;
   std::string configured_topics_;  // comma list
 
   std::mutex mu_;

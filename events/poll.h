@@ -56,10 +56,13 @@ struct AssignedEvent {
 };
 
 // Up to `limit` events ASSIGNED to `node`, in id order, except the ids in `skip` (the
-// node's own queued and deferred-claim runs, still ASSIGNED). assigned_age is set from
-// the database clock; polled_at is the caller's. Uses idx_node_address
-// (node_address, status). Throws DbError.
+// node's own queued and deferred-claim runs, still ASSIGNED). With `topics` (a comma
+// list; empty: every topic), only events of those topics: a node never claims an event
+// of a topic it does not serve (one assigned under its previous --topics, or by hand);
+// the sweeper hands such an event back (docs/event-lifecycle.md, "not claimed").
+// assigned_age is set from the database clock; polled_at is the caller's. Uses
+// idx_node_address (node_address, status). Throws DbError.
 std::vector<AssignedEvent> PollAssigned(storage::Connection& c, const std::string& node, int limit,
-                                        const std::set<int64_t>& skip = {});
+                                        const std::set<int64_t>& skip = {}, const std::string& topics = "");
 
 }  // namespace dsync::events

@@ -22,6 +22,15 @@ constexpr const char* kResetIdleEvent = DSYNC_RESET_SET
     "WHERE id = ? AND version = ? AND status = ?\n"
     "  AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND";
 
+// Params: error, job code. A reset of a COMPENSATING event interrupted the compensation
+// of its COMPENSATING step: counted as one of its failed compensations, so that one
+// that kills its node (or outlives max_processing_time) every time ends FAILED after
+// the topic's max_retry (the next claim checks, saga/event_run.cc) rather than looping.
+constexpr const char* kCountInterruptedCompensation = R"(
+UPDATE distribute_event_step
+SET compensation_retry_count = compensation_retry_count + 1, error_details = ?
+WHERE job_code = ? AND status = 'COMPENSATING')";
+
 // Params: node_address. Everything this address holds, for the hand-back at start.
 constexpr const char* kSelectHeld = R"(
 SELECT id, version, status, code FROM distribute_event
@@ -73,6 +82,22 @@ WHERE status IN ('RUNNING', 'COMPENSATING')
 ORDER BY modifier_time
 LIMIT ?)";
 
+// Params: timeout in microseconds, topics with that timeout (comma list), include
+// unconfigured topics (bool), every configured topic (comma list), offline timeout in
+// microseconds, limit. The ASSIGNED range of idx_due (status, ...), bounded by the
+// nodes' capacity + prefetch; the registry by its node_address index.
+constexpr const char* kSelectNotClaimed = R"(
+SELECT e.id, e.version, e.status, e.node_address, e.code, e.trace_id, e.topic,
+       TIMESTAMPDIFF(MICROSECOND, COALESCE(e.assigned_time, e.modifier_time), NOW(3)), r.metadata
+FROM distribute_event e FORCE INDEX (idx_due)
+JOIN distribute_node_registry r ON r.node_address = e.node_address
+WHERE e.status = 'ASSIGNED'
+  AND COALESCE(e.assigned_time, e.modifier_time) < NOW(3) - INTERVAL ? MICROSECOND
+  AND (FIND_IN_SET(e.topic, ?) > 0 OR (? AND FIND_IN_SET(e.topic, ?) = 0))
+  AND r.status IN (1, 2) AND r.last_heartbeat_time >= NOW(3) - INTERVAL ? MICROSECOND
+ORDER BY e.id
+LIMIT ?)";
+
 // Params: id. Takes the event's row lock, or returns no row at once when another
 // session holds it (MariaDB >= 10.6, MySQL >= 8.0).
 constexpr const char* kLockEventIfFree = "SELECT id FROM distribute_event WHERE id = ? FOR UPDATE SKIP LOCKED";
@@ -116,6 +141,7 @@ std::vector<InFlightEvent> ReadInFlightRows(storage::ResultSet& rs) {
 const char* ResetEventSql() { return kResetEvent; }
 const char* OrphanedSql() { return kSelectOrphaned; }
 const char* TimedOutSql() { return kSelectTimedOut; }
+const char* NotClaimedSql() { return kSelectNotClaimed; }
 
 bool ResetEvent(storage::Connection& c, const HeldEvent& e, const std::string& why,
                 std::optional<Millis> idle_for) {
@@ -123,7 +149,9 @@ bool ResetEvent(storage::Connection& c, const HeldEvent& e, const std::string& w
   uint64_t rows = idle_for ? c.Execute(kResetIdleEvent, why, retry, e.id, e.version, e.status,
                                        static_cast<int64_t>(idle_for->count()) * 1000)
                            : c.Execute(kResetEvent, why, retry, e.id, e.version, e.status);
-  return rows == 1;
+  if (rows != 1) return false;
+  if (e.status == "COMPENSATING") c.Execute(kCountInterruptedCompensation, "compensation interrupted: " + why, e.code);
+  return true;
 }
 
 std::vector<HeldEvent> ReadHeld(storage::Connection& c, const std::string& node, const std::set<int64_t>& skip) {
@@ -150,6 +178,28 @@ std::vector<InFlightEvent> ReadTimedOut(storage::Connection& c, Millis timeout, 
                                         bool unconfigured, const std::string& configured, int limit) {
   auto rs = c.Query(kSelectTimedOut, Micros(timeout), topics, unconfigured, configured, limit);
   return ReadInFlightRows(*rs);
+}
+
+std::vector<NotClaimedEvent> ReadNotClaimed(storage::Connection& c, Millis offline_timeout, Millis timeout,
+                                            const std::string& topics, bool unconfigured,
+                                            const std::string& configured, int limit) {
+  auto rs = c.Query(kSelectNotClaimed, Micros(timeout), topics, unconfigured, configured, Micros(offline_timeout),
+                    limit);
+  std::vector<NotClaimedEvent> out;
+  while (rs->next()) {
+    NotClaimedEvent e;
+    e.id = rs->getInt64(1);
+    e.version = rs->getInt64(2);
+    e.status = rs->getString(3);
+    if (!rs->isNull(4)) e.node_address = rs->getString(4);
+    e.code = rs->getString(5);
+    if (!rs->isNull(6)) e.trace_id = rs->getString(6);
+    e.topic = rs->getString(7);
+    e.idle = Millis(rs->isNull(8) ? 0 : rs->getInt64(8) / 1000);
+    if (!rs->isNull(9)) e.node_metadata = std::string(rs->getString(9));
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 bool LockEventIfFree(storage::Connection& c, int64_t id) {

@@ -38,6 +38,9 @@ struct HeldEvent {
   std::string code;
 };
 
+// Resetting a COMPENSATING event also counts one failed compensation on its
+// COMPENSATING step (compensation_retry_count + 1, error_details = the reason): the
+// claim that finds it at the topic's max_retry fails the event (poison compensation).
 // Returns true when the reset applied. With `idle_for`, also requires that the event
 // has had no activity (modifier_time) for that long: an owner's fenced writes refresh
 // it without changing the version. Throws DbError (run it inside
@@ -78,6 +81,22 @@ std::vector<InFlightEvent> ReadOrphaned(storage::Connection& c, Millis offline_t
 std::vector<InFlightEvent> ReadTimedOut(storage::Connection& c, Millis timeout, const std::string& topics,
                                         bool unconfigured, const std::string& configured, int limit);
 
+// An ASSIGNED event its live node has not claimed (dispatcher/event_sweeper.h, "not
+// claimed"), with that node's heartbeat metadata (nullopt: NULL) so the caller can judge
+// whether the node serves the topic and had room.
+struct NotClaimedEvent : InFlightEvent {
+  std::optional<std::string> node_metadata;
+};
+
+// ASSIGNED events whose assignment (assigned_time, or modifier_time for one assigned by
+// hand) is older than `timeout`, held by a live node (status 1 or 2, heartbeat within
+// `offline_timeout`; dead nodes are ReadOrphaned's), whose topic is in `topics` (comma
+// list) or, with `unconfigured`, not in `configured`; by id, at most `limit`. `idle` is
+// the assignment's age. One row per (event, registry row of that address).
+std::vector<NotClaimedEvent> ReadNotClaimed(storage::Connection& c, Millis offline_timeout, Millis timeout,
+                                            const std::string& topics, bool unconfigured,
+                                            const std::string& configured, int limit);
+
 // Takes the event's row lock, or returns false at once when another session holds it
 // (SKIP LOCKED; MariaDB >= 10.6, MySQL >= 8.0) or the row is gone.
 // REQUIRES: inside the caller's transaction (the lock lasts until it ends).
@@ -87,5 +106,6 @@ bool LockEventIfFree(storage::Connection& c, int64_t id);
 const char* ResetEventSql();  // without the idle condition
 const char* OrphanedSql();
 const char* TimedOutSql();
+const char* NotClaimedSql();
 
 }  // namespace dsync::events

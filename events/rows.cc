@@ -18,18 +18,18 @@ namespace {
 constexpr const char* kSelectEventByCode =
     "SELECT " DSYNC_EVENT_COLUMNS " FROM distribute_event WHERE code = ?";
 
-// Params: job_code. Plan order: position, then children after their parent.
+// Params: job_code, limit. Plan order: position, then children after their parent.
 constexpr const char* kLoadSteps =
     "SELECT id, code, parent_step_id, sort, step_name, step_type, status, IFNULL(node_address, ''), "
     "retry_count, compensation_retry_count, max_retry, attempt, executed_at IS NOT NULL, "
     DSYNC_ISO("started_at") ", " DSYNC_ISO("executed_at") ", " DSYNC_ISO("compensated_at") ", "
     "IFNULL(error_details, ''), IFNULL(output, ''), compensation_data, payload "
-    "FROM distribute_event_step WHERE job_code = ? ORDER BY sort, LENGTH(code), code";
+    "FROM distribute_event_step WHERE job_code = ? ORDER BY sort, LENGTH(code), code LIMIT ?";
 
-// Params: event_code.
+// Params: event_code, limit.
 constexpr const char* kSelectTimeline = "SELECT action, step_code, step_name, status, "
     DSYNC_ISO("started_at") ", " DSYNC_ISO("finished_at") ", IFNULL(node_address, ''), "
-    "IFNULL(error_details, ''), failures, attempt FROM v_step_history WHERE event_code = ? ORDER BY seq";
+    "IFNULL(error_details, ''), failures, attempt FROM v_step_history WHERE event_code = ? ORDER BY seq LIMIT ?";
 
 // Params: code.
 constexpr const char* kSelectOwner = "SELECT attempt, status, node_address FROM distribute_event WHERE code = ?";
@@ -169,9 +169,9 @@ EventOwner ReadOwner(storage::Connection& c, const std::string& code) {
   return o;
 }
 
-std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_code) {
+std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_code, int64_t limit) {
   std::vector<StepRow> rows;
-  auto rs = c.Query(kLoadSteps, event_code);
+  auto rs = c.Query(kLoadSteps, event_code, limit);
   while (rs->next()) {
     StepRow r;
     r.id = rs->getInt64(1);
@@ -199,9 +199,9 @@ std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_
   return rows;
 }
 
-std::vector<TimelineEntry> ReadTimeline(storage::Connection& c, const std::string& event_code) {
+std::vector<TimelineEntry> ReadTimeline(storage::Connection& c, const std::string& event_code, int64_t limit) {
   std::vector<TimelineEntry> out;
-  auto ts = c.Query(kSelectTimeline, event_code);
+  auto ts = c.Query(kSelectTimeline, event_code, limit);
   while (ts->next()) {
     TimelineEntry t;
     t.action = ts->getString(1);

@@ -95,8 +95,10 @@ struct EventOwner {
 EventOwner ReadOwner(storage::Connection& c, const std::string& code);
 
 // Every step row of an event in plan order: position, then children after their
-// parent. Throws DbError.
-std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_code);
+// parent; at most `limit` (readers for people pass one: rows written by hand may be
+// any number). Throws DbError.
+std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_code,
+                               int64_t limit = INT64_MAX);
 
 // One action of the timeline (v_step_history): EXECUTE or COMPENSATE, in run order.
 struct TimelineEntry {
@@ -104,7 +106,9 @@ struct TimelineEntry {
   int failures = 0, attempt = 0;
 };
 // The event's timeline: forward actions, then compensations as they ran.
-std::vector<TimelineEntry> ReadTimeline(storage::Connection& c, const std::string& event_code);
+// At most `limit` entries.
+std::vector<TimelineEntry> ReadTimeline(storage::Connection& c, const std::string& event_code,
+                                        int64_t limit = INT64_MAX);
 
 // The event's process_log text; nullopt when there is no such event or it is NULL.
 std::optional<std::string> ReadProcessLog(storage::Connection& c, const std::string& code);

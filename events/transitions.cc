@@ -100,6 +100,12 @@ constexpr const char* kMarkStepInterrupted = R"(
 UPDATE distribute_event_step SET status = 'FAILED', error_details = ?
 WHERE code = ? AND status = 'EXECUTING')";
 
+// Params: why, code.
+constexpr const char* kMarkStepInterruptedUndoable = R"(
+UPDATE distribute_event_step SET status = 'FAILED', error_details = ?,
+  compensation_data = COALESCE(compensation_data, '{}')
+WHERE code = ? AND status = 'EXECUTING')";
+
 // Params: node, attempt, code.
 constexpr const char* kMarkStepCompensating = R"(
 UPDATE distribute_event_step SET status = 'COMPENSATING', node_address = ?, attempt = ?
@@ -556,6 +562,10 @@ void RecordStepFailure(storage::Connection& c, const std::string& code, const st
 
 void MarkStepInterrupted(storage::Connection& c, const std::string& code, const std::string& why) {
   c.Execute(kMarkStepInterrupted, why, code);
+}
+
+void MarkStepInterruptedUndoable(storage::Connection& c, const std::string& code, const std::string& why) {
+  c.Execute(kMarkStepInterruptedUndoable, why, code);
 }
 
 void MarkStepCompensating(storage::Connection& c, const std::string& code, const std::string& node,

@@ -207,6 +207,11 @@ void RecordStepFailure(storage::Connection& c, const std::string& code, const st
 // so; retry_count is unchanged.
 void MarkStepInterrupted(storage::Connection& c, const std::string& code, const std::string& why);
 
+// As MarkStepInterrupted, for a step whose handler can undo an interrupted attempt
+// (StepHandler::CompensatesInterrupted): compensation_data becomes {} when NULL, so the
+// step is compensated with the others, now and by any later owner.
+void MarkStepInterruptedUndoable(storage::Connection& c, const std::string& code, const std::string& why);
+
 // SUCCESS (or FAILED with compensation data, or COMPENSATING again) -> COMPENSATING.
 void MarkStepCompensating(storage::Connection& c, const std::string& code, const std::string& node,
                           int attempt);

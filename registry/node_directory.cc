@@ -12,7 +12,8 @@ namespace {
 // Params: service_name, offline timeout in microseconds (int64).
 // uk_service_instance serves both the filter and the order.
 constexpr const char* kSelectLiveNodes = R"(
-SELECT node_address, status, metadata, TIMESTAMPDIFF(MICROSECOND, last_heartbeat_time, NOW(3))
+SELECT node_address, status, metadata, TIMESTAMPDIFF(MICROSECOND, last_heartbeat_time, NOW(3)),
+       not_claimed_count, CONCAT(LEFT(DATE_FORMAT(last_not_claimed_time, '%Y-%m-%dT%H:%i:%s.%f'), 23), 'Z')
 FROM distribute_node_registry
 WHERE service_name = ? AND status IN (1, 2)
   AND last_heartbeat_time >= NOW(3) - INTERVAL ? MICROSECOND
@@ -20,21 +21,34 @@ ORDER BY node_address)";
 
 // Params: service_name.
 constexpr const char* kSelectAllNodes = R"(
-SELECT node_address, status, metadata, TIMESTAMPDIFF(MICROSECOND, last_heartbeat_time, NOW(3))
+SELECT node_address, status, metadata, TIMESTAMPDIFF(MICROSECOND, last_heartbeat_time, NOW(3)),
+       not_claimed_count, CONCAT(LEFT(DATE_FORMAT(last_not_claimed_time, '%Y-%m-%dT%H:%i:%s.%f'), 23), 'Z')
 FROM distribute_node_registry
 WHERE service_name = ?
 ORDER BY node_address)";
+
+// Params: node_address. By idx_node_liveness (node_address, ...).
+constexpr const char* kNoteNotClaimed = R"(
+UPDATE distribute_node_registry
+SET not_claimed_count = not_claimed_count + 1, last_not_claimed_time = NOW(3)
+WHERE node_address = ?)";
 
 struct RawRow {
   std::string node_address;
   int64_t status = 0;
   std::optional<std::string> metadata;
   int64_t age_us = 0;
+  int64_t not_claimed_count = 0;
+  std::string last_not_claimed_time;
 };
 
 }  // namespace
 
 const char* LiveNodesSql() { return kSelectLiveNodes; }
+
+void NoteNotClaimed(storage::Connection& c, const std::string& node_address) {
+  c.Execute(kNoteNotClaimed, node_address);
+}
 
 NodeDirectory::NodeDirectory(storage::ConnectionPool& pool, std::string service_name,
                              Millis offline_timeout)
@@ -56,6 +70,8 @@ std::vector<NodeInfo> NodeDirectory::Read(bool live_only) {
       r.status = rs->getInt(2);
       if (!rs->isNull(3)) r.metadata = std::string(rs->getString(3));
       r.age_us = rs->isNull(4) ? 0 : rs->getInt64(4);
+      r.not_claimed_count = rs->getInt64(5);
+      if (!rs->isNull(6)) r.last_not_claimed_time = rs->getString(6);
       out.push_back(std::move(r));
     }
     return out;
@@ -72,6 +88,8 @@ std::vector<NodeInfo> NodeDirectory::Read(bool live_only) {
     n.metadata_valid = !parsed.problem.has_value();
     // The heartbeat may be committed a moment after this statement's NOW(3).
     n.heartbeat_age = Millis(std::max<int64_t>(0, r.age_us / 1000));
+    n.not_claimed_count = r.not_claimed_count;
+    n.last_not_claimed_time = std::move(r.last_not_claimed_time);
 
     // Reported once per (node, problem), not per metadata text: the text changes with
     // every beat (load figures), the problem does not. A node that becomes valid

@@ -27,7 +27,15 @@ struct NodeInfo {
   NodeMetadata metadata;
   bool metadata_valid = true;
   Millis heartbeat_age{0};  // NOW(3) - last_heartbeat_time on the database clock
+  // Events the sweeper handed back because this node did not claim them (V010), and
+  // when it last did ("" when never).
+  int64_t not_claimed_count = 0;
+  std::string last_not_claimed_time;
 };
+
+// Counts one hand-back of an event `node_address` did not claim on every registry row
+// of that address. Throws DbError (run it inside ConnectionPool::Run / Transact).
+void NoteNotClaimed(storage::Connection& c, const std::string& node_address);
 
 // The live-node SELECT, for bench/dispatch_bench.cc's EXPLAIN. Params: service,
 // offline timeout (µs).

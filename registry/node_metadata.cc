@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_limits.h"
+
 namespace dsync::registry {
 namespace {
 
@@ -183,11 +185,12 @@ ParsedMetadata ParseNodeMetadata(const std::optional<std::string>& text) {
       out.problem = "metadata is missing";
       return out;
     }
-    json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-      out.problem = "metadata is not valid JSON";
+    StoredJson parsed = ParseStoredJson(*text, "metadata");  // bounded depth (any SQL writer)
+    if (parsed.problem != StoredJson::kNone) {
+      out.problem = parsed.problem == StoredJson::kTooDeep ? parsed.message : "metadata is not valid JSON";
       return out;
     }
+    json j = std::move(parsed.value);
     if (!j.is_object()) {
       out.problem = "metadata is not a JSON object";
       return out;

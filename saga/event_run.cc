@@ -123,7 +123,9 @@ std::string EventRun::Prepare() {
     payload_ = nlohmann::json::object();  // a NULL/empty payload is an empty object
   } else {
     try {
-      payload_ = nlohmann::json::parse(ev_.payload);
+      payload_ = ParseJsonBounded(ev_.payload, "payload");
+    } catch (const JsonTooDeepError& e) {
+      reject = std::string(e.what()) + "; the event cannot run";  // never retried: FAILED at once
     } catch (const nlohmann::json::parse_error& e) {
       std::string what = e.what();
       auto bracket = what.find("] ");  // drop "[json.exception.parse_error.101] "
@@ -207,7 +209,7 @@ std::optional<Outcome> EventRun::Claimed(Claim claim, const std::string& reject)
       d_.stats.claimed++;
       d_.stats.failed++;
       spdlog::warn("EVENT_FAILED event={} node={} trace={} steps=0 ms={} reason=\"{}\"", ev_.code,
-                   d_.node, trace_, ElapsedMs(), reject);
+                   d_.node, trace_, ElapsedMs(), reject.empty() ? failed_at_claim_ : reject);
       return Outcome::kFailed;
     case Claim::kSettled:  // nothing was left to run: settled inside the claim
       d_.stats.claimed++;
@@ -234,6 +236,7 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
   fence_ = assigned;
   steps_.clear();
   compensation_started_at_claim_ = false;
+  failed_at_claim_.clear();
   // phase and retry_count cannot change without a version bump, so the polled values
   // hold at this version; a caller that did not poll them gets them read here.
   std::string phase = ev_.phase;
@@ -292,6 +295,19 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
     fence_ = Held(events::CompleteCompensation(c, fence_, d_.node, Progress(Succeeded(), steps_.size())),
                   "complete compensation");
     return Claim::kSettled;
+  }
+  // Poison compensation: one whose every attempt was interrupted (it kills its node,
+  // or outlives max_processing_time) never reaches CompensationFailure; each reset
+  // counted it on the step (events/reset.h). Past max_retry (the first attempt and
+  // max_retry retries, as CompensationFailure allows) the event ends FAILED.
+  if (const StepState& first = steps_[order.front()];
+      first.status == "COMPENSATING" && first.compensation_retry_count > topic().max_retry) {
+    const std::string why = "it never completed: " + std::to_string(first.compensation_retry_count) +
+                            " attempts interrupted or failed (max_retry " + std::to_string(topic().max_retry) +
+                            "; its node died, lost the event or timed out each time)";
+    failed_at_claim_ = "compensation of '" + first.name + "' failed: " + why;  // as last_error reads
+    fence_ = Held(events::FailCompensation(c, fence_, d_.node, first.name, why), "fail compensation");
+    return Claim::kRejected;
   }
   events::MarkStepCompensating(c, steps_[order.front()].code, d_.node, attempt_);
   steps_[order.front()].status = "COMPENSATING";
@@ -367,9 +383,18 @@ bool EventRun::StartCompensationIn(storage::Connection& c, events::Fence& fence,
   fence = Held(events::StartCompensation(c, fence, d_.node, result.dump(), error), "start compensation");
   for (StepState& s : steps) {
     if (s.status == "EXECUTING" && s.compensation_data.is_null()) {
-      events::MarkStepInterrupted(c, s.code,
-                                 "interrupted (its node lost the event) and not re-run: the event "
-                                 "turned to compensation; never reached SUCCESS, not compensated");
+      if (s.plan_step != nullptr && s.plan_step->handler->CompensatesInterrupted()) {
+        // It may have applied part of its change (table_sync commits chunk by chunk);
+        // its handler knows what from its own records: compensate it with the others.
+        events::MarkStepInterruptedUndoable(c, s.code,
+                                            "interrupted (its node lost the event) and not re-run: the event "
+                                            "turned to compensation; what it applied is compensated");
+        s.compensation_data = nlohmann::json::object();
+      } else {
+        events::MarkStepInterrupted(c, s.code,
+                                   "interrupted (its node lost the event) and not re-run: the event "
+                                   "turned to compensation; never reached SUCCESS, not compensated");
+      }
       s.status = "FAILED";
     }
   }

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "events/fence.h"
 #include "events/transitions.h"
 #include "saga/commit_group.h"
@@ -57,10 +58,12 @@ inline std::vector<int> TreeKey(const std::string& code) {
   return key;
 }
 
+// Stored JSON as JSON; text that does not parse, or nests deeper than kMaxJsonDepth, is
+// handed on as a string (handlers then reject it as not what they saved).
 inline nlohmann::json ParseOrString(const std::optional<std::string>& text) {
   if (!text) return nullptr;
-  auto parsed = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  return parsed.is_discarded() ? nlohmann::json(*text) : parsed;
+  StoredJson parsed = ParseStoredJson(*text);
+  return parsed.problem == StoredJson::kNone ? std::move(parsed.value) : nlohmann::json(*text);
 }
 
 inline std::string OneLine(std::string s) {
@@ -417,6 +420,7 @@ class EventRun {
   std::string phase_ = kForward;
   int retry_count_ = 0;  // the event's forward retries at the claim
   bool compensation_started_at_claim_ = false;  // the poison guard turned it COMPENSATING
+  std::string failed_at_claim_;  // why the claim failed the event (a poison compensation)
   std::vector<StepState> steps_;  // in forward (tree) order
   // RunForward / BeginStep / EndStep.
   size_t next_ = 0;           // the step to run next

@@ -128,7 +128,7 @@ std::vector<AssignedEvent> SagaEngine::ClaimBatch(std::vector<AssignedEvent> eve
     const Plans::Plan* plan = plans_.Find(e.topic);
     const bool blank = e.payload.find_first_not_of(" \t\r\n") == std::string::npos;
     if (plan != nullptr && !plan->steps.empty() && e.attempt == 0 && e.phase == kForward &&
-        e.retry_count < plan->topic->max_retry && (blank || nlohmann::json::accept(e.payload))) {
+        e.retry_count < plan->topic->max_retry && (blank || (JsonNestingDepth(e.payload) <= kMaxJsonDepth && nlohmann::json::accept(e.payload)))) {
       batch.push_back(std::move(e));
     } else {
       rest.push_back(std::move(e));

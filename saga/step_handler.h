@@ -160,6 +160,15 @@ class StepHandler {
   virtual ~StepHandler() = default;
   virtual StepResult Execute(StepContext& ctx) = 0;
   virtual StepResult Compensate(StepContext& ctx) = 0;
+
+  // True when Compensate() can undo an attempt interrupted mid-flight (its node died
+  // or lost the event while Execute() ran) from what the handler recorded itself as it
+  // went, although the step row holds no compensation data: table_sync and
+  // table_delete keep their before-images in the target (chunk and undo records).
+  // When the event's retries then run out, the engine compensates such a step (its
+  // Compensate() gets compensation_data {}) instead of leaving what it applied; for
+  // other handlers the interrupted step is marked FAILED and not compensated.
+  virtual bool CompensatesInterrupted() const { return false; }
 };
 
 // Step type name -> factory, given the step's spec (its params carry type-specific

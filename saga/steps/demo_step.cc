@@ -68,6 +68,9 @@ class DemoStep final : public StepHandler {
 
   StepResult Compensate(StepContext& ctx) override {
     DemoBehaviour b = ParseDemoBehaviour(ctx.payload(), ctx.step_name());
+    if (b.compensation_sleep.count() > 0 && !SystemClock().SleepFor(b.compensation_sleep, ctx.stop_token())) {
+      return StepResult::Transient("demo: interrupted while sleeping in compensation (deadline or shutdown)");
+    }
     if (b.fail_compensation_always) {
       return StepResult::Transient("demo: injected compensation failure (always)");
     }
@@ -91,12 +94,12 @@ DemoBehaviour ParseDemoBehaviour(const nlohmann::json& payload, const std::strin
   if (demo == payload.end() || demo->is_null()) return b;
   if (!demo->is_object()) Bad("", "must be an object, got " + demo->dump());
   for (const auto& [key, value] : demo->items()) {
-    if (key == "sleep_ms") {
+    if (key == "sleep_ms" || key == "compensation_sleep_ms") {
       if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
           value.get<int64_t>() > 3'600'000) {
         Bad(key, "must be an integer from 0 to 3600000, got " + value.dump());
       }
-      b.sleep = Millis(value.get<int64_t>());
+      (key == "sleep_ms" ? b.sleep : b.compensation_sleep) = Millis(value.get<int64_t>());
     } else if (key == "fail" || key == "fail_compensation") {
       if (!value.is_object()) Bad(key, "must be an object of step name -> rule, got " + value.dump());
       auto rule = value.find(step_name);
@@ -112,7 +115,7 @@ DemoBehaviour ParseDemoBehaviour(const nlohmann::json& payload, const std::strin
       if (!value.is_boolean()) Bad(key, "must be true or false, got " + value.dump());
       b.audit = value.get<bool>();
     } else {
-      Bad(key, "is not a demo option (sleep_ms, fail, fail_compensation, audit)");
+      Bad(key, "is not a demo option (sleep_ms, compensation_sleep_ms, fail, fail_compensation, audit)");
     }
   }
   return b;

@@ -8,6 +8,8 @@
 //
 //   sleep_ms           every demo step sleeps this long before its effect, waking
 //                      early (transient failure) when its stop token fires
+//   compensation_sleep_ms  every demo compensation sleeps this long first, likewise
+//                      (a compensation to kill its node in, or to time out)
 //   fail               step name -> "permanent", or N: transient on the first N
 //                      executions (counted by the step's retry_count)
 //   fail_compensation  step name -> N (the first N compensations fail transiently,
@@ -44,6 +46,7 @@ namespace dsync::saga {
 // What the payload asks of one demo step.
 struct DemoBehaviour {
   Millis sleep{0};
+  Millis compensation_sleep{0};         // each compensation sleeps this long first
   bool fail_permanently = false;
   int fail_transient_times = 0;         // fail while retry_count < this
   bool fail_compensation_always = false;

@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "saga/steps/table_chunks.h"
 #include "saga/steps/table_preflight.h"
 #include "saga/steps/table_sql.h"
@@ -593,7 +594,9 @@ UndoRecord ReadUndo(Connection& c, const std::string& step_code, const Config& c
   r.compensated = rs->getBoolean(2);
   if (!rs->isNull(1)) {
     try {
-      r.image = json::parse(std::string(rs->getString(1)));
+      r.image = ParseJsonBounded(std::string(rs->getString(1)), "the undo record");
+    } catch (const JsonTooDeepError& e) {
+      throw PermanentStepError(std::string(e.what()) + " (step '" + cfg.step + "', " + cfg.target + "." + kUndoTable + ")");
     } catch (const json::exception&) {
       throw PermanentStepError("the undo record of step '" + cfg.step + "' in " + cfg.target + "." + kUndoTable +
                                " is not valid JSON");
@@ -703,6 +706,10 @@ class TableStep : public StepHandler {
   StepResult Compensate(StepContext& ctx) override {
     return Guarded([&] { return Undo(ctx); });
   }
+
+  // Every change is recorded with its before-image in the target as it commits (undo
+  // and chunk records, keyed by the step code): an interrupted attempt can be undone.
+  bool CompensatesInterrupted() const override { return true; }
 
  protected:
   // Expected failures become results; transient database errors propagate.
@@ -1182,7 +1189,7 @@ class TableSyncStep final : public TableStep {
         r.finished = rs->getBoolean(1);
         if (!r.finished) {
           try {
-            r.checkpoint = table::KeyFromJson(json::parse(std::string(rs->getString(2))));
+            r.checkpoint = table::KeyFromJson(ParseJsonBounded(std::string(rs->getString(2)), "the checkpoint"));
           } catch (const std::exception& e) {
             throw PermanentStepError("the checkpoint of step '" + cfg_.step + "' in " + cfg_.target +
                                      ".dsync_sync_chunk is not a key: " + e.what());
@@ -1721,7 +1728,10 @@ class TableSyncStep final : public TableStep {
     if (!q->next() || q->getBoolean(2) || q->isNull(1)) return std::nullopt;
     json j;
     try {
-      j = json::parse(std::string(q->getString(1)));
+      j = ParseJsonBounded(std::string(q->getString(1)), "the chunk image");
+    } catch (const JsonTooDeepError& e) {
+      throw PermanentStepError(std::string(e.what()) + " (chunk " + std::to_string(chunk_no) + " of step '" +
+                               cfg_.step + "' in " + cfg_.target + ".dsync_sync_chunk)");
     } catch (const json::exception&) {
       throw PermanentStepError("chunk " + std::to_string(chunk_no) + " of step '" + cfg_.step + "' in " +
                                cfg_.target + ".dsync_sync_chunk is not valid JSON");

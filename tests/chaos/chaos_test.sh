@@ -547,5 +547,11 @@ fi
 (( frozen_late_writes == 0 )) || { rc=1; echo "FAIL: the frozen node wrote for events it had lost" >&2; }
 (( frozen_reported == frozen_lost )) \
   || { rc=1; echo "FAIL: the frozen node reported $frozen_reported of $frozen_lost lost events" >&2; }
+# History without gaps (issue 16 item 5): every event's process_log is a whole chain.
+history_gaps=$(process_log_gaps | wc -l)
+if (( history_gaps > 0 )); then
+  rc=1; echo "FAIL: $history_gaps event(s) with a gap in process_log, e.g.:" >&2
+  for code in $(process_log_gaps | head -3); do sql "SELECT code, status, process_log FROM distribute_event WHERE code = '$code'" >&2; done
+fi
 (( rc == 0 )) || fail "chaos found violations (see above)"
 pass "chaos: every event terminal and as scripted, saga order, ledger exact, never two owners"

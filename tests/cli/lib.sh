@@ -108,3 +108,24 @@ produce() {
 }
 
 event_status() { sql "SELECT status FROM distribute_event WHERE code = '$1'"; }
+
+# History without gaps (issue 16 item 5): every event's process_log is a chain of
+# {"from","to"} transitions, each entry's `from` the previous entry's `to`, the first
+# from PENDING (unless the 20-entry window dropped older ones, or the row was written
+# with another status by hand: $1, a SQL condition, names those events), and the last
+# `to` the event's status now. An event that left PENDING without any entry is a gap
+# too. Prints the offending codes (none: the history is whole).
+process_log_gaps() {
+  local by_hand=${1:-FALSE}
+  sql "SELECT JSON_OBJECT('code', code, 'status', status, 'by_hand', ($by_hand) IS TRUE,
+                          'log', IF(JSON_VALID(process_log), JSON_EXTRACT(process_log, '\$'), NULL))
+       FROM distribute_event" | jq -rs '
+    .[] | select(
+      (.log == null and .status != "PENDING" and .by_hand != true) or
+      (.log != null and (
+        (.log | length) == 0 or
+        .log[-1].to != .status or
+        ((.log | length) < 20 and .by_hand != true and .log[0].from != "PENDING") or
+        ([range(1; .log | length) as $i | select(.log[$i].from != .log[$i - 1].to)] | length) > 0))
+    ) | .code'
+}

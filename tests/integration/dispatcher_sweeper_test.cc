@@ -169,7 +169,9 @@ TEST(DispatcherSweeperTest, RunningEventsIdleBeyondTheirTopicsTimeoutAreReset) {
   TopicSettings long_topic;
   long_topic.max_processing_time = 1h;
   s.topics["LONG"] = long_topic;
-  AddNode(db, {.address = "live:1"});
+  // Full (processing_count = capacity): its ASSIGNED event waits for a free worker, so
+  // the not-claimed hand-back leaves it too; timeouts never apply to ASSIGNED.
+  AddNode(db, {.address = "live:1", .processing_count = 8});
   auto running = [&](const std::string& code, const std::string& topic, const std::string& status = "RUNNING") {
     return AddEvent(db, {.code = code, .topic = topic, .status = status, .node = "live:1", .version = 3,
                          .phase = status == "COMPENSATING" ? "COMPENSATE" : "FORWARD"});
@@ -237,6 +239,90 @@ TEST(DispatcherSweeperTest, ActivityBetweenReadAndResetKeepsTheEventRunning) {
   EXPECT_EQ(StatusOf(db, id), "RUNNING");
   EXPECT_EQ(VersionOf(db, id), 3);
   EXPECT_EQ(sweeper.stats().reset_races, 1u);
+}
+
+}  // namespace
+}  // namespace dsync::dispatcher
+
+namespace dsync::dispatcher {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace fixtures;
+
+// Sets the assignment `seconds` into the past (assigned_time and modifier_time).
+void AssignedAgo(TestSchema& db, int64_t id, int seconds) {
+  db.Exec("UPDATE distribute_event SET assigned_time = NOW(3) - INTERVAL " + std::to_string(seconds) +
+          " SECOND, modifier_time = NOW(3) - INTERVAL " + std::to_string(seconds) + " SECOND WHERE id = " +
+          std::to_string(id));
+}
+
+TEST(DispatcherSweeperTest, AssignedEventsALiveNodeDoesNotClaimAreHandedBack) {
+  TestSchema db;
+  LogCapture log;
+  Settings s = TestSettings();
+  TopicSettings t;
+  t.claim_timeout = 10s;
+  s.topics["T"] = t;
+  s.topics["U"] = TopicSettings{};  // default claim_timeout: 30 s
+  AddNode(db, {.address = "other-topics:1", .capacity = 4, .topics = {"U"}});
+  AddNode(db, {.address = "room:1", .capacity = 4, .topics = {"T", "U"}, .processing_count = 1});
+  AddNode(db, {.address = "full:1", .capacity = 4, .topics = {"*"}, .processing_count = 4});
+  auto assigned = [&](const std::string& code, const std::string& topic, const std::string& node) {
+    return AddEvent(db, {.code = code, .topic = topic, .status = "ASSIGNED", .node = node, .version = 2});
+  };
+  int64_t not_served = assigned("not-served", "T", "other-topics:1");
+  int64_t with_room = assigned("with-room", "T", "room:1");
+  int64_t on_full = assigned("on-full", "T", "full:1");
+  int64_t fresh = assigned("fresh", "T", "room:1");
+  int64_t u_young = assigned("u-young", "U", "room:1");   // 20 s < its 30 s
+  int64_t u_old = assigned("u-old", "U", "room:1");       // 40 s > 30 s
+  for (int64_t id : {not_served, with_room, on_full}) AssignedAgo(db, id, 20);
+  AssignedAgo(db, fresh, 2);
+  AssignedAgo(db, u_young, 20);
+  AssignedAgo(db, u_old, 40);
+
+  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(s));
+  SweepReport r = sweeper.SweepOnce();
+  EXPECT_EQ(r.reset_not_claimed, 3u);
+  EXPECT_EQ(r.reset_node_offline, 0u);
+  EXPECT_EQ(r.reset_timed_out, 0u);
+  for (int64_t id : {not_served, with_room, u_old}) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(StatusOf(db, id), "PENDING");
+    EXPECT_EQ(VersionOf(db, id), 3);
+    EXPECT_EQ(NodeOf(db, id), "NULL");
+    EXPECT_EQ(IntField(db, id, "retry_count"), 0);  // a hand-back is not a retry
+  }
+  for (int64_t id : {on_full, fresh, u_young}) EXPECT_EQ(StatusOf(db, id), "ASSIGNED") << id;
+
+  EXPECT_EQ(Field(db, not_served, "last_error").rfind("reset: not claimed by node other-topics:1 for 2", 0), 0u)
+      << Field(db, not_served, "last_error");
+  EXPECT_NE(Field(db, not_served, "last_error").find("(claim_timeout_ms 10000; it does not serve topic T)"),
+            std::string::npos);
+  EXPECT_NE(Field(db, with_room, "last_error").find("(claim_timeout_ms 10000; it reported room (1 of 4 busy))"),
+            std::string::npos)
+      << Field(db, with_room, "last_error");
+  EXPECT_NE(Field(db, u_old, "last_error").find("claim_timeout_ms 30000"), std::string::npos);
+  // The process_log entry: ASSIGNED -> PENDING, naming the node that did not claim.
+  EXPECT_EQ(Field(db, not_served, "JSON_UNQUOTE(JSON_EXTRACT(process_log, '$[0].from'))"), "ASSIGNED");
+  EXPECT_EQ(Field(db, not_served, "JSON_UNQUOTE(JSON_EXTRACT(process_log, '$[0].to'))"), "PENDING");
+  EXPECT_EQ(Field(db, not_served, "JSON_UNQUOTE(JSON_EXTRACT(process_log, '$[0].node'))"), "other-topics:1");
+
+  // The nodes are noted on their registry rows.
+  EXPECT_EQ(db.QueryInt("SELECT not_claimed_count FROM distribute_node_registry WHERE node_address = 'other-topics:1'"), 1);
+  EXPECT_EQ(db.QueryInt("SELECT not_claimed_count FROM distribute_node_registry WHERE node_address = 'room:1'"), 2);
+  EXPECT_EQ(db.QueryInt("SELECT not_claimed_count FROM distribute_node_registry WHERE node_address = 'full:1'"), 0);
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_node_registry WHERE node_address = 'room:1' "
+                        "AND last_not_claimed_time > NOW(3) - INTERVAL 60 SECOND"),
+            1);
+  EXPECT_EQ(sweeper.stats().resets_not_claimed, 3u);
+  std::string text = log.text();
+  EXPECT_NE(text.find("EVENT_RESET event=not-served node=other-topics:1 reason=not_claimed"), std::string::npos)
+      << text;
+
+  // A second sweep finds nothing more.
+  EXPECT_EQ(sweeper.SweepOnce().reset_not_claimed, 0u);
 }
 
 }  // namespace

@@ -43,8 +43,10 @@ std::vector<std::string> CheckEvent(const std::string& event, const std::string&
       fail("step " + steps[i].code + " executed before " + steps[i - 1].code);
     }
   }
-  // The compensation zone: the executed prefix, plus the failing step after it if it
-  // was compensated (it saved compensation data).
+  // The compensation zone: the executed prefix, plus the step after it if it was
+  // compensated: it failed having saved compensation data, or it was interrupted
+  // mid-flight when the retries ran out and its handler undoes interrupted attempts
+  // (StepHandler::CompensatesInterrupted, docs/event-lifecycle.md "Steps").
   size_t zone = k;
   if (k < steps.size() && (steps[k].status == "COMPENSATING" || steps[k].status == "COMPENSATED")) zone = k + 1;
   for (size_t i = zone; i < steps.size(); ++i) {

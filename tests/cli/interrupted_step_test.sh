@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Issue 16 item 2: a step interrupted mid-flight whose retries then run out is
+# compensated when its handler can undo an interrupted attempt (table_sync: its chunks
+# commit one by one, each with its before-image in the target). A table_sync step of
+# 100k rows (chunks of 500) into a target holding an older copy, topic max_retry 1: the
+# node running it is kill -9ed after some chunks committed; the next claim finds the
+# retries spent and compensates: the target is restored byte for byte, the event
+# COMPENSATED, its history whole.
+source "$(dirname "$0")/lib.sh"
+
+fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, retry_count, last_error FROM distribute_event" >&2; sql "SELECT step_name, status, error_details FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
+SRC="${SCHEMA}_a"; TGT="${SCHEMA}_b"
+drop_datasources() {
+  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" \
+    -e "DROP DATABASE IF EXISTS \`$SRC\`; DROP DATABASE IF EXISTS \`$TGT\`" 2>/dev/null || true
+}
+trap 'cleanup; drop_datasources' EXIT
+dbq() { MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$1" -e "$2"; }
+base="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT"
+
+cat > "$WORK/dsync.json" <<JSON
+{
+  "database": "$DB_URL",
+  "service": "interrupted",
+  "datasources": { "env_a": "$base/$SRC", "env_b": "$base/$TGT" },
+  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
+  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
+  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 3000, "capacity": 2 },
+  "topics": {
+    "BIG": {
+      "max_retry": 1, "backoff_base_ms": 100, "ordered": false,
+      "steps": [ { "name": "big", "type": "table_sync", "source": "env_a", "target": "env_b",
+                   "table": "big", "where": "grp = :g", "chunk_size": 500 } ]
+    }
+  }
+}
+JSON
+start_node() { start_bg "$1" "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address "127.0.0.1:$2"; }
+chunks() { dbq "$TGT" "SELECT COUNT(*) FROM dsync_sync_chunk WHERE step_code = '$1#1' AND chunk_no > 0"; }
+# Rows of the target that differ from the snapshot taken before the sync (or are extra/missing).
+changed() {
+  dbq "$TGT" "SELECT (SELECT COUNT(*) FROM big a LEFT JOIN before_sync b USING (id)
+                      WHERE NOT (BINARY a.name <=> BINARY b.name AND a.at <=> b.at AND a.grp <=> b.grp))
+                   + (SELECT COUNT(*) FROM before_sync b LEFT JOIN big a USING (id) WHERE a.id IS NULL)"
+}
+
+for s in "$SRC" "$TGT"; do
+  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "CREATE DATABASE \`$s\`"
+  dbq "$s" "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3))"
+done
+dbq "$SRC" "INSERT INTO big SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND FROM seq_1_to_100000"
+# The target: an older copy, 10 % of the rows missing (the sync inserts them).
+dbq "$TGT" "INSERT INTO big SELECT seq, 1, CONCAT('old ', seq), NULL FROM seq_1_to_100000 WHERE seq % 10 <> 7"
+dbq "$TGT" "CREATE TABLE before_sync LIKE big; INSERT INTO before_sync SELECT * FROM big"
+
+"$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
+start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+start_node n1 7601
+wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 1 ]]' 10 "n1 online"
+
+produce big-1 '{"g": 1}' BIG
+wait_for '[[ $(chunks big-1 2>/dev/null) -ge 3 ]]' 120 "three chunks committed by n1"
+kill9 "$PID_n1"
+sleep 0.3
+by_n1=$(chunks big-1)
+rows_by_n1=$(dbq "$TGT" "SELECT SUM(rows_read) FROM dsync_sync_chunk WHERE step_code = 'big-1#1' AND chunk_no > 0")
+echo "n1 committed $by_n1 chunks ($rows_by_n1 rows) before kill -9"
+(( rows_by_n1 < 100000 )) || fail "n1 finished before it was killed; nothing was interrupted"
+(( $(changed) > 0 )) || fail "the interrupted step changed nothing in the target"
+pass "the interrupted step left $(changed) target rows changed"
+expect_eq "$(sql "SELECT status FROM distribute_event_step WHERE job_code = 'big-1'")" EXECUTING "the step is left EXECUTING"
+
+# Its last retry is spent (max_retry 1): the next owner compensates, including the
+# interrupted step.
+start_node n2 7602
+wait_for '[[ $(event_status big-1) == COMPENSATED ]]' 120 "big-1 COMPENSATED (is \$(event_status big-1))"
+expect_eq "$(changed)" 0 "the target is restored exactly as it was before the sync"
+expect_eq "$(sql "SELECT CONCAT(status, ' ', compensated_at IS NOT NULL) FROM distribute_event_step WHERE job_code = 'big-1'")" \
+  "COMPENSATED 1" "the interrupted step is COMPENSATED"
+[[ $(sql "SELECT error_details FROM distribute_event_step WHERE job_code = 'big-1'") == *"what it applied is compensated"* ]] \
+  || fail "the step's error_details do not say it was interrupted and compensated"
+pass "the step says it was interrupted and compensated"
+[[ $(sql "SELECT last_error FROM distribute_event WHERE code = 'big-1'") == *"retries exhausted"* ]] \
+  || fail "last_error: $(sql "SELECT last_error FROM distribute_event WHERE code = 'big-1'")"
+pass "last_error names the spent retries"
+expect_eq "$(sql "SELECT CONCAT(JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[2].node')), ' ',
+                  JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[2].why'))) FROM distribute_event WHERE code = 'big-1'")" \
+  "127.0.0.1:7601 reset: node 127.0.0.1:7601 offline" "process_log: the sweeper's reset after the kill, naming n1"
+expect_eq "$(sql "SELECT GROUP_CONCAT(CONCAT(j.f, '>', j.t) SEPARATOR ' ') FROM distribute_event e,
+                    JSON_TABLE(e.process_log, '\$[*]' COLUMNS (f VARCHAR(20) PATH '\$.from', t VARCHAR(20) PATH '\$.to')) j
+                  WHERE e.code = 'big-1'")" \
+  "PENDING>ASSIGNED ASSIGNED>RUNNING RUNNING>PENDING PENDING>ASSIGNED ASSIGNED>RUNNING RUNNING>COMPENSATING COMPENSATING>COMPENSATED" \
+  "process_log: the whole history, reset and compensation included"
+expect_eq "$(process_log_gaps)" "" "process_log chains without gaps"
+expect_eq "$(saga_violations)" 0 "saga order holds"

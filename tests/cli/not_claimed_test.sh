@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Issue 16 item 1: an event left ASSIGNED to a live node that does not claim it is
+# handed back by the leader's sweeper after the topic's claim_timeout_ms
+# (version-fenced, process_log entry with the reason, metrics counter) and done by
+# another node; the node is noted in `dsync nodes` / GET /v1/nodes.
+#  A: a node restarted under its address with other --topics while holding ASSIGNED
+#     events (kill -9, restart): they go back and another node runs them.
+#  B: events assigned to a live node for a topic it does not serve (what a dispatcher
+#     with the node's old metadata does in the moment after such a restart; here by
+#     plain SQL, deterministically): the node leaves them, the sweeper hands them back.
+source "$(dirname "$0")/lib.sh"
+
+cat > "$WORK/dsync.json" <<JSON
+{
+  "database": "$DB_URL",
+  "service": "claims",
+  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
+  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
+  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 3000 },
+  "topics": {
+    "DEMO":  { "max_retry": 3, "backoff_base_ms": 100, "ordered": false, "claim_timeout_ms": 1500,
+               "steps": [ { "name": "s1", "type": "demo" } ] },
+    "OTHER": { "max_retry": 3, "backoff_base_ms": 100, "ordered": false,
+               "steps": [ { "name": "o1", "type": "demo" } ] }
+  }
+}
+JSON
+dsync() { "$DSYNC_BIN" "$@" --config "$WORK/dsync.json"; }
+count() { sql "SELECT COUNT(*) FROM distribute_event WHERE $1"; }
+dsync migrate >/dev/null
+
+# The leader (and API) runs in `all`, whose own node serves OTHER only.
+port=$(free_port)
+start_bg all "$DSYNC_BIN" all --config "$WORK/dsync.json" --listen "127.0.0.1:$port" \
+  --node-address 127.0.0.1:7401 --topics OTHER --capacity 2
+wait_for "curl -sf http://127.0.0.1:$port/healthz >/dev/null || ! kill -0 $PID_all" 30 "API up on $port"
+
+# --- A: restart with other --topics while holding ASSIGNED events --------------
+# n1 runs one slow DEMO event and holds 3 more ASSIGNED (capacity 1, prefetch 3).
+start_bg n1 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7402 --topics DEMO \
+  --capacity 1 --prefetch 3
+wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE node_address = '"'127.0.0.1:7402'"' AND status = 1") == 1 ]]' 10 "n1 online"
+for i in 1 2 3 4; do produce "a$i" '{"demo": {"sleep_ms": 1500}}'; done
+wait_for '[[ $(count "code LIKE '"'a%'"' AND node_address = '"'127.0.0.1:7402'"' AND status = '"'ASSIGNED'"'") -ge 2 ]]' 15 "n1 holds ASSIGNED events"
+kill9 "$PID_n1"
+start_bg n1b "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7402 --topics OTHER
+start_bg n2 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7403 --topics DEMO
+wait_for '[[ $(count "code LIKE '"'a%'"' AND status = '"'SUCCESS'"'") == 4 ]]' 40 "the 4 events SUCCESS"
+expect_eq "$(count "code LIKE 'a%' AND status = 'SUCCESS' AND node_address = '127.0.0.1:7403'")" 4 "A: all done by n2"
+
+# --- B: ASSIGNED to a live node that does not serve the topic -----------------
+# Written ASSIGNED to n1b directly, as a dispatcher reading n1's previous metadata would.
+for i in 1 2 3; do
+  sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, status, node_address, assigned_time)
+       VALUES ('t1', 'b$i', 'b$i', 'DEMO', '{}', 'ASSIGNED', '127.0.0.1:7402', NOW(3))"
+done
+sleep 0.7  # several polls of n1b: it must not claim them
+expect_eq "$(count "code LIKE 'b%' AND status = 'ASSIGNED' AND node_address = '127.0.0.1:7402'")" 3 "B: n1b leaves events of a topic it does not serve"
+wait_for '[[ $(count "code LIKE '"'b%'"' AND status = '"'SUCCESS'"'") == 3 ]]' 30 "B: the 3 events SUCCESS after the hand-back"
+expect_eq "$(count "code LIKE 'b%' AND node_address = '127.0.0.1:7403'")" 3 "B: done by n2"
+# The hand-back's process_log entry: ASSIGNED -> PENDING by n1b with the reason.
+why=$(sql "SELECT JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[0].why')) FROM distribute_event WHERE code = 'b1'")
+[[ $why == "reset: not claimed by node 127.0.0.1:7402 for "*"claim_timeout_ms 1500; it does not serve topic DEMO)" ]] \
+  || fail "B: process_log reason: $why"
+pass "B: process_log names the node and the reason"
+expect_eq "$(sql "SELECT CONCAT(JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[0].from')), '>', JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[0].to')), '@', JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[0].node'))) FROM distribute_event WHERE code = 'b1'")" \
+  "ASSIGNED>PENDING@127.0.0.1:7402" "B: process_log entry ASSIGNED -> PENDING at n1b"
+expect_eq "$(sql "SELECT retry_count FROM distribute_event WHERE code = 'b1'")" 0 "B: a hand-back costs no retry"
+grep -q 'EVENT_RESET event=b1 node=127.0.0.1:7402 reason=not_claimed' "$WORK/all.log" || fail "B: no EVENT_RESET log line"
+pass "B: EVENT_RESET reason=not_claimed logged"
+
+# The node is noted, and the leader counted the hand-backs: the 3 of B, plus any of
+# A that the dispatcher gave back to 7402 in the moment before n1b's first heartbeat
+# replaced n1's metadata (the race this hand-back exists for).
+noted=$(sql "SELECT not_claimed_count FROM distribute_node_registry WHERE node_address = '127.0.0.1:7402'")
+(( noted >= 3 )) || fail "n1b noted $noted times, expected at least 3"
+pass "n1b noted $noted times in the registry"
+dsync nodes >"$WORK/nodes"
+grep -q "did not claim $noted event(s)" "$WORK/nodes" || fail "dsync nodes does not note n1b: $(cat "$WORK/nodes")"
+pass "dsync nodes notes the node"
+curl -sf "http://127.0.0.1:$port/v1/nodes" >"$WORK/body"
+expect_eq "$(jq -r '.nodes[] | select(.node_address == "127.0.0.1:7402") | .not_claimed.count' "$WORK/body")" "$noted" "GET /v1/nodes: not_claimed.count"
+curl -sf "http://127.0.0.1:$port/metrics" >"$WORK/metrics"
+grep -qE "^dsync_event_resets_total\{reason=\"not_claimed\"\} $noted\$" "$WORK/metrics" \
+  || fail "metrics: $(grep dsync_event_resets_total "$WORK/metrics")"
+pass "metrics: dsync_event_resets_total{reason=\"not_claimed\"} $noted"
+# n2 claims what it gets: never noted.
+expect_eq "$(sql "SELECT not_claimed_count FROM distribute_node_registry WHERE node_address = '127.0.0.1:7403'")" 0 "n2 not noted"

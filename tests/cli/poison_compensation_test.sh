@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Issue 16 item 3: a compensation that never completes ends FAILED after the topic's
+# max_retry, with the reason, listed in v_events_needing_attention.
+#  A: the compensation kills its node every time: s2 fails permanently, the
+#     compensation of s1 sleeps, and its node is kill -9ed each time it runs it (and
+#     restarted under its address at once). Each interruption counts on the step; the
+#     claim after the first attempt and max_retry (2) retries were interrupted fails the
+#     event instead of looping forever.
+#  B: the compensation times out every time (the step's timeout_ms): FAILED after
+#     max_retry retries, with the reason.
+source "$(dirname "$0")/lib.sh"
+
+cat > "$WORK/dsync.json" <<JSON
+{
+  "database": "$DB_URL",
+  "service": "poison",
+  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
+  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
+  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 2000, "capacity": 2 },
+  "topics": {
+    "DEMO": { "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 200, "ordered": false,
+              "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" } ] },
+    "SLOW": { "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 200, "ordered": false,
+              "steps": [ { "name": "s1", "type": "demo", "timeout_ms": 300 }, { "name": "s2", "type": "demo" } ] }
+  }
+}
+JSON
+node_of() { sql "SELECT IFNULL(node_address, '') FROM distribute_event WHERE code = '$1'"; }
+start_node() { start_bg n1 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7701; }
+"$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
+start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+start_node
+wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 1 ]]' 10 "n1 online"
+
+# --- A: the compensation kills its node each time --------------------------------
+produce crash '{"demo": {"fail": {"s2": "permanent"}, "compensation_sleep_ms": 60000}}'
+for round in 1 2 3; do
+  wait_for '[[ $(event_status crash) == COMPENSATING && $(node_of crash) == 127.0.0.1:7701 ]]' 30 \
+    "round $round: the compensation of s1 running on n1"
+  sleep 0.2
+  kill9 "$PID_n1"
+  start_node  # same address: its start hands back what the killed process held
+  pass "round $round: n1 killed during the compensation and restarted"
+done
+wait_for '[[ $(event_status crash) == FAILED ]]' 30 "crash FAILED (is \$(event_status crash))"
+expect_eq "$(sql "SELECT compensation_retry_count FROM distribute_event_step WHERE job_code = 'crash' AND step_name = 's1'")" 3 \
+  "the three interrupted compensations counted on s1"
+expect_eq "$(sql "SELECT last_error FROM distribute_event WHERE code = 'crash'")" \
+  "compensation of 's1' failed: it never completed: 3 attempts interrupted or failed (max_retry 2; its node died, lost the event or timed out each time)" \
+  "last_error gives the reason"
+expect_eq "$(sql "SELECT JSON_UNQUOTE(JSON_EXTRACT(result, '\$.compensation_failed_step')) FROM distribute_event WHERE code = 'crash'")" s1 \
+  "result names the step whose compensation failed"
+expect_eq "$(sql "SELECT reason FROM v_events_needing_attention WHERE code = 'crash'")" failed "listed in v_events_needing_attention"
+expect_eq "$(sql "SELECT COUNT(*) FROM demo_ledger WHERE event_code = 'crash'")" 1 "s1 left applied (its compensation never ran to the end)"
+expect_eq "$(sql "SELECT GROUP_CONCAT(CONCAT(j.f, '>', j.t) SEPARATOR ' ') FROM distribute_event e,
+                    JSON_TABLE(e.process_log, '\$[*]' COLUMNS (f VARCHAR(20) PATH '\$.from', t VARCHAR(20) PATH '\$.to')) j
+                  WHERE e.code = 'crash'")" \
+  "PENDING>ASSIGNED ASSIGNED>RUNNING RUNNING>COMPENSATING COMPENSATING>PENDING PENDING>ASSIGNED ASSIGNED>COMPENSATING COMPENSATING>PENDING PENDING>ASSIGNED ASSIGNED>COMPENSATING COMPENSATING>PENDING PENDING>ASSIGNED ASSIGNED>COMPENSATING COMPENSATING>FAILED" \
+  "process_log: the three interruptions, each hand-back and the end"
+sleep 1
+expect_eq "$(event_status crash)" FAILED "it stays FAILED (no retry loop)"
+kill -0 "$PID_n1" 2>/dev/null || fail "n1 died without being killed"
+pass "n1 is up"
+
+# --- B: the compensation times out each time --------------------------------------
+produce slow '{"demo": {"fail": {"s2": "permanent"}, "compensation_sleep_ms": 5000}}' SLOW
+wait_for '[[ $(event_status slow) == FAILED ]]' 30 "slow FAILED (is \$(event_status slow))"
+[[ $(sql "SELECT last_error FROM distribute_event WHERE code = 'slow'") == "compensation of 's1' failed: compensation retries exhausted (3 failures): timed out after 300 ms"* ]] \
+  || fail "slow: last_error $(sql "SELECT last_error FROM distribute_event WHERE code = 'slow'")"
+pass "slow: FAILED after max_retry, the timeout named"
+expect_eq "$(sql "SELECT reason FROM v_events_needing_attention WHERE code = 'slow'")" failed "slow: listed in v_events_needing_attention"
+
+expect_eq "$(process_log_gaps)" "" "process_log chains without gaps"
+expect_eq "$(saga_violations)" 0 "saga order holds"
