@@ -153,8 +153,9 @@ void PutStoredJson(nlohmann::json& out, const std::string& key, const std::strin
 
 nlohmann::json TextOrNull(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
 
-events::NewEventRow EventValues(const NewEvent& e, const TopicSettings& topic) {
+events::NewEventRow EventValues(const NewEvent& e, const TopicSettings& topic, const std::string& service) {
   events::NewEventRow r;
+  r.service = service;
   r.tenant_id = e.tenant_id;
   r.code = e.code;
   r.data_id = e.data_id;
@@ -241,6 +242,7 @@ nlohmann::json ToJson(const EventRow& e) {
           {"max_retry", e.max_retry},
           {"progress", e.progress ? nlohmann::json(*e.progress) : nlohmann::json(nullptr)},
           {"batch_code", TextOrNull(e.batch_code)},
+          {"service", e.service},
           {"trace_id", TextOrNull(e.trace_id)},
           {"last_error", TextOrNull(e.last_error)},
           {"create_time", TextOrNull(e.create_time)},
@@ -382,7 +384,7 @@ ProduceResult EventStore::Produce(const NewEvent& e) {
   Validate(e);
   const TopicSettings& topic = settings_.topics.at(e.topic);
   ProduceResult result = pool_.Run("produce event", [&](storage::Connection& c) {
-    if (events::InsertEvent(c, EventValues(e, topic))) {
+    if (events::InsertEvent(c, EventValues(e, topic, settings_.service))) {
       auto row = ReadEvent(c, e.code);
       if (!row) throw DbError(DbError::Kind::kOther, 0, "event " + Quote(e.code) + " vanished after insert");
       return ProduceResult{std::move(*row), true};
@@ -434,7 +436,7 @@ BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<
       throw UsageError(std::string("on_complete: ") + err.what());
     }
     completion = events::BatchCompletionRow{batch_code, on_complete->tenant_id, on_complete->topic,
-                                            on_complete->payload.dump(), std::nullopt};
+                                            on_complete->payload.dump(), std::nullopt, settings_.service};
   }
   if (events.empty()) throw UsageError("the batch has no events");
   if (events.size() > kMaxBatchEvents) {
@@ -457,7 +459,7 @@ BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<
   }
   std::vector<events::NewEventRow> rows;
   rows.reserve(events.size());
-  for (const NewEvent& e : events) rows.push_back(EventValues(e, settings_.topics.at(e.topic)));
+  for (const NewEvent& e : events) rows.push_back(EventValues(e, settings_.topics.at(e.topic), settings_.service));
   BatchResult produced = pool_.Transact("produce batch", [&](storage::Connection& c) {
     const int existing = events::InsertEvents(c, rows);
     if (completion) events::InsertBatchCompletion(c, *completion);
@@ -584,7 +586,7 @@ std::vector<NodeView> EventStore::Nodes(bool all) {
   for (const auto& n : nodes) addresses.push_back(n.node_address);
   // From the event table (the truth), not the nodes' own processing_count.
   std::map<std::string, int64_t> in_flight = pool_.Run(
-      "count in-flight events", [&](storage::Connection& c) { return events::CountInFlight(c, addresses); });
+      "count in-flight events", [&](storage::Connection& c) { return events::CountInFlight(c, settings_.service, addresses); });
   std::vector<NodeView> out;
   for (const auto& n : nodes) out.push_back(ToView(n, in_flight[n.node_address]));
   return out;

@@ -46,6 +46,7 @@ int RunMigrate(const Invocation& inv) {
   SetupLogging(s.log_level, "migrate");
   storage::ConnectionPool pool(DatabaseUrl(s));
   storage::Migrator migrator(pool);
+  migrator.set_default_service(s.service);
   if (migrator.CreateSchemaIfMissing()) std::cout << "created schema " << pool.url().schema << "\n";
   auto result = migrator.Migrate();
   if (result.applied.empty()) {
@@ -288,7 +289,7 @@ int RunSweep(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
   SetupLogging(s.log_level, "cli");
   auto pool = OpenDatabase(s);
-  registry::OfflineSweeper sweeper(*pool, s.registry.offline_timeout, s.registry.purge_after);
+  registry::OfflineSweeper sweeper(*pool, s.service, s.registry.offline_timeout, s.registry.purge_after);
   auto result = sweeper.Sweep();
   std::cout << "marked_offline=" << result.marked_offline << " purged=" << result.purged << "\n";
   return 0;
@@ -314,7 +315,9 @@ std::vector<OptionSpec> WithFlags(std::vector<OptionSpec> first, const std::vect
 
 const std::vector<CommandSpec>& Commands() {
   static const std::vector<CommandSpec> kCommands = {
-      {"migrate", "create or upgrade the schema (safe to re-run, and from several processes)", "", 0, 0, {}},
+      {"migrate", "create or upgrade the schema (safe to re-run, and from several processes)", "", 0, 0,
+       {{"service", true, "on a new database: the service whose events a plain INSERT that names none "
+                          "belongs to (default from config, kbs-sync)"}}},
       {"node",
        "run a consumer node: heartbeat, run the events assigned to it as sagas; SIGTERM/SIGINT drains",
        "",
@@ -363,6 +366,7 @@ const std::vector<CommandSpec>& Commands() {
         {"on-complete-topic", true, "with --file: produce one completion event of this topic once every event "
                                     "of the batch is terminal (payload gets the batch's counts under \"batch\")"},
         {"on-complete-payload", true, "JSON object for the completion event (default {})"},
+        {"service", true, "service the events belong to (default from config, kbs-sync)"},
         kJsonOption}},
       {"events",
        "list events newest first (filters, keyset paging), a batch's progress, or one event with "
@@ -396,10 +400,11 @@ const std::vector<CommandSpec>& Commands() {
        0,
        0,
        {{"all", false, "include offline and stale rows"}, {"service", true, "service name"}, kJsonOption}},
-      {"sweep", "mark nodes with stale heartbeats offline and purge long-dead rows, once", "", 0, 0, {}},
+      {"sweep", "mark the service's nodes with stale heartbeats offline and purge long-dead rows, once", "", 0, 0,
+       {{"service", true, "service name (default from config, kbs-sync)"}}},
       VerifyCommandSpec(),
       {"purge",
-       "remove finished events (SUCCESS, COMPENSATED, FAILED) and their steps older than a bound, in small "
+       "remove the service's finished events (SUCCESS, COMPENSATED, FAILED) and their steps older than a bound, in small "
        "batches, and registry rows silent longer than registry.purge_after_ms; prints the counts",
        "",
        0,
@@ -409,6 +414,7 @@ const std::vector<CommandSpec>& Commands() {
         {"archive", false, "move the rows to distribute_event_archive / distribute_event_step_archive "
                            "(default retention.archive)"},
         {"dry-run", false, "count what would be removed; write nothing"},
+        {"service", true, "only this service's events and nodes (default from config, kbs-sync)"},
         kJsonOption}},
   };
   return kCommands;

@@ -62,10 +62,11 @@ int RunPurge(const Invocation& inv) {
   }
   Settings s = ResolveSettings(inv);
   SetupLogging(inv.Get("log-level").value_or("warn"), "cli");
+  selector.service = s.service;
   const bool dry_run = inv.Flag("dry-run");
   const bool archive = inv.Flag("archive") || s.retention.archive;
   auto pool = OpenDatabase(s);
-  registry::OfflineSweeper registry(*pool, s.registry.offline_timeout, s.registry.purge_after);
+  registry::OfflineSweeper registry(*pool, s.service, s.registry.offline_timeout, s.registry.purge_after);
 
   events::PurgeCounts counts;
   uint64_t nodes = 0;

@@ -728,7 +728,7 @@ class Bench {
     ExplainOne({"dispatch: due events + ordering check (NOT EXISTS probes)", "events::DueEventsSql",
                 events::DueEventsSql()},
                true, [&](Connection& c, const std::string& sql) {
-                 return c.Query(sql, first, first, int64_t{0}, true, std::string(), std::string(),
+                 return c.Query(sql, std::string(kService), first, first, int64_t{0}, true, std::string(), std::string(),
                                 std::string(kUnorderedTopics), o_.batch_size);
                });
     ExplainOne({"dispatch: lease fence (last statement of the write transaction)", "dispatcher::LeaseFenceSql",
@@ -745,11 +745,11 @@ class Bench {
                [&](Connection& c, const std::string& sql) { return c.Query(sql, some_assigned); });
     ExplainOne({"sweeper: orphaned events (node not live)", "events::OrphanedSql", events::OrphanedSql()}, true,
                [&](Connection& c, const std::string& sql) {
-                 return c.Query(sql, Micros(kOfflineTimeout), int64_t{500});
+                 return c.Query(sql, std::string(kService), Micros(kOfflineTimeout), int64_t{500});
                });
     ExplainOne({"sweeper: timed-out events", "events::TimedOutSql", events::TimedOutSql()}, true,
                [&](Connection& c, const std::string& sql) {
-                 return c.Query(sql, Micros(kTopicTimeout), std::string(kAllTopics), true, std::string(kAllTopics),
+                 return c.Query(sql, std::string(kService), Micros(kTopicTimeout), std::string(kAllTopics), true, std::string(kAllTopics),
                                 int64_t{500});
                });
     ExplainOne({"sweeper: conditional reset", "events::ResetEventSql", events::ResetEventSql()}, false,
@@ -758,7 +758,9 @@ class Bench {
                                 std::string("ASSIGNED"));
                });
     ExplainOne({"sweeper: mark stale nodes offline", "registry::MarkStaleOfflineSql", registry::MarkStaleOfflineSql()}, false,
-               [&](Connection& c, const std::string& sql) { return c.Query(sql, Micros(kOfflineTimeout)); });
+               [&](Connection& c, const std::string& sql) {
+                 return c.Query(sql, Micros(kOfflineTimeout), std::string(kService));
+               });
   }
 
   // The in-flight count as the cycle runs it, and the proposed rewrite beside it.
@@ -766,6 +768,7 @@ class Bench {
     if (!state.empty()) std::cout << "\n  EXPLAIN at the " << state << ":\n";
     std::vector<Value> nodes;
     for (int i = 0; i < o_.nodes; ++i) nodes.emplace_back(NodeAddress(i));
+    nodes.emplace_back(std::string(kService));
     ExplainOne({"dispatch: in-flight count per live node", "events::CountInFlightSql",
                 events::CountInFlightSql(static_cast<size_t>(o_.nodes))},
                true, [&](Connection& c, const std::string& sql) { return c.Query(sql, storage::Values(nodes)); });

@@ -90,7 +90,8 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "service", .scope = Scope::kSettings, .kind = Kind::kString,
      .field = [](const Target& t) -> FieldRef { return &t.settings->service; },
      .min = 1, .max = 128, .default_text = "\"kbs-sync\"", .env = "DSYNC_SERVICE",
-     .doc = "Service name this node registers under; nodes of one service share events. "
+     .doc = "Service this process belongs to: its dispatchers and nodes handle only events whose "
+            "`service` column names it, and judge only its nodes; `dsync produce` and the API write it. "
             "1-128 characters."},
     {.path = "log_level", .scope = Scope::kSettings, .kind = Kind::kString,
      .field = [](const Target& t) -> FieldRef { return &t.settings->log_level; },

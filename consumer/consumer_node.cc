@@ -119,8 +119,8 @@ void ConsumerNode::Start() {
 
 int ConsumerNode::HandBack(HandBackScope scope, const char* reason, const std::set<int64_t>& running) {
   std::vector<events::HeldEvent> held = pool_.Run("read held events", [&](storage::Connection& c) {
-    return scope == HandBackScope::kEverythingHeld ? events::ReadHeld(c, options_.node_address, running)
-                                                   : events::ReadUnclaimed(c, options_.node_address, running);
+    return scope == HandBackScope::kEverythingHeld ? events::ReadHeld(c, Key(), running)
+                                                   : events::ReadUnclaimed(c, Key(), running);
   });
   int reset = 0;
   for (const auto& h : held) {
@@ -164,7 +164,7 @@ int ConsumerNode::PollOnce() {
   }
   std::vector<saga::AssignedEvent> events = pool_.Run("poll assigned events", [&](storage::Connection& c) {
     std::vector<saga::AssignedEvent> out =
-        events::PollAssigned(c, options_.node_address, limit, known, ServedTopicList(options_.topics));
+        events::PollAssigned(c, Key(), limit, known, ServedTopicList(options_.topics));
     const Clock::TimePoint polled_at = clock_.Now();
     for (auto& e : out) e.polled_at = polled_at;
     return out;
@@ -227,7 +227,7 @@ void ConsumerNode::HandBackAbandoned() {
   for (int64_t id : ids) {
     try {
       std::optional<events::HeldEvent> held = pool_.Run("read abandoned event", [&](storage::Connection& c) {
-        return events::ReadHeldById(c, id, options_.node_address);
+        return events::ReadHeldById(c, id, Key());
       });
       if (!held) continue;  // it settled after all (the commit did apply), or was reset
       bool applied = pool_.Transact("hand back abandoned event", [&](storage::Connection& c) {

@@ -47,6 +47,7 @@
 #include "consumer/node_wakeups.h"
 #include "consumer/datasource_prober.h"
 #include "core/clock.h"
+#include "events/node_key.h"
 #include "registry/heartbeat_publisher.h"
 #include "saga/saga_engine.h"
 #include "storage/connection_pool.h"
@@ -104,6 +105,8 @@ class ConsumerNode {
   NodeWakeupStats wakeup_stats() const { return wakeups_ ? wakeups_->stats() : NodeWakeupStats{}; }
 
  private:
+  // This node in the event table: its service and address.
+  events::NodeKey Key() const { return events::NodeKey{options_.service, options_.node_address}; }
   void PollLoop(std::stop_token stop);
   void WorkerLoop(std::stop_token stop);
   int PollOnce();

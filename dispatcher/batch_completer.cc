@@ -45,14 +45,14 @@ nlohmann::json CompletionPayload(const std::string& stored_payload, const std::s
 }
 
 BatchCompleter::BatchCompleter(storage::ConnectionPool& pool, const Settings& settings)
-    : pool_(pool), topics_(settings.topics) {}
+    : pool_(pool), service_(settings.service), topics_(settings.topics) {}
 
 BatchCheckReport BatchCompleter::CheckOnce(const std::function<bool()>& keep_going) {
   BatchCheckReport report;
   std::string after;
   while (keep_going()) {
     auto open = pool_.Run("read open batches",
-                          [&](storage::Connection& c) { return events::ReadOpenBatches(c, after, kPage); });
+                          [&](storage::Connection& c) { return events::ReadOpenBatches(c, service_, after, kPage); });
     for (const events::BatchCompletionRow& b : open) {
       if (!keep_going()) break;
       ++report.open;
@@ -68,6 +68,7 @@ BatchCheckReport BatchCompleter::CheckOnce(const std::function<bool()>& keep_goi
       if (total == 0 || !all_terminal || total < b.expected_events.value_or(1)) continue;
 
       events::NewEventRow e;
+      e.service = b.service;
       e.code = events::CompletionCode(b.batch_code);
       e.topic = b.topic;
       e.tenant_id = b.tenant_id.empty() ? "0" : b.tenant_id;

@@ -54,6 +54,7 @@ class BatchCompleter {
 
  private:
   storage::ConnectionPool& pool_;
+  const std::string service_;  // only this service's batches
   const std::map<std::string, TopicSettings> topics_;
   std::atomic<uint64_t> checks_{0}, completed_{0};
 };

@@ -101,7 +101,7 @@ std::vector<NodeLoad> DispatchCycle::ReadNodes() {
   std::vector<std::string> addresses;
   for (const auto& n : live) addresses.push_back(n.node_address);
   std::map<std::string, int64_t> in_flight = pool_.Run(
-      "count in-flight events", [&](storage::Connection& c) { return events::CountInFlight(c, addresses); });
+      "count in-flight events", [&](storage::Connection& c) { return events::CountInFlight(c, options_.service, addresses); });
   std::vector<NodeLoad> nodes;
   nodes.reserve(live.size());
   for (auto& n : live) {
@@ -130,7 +130,7 @@ std::vector<PendingEvent> DispatchCycle::ReadDue(const PageFilter& f, const Curs
   excluded.insert(excluded.end(), f.blocked_topics.begin(), f.blocked_topics.end());
   const std::string exhausted = CommaList(excluded);
   const std::string unordered = CommaList(f.unordered_topics);
-  const events::DueFilter filter{after.priority, after.id, f.any_topic, served, exhausted, unordered, f.limit};
+  const events::DueFilter filter{options_.service, after.priority, after.id, f.any_topic, served, exhausted, unordered, f.limit};
   return pool_.Run("read due events", [&](storage::Connection& c) { return events::ReadDue(c, filter); });
 }
 
@@ -185,7 +185,7 @@ void DispatchCycle::RecordUnroutable(const std::optional<LeaseFence>& fence) {
       c.Execute(DeleteRoutableSql(keep.size() - 1), storage::Values(keep));
       if (!out.empty()) {
         std::vector<storage::Value> topics(keep.begin() + 1, keep.end());
-        for (const auto& [topic, n] : events::CountPendingByTopic(c, topics)) out[topic].pending = n;
+        for (const auto& [topic, n] : events::CountPendingByTopic(c, options_.service, topics)) out[topic].pending = n;
         for (const auto& [topic, u] : out) {
           c.Execute(kUpsertUnroutable, topic, options_.service, u.reason, u.pending);
         }

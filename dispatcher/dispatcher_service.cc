@@ -44,7 +44,7 @@ DispatcherService::DispatcherService(storage::ConnectionPool& pool, const Settin
       locker_(lease_, clock, LockerOptionsFrom(settings.dispatcher), lease_.lock_name()),
       cycle_(pool, clock, PlannerConfigFromSettings(settings), CycleOptionsFrom(settings)),
       sweeper_(pool, SweeperOptionsFromSettings(settings)),
-      retention_(pool, clock, settings.retention),
+      retention_(pool, clock, settings.service, settings.retention),
       batches_(pool, settings),
       batch_check_interval_(settings.dispatcher.batch_check_interval),
       pool_(pool) {
@@ -154,7 +154,7 @@ void DispatcherService::RetentionLoop(std::stop_token stop) {
     try {
       retention_.RunPass(stop, [this] { return locker_.is_leader(); });
       pool_.Run("purge completed batches", [&](storage::Connection& c) {
-        return events::PurgeCompletedBatches(c, r.finished_after, r.batch_size);
+        return events::PurgeCompletedBatches(c, retention_.service(), r.finished_after, r.batch_size);
       });
     } catch (const std::exception& e) {
       spdlog::warn("RETENTION_FAILED lock={} err={}", lease_.lock_name(), e.what());

@@ -23,6 +23,7 @@ const char* ResetReasonName(ResetReason r) {
 
 SweeperOptions SweeperOptionsFromSettings(const Settings& settings) {
   SweeperOptions o;
+  o.service = settings.service;
   o.offline_timeout = settings.registry.offline_timeout;
   o.purge_after = settings.registry.purge_after;
   for (const auto& [name, topic] : settings.topics) {
@@ -37,7 +38,7 @@ SweeperOptions SweeperOptionsFromSettings(const Settings& settings) {
 EventSweeper::EventSweeper(storage::ConnectionPool& pool, SweeperOptions options)
     : pool_(pool),
       options_(std::move(options)),
-      offline_(pool, options_.offline_timeout, options_.purge_after) {
+      offline_(pool, options_.service, options_.offline_timeout, options_.purge_after) {
   std::map<Millis, std::string> by_timeout;
   by_timeout[options_.default_timeout];  // unconfigured topics, even with no topic of its own
   for (const auto& [topic, timeout] : options_.topic_timeouts) {
@@ -82,7 +83,7 @@ std::vector<ResetCandidate> Candidates(std::vector<events::InFlightEvent> rows, 
 
 std::vector<ResetCandidate> EventSweeper::FindOrphaned(int limit) {
   return pool_.Run("find orphaned events", [&](storage::Connection& c) {
-    return Candidates(events::ReadOrphaned(c, options_.offline_timeout, limit), ResetReason::kNodeOffline,
+    return Candidates(events::ReadOrphaned(c, options_.service, options_.offline_timeout, limit), ResetReason::kNodeOffline,
                       Millis(0));
   });
 }
@@ -91,7 +92,7 @@ std::vector<ResetCandidate> EventSweeper::FindTimedOut(int limit) {
   std::vector<ResetCandidate> out;
   for (const TimeoutGroup& g : groups_) {
     auto part = pool_.Run("find timed-out events", [&](storage::Connection& c) {
-      return Candidates(events::ReadTimedOut(c, g.timeout, g.topics, g.unconfigured, configured_topics_, limit),
+      return Candidates(events::ReadTimedOut(c, options_.service, g.timeout, g.topics, g.unconfigured, configured_topics_, limit),
                         ResetReason::kTimedOut, g.timeout);
     });
     out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
@@ -104,7 +105,7 @@ std::vector<ResetCandidate> EventSweeper::FindNotClaimed(int limit) {
   std::set<int64_t> seen;  // one row per registry row of the address: keep the first
   for (const TimeoutGroup& g : claim_groups_) {
     auto rows = pool_.Run("find events not claimed", [&](storage::Connection& c) {
-      return events::ReadNotClaimed(c, options_.offline_timeout, g.timeout, g.topics, g.unconfigured,
+      return events::ReadNotClaimed(c, options_.service, options_.offline_timeout, g.timeout, g.topics, g.unconfigured,
                                     configured_topics_, limit);
     });
     for (auto& row : rows) {

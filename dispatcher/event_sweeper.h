@@ -3,7 +3,7 @@
 //   1. registry::OfflineSweeper: stale nodes marked offline, long-silent rows purged;
 //   2. node resets: ASSIGNED / RUNNING / COMPENSATING events whose node_address is
 //      not a live node (status 1 or 2 with a heartbeat within the offline timeout, by
-//      the database clock, in any service). A draining node is live: it is finishing
+//      the database clock, in the event's service). A draining node is live: it is finishing
 //      its events, so they stay;
 //   3. timeout resets: RUNNING / COMPENSATING events whose last activity
 //      (modifier_time, refreshed by every fenced write of the owner; never the start
@@ -16,6 +16,10 @@
 //      A node that is full is left alone (prefetched events wait for a free worker).
 //      Each hand-back is counted on the node's registry row (registry::NoteNotClaimed,
 //      shown by `dsync nodes`), in the same transaction.
+//
+// Only the service's events and registry rows are read or written (docs/
+// event-lifecycle.md, "Services"): two services in one database never touch each
+// other's events or judge each other's nodes.
 //
 // Every reset is the lifecycle's conditional reset (docs/event-lifecycle.md item 6,
 // events/reset.h) on the (version, status) read in the same pass, so an event that
@@ -57,6 +61,7 @@ struct ResetCandidate : events::InFlightEvent {
 };
 
 struct SweeperOptions {
+  std::string service = "kbs-sync";              // service (only its events and nodes)
   Millis offline_timeout{30000};                 // registry.offline_timeout_ms
   Millis purge_after{7LL * 24 * 3600 * 1000};    // registry.purge_after_ms
   std::map<std::string, Millis> topic_timeouts;  // max_processing_time per configured topic

@@ -14,8 +14,12 @@ constexpr int kPausePerWork = 3;
 
 }  // namespace
 
-Retention::Retention(storage::ConnectionPool& pool, Clock& clock, RetentionSettings settings)
-    : pool_(pool), clock_(clock), settings_(settings), purger_(settings.archive, settings.batch_size) {}
+Retention::Retention(storage::ConnectionPool& pool, Clock& clock, std::string service, RetentionSettings settings)
+    : pool_(pool),
+      clock_(clock),
+      service_(std::move(service)),
+      settings_(settings),
+      purger_(settings.archive, settings.batch_size) {}
 
 events::PurgeCounts Retention::Purge(storage::ConnectionPool& pool, Clock& clock, events::Purger& purger,
                                      const events::PurgeSelector& selector, Millis pause, int pause_per_work,
@@ -42,9 +46,9 @@ events::PurgeCounts Retention::Purge(storage::ConnectionPool& pool, Clock& clock
 events::PurgeCounts Retention::RunPass(std::stop_token stop, const std::function<bool()>& keep_going) {
   events::PurgeCounts total;
   try {
-    total += Purge(pool_, clock_, purger_, {{"SUCCESS", "COMPENSATED"}, settings_.finished_after},
+    total += Purge(pool_, clock_, purger_, {{"SUCCESS", "COMPENSATED"}, settings_.finished_after, service_},
                    settings_.batch_pause, kPausePerWork, stop, keep_going);
-    total += Purge(pool_, clock_, purger_, {{"FAILED"}, settings_.failed_after}, settings_.batch_pause,
+    total += Purge(pool_, clock_, purger_, {{"FAILED"}, settings_.failed_after, service_}, settings_.batch_pause,
                    kPausePerWork, stop, keep_going);
   } catch (...) {
     ++failures_;
@@ -58,8 +62,8 @@ events::PurgeCounts Retention::RunPass(std::stop_token stop, const std::function
   steps_ += static_cast<uint64_t>(total.steps);
   batches_ += static_cast<uint64_t>(total.batches);
   if (total.events > 0) {
-    spdlog::info("RETENTION_PASS events={} steps={} batches={} archive={} by_status={}", total.events,
-                 total.steps, total.batches, settings_.archive, FormatByStatus(total.by_status));
+    spdlog::info("RETENTION_PASS service={} events={} steps={} batches={} archive={} by_status={}", service_,
+                 total.events, total.steps, total.batches, settings_.archive, FormatByStatus(total.by_status));
   }
   return total;
 }

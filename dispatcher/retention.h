@@ -38,7 +38,8 @@ struct RetentionStats {
 class Retention {
  public:
   // `pool` and `clock` must outlive it.
-  Retention(storage::ConnectionPool& pool, Clock& clock, RetentionSettings settings);
+  // Purges only `service`'s events (config `service`).
+  Retention(storage::ConnectionPool& pool, Clock& clock, std::string service, RetentionSettings settings);
 
   // One pass (see above). Throws DbError (batches committed before stay committed).
   events::PurgeCounts RunPass(std::stop_token stop, const std::function<bool()>& keep_going);
@@ -53,11 +54,13 @@ class Retention {
                                    std::stop_token stop, const std::function<bool()>& keep_going);
 
   const RetentionSettings& settings() const { return settings_; }
+  const std::string& service() const { return service_; }
   RetentionStats stats() const;
 
  private:
   storage::ConnectionPool& pool_;
   Clock& clock_;
+  const std::string service_;
   const RetentionSettings settings_;
   events::Purger purger_;
   std::atomic<uint64_t> passes_{0}, failures_{0}, events_{0}, steps_{0}, batches_{0};

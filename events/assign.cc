@@ -9,7 +9,7 @@
 namespace dsync::events {
 namespace {
 
-// Params: cursor priority, cursor priority, cursor id (keyset: after this event),
+// Params: service, cursor priority, cursor priority, cursor id (keyset: after this event),
 // any_topic (bool), served topics (comma list), exhausted topics (comma list),
 // unordered topics (comma list), limit.
 // idx_due (status, priority, id, next_run_time) gives the order and stops at LIMIT;
@@ -29,19 +29,23 @@ constexpr const char* kSelectDueEvents = R"(
 SELECT e.id, e.version, e.topic, e.tenant_id, e.data_id, e.priority,
        TIMESTAMPDIFF(MICROSECOND, GREATEST(e.next_run_time, e.modifier_time), NOW(3))
 FROM distribute_event e FORCE INDEX (idx_due)
-WHERE e.status = 'PENDING' AND e.next_run_time <= NOW(3)
+WHERE e.status = 'PENDING' AND e.service = ? AND e.next_run_time <= NOW(3)
   AND (e.priority > ? OR (e.priority = ? AND e.id > ?))
   AND (? OR FIND_IN_SET(e.topic, ?) > 0)
   AND FIND_IN_SET(e.topic, ?) = 0
   AND (FIND_IN_SET(e.topic, ?) > 0 OR (
     NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'PENDING' AND p.id < e.id)
+                AND p.data_id = e.data_id AND p.status = 'PENDING' AND p.id < e.id
+                AND p.service = e.service)
     AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'ASSIGNED' AND p.id < e.id)
+                AND p.data_id = e.data_id AND p.status = 'ASSIGNED' AND p.id < e.id
+                AND p.service = e.service)
     AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'RUNNING' AND p.id < e.id)
+                AND p.data_id = e.data_id AND p.status = 'RUNNING' AND p.id < e.id
+                AND p.service = e.service)
     AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'COMPENSATING' AND p.id < e.id)))
+                AND p.data_id = e.data_id AND p.status = 'COMPENSATING' AND p.id < e.id
+                AND p.service = e.service)))
 ORDER BY e.priority, e.id
 LIMIT ?)";
 
@@ -90,7 +94,7 @@ std::string CountInFlightSql(size_t nodes) {
   const std::string marks = storage::Marks(nodes);
   return "SELECT e.node_address, COUNT(*) FROM distribute_event e FORCE INDEX (idx_node_address) "
          "WHERE e.node_address IN (" + marks + ") AND e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') "
-         "GROUP BY e.node_address";
+         "AND e.service = ? GROUP BY e.node_address";
 }
 
 const char* DueEventsSql() { return kSelectDueEvents; }
@@ -109,32 +113,37 @@ const std::string& AssignChunkSql() {
   return sql;
 }
 
-std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::vector<std::string>& addresses) {
+std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::string& service,
+                                             const std::vector<std::string>& addresses) {
   std::map<std::string, int64_t> out;
   if (addresses.empty()) return out;
   std::vector<storage::Value> values(addresses.begin(), addresses.end());
-  auto rs = c.Query(CountInFlightSql(values.size()), storage::Values(values));
+  values.emplace_back(service);
+  auto rs = c.Query(CountInFlightSql(addresses.size()), storage::Values(values));
   while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
   return out;
 }
 
-// Params: the topics, one `?` each.
+// Params: service, the topics, one `?` each.
 std::string CountPendingSql(size_t topics) {
-  return "SELECT topic, COUNT(*) FROM distribute_event WHERE status = 'PENDING' AND topic IN (" +
+  return "SELECT topic, COUNT(*) FROM distribute_event WHERE status = 'PENDING' AND service = ? AND topic IN (" +
          storage::Marks(topics) + ") GROUP BY topic";
 }
 
-std::map<std::string, int64_t> CountPendingByTopic(storage::Connection& c, const std::vector<storage::Value>& topics) {
+std::map<std::string, int64_t> CountPendingByTopic(storage::Connection& c, const std::string& service,
+                                                   const std::vector<storage::Value>& topics) {
   std::map<std::string, int64_t> out;
   if (topics.empty()) return out;
-  auto rs = c.Query(CountPendingSql(topics.size()), storage::Values(topics));
+  std::vector<storage::Value> values{storage::Value{service}};
+  values.insert(values.end(), topics.begin(), topics.end());
+  auto rs = c.Query(CountPendingSql(topics.size()), storage::Values(values));
   while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
   return out;
 }
 
 std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& f) {
   std::vector<DueEvent> out;
-  auto rs = c.Query(kSelectDueEvents, f.after_priority, f.after_priority, f.after_id, f.any_topic, f.served,
+  auto rs = c.Query(kSelectDueEvents, f.service, f.after_priority, f.after_priority, f.after_id, f.any_topic, f.served,
                     f.exhausted, f.unordered, f.limit);
   while (rs->next()) {
     DueEvent e;

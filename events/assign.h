@@ -26,12 +26,15 @@ namespace dsync::events {
 // addresses; an address holding none is absent from the map. Reads only in-flight rows
 // (a covering range of idx_node_address), however many finished events the table holds.
 // Throws DbError (run it inside ConnectionPool::Run).
-std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::vector<std::string>& addresses);
+// Only events of `service` (a node address may serve two services).
+std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::string& service,
+                                             const std::vector<std::string>& addresses);
 
 // PENDING events of the given topics, by topic (a topic with none is absent): a range
 // of idx_due over the PENDING rows. The dispatcher runs it only while some topic is
 // unroutable, at most every 5 s. Throws DbError.
-std::map<std::string, int64_t> CountPendingByTopic(storage::Connection& c, const std::vector<storage::Value>& topics);
+std::map<std::string, int64_t> CountPendingByTopic(storage::Connection& c, const std::string& service,
+                                                   const std::vector<storage::Value>& topics);
 
 // A due PENDING event as the dispatcher reads it.
 struct DueEvent {
@@ -47,6 +50,7 @@ struct DueEvent {
 
 // What a page of due events may hold (the planner's PageFilter, as statement params).
 struct DueFilter {
+  std::string service;         // only this service's events
   int64_t after_priority = 0;  // keyset cursor: events after (priority, id)
   int64_t after_id = 0;
   bool any_topic = false;      // else only `served` topics
@@ -56,9 +60,9 @@ struct DueFilter {
   int limit = 0;
 };
 
-// Due PENDING events in (priority, id) order after the cursor, restricted in SQL to the
-// filter's topics and (ordered topics) to events with no earlier non-terminal event of
-// the same (tenant_id, data_id). Throws DbError.
+// Due PENDING events of the filter's service in (priority, id) order after the cursor,
+// restricted in SQL to the filter's topics and (ordered topics) to events with no
+// earlier non-terminal event of the same (tenant_id, data_id) in that service. Throws DbError.
 std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& filter);
 
 // One assignment to write: the event at the version read, to `node`.

@@ -5,15 +5,16 @@
 namespace dsync::events {
 namespace {
 
-// Params: batch_code, tenant_id, topic, payload, expected_events.
+// Params: batch_code, tenant_id, topic, payload, expected_events, service.
 constexpr const char* kInsertBatch = R"(
-INSERT INTO distribute_batch (batch_code, tenant_id, on_complete_topic, on_complete_payload, expected_events)
-VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE batch_code = batch_code)";
+INSERT INTO distribute_batch (batch_code, tenant_id, on_complete_topic, on_complete_payload, expected_events,
+                              service)
+VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE batch_code = batch_code)";
 
-// Params: after, limit.
+// Params: service, after, limit.
 constexpr const char* kSelectOpen = R"(
-SELECT batch_code, tenant_id, on_complete_topic, IFNULL(on_complete_payload, ''), expected_events
-FROM distribute_batch WHERE status = 'OPEN' AND batch_code > ? ORDER BY batch_code LIMIT ?)";
+SELECT batch_code, tenant_id, on_complete_topic, IFNULL(on_complete_payload, ''), expected_events, service
+FROM distribute_batch WHERE status = 'OPEN' AND service = ? AND batch_code > ? ORDER BY batch_code LIMIT ?)";
 
 // Params: batch_code.
 constexpr const char* kLockBatch = "SELECT status FROM distribute_batch WHERE batch_code = ? FOR UPDATE";
@@ -25,10 +26,10 @@ WHERE batch_code = ? AND status = 'OPEN')";
 
 // Two statements, so that the DELETE locks only the rows it removes: a DELETE with
 // this WHERE may scan the table and wait on an open batch's row that a leader holds
-// while completing it. Params: older_than (µs), limit; then one batch_code.
+// while completing it. Params: service, older_than (µs), limit; then one batch_code.
 constexpr const char* kSelectCompletedBefore = R"(
 SELECT batch_code FROM distribute_batch
-WHERE status = 'COMPLETED' AND completed_time < NOW(3) - INTERVAL ? MICROSECOND ORDER BY batch_code LIMIT ?)";
+WHERE status = 'COMPLETED' AND service = ? AND completed_time < NOW(3) - INTERVAL ? MICROSECOND ORDER BY batch_code LIMIT ?)";
 constexpr const char* kDeleteCompleted = R"(
 DELETE FROM distribute_batch WHERE batch_code = ? AND status = 'COMPLETED')";
 
@@ -50,12 +51,13 @@ std::string CompletionCode(const std::string& batch_code) {
 void InsertBatchCompletion(storage::Connection& c, const BatchCompletionRow& row) {
   std::optional<std::string> payload;
   if (!row.payload.empty()) payload = row.payload;
-  c.Execute(kInsertBatch, row.batch_code, row.tenant_id, row.topic, payload, row.expected_events);
+  c.Execute(kInsertBatch, row.batch_code, row.tenant_id, row.topic, payload, row.expected_events, row.service);
 }
 
-std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const std::string& after, int limit) {
+std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const std::string& service,
+                                                const std::string& after, int limit) {
   std::vector<BatchCompletionRow> out;
-  auto rs = c.Query(kSelectOpen, after, limit);
+  auto rs = c.Query(kSelectOpen, service, after, limit);
   while (rs->next()) {
     BatchCompletionRow b;
     b.batch_code = rs->getString(1);
@@ -63,6 +65,7 @@ std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const st
     b.topic = rs->getString(3);
     b.payload = rs->getString(4);
     if (!rs->isNull(5)) b.expected_events = rs->getInt64(5);
+    b.service = rs->getString(6);
     out.push_back(std::move(b));
   }
   return out;
@@ -77,9 +80,9 @@ bool CompleteBatch(storage::Connection& c, const std::string& batch_code, const 
   return c.Execute(kMarkCompleted, event.code, counts_json, batch_code) == 1;
 }
 
-int64_t PurgeCompletedBatches(storage::Connection& c, Millis older_than, int limit) {
+int64_t PurgeCompletedBatches(storage::Connection& c, const std::string& service, Millis older_than, int limit) {
   std::vector<std::string> codes;
-  auto rs = c.Query(kSelectCompletedBefore, static_cast<int64_t>(older_than.count()) * 1000, limit);
+  auto rs = c.Query(kSelectCompletedBefore, service, static_cast<int64_t>(older_than.count()) * 1000, limit);
   while (rs->next()) codes.push_back(rs->getString(1));
   int64_t removed = 0;
   for (const std::string& code : codes) removed += static_cast<int64_t>(c.Execute(kDeleteCompleted, code));

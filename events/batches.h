@@ -32,6 +32,7 @@ struct BatchCompletionRow {
   std::string topic;
   std::string payload;                  // JSON object text; "" = {}
   std::optional<int64_t> expected_events;
+  std::string service = "kbs-sync";     // whose leader completes it; the completion event's service
 };
 
 // "done:<batch_code>"; a batch code longer than 59 characters keeps its first 42,
@@ -42,8 +43,10 @@ std::string CompletionCode(const std::string& batch_code);
 // code is left as it is (re-posting a batch is idempotent). Throws DbError.
 void InsertBatchCompletion(storage::Connection& c, const BatchCompletionRow& row);
 
-// Open batches after `after` (batch_code order), at most `limit`. Throws DbError.
-std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const std::string& after, int limit);
+// Open batches of `service` after `after` (batch_code order), at most `limit`. Throws
+// DbError.
+std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const std::string& service,
+                                                const std::string& after, int limit);
 
 // Produces `event` and marks the batch COMPLETED with `counts_json`, if it is still
 // OPEN. True when this call completed it (false: someone else did). REQUIRES: inside
@@ -51,8 +54,8 @@ std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const st
 bool CompleteBatch(storage::Connection& c, const std::string& batch_code, const NewEventRow& event,
                    const std::string& counts_json);
 
-// Deletes up to `limit` COMPLETED rows completed longer than `older_than` ago
-// (retention). Returns how many. Throws DbError.
-int64_t PurgeCompletedBatches(storage::Connection& c, Millis older_than, int limit);
+// Deletes up to `limit` COMPLETED rows of `service` completed longer than `older_than`
+// ago (retention). Returns how many. Throws DbError.
+int64_t PurgeCompletedBatches(storage::Connection& c, const std::string& service, Millis older_than, int limit);
 
 }  // namespace dsync::events

@@ -5,7 +5,7 @@
 namespace dsync::events {
 namespace {
 
-// Params: node_address, served topics (comma list; '' for every topic) twice, limit.
+// Params: node_address, service, served topics (comma list; '' for every topic) twice, limit.
 // The events assigned here and not yet claimed; uses idx_node_address (node_address,
 // status). The last column, the assignment's age on the database clock, feeds the
 // claim-latency metric (NULL: assigned by hand).
@@ -13,16 +13,16 @@ constexpr const char* kSelectAssigned = R"(
 SELECT id, code, tenant_id, data_id, topic, payload, phase, COALESCE(trace_id, ''),
        version, attempt, retry_count, TIMESTAMPDIFF(MICROSECOND, assigned_time, NOW(3))
 FROM distribute_event
-WHERE node_address = ? AND status = 'ASSIGNED' AND (? = '' OR FIND_IN_SET(topic, ?) > 0)
+WHERE node_address = ? AND status = 'ASSIGNED' AND service = ? AND (? = '' OR FIND_IN_SET(topic, ?) > 0)
 ORDER BY id
 LIMIT ?)";
 
 }  // namespace
 
-std::vector<AssignedEvent> PollAssigned(storage::Connection& c, const std::string& node, int limit,
+std::vector<AssignedEvent> PollAssigned(storage::Connection& c, const NodeKey& node, int limit,
                                         const std::set<int64_t>& skip, const std::string& topics) {
   std::vector<AssignedEvent> out;
-  auto rs = c.Query(kSelectAssigned, node, topics, topics, limit);
+  auto rs = c.Query(kSelectAssigned, node.address, node.service, topics, topics, limit);
   while (rs->next()) {
     if (skip.count(rs->getInt64(1))) continue;
     AssignedEvent e;

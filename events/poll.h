@@ -4,7 +4,7 @@
 //
 //   SELECT id, code, tenant_id, data_id, topic, payload, phase, trace_id, version,
 //          attempt, retry_count, NOW(3) - assigned_time
-//   FROM distribute_event WHERE node_address = ? AND status = 'ASSIGNED' ORDER BY id LIMIT ?
+//   FROM distribute_event WHERE node_address = ? AND status = 'ASSIGNED' AND service = ? ...
 //
 // Thread safety: stateless functions; AssignedEvent is a plain value.
 #pragma once
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "events/node_key.h"
 #include "storage/connection.h"
 
 namespace dsync::events {
@@ -55,14 +56,14 @@ struct AssignedEvent {
   bool claim_deferred = false;
 };
 
-// Up to `limit` events ASSIGNED to `node`, in id order, except the ids in `skip` (the
+// Up to `limit` events of the node's service ASSIGNED to its address, in id order, except the ids in `skip` (the
 // node's own queued and deferred-claim runs, still ASSIGNED). With `topics` (a comma
 // list; empty: every topic), only events of those topics: a node never claims an event
 // of a topic it does not serve (one assigned under its previous --topics, or by hand);
 // the sweeper hands such an event back (docs/event-lifecycle.md, "not claimed").
 // assigned_age is set from the database clock; polled_at is the caller's. Uses
 // idx_node_address (node_address, status). Throws DbError.
-std::vector<AssignedEvent> PollAssigned(storage::Connection& c, const std::string& node, int limit,
+std::vector<AssignedEvent> PollAssigned(storage::Connection& c, const NodeKey& node, int limit,
                                         const std::set<int64_t>& skip = {}, const std::string& topics = "");
 
 }  // namespace dsync::events

@@ -21,6 +21,7 @@ struct NewEventRow {
   int64_t max_retry = 0;
   int64_t delay_us = 0;  // next_run_time = NOW(3) + delay (0: due at once)
   std::string trace_id, batch_code;
+  std::string service;  // config `service`; required (the column's default serves plain-SQL producers)
 };
 
 // INSERT of one event. False when an event with that code exists (nothing written).

@@ -21,22 +21,22 @@ constexpr size_t kStepChunk = 1000;
 // Params: older_than (µs). The bound a pass compares finishes against.
 constexpr const char* kSelectBound = "SELECT " DSYNC_TIME_TEXT("NOW(3) - INTERVAL ? MICROSECOND");
 
-// Params: bound, cursor time twice, cursor id, statuses..., bound, limit. The next
+// Params: bound, cursor time twice, cursor id, service, statuses..., bound, limit. The next
 // candidates after the cursor, oldest first, through idx_create_time: create_time <
 // bound is implied by the finish bound and bounds the range scan.
 std::string ScanCandidatesSql(size_t statuses) {
   return "SELECT id, " DSYNC_TIME_TEXT("create_time") " FROM distribute_event FORCE INDEX (idx_create_time)\n"
          "WHERE create_time < ? AND (create_time > ? OR (create_time = ? AND id > ?))\n"
-         "  AND status IN (" + Marks(statuses) + ") AND " DSYNC_FINISH " < ?\n"
+         "  AND service = ? AND status IN (" + Marks(statuses) + ") AND " DSYNC_FINISH " < ?\n"
          "ORDER BY create_time, id LIMIT ?";
 }
 
-// Params: ids..., statuses..., bound. The candidates still terminal and old, locked by
+// Params: ids..., service, statuses..., bound. The candidates still terminal and old, locked by
 // primary key; rows another session holds (a retry) are skipped, not waited for.
 std::string LockCandidatesSql(size_t ids, size_t statuses) {
   return "SELECT id, code, status FROM distribute_event\n"
-         "WHERE id IN (" + Marks(ids) + ") AND status IN (" + Marks(statuses) + ") AND " DSYNC_FINISH " < ?\n"
-         "FOR UPDATE SKIP LOCKED";
+         "WHERE id IN (" + Marks(ids) + ") AND service = ? AND status IN (" + Marks(statuses) +
+         ") AND " DSYNC_FINISH " < ?\nFOR UPDATE SKIP LOCKED";
 }
 
 // Params: job codes. The steps of locked events (no other session writes them: their
@@ -66,18 +66,18 @@ JOIN information_schema.columns a
 WHERE l.table_schema = DATABASE() AND l.table_name = ?
 ORDER BY l.ordinal_position)";
 
-// Params: bound, statuses..., bound. Events a purge would remove, by status.
+// Params: bound, service, statuses..., bound. Events a purge would remove, by status.
 std::string CountEventsSql(size_t statuses) {
   return "SELECT status, COUNT(*) FROM distribute_event FORCE INDEX (idx_create_time)\n"
-         "WHERE create_time < ? AND status IN (" + Marks(statuses) + ") AND " DSYNC_FINISH " < ?\n"
+         "WHERE create_time < ? AND service = ? AND status IN (" + Marks(statuses) + ") AND " DSYNC_FINISH " < ?\n"
          "GROUP BY status";
 }
 
-// Params: bound, statuses..., bound. Their steps.
+// Params: bound, service, statuses..., bound. Their steps.
 std::string CountStepsSql(size_t statuses) {
   return "SELECT COUNT(*) FROM distribute_event e FORCE INDEX (idx_create_time)\n"
          "JOIN distribute_event_step s ON s.job_code = e.code\n"
-         "WHERE e.create_time < ? AND e.status IN (" + Marks(statuses) +
+         "WHERE e.create_time < ? AND e.service = ? AND e.status IN (" + Marks(statuses) +
          ") AND COALESCE(e.finished_time, e.modifier_time) < ?";
 }
 
@@ -124,12 +124,13 @@ PurgeCounts CountPurgeable(storage::Connection& c, const PurgeSelector& selector
   if (selector.statuses.empty()) return out;
   const std::string bound = ReadBound(c, selector);
   const auto statuses = StatusValues(selector);
-  auto rs = c.Query(CountEventsSql(statuses.size()), bound, storage::Values(statuses), bound);
+  auto rs = c.Query(CountEventsSql(statuses.size()), bound, selector.service, storage::Values(statuses), bound);
   while (rs->next()) {
     out.by_status[rs->getString(1)] = rs->getInt64(2);
     out.events += rs->getInt64(2);
   }
-  out.steps = c.QueryInt(CountStepsSql(statuses.size()), bound, storage::Values(statuses), bound).value_or(0);
+  out.steps = c.QueryInt(CountStepsSql(statuses.size()), bound, selector.service, storage::Values(statuses), bound)
+                  .value_or(0);
   return out;
 }
 
@@ -148,7 +149,7 @@ std::vector<int64_t> Purger::NextCandidates(storage::Connection& c, const PurgeS
   if (cursor.done) return ids;
   const auto statuses = StatusValues(selector);
   auto rs = c.Query(ScanCandidatesSql(statuses.size()), cursor.bound, cursor.create_time, cursor.create_time,
-                    cursor.id, storage::Values(statuses), cursor.bound, batch_);
+                    cursor.id, selector.service, storage::Values(statuses), cursor.bound, batch_);
   while (rs->next()) {
     ids.push_back(rs->getInt64(1));
     cursor.id = rs->getInt64(1);
@@ -180,7 +181,7 @@ PurgeCounts Purger::RemoveBatch(storage::Connection& c, const PurgeSelector& sel
   std::vector<int64_t> locked;
   std::vector<Value> codes;
   {
-    auto rs = c.Query(LockCandidatesSql(padded.size(), statuses.size()), storage::Values(padded),
+    auto rs = c.Query(LockCandidatesSql(padded.size(), statuses.size()), storage::Values(padded), selector.service,
                       storage::Values(statuses), cursor.bound);
     while (rs->next()) {
       locked.push_back(rs->getInt64(1));

@@ -3,7 +3,7 @@
 // small batches. Used by the dispatcher leader (dispatcher/retention_loop.h, config
 // `retention`) and by `dsync purge`.
 //
-// Only terminal events (SUCCESS, COMPENSATED, FAILED) whose finish
+// Only one service's terminal events (SUCCESS, COMPENSATED, FAILED) whose finish
 // (COALESCE(finished_time, modifier_time)) is older than the bound, by the database
 // clock, are ever removed; their steps go with them in the same transaction. One batch:
 //
@@ -41,11 +41,12 @@ namespace dsync::events {
 const std::vector<std::string>& TerminalStatuses();
 bool IsTerminalStatus(const std::string& status);
 
-// Which events a purge removes: terminal events with these statuses (each must be
-// terminal) finished more than `older_than` ago.
+// Which events a purge removes: terminal events of `service` with these statuses
+// (each must be terminal) finished more than `older_than` ago.
 struct PurgeSelector {
   std::vector<std::string> statuses;
   Millis older_than{0};
+  std::string service = "kbs-sync";  // config `service`
 };
 
 struct PurgeCounts {

@@ -31,43 +31,44 @@ UPDATE distribute_event_step
 SET compensation_retry_count = compensation_retry_count + 1, error_details = ?
 WHERE job_code = ? AND status = 'COMPENSATING')";
 
-// Params: node_address. Everything this address holds, for the hand-back at start.
+// Params: node_address, service. Everything this address holds in its service, for
+// the hand-back at start.
 constexpr const char* kSelectHeld = R"(
 SELECT id, version, status, code FROM distribute_event
-WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
+WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND service = ?)";
 
-// Params: id, node_address. One event still held here after its run was abandoned
+// Params: id, node_address, service. One event still held here after its run was abandoned
 // (ASSIGNED: its claim was deferred, AssignedEvent::claim_deferred).
 constexpr const char* kSelectHeldById = R"(
 SELECT id, version, status, code FROM distribute_event
-WHERE id = ? AND node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING'))";
+WHERE id = ? AND node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND service = ?)";
 
-// Params: node_address. What is assigned here but unclaimed, for the drain.
+// Params: node_address, service. What is assigned here but unclaimed, for the drain.
 constexpr const char* kSelectUnclaimed = R"(
 SELECT id, version, status, code FROM distribute_event
-WHERE node_address = ? AND status = 'ASSIGNED')";
+WHERE node_address = ? AND status = 'ASSIGNED' AND service = ?)";
 
-// Params: offline timeout in microseconds, limit.
+// Params: service, offline timeout in microseconds, limit.
 // The in-flight statuses are a range of idx_due (status, ...): terminal rows are never
 // visited, and in-flight rows are bounded by the nodes' capacity + prefetch; then a
 // sort of the few candidates. Forced: with ORDER BY id LIMIT, MariaDB otherwise walks
 // the primary key, reading every terminal row (1.19 s per sweep with 1M of them,
 // bench/dispatch_bench.cc); the liveness probe uses idx_node_liveness (node_address,
-// status, last_heartbeat_time) of the registry. Liveness in any service: an event is
-// never taken from a node alive under another service name.
+// status, last_heartbeat_time) of the registry. Only the service's events, judged by
+// its own nodes' liveness: another service's registry rows are never read.)
 constexpr const char* kSelectOrphaned = R"(
 SELECT e.id, e.version, e.status, e.node_address, e.code, e.trace_id, e.topic,
        TIMESTAMPDIFF(MICROSECOND, e.modifier_time, NOW(3))
 FROM distribute_event e FORCE INDEX (idx_due)
-WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING')
+WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND e.service = ?
   AND NOT EXISTS (
     SELECT 1 FROM distribute_node_registry r
-    WHERE r.node_address = e.node_address AND r.status IN (1, 2)
+    WHERE r.node_address = e.node_address AND r.service_name = e.service AND r.status IN (1, 2)
       AND r.last_heartbeat_time >= NOW(3) - INTERVAL ? MICROSECOND)
 ORDER BY e.id
 LIMIT ?)";
 
-// Params: timeout in microseconds, topics with that timeout (comma list),
+// Params: service, timeout in microseconds, topics with that timeout (comma list),
 // include unconfigured topics (bool), every configured topic (comma list), limit.
 // The running range of idx_due, as above (V007 dropped idx_status_modifier_time:
 // rewritten on every write of an event, it cost more than these reads of the
@@ -76,22 +77,23 @@ constexpr const char* kSelectTimedOut = R"(
 SELECT id, version, status, node_address, code, trace_id, topic,
        TIMESTAMPDIFF(MICROSECOND, modifier_time, NOW(3))
 FROM distribute_event FORCE INDEX (idx_due)
-WHERE status IN ('RUNNING', 'COMPENSATING')
+WHERE status IN ('RUNNING', 'COMPENSATING') AND service = ?
   AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND
   AND (FIND_IN_SET(topic, ?) > 0 OR (? AND FIND_IN_SET(topic, ?) = 0))
 ORDER BY modifier_time
 LIMIT ?)";
 
-// Params: timeout in microseconds, topics with that timeout (comma list), include
-// unconfigured topics (bool), every configured topic (comma list), offline timeout in
-// microseconds, limit. The ASSIGNED range of idx_due (status, ...), bounded by the
+// Params: service, timeout in microseconds, topics with that timeout (comma list),
+// include unconfigured topics (bool), every configured topic (comma list), offline
+// timeout in microseconds, limit. The node is judged by its registry row in the
+// event's service. The ASSIGNED range of idx_due (status, ...), bounded by the
 // nodes' capacity + prefetch; the registry by its node_address index.
 constexpr const char* kSelectNotClaimed = R"(
 SELECT e.id, e.version, e.status, e.node_address, e.code, e.trace_id, e.topic,
        TIMESTAMPDIFF(MICROSECOND, COALESCE(e.assigned_time, e.modifier_time), NOW(3)), r.metadata
 FROM distribute_event e FORCE INDEX (idx_due)
-JOIN distribute_node_registry r ON r.node_address = e.node_address
-WHERE e.status = 'ASSIGNED'
+JOIN distribute_node_registry r ON r.node_address = e.node_address AND r.service_name = e.service
+WHERE e.status = 'ASSIGNED' AND e.service = ?
   AND COALESCE(e.assigned_time, e.modifier_time) < NOW(3) - INTERVAL ? MICROSECOND
   AND (FIND_IN_SET(e.topic, ?) > 0 OR (? AND FIND_IN_SET(e.topic, ?) = 0))
   AND r.status IN (1, 2) AND r.last_heartbeat_time >= NOW(3) - INTERVAL ? MICROSECOND
@@ -108,10 +110,10 @@ HeldEvent ReadHeldRow(storage::ResultSet& rs) {
   return HeldEvent{rs.getInt64(1), rs.getInt64(2), rs.getString(3), rs.getString(4)};
 }
 
-std::vector<HeldEvent> ReadHeldRows(storage::Connection& c, const char* sql, const std::string& node,
+std::vector<HeldEvent> ReadHeldRows(storage::Connection& c, const char* sql, const NodeKey& node,
                                     const std::set<int64_t>& skip) {
   std::vector<HeldEvent> out;
-  auto rs = c.Query(sql, node);
+  auto rs = c.Query(sql, node.address, node.service);
   while (rs->next()) {
     if (skip.count(rs->getInt64(1))) continue;
     out.push_back(ReadHeldRow(*rs));
@@ -154,36 +156,38 @@ bool ResetEvent(storage::Connection& c, const HeldEvent& e, const std::string& w
   return true;
 }
 
-std::vector<HeldEvent> ReadHeld(storage::Connection& c, const std::string& node, const std::set<int64_t>& skip) {
+std::vector<HeldEvent> ReadHeld(storage::Connection& c, const NodeKey& node, const std::set<int64_t>& skip) {
   return ReadHeldRows(c, kSelectHeld, node, skip);
 }
 
-std::vector<HeldEvent> ReadUnclaimed(storage::Connection& c, const std::string& node,
+std::vector<HeldEvent> ReadUnclaimed(storage::Connection& c, const NodeKey& node,
                                      const std::set<int64_t>& skip) {
   return ReadHeldRows(c, kSelectUnclaimed, node, skip);
 }
 
-std::optional<HeldEvent> ReadHeldById(storage::Connection& c, int64_t id, const std::string& node) {
-  auto rs = c.Query(kSelectHeldById, id, node);
+std::optional<HeldEvent> ReadHeldById(storage::Connection& c, int64_t id, const NodeKey& node) {
+  auto rs = c.Query(kSelectHeldById, id, node.address, node.service);
   if (!rs->next()) return std::nullopt;
   return ReadHeldRow(*rs);
 }
 
-std::vector<InFlightEvent> ReadOrphaned(storage::Connection& c, Millis offline_timeout, int limit) {
-  auto rs = c.Query(kSelectOrphaned, Micros(offline_timeout), limit);
+std::vector<InFlightEvent> ReadOrphaned(storage::Connection& c, const std::string& service, Millis offline_timeout,
+                                        int limit) {
+  auto rs = c.Query(kSelectOrphaned, service, Micros(offline_timeout), limit);
   return ReadInFlightRows(*rs);
 }
 
-std::vector<InFlightEvent> ReadTimedOut(storage::Connection& c, Millis timeout, const std::string& topics,
-                                        bool unconfigured, const std::string& configured, int limit) {
-  auto rs = c.Query(kSelectTimedOut, Micros(timeout), topics, unconfigured, configured, limit);
+std::vector<InFlightEvent> ReadTimedOut(storage::Connection& c, const std::string& service, Millis timeout,
+                                        const std::string& topics, bool unconfigured, const std::string& configured,
+                                        int limit) {
+  auto rs = c.Query(kSelectTimedOut, service, Micros(timeout), topics, unconfigured, configured, limit);
   return ReadInFlightRows(*rs);
 }
 
-std::vector<NotClaimedEvent> ReadNotClaimed(storage::Connection& c, Millis offline_timeout, Millis timeout,
-                                            const std::string& topics, bool unconfigured,
-                                            const std::string& configured, int limit) {
-  auto rs = c.Query(kSelectNotClaimed, Micros(timeout), topics, unconfigured, configured, Micros(offline_timeout),
+std::vector<NotClaimedEvent> ReadNotClaimed(storage::Connection& c, const std::string& service,
+                                            Millis offline_timeout, Millis timeout, const std::string& topics,
+                                            bool unconfigured, const std::string& configured, int limit) {
+  auto rs = c.Query(kSelectNotClaimed, service, Micros(timeout), topics, unconfigured, configured, Micros(offline_timeout),
                     limit);
   std::vector<NotClaimedEvent> out;
   while (rs->next()) {

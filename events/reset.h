@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "events/node_key.h"
 #include "storage/connection.h"
 
 namespace dsync::events {
@@ -48,16 +49,15 @@ struct HeldEvent {
 bool ResetEvent(storage::Connection& c, const HeldEvent& event, const std::string& why,
                 std::optional<Millis> idle_for = std::nullopt);
 
-// What a node address holds, for the hand-backs (consumer/). Each throws DbError.
+// What a node holds, for the hand-backs (consumer/). Each throws DbError.
 // Everything ASSIGNED, RUNNING or COMPENSATING there (a restart's hand-back), except
 // the ids in `skip`.
-std::vector<HeldEvent> ReadHeld(storage::Connection& c, const std::string& node,
-                                const std::set<int64_t>& skip = {});
+std::vector<HeldEvent> ReadHeld(storage::Connection& c, const NodeKey& node, const std::set<int64_t>& skip = {});
 // Only what is ASSIGNED there (a drain's hand-back), except the ids in `skip`.
-std::vector<HeldEvent> ReadUnclaimed(storage::Connection& c, const std::string& node,
+std::vector<HeldEvent> ReadUnclaimed(storage::Connection& c, const NodeKey& node,
                                      const std::set<int64_t>& skip = {});
 // One event still held there (a run abandoned by the node); nullopt when it is not.
-std::optional<HeldEvent> ReadHeldById(storage::Connection& c, int64_t id, const std::string& node);
+std::optional<HeldEvent> ReadHeldById(storage::Connection& c, int64_t id, const NodeKey& node);
 
 // An in-flight event the sweeper may reset (dispatcher/event_sweeper.h).
 struct InFlightEvent {
@@ -71,15 +71,18 @@ struct InFlightEvent {
   Millis idle{0};            // NOW(3) - modifier_time when read
 };
 
-// In-flight events whose node is not live (status 1 or 2 with a heartbeat within
-// `offline_timeout` by the database clock, in any service), by id, at most `limit`.
-std::vector<InFlightEvent> ReadOrphaned(storage::Connection& c, Millis offline_timeout, int limit);
+// In-flight events of `service` whose node is not live in that service (its registry
+// row there has status 1 or 2 and a heartbeat within `offline_timeout` by the database
+// clock), by id, at most `limit`.
+std::vector<InFlightEvent> ReadOrphaned(storage::Connection& c, const std::string& service, Millis offline_timeout,
+                                        int limit);
 
-// RUNNING / COMPENSATING events idle longer than `timeout` whose topic is in `topics`
+// RUNNING / COMPENSATING events of `service` idle longer than `timeout` whose topic is in `topics`
 // (comma list), or, with `unconfigured`, not in `configured` (comma list); oldest
 // activity first, at most `limit`.
-std::vector<InFlightEvent> ReadTimedOut(storage::Connection& c, Millis timeout, const std::string& topics,
-                                        bool unconfigured, const std::string& configured, int limit);
+std::vector<InFlightEvent> ReadTimedOut(storage::Connection& c, const std::string& service, Millis timeout,
+                                        const std::string& topics, bool unconfigured, const std::string& configured,
+                                        int limit);
 
 // An ASSIGNED event its live node has not claimed (dispatcher/event_sweeper.h, "not
 // claimed"), with that node's heartbeat metadata (nullopt: NULL) so the caller can judge
@@ -88,14 +91,14 @@ struct NotClaimedEvent : InFlightEvent {
   std::optional<std::string> node_metadata;
 };
 
-// ASSIGNED events whose assignment (assigned_time, or modifier_time for one assigned by
-// hand) is older than `timeout`, held by a live node (status 1 or 2, heartbeat within
+// ASSIGNED events of `service` whose assignment (assigned_time, or modifier_time for one assigned by
+// hand) is older than `timeout`, held by a live node of the service (status 1 or 2, heartbeat within
 // `offline_timeout`; dead nodes are ReadOrphaned's), whose topic is in `topics` (comma
 // list) or, with `unconfigured`, not in `configured`; by id, at most `limit`. `idle` is
 // the assignment's age. One row per (event, registry row of that address).
-std::vector<NotClaimedEvent> ReadNotClaimed(storage::Connection& c, Millis offline_timeout, Millis timeout,
-                                            const std::string& topics, bool unconfigured,
-                                            const std::string& configured, int limit);
+std::vector<NotClaimedEvent> ReadNotClaimed(storage::Connection& c, const std::string& service,
+                                            Millis offline_timeout, Millis timeout, const std::string& topics,
+                                            bool unconfigured, const std::string& configured, int limit);
 
 // Takes the event's row lock, or returns false at once when another session holds it
 // (SKIP LOCKED; MariaDB >= 10.6, MySQL >= 8.0) or the row is gone.

@@ -12,7 +12,7 @@ namespace {
   "version, attempt, retry_count, max_retry, progress, IFNULL(batch_code, ''), "                 \
   "IFNULL(trace_id, ''), IFNULL(payload, ''), IFNULL(result, ''), IFNULL(last_error, ''), "      \
   DSYNC_ISO("create_time") ", " DSYNC_ISO("next_run_time") ", " DSYNC_ISO("assigned_time") ", "  \
-  DSYNC_ISO("started_time") ", " DSYNC_ISO("finished_time") ", " DSYNC_ISO("modifier_time")
+  DSYNC_ISO("started_time") ", " DSYNC_ISO("finished_time") ", " DSYNC_ISO("modifier_time") ", service"
 
 // Params: code.
 constexpr const char* kSelectEventByCode =
@@ -91,6 +91,7 @@ EventRow ReadEventRow(storage::ResultSet& rs) {
   e.started_time = rs.getString(23);
   e.finished_time = rs.getString(24);
   e.modifier_time = rs.getString(25);
+  e.service = rs.getString(26);
   return e;
 }
 

@@ -24,6 +24,7 @@ struct EventRow {
   int priority = 0, version = 0, attempt = 0, retry_count = 0, max_retry = 0;
   std::optional<int> progress;
   std::string batch_code, trace_id;
+  std::string service;
   std::string payload;  // raw text as stored
   std::string result;   // raw JSON text, empty when none
   std::string last_error;

@@ -3,7 +3,10 @@
 //
 //   UPDATE distribute_node_registry SET status = 0
 //   WHERE status <> 0 AND last_heartbeat_time < NOW(3) - INTERVAL ? MICROSECOND
+//     AND service_name = ?
 //
+// One service's nodes only: a service's leader never judges another's (docs/
+// event-lifecycle.md, "Services").
 // Any process may run it, several at once: each pass is a single conditional
 // statement, so concurrent sweeps only repeat each other's work.
 //
@@ -12,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "core/clock.h"
 #include "storage/connection_pool.h"
@@ -23,16 +27,16 @@ struct SweepResult {
   uint64_t purged = 0;
 };
 
-// The stale-node UPDATE, for bench/dispatch_bench.cc's EXPLAIN. Params: timeout (µs).
+// The stale-node UPDATE, for bench/dispatch_bench.cc's EXPLAIN. Params: timeout (µs), service.
 const char* MarkStaleOfflineSql();
 
 class OfflineSweeper {
  public:
-  OfflineSweeper(storage::ConnectionPool& pool, Millis offline_timeout, Millis purge_after);
+  OfflineSweeper(storage::ConnectionPool& pool, std::string service, Millis offline_timeout, Millis purge_after);
 
-  // Marks stale nodes of every service offline. Throws DbError.
+  // Marks the service's stale nodes offline. Throws DbError.
   uint64_t MarkOffline();
-  // Deletes rows whose last heartbeat is older than purge_after. Throws DbError.
+  // Deletes the service's rows whose last heartbeat is older than purge_after. Throws DbError.
   uint64_t Purge();
   // How many rows Purge() would delete now (`dsync purge --dry-run`). Throws DbError.
   uint64_t CountPurgeable();
@@ -41,6 +45,7 @@ class OfflineSweeper {
 
  private:
   storage::ConnectionPool& pool_;
+  const std::string service_;
   const Millis offline_timeout_;
   const Millis purge_after_;
 };

@@ -205,6 +205,7 @@ MigrateResult Migrator::Migrate(Millis lock_timeout) {
     } unlock{*conn, holder};
 
     conn->ExecuteDdl(kCreateVersionTable);
+    conn->Execute("SET @dsync_service = ?", default_service_);  // read by V014
     MigrateResult result;
     result.from_version = result.to_version = ReadVersion(*conn);
     if (result.from_version > LatestVersion()) {

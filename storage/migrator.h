@@ -18,6 +18,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -49,6 +50,10 @@ class Migrator {
   explicit Migrator(ConnectionPool& pool,
                     const std::vector<Migration>& migrations = EmbeddedMigrations());
 
+  // The service whose events a plain INSERT that names none belongs to, when the
+  // migration that adds distribute_event.service (V014) runs here (config `service`).
+  void set_default_service(std::string service) { default_service_ = std::move(service); }
+
   // Throws SchemaError (database newer than the binary), DbError.
   MigrateResult Migrate(Millis lock_timeout = Millis(120000));
   // CREATE DATABASE IF NOT EXISTS for the pool's schema (utf8mb4), through a
@@ -64,6 +69,7 @@ class Migrator {
  private:
   ConnectionPool& pool_;
   const std::vector<Migration>& migrations_;
+  std::string default_service_ = "kbs-sync";
 };
 
 }  // namespace dsync::storage

@@ -93,7 +93,7 @@ class ConsoleBrowserTest : public ::testing::Test {
                        "assigned_time = NOW(3) WHERE code = ? AND status = 'PENDING'",
                        kNode, code);
     });
-    for (const auto& e : testing::PollAssigned(db_.pool(), kNode)) {
+    for (const auto& e : testing::PollAssigned(db_.pool(), kNode, settings_.service)) {
       if (e.code != code) continue;
       saga::Outcome o = engine_.Run(e, {});
       return o;

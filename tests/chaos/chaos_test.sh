@@ -47,6 +47,15 @@
 # (Tried: a build whose step fence matched any version fails here with double_owner,
 # ledger_mismatches and frozen_late_writes all non-zero.)
 #
+# A second service runs beside the tested one (issue 16 item 4): service "side", with
+# its own dispatcher (sd) and node (sn) on the same database and the same topic
+# CHAOS, which the chaos never kills (the database crash hits it too). A second
+# producer inserts "side-N" events (service 'side', the plain fate) while the chaos
+# runs. Checked: every side event SUCCESS with its ledger exact like the others, no
+# event or step of either service ever ran on the other's nodes, and neither
+# service's dispatcher reset the other's events (cross_service=0); sd and sn never
+# die and exit 0 on SIGTERM.
+#
 # Short form (ctest, label chaos): 600 events. Long form: scripts/chaos.sh (5,000).
 # Knobs (environment): CHAOS_EVENTS, CHAOS_RATE, CHAOS_CAPACITY, CHAOS_SLEEP_MS,
 # CHAOS_QUIESCE_S, CHAOS_NODES (default "n1 n2 n3 n4"), CHAOS_KEEP_DIR (copy the
@@ -104,17 +113,22 @@ cat > "$WORK/dsync.json" <<JSON
   }
 }
 JSON
+# The side service: the same topics, its own name (Galera: per member, below).
+sed 's|"service": "chaos"|"service": "side"|' "$WORK/dsync.json" > "$WORK/side.json"
 export DSYNC_LOG_LEVEL=info
 # config_of NAME: the configuration a process runs with (Galera: its own member order).
-declare -A MEMBER_OF=([d1]=1 [d2]=2 [n1]=1 [n2]=2 [n3]=3 [n4]=1)
+declare -A MEMBER_OF=([d1]=1 [d2]=2 [n1]=1 [n2]=2 [n3]=3 [n4]=1 [sd]=3 [sn]=2)
 config_of() {
-  if ((GALERA)); then echo "$WORK/dsync-${MEMBER_OF[$1]:-1}.json"; else echo "$WORK/dsync.json"; fi
+  local base=dsync
+  [[ $1 == sd || $1 == sn ]] && base=side
+  if ((GALERA)); then echo "$WORK/$base-${MEMBER_OF[$1]:-1}.json"; else echo "$WORK/$base.json"; fi
 }
 if ((GALERA)); then
   for m in 1 2 3; do
     hosts=$(bash "$DB_SCRIPT" url "$OWN_DB" "$m"); hosts=${hosts#*@}; hosts=${hosts%%/*}
     sed "s|\"database\": \"[^\"]*\"|\"database\": \"mysql://$DB_USER:$DB_PASS@$hosts/$SCHEMA\"|" \
       "$WORK/dsync.json" > "$WORK/dsync-$m.json"
+    sed 's|"service": "chaos"|"service": "side"|' "$WORK/dsync-$m.json" > "$WORK/side-$m.json"
   done
 fi
 
@@ -140,6 +154,8 @@ forget_pid() {
 reap9() { kill9 "$1"; forget_pid "$1"; }
 declare -A ADDR=()
 for i in "${!NODES[@]}"; do ADDR[${NODES[$i]}]="127.0.0.1:$((7401 + i))"; done
+ADDR[sn]=127.0.0.1:7451
+SIDE_NODE=${ADDR[sn]}
 start_node() { spawn "$1" "$DSYNC_BIN" node --config "$(config_of "$1")" --node-address "${ADDR[$1]}"; STATE[$1]=up; }
 start_dispatcher() { spawn "$1" "$DSYNC_BIN" dispatcher --config "$(config_of "$1")"; }
 
@@ -147,9 +163,16 @@ start_dispatcher() { spawn "$1" "$DSYNC_BIN" dispatcher --config "$(config_of "$
 start_dispatcher d1
 start_dispatcher d2
 for n in "${NODES[@]}"; do start_node "$n"; done
-wait_for '[[ $(q "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == ${#NODES[@]} ]]' 20 \
+start_dispatcher sd
+start_node sn
+wait_for '[[ $(q "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1 AND service_name = '"'chaos'"'") == ${#NODES[@]} ]]' 20 \
   "${#NODES[@]} nodes online"
-wait_for '[[ -n $(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL") ]]' 20 "a dispatcher leads"
+wait_for '[[ $(q "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1 AND service_name = '"'side'"'") == 1 ]]' 20 \
+  "the side service's node online"
+LEASE="lock_name = 'dispatcher:chaos'"
+wait_for '[[ -n $(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL AND $LEASE") ]]' 20 "a dispatcher leads"
+wait_for '[[ -n $(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL AND lock_name = '"'dispatcher:side'"'") ]]' 20 \
+  "the side service's dispatcher leads"
 
 # --- scripted fates -------------------------------------------------------------
 sql "CREATE TABLE chaos_fate (slot INT PRIMARY KEY, fate VARCHAR(40) NOT NULL, payload TEXT NOT NULL,
@@ -191,10 +214,26 @@ producer() {
   done
   touch "$WORK/producer.done"
 }
+# The side service's producer: 5 events a second while the chaos producer runs, the
+# plain fate, service 'side' named in the INSERT.
+side_producer() {
+  local made=0
+  while [[ ! -f $WORK/producer.done ]]; do
+    if sql "INSERT IGNORE INTO distribute_event (tenant_id, code, data_id, topic, payload, service)
+            SELECT 't1', 'side-$made', 'side-$made', 'CHAOS', f.payload, 'side' FROM chaos_fate f WHERE f.slot = 0" \
+       2>/dev/null; then
+      made=$((made + 1))
+    fi
+    sleep 0.2
+  done
+}
 T_START=$(now_ms)
 producer >"$WORK/producer.log" 2>&1 &
 PRODUCER=$!
 STARTED_PIDS+=("$PRODUCER")
+side_producer >"$WORK/side_producer.log" 2>&1 &
+SIDE_PRODUCER=$!
+STARTED_PIDS+=("$SIDE_PRODUCER")
 
 # --- the chaos -----------------------------------------------------------------
 P_MS=$(( EVENTS * 1000 / RATE ))            # production period
@@ -213,7 +252,7 @@ try_freeze() {
   # The up node with the most events RUNNING (mid-saga) right now.
   local addr n
   addr=$(q "SELECT node_address FROM distribute_event WHERE status IN ('RUNNING', 'COMPENSATING')
-            AND node_address IS NOT NULL GROUP BY node_address ORDER BY COUNT(*) DESC")
+            AND node_address IS NOT NULL AND service = 'chaos' GROUP BY node_address ORDER BY COUNT(*) DESC")
   for a in $addr; do
     for n in $(up_nodes); do
       [[ ${ADDR[$n]} == "$a" ]] || continue
@@ -286,11 +325,11 @@ maybe_thaw() {
 
 kill_leader() {
   local owner pid d
-  owner=$(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL AND expires_at > NOW(3)")
+  owner=$(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL AND expires_at > NOW(3) AND $LEASE")
   pid=$(cut -d: -f2 <<< "$owner")
   for d in d1 d2; do
     [[ ${PID[$d]} == "$pid" ]] || continue
-    TOKEN_BEFORE=$(q "SELECT MAX(token) FROM distribute_lease_lock")
+    TOKEN_BEFORE=$(q "SELECT MAX(token) FROM distribute_lease_lock WHERE $LEASE")
     KILLED_LEADER=$pid
     reap9 "$pid"
     kills=$((kills + 1)); dispatcher_kills=$((dispatcher_kills + 1))
@@ -364,7 +403,7 @@ while :; do
          WHERE status IN ('SUCCESS', 'COMPENSATED', 'FAILED')") kills=$kills freezes=$freezes db_restarts=$db_restarts"
   fi
   # A process we did not kill must not have died.
-  for n in "${NODES[@]}" d1 d2; do
+  for n in "${NODES[@]}" d1 d2 sd sn; do
     if [[ ${STATE[$n]:-up} != down ]] && ! kill -0 "${PID[$n]}" 2>/dev/null; then
       tail -n 20 "$WORK/$n.${INC[$n]}.log" >&2
       fail "$n (pid ${PID[$n]}) died on its own"
@@ -381,7 +420,7 @@ log "chaos over: kills=$kills (dispatcher $dispatcher_kills) freezes=$freezes db
 deadline=$(( $(now_ms) + QUIESCE_S * 1000 ))
 while :; do
   left=$(q "SELECT COUNT(*) FROM distribute_event WHERE status NOT IN ('SUCCESS', 'COMPENSATED', 'FAILED')")
-  total=$(q "SELECT COUNT(*) FROM distribute_event")
+  total=$(q "SELECT COUNT(*) FROM distribute_event WHERE service = 'chaos'")
   [[ $left == 0 && $total == "$EVENTS" ]] && break
   if (( $(now_ms) >= deadline )); then
     log "not quiescent after ${QUIESCE_S}s: $left of $total events not terminal"
@@ -393,15 +432,16 @@ T_QUIET=$(now_ms)
 log "quiescent (or gave up) $(( (T_QUIET - T_CHAOS_END) / 1000 )) s after the chaos"
 
 # The leadership moved when the leader was killed.
-token_after=$(q "SELECT MAX(token) FROM distribute_lease_lock")
-owner_after=$(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL")
+token_after=$(q "SELECT MAX(token) FROM distribute_lease_lock WHERE $LEASE")
+owner_after=$(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT NULL AND $LEASE")
 (( token_after > TOKEN_BEFORE )) || fail "no new lease after the leader was killed (token $token_after)"
 [[ $(cut -d: -f2 <<< "$owner_after") != "$KILLED_LEADER" ]] || fail "the killed dispatcher still holds the lease"
 pass "a new dispatcher took the lease after the leader's kill -9 (token $TOKEN_BEFORE -> $token_after)"
 
 # Every process stops cleanly: nothing writes after this point.
-for n in "${NODES[@]}" d1 d2; do kill -TERM "${PID[$n]}"; done
-for n in "${NODES[@]}" d1 d2; do
+kill9 "$SIDE_PRODUCER"; forget_pid "$SIDE_PRODUCER"
+for n in "${NODES[@]}" d1 d2 sd sn; do kill -TERM "${PID[$n]}"; done
+for n in "${NODES[@]}" d1 d2 sd sn; do
   rc=0; wait "${PID[$n]}" || rc=$?
   forget_pid "${PID[$n]}"
   [[ $rc == 0 ]] || { tail -n 20 "$WORK/$n.${INC[$n]}.log" >&2; fail "$n exited $rc after SIGTERM"; }
@@ -417,9 +457,23 @@ while read -r pid name addr; do
 done < "$WORK/procs"
 
 TERMINAL="('SUCCESS', 'COMPENSATED', 'FAILED')"
-lost=$(sql "SELECT $EVENTS - COUNT(*) + COALESCE(SUM(status NOT IN $TERMINAL), 0) FROM distribute_event")
+lost=$(sql "SELECT $EVENTS - COUNT(*) + COALESCE(SUM(status NOT IN $TERMINAL), 0) FROM distribute_event
+            WHERE service = 'chaos'")
 fate_mismatches=$(sql "SELECT COUNT(*) FROM distribute_event e JOIN chaos_fate f ON f.slot = $SLOT_OF_CODE
-                       WHERE e.status <> f.expect_status")
+                       WHERE e.service = 'chaos' AND e.status <> f.expect_status")
+# The side service: all SUCCESS; nothing ran across services, in event rows, step rows
+# or resets logged by either service's dispatchers.
+side_events=$(sql "SELECT COUNT(*) FROM distribute_event WHERE service = 'side'")
+side_lost=$(sql "SELECT COUNT(*) FROM distribute_event WHERE service = 'side' AND status <> 'SUCCESS'")
+CROSS_ROWS="
+SELECT e.code, e.service, s.step_name, s.node_address FROM distribute_event e
+JOIN distribute_event_step s ON s.job_code = e.code
+WHERE (e.service = 'side') <> (s.node_address <=> '$SIDE_NODE')
+   OR (e.service = 'side') <> (e.node_address <=> '$SIDE_NODE')"
+cross_service=$(sql "SELECT COUNT(*) FROM ($CROSS_ROWS) x")
+cross_resets=$(( $(cat "$WORK"/sd.*.log | grep -c 'EVENT_RESET event=c-' || true)
+                 + $(cat "$WORK"/d1.*.log "$WORK"/d2.*.log | grep -c 'EVENT_RESET event=side-' || true) ))
+cross_service=$((cross_service + cross_resets))
 violations=$(saga_violations)
 
 # Ledger against the final state, per event; then audit net effect against the ledger, per step.
@@ -510,7 +564,8 @@ fi
 elapsed=$(( (T_QUIET - T_START) / 1000 ))
 echo "${galera_line}events=$EVENTS kills=$kills db_restarts=$db_restarts freezes=$freezes lost=$lost double_owner=$double_owner" \
      "saga_violations=$violations ledger_mismatches=$ledger_mismatches fate_mismatches=$fate_mismatches" \
-     "dispatcher_kills=$dispatcher_kills frozen_lost=$frozen_lost frozen_late_writes=$frozen_late_writes seconds=$elapsed"
+     "dispatcher_kills=$dispatcher_kills frozen_lost=$frozen_lost frozen_late_writes=$frozen_late_writes" \
+     "side_events=$side_events side_lost=$side_lost cross_service=$cross_service seconds=$elapsed"
 
 # Evidence for whatever failed.
 show() { echo "--- $1" >&2; sql "$2 LIMIT 10" >&2 || true; }
@@ -518,6 +573,13 @@ rc=0
 if (( lost > 0 )); then
   rc=1; show "not terminal" "SELECT code, status, phase, node_address, attempt, version, retry_count, next_run_time, process_log
                              FROM distribute_event WHERE status NOT IN $TERMINAL"
+fi
+if (( side_events < 10 || side_lost > 0 )); then
+  rc=1; show "the side service: $side_events events, not SUCCESS" "SELECT code, status, node_address, process_log
+                             FROM distribute_event WHERE service = 'side' AND status <> 'SUCCESS'"
+fi
+if (( cross_service > 0 )); then
+  rc=1; show "ran across services ($cross_resets cross-service resets logged)" "$CROSS_ROWS"
 fi
 if (( fate_mismatches > 0 )); then
   rc=1; show "fate mismatches" "SELECT e.code, f.fate, f.expect_status, e.status, e.retry_count, e.result, e.process_log
@@ -554,4 +616,4 @@ if (( history_gaps > 0 )); then
   for code in $(process_log_gaps | head -3); do sql "SELECT code, status, process_log FROM distribute_event WHERE code = '$code'" >&2; done
 fi
 (( rc == 0 )) || fail "chaos found violations (see above)"
-pass "chaos: every event terminal and as scripted, saga order, ledger exact, never two owners"
+pass "chaos: every event terminal and as scripted, saga order, ledger exact, never two owners; the side service untouched"

@@ -81,6 +81,47 @@ TEST(DispatcherCycleTest, LeastLoadedLiveNodesGetTheWorkWithinCapacity) {
   EXPECT_EQ(cycle.stats().cycles, 3u);
 }
 
+// Two services in one database, each with a node at the same address: a service's
+// cycle assigns only its own events, to its own nodes, counts only its own events in
+// flight there, and its ordering rule never waits on another service's events.
+TEST(DispatcherCycleTest, AServiceAssignsOnlyItsOwnEventsToItsOwnNodes) {
+  TestSchema db;
+  SystemClock clock;
+  const std::string other = "billing-sync";
+  AddNode(db, {.address = "shared:1", .capacity = 3});
+  AddNode(db, {.address = "shared:1", .capacity = 100, .service = other});
+  AddNode(db, {.address = "theirs:1", .capacity = 100, .service = other});
+  // billing-sync's events: in flight at shared:1 (not kbs-sync's load there), PENDING
+  // (never kbs-sync's to assign), and one on the entity kbs-sync's ordered event is on.
+  for (int i = 0; i < 5; ++i) {
+    AddEvent(db, {.code = "theirs-run-" + std::to_string(i), .status = "RUNNING", .node = "shared:1", .version = 3,
+                  .service = other});
+  }
+  for (int i = 0; i < 4; ++i) AddEvent(db, {.code = "theirs-" + std::to_string(i), .service = other});
+  AddEvent(db, {.code = "theirs-entity", .data_id = "space-1", .service = other});
+  int64_t mine_entity = AddEvent(db, {.code = "mine-entity", .data_id = "space-1"});
+  AddPendingEvents(db, 4, "T", "mine");
+
+  DispatchCycle kbs = MakeCycle(db, clock);
+  CycleResult r = kbs.RunOnce(std::nullopt);
+  EXPECT_EQ(r.live_nodes, 1);   // shared:1 of kbs-sync
+  EXPECT_EQ(r.free_slots, 3);   // billing-sync's 5 running there are not its load
+  EXPECT_EQ(r.assigned, 3);
+  EXPECT_EQ(StatusOf(db, mine_entity), "ASSIGNED");  // not held back by billing-sync's earlier event
+  EXPECT_EQ(Count(db, "service = 'billing-sync' AND status = 'PENDING'"), 5);
+  EXPECT_EQ(Count(db, "service = 'kbs-sync' AND status = 'ASSIGNED' AND node_address = 'shared:1'"), 3);
+
+  Settings billing = TestSettings();
+  billing.service = other;
+  DispatchCycle theirs = MakeCycle(db, clock, billing);
+  r = theirs.RunOnce(std::nullopt);
+  EXPECT_EQ(r.live_nodes, 2);
+  EXPECT_EQ(r.assigned, 5);
+  EXPECT_EQ(Count(db, "service = 'billing-sync' AND status = 'PENDING'"), 0);
+  EXPECT_EQ(Count(db, "service = 'kbs-sync' AND status = 'PENDING'"), 2);  // kbs-sync's, untouched
+  EXPECT_EQ(Count(db, "service = 'kbs-sync' AND status = 'ASSIGNED'"), 3);
+}
+
 TEST(DispatcherCycleTest, BacklogIsReportedWhileNodesAreFullAndClearedWhenDrained) {
   TestSchema db;
   SystemClock clock;

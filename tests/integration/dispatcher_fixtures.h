@@ -64,15 +64,16 @@ struct EventRow {
   int64_t next_run_in_s = 0;  // next_run_time = NOW(3) + this
   std::string phase = "FORWARD";
   int retry_count = 0;
+  std::string service = kService;
 };
 
 inline int64_t AddEvent(TestSchema& db, const EventRow& e) {
   return db.pool().Run("add event", [&](storage::Connection& c) {
     c.Execute("INSERT INTO distribute_event (tenant_id, code, data_id, topic, status, node_address, "
-              "version, priority, next_run_time, phase, retry_count) "
-              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(3) + INTERVAL ? SECOND, ?, ?)",
+              "version, priority, next_run_time, phase, retry_count, service) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(3) + INTERVAL ? SECOND, ?, ?, ?)",
               e.tenant, e.code, e.data_id.empty() ? e.code : e.data_id, e.topic, e.status, e.node,
-              e.version, e.priority, e.next_run_in_s, e.phase, e.retry_count);
+              e.version, e.priority, e.next_run_in_s, e.phase, e.retry_count, e.service);
     return *c.QueryInt("SELECT id FROM distribute_event WHERE code = ?", e.code);
   });
 }

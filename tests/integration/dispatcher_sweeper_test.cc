@@ -116,6 +116,51 @@ TEST(DispatcherSweeperTest, EventsOfNodesThatAreNotLiveGoBackToPending) {
   }
 }
 
+// Two services in one database: each leader's sweeper judges its own nodes and resets
+// its own events only, even where the services use the same node address.
+TEST(DispatcherSweeperTest, ASweeperNeverTouchesAnotherServicesEventsOrNodes) {
+  TestSchema db;
+  const std::string other = "billing-sync";
+  AddNode(db, {.address = "shared:1"});                                   // live in kbs-sync
+  AddNode(db, {.address = "shared:1", .age_ms = 60000, .service = other});  // dead in billing-sync
+  AddNode(db, {.address = "theirs-live:1", .service = other});
+  AddNode(db, {.address = "theirs-dead:1", .age_ms = 60000, .service = other});
+  // kbs-sync's event at the address dead in billing-sync: its node is live, it stays.
+  int64_t mine = AddEvent(db, {.code = "mine", .status = "RUNNING", .node = "shared:1", .version = 3});
+  // billing-sync's events: one at the address live in kbs-sync (dead in its own
+  // service), one at a node dead in billing-sync, one idle for an hour at a live one.
+  int64_t theirs_shared = AddEvent(db, {.code = "theirs-shared", .status = "ASSIGNED", .node = "shared:1",
+                                        .version = 2, .service = other});
+  int64_t theirs_dead = AddEvent(db, {.code = "theirs-dead", .status = "RUNNING", .node = "theirs-dead:1",
+                                      .version = 3, .service = other});
+  int64_t theirs_idle = AddEvent(db, {.code = "theirs-idle", .status = "RUNNING", .node = "theirs-live:1",
+                                      .version = 3, .service = other});
+  Idle(db, theirs_idle, 3600);
+  Idle(db, theirs_dead, 120);
+  db.Exec("UPDATE distribute_event SET assigned_time = NOW(3) - INTERVAL 1 HOUR WHERE code = 'theirs-shared'");
+
+  EventSweeper kbs(db.pool(), SweeperOptionsFromSettings(TestSettings()));
+  SweepReport r = kbs.SweepOnce();
+  EXPECT_EQ(r.marked_offline, 0u);  // billing-sync's dead nodes are not kbs-sync's to judge
+  EXPECT_EQ(r.reset_node_offline + r.reset_timed_out + r.reset_not_claimed, 0u);
+  for (int64_t id : {mine, theirs_shared, theirs_dead, theirs_idle}) EXPECT_NE(StatusOf(db, id), "PENDING") << id;
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_node_registry WHERE status = 0"), 0);
+
+  Settings billing = TestSettings();
+  billing.service = other;
+  EventSweeper theirs(db.pool(), SweeperOptionsFromSettings(billing));
+  r = theirs.SweepOnce();
+  EXPECT_EQ(r.marked_offline, 2u);       // shared:1 and theirs-dead:1, in billing-sync only
+  EXPECT_EQ(r.reset_node_offline, 2u);   // theirs-shared, theirs-dead
+  EXPECT_EQ(r.reset_timed_out, 1u);      // theirs-idle
+  for (int64_t id : {theirs_shared, theirs_dead, theirs_idle}) EXPECT_EQ(StatusOf(db, id), "PENDING") << id;
+  EXPECT_EQ(StatusOf(db, mine), "RUNNING");
+  EXPECT_EQ(NodeOf(db, mine), "shared:1");
+  EXPECT_EQ(db.QueryInt("SELECT status FROM distribute_node_registry WHERE service_name = 'kbs-sync' "
+                        "AND node_address = 'shared:1'"),
+            1);
+}
+
 TEST(DispatcherSweeperTest, AnEventThatCompletedBetweenReadAndResetIsNotOverwritten) {
   TestSchema db;
   AddNode(db, {.address = "dead:1", .age_ms = 60000});

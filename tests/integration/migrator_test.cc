@@ -62,6 +62,43 @@ TEST(Migrator, ConcurrentRunsAllSucceedAndApplyOnce) {
   EXPECT_EQ(Migrator(db.pool()).CurrentVersion(), Latest());
 }
 
+// V014 (events carry their service): on an upgraded database whose registry holds one
+// service, the existing events and batches become that service's and so do the rows
+// later inserted without naming one; on a new database the default is the migrating
+// config's service.
+TEST(Migrator, TheServiceColumnDefaultsToTheDatabasesService) {
+  std::vector<storage::Migration> before_v14;
+  for (const auto& m : storage::EmbeddedMigrations()) {
+    if (m.version < 14) before_v14.push_back(m);
+  }
+  ASSERT_GE(storage::EmbeddedMigrations().back().version, 14);
+  testing::TestSchema old(/*migrate=*/false);
+  Migrator(old.pool(), before_v14).Migrate();
+  old.Exec("INSERT INTO distribute_node_registry (service_name, node_address, status, last_heartbeat_time) "
+           "VALUES ('orders-sync', 'a:1', 1, NOW(3)), ('orders-sync', 'b:1', 0, NOW(3))");
+  old.Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES ('t', 'e1', 'd', 'T', '{}')");
+  old.Exec("INSERT INTO distribute_batch (batch_code, on_complete_topic) VALUES ('b1', 'DONE')");
+  Migrator upgrade(old.pool());
+  upgrade.set_default_service("kbs-sync");  // the registry's sole service wins
+  upgrade.Migrate();
+  auto service_of = [&](const std::string& code) {
+    return old.pool().Run("read", [&](storage::Connection& c) {
+      return c.QueryString("SELECT service FROM distribute_event WHERE code = ?", code).value_or("");
+    });
+  };
+  EXPECT_EQ(service_of("e1"), "orders-sync");
+  old.Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES ('t', 'e2', 'd', 'T', '{}')");
+  EXPECT_EQ(service_of("e2"), "orders-sync");
+  EXPECT_EQ(old.QueryInt("SELECT COUNT(*) FROM distribute_batch WHERE service = 'orders-sync'"), 1);
+
+  testing::TestSchema fresh(/*migrate=*/false);
+  Migrator create(fresh.pool());
+  create.set_default_service("billing-sync");
+  create.Migrate();
+  fresh.Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES ('t', 'e', 'd', 'T', '{}')");
+  EXPECT_EQ(fresh.QueryInt("SELECT COUNT(*) FROM distribute_event WHERE service = 'billing-sync'"), 1);
+}
+
 TEST(Migrator, RefusesDatabaseNewerThanBinary) {
   testing::TestSchema db;
   db.Exec("INSERT INTO dsync_schema_version (version, name, checksum, applied_by) "

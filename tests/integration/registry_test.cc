@@ -193,15 +193,17 @@ TEST(RegistryTest, SweeperMarksOnlyStaleNodesOfflineByDatabaseClock) {
   InsertRow(db, kService, "gone:1", 0, 60'000);
   InsertRow(db, "other-service", "other:1", 1, 40'000);
 
-  OfflineSweeper sweeper(db.pool(), 30'000ms, 24h);
-  EXPECT_EQ(sweeper.MarkOffline(), 3u);
+  OfflineSweeper sweeper(db.pool(), kService, 30'000ms, 24h);
+  EXPECT_EQ(sweeper.MarkOffline(), 2u);
   EXPECT_EQ(StatusOf(db, "fresh:1"), 1);
   EXPECT_EQ(StatusOf(db, "almost:1"), 1);
   EXPECT_EQ(StatusOf(db, "stale:1"), 0);
   EXPECT_EQ(StatusOf(db, "draining-stale:1"), 0);
   EXPECT_EQ(StatusOf(db, "gone:1"), 0);
-  EXPECT_EQ(StatusOf(db, "other:1"), 0);
+  EXPECT_EQ(StatusOf(db, "other:1"), 1);  // another service's: its own leader judges it
   EXPECT_EQ(sweeper.MarkOffline(), 0u);  // repeating a sweep changes nothing
+  EXPECT_EQ(OfflineSweeper(db.pool(), "other-service", 30'000ms, 24h).MarkOffline(), 1u);
+  EXPECT_EQ(StatusOf(db, "other:1"), 0);
   EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_node_registry"), 6);
 }
 
@@ -217,7 +219,7 @@ TEST(RegistryTest, ConcurrentSweepersEachMarkANodeOnce) {
   for (int s = 0; s < kSweepers; ++s) pools.push_back(std::make_unique<storage::ConnectionPool>(db.url()));
   for (int s = 0; s < kSweepers; ++s) {
     threads.emplace_back([&, s] {
-      OfflineSweeper sweeper(*pools[s], 30'000ms, 24h);
+      OfflineSweeper sweeper(*pools[s], kService, 30'000ms, 24h);
       marked += sweeper.Sweep().marked_offline;
     });
   }
@@ -235,14 +237,16 @@ TEST(RegistryTest, PurgeDeletesOnlyRowsOlderThanPurgeAfter) {
   InsertRow(db, kService, "recent-offline:1", 0, 1800'000);
   InsertRow(db, kService, "fresh:1", 1, 0);
 
-  OfflineSweeper sweeper(db.pool(), 30'000ms, 1h);
-  EXPECT_EQ(sweeper.Purge(), 3u);
+  OfflineSweeper sweeper(db.pool(), kService, 30'000ms, 1h);
+  EXPECT_EQ(sweeper.Purge(), 2u);
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_node_registry"), 3);  // the other service's stays
+  EXPECT_EQ(OfflineSweeper(db.pool(), "other-service", 30'000ms, 1h).Purge(), 1u);
   EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_node_registry"), 2);
   EXPECT_EQ(StatusOf(db, "recent-offline:1"), 0);
   EXPECT_EQ(StatusOf(db, "fresh:1"), 1);
   EXPECT_EQ(sweeper.Purge(), 0u);
 
-  SweepResult r = OfflineSweeper(db.pool(), 30'000ms, 10min).Sweep();
+  SweepResult r = OfflineSweeper(db.pool(), kService, 30'000ms, 10min).Sweep();
   EXPECT_EQ(r.marked_offline, 0u);
   EXPECT_EQ(r.purged, 1u);
   EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_node_registry"), 1);
@@ -292,7 +296,7 @@ TEST(RegistryTest, NodeSweptOfflineComesBackAtItsNextBeat) {
   HeartbeatPublisher pub(db.pool(), clock, kService, "a:1", 1000ms, [] { return Meta("inc-1"); });
   pub.Beat();
   AgeHeartbeat(db, "a:1", 40);
-  EXPECT_EQ(OfflineSweeper(db.pool(), 30'000ms, 24h).MarkOffline(), 1u);
+  EXPECT_EQ(OfflineSweeper(db.pool(), kService, 30'000ms, 24h).MarkOffline(), 1u);
   EXPECT_EQ(StatusOf(db, "a:1"), 0);
   EXPECT_EQ(pub.Beat(), NodeStatus::kOnline);
   EXPECT_EQ(StatusOf(db, "a:1"), 1);

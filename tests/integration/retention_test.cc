@@ -187,19 +187,37 @@ TEST(RetentionTest, APassUsesTheConfiguredBoundsPerStatus) {
   Seed(db, "failed-40d", "FAILED", 40);
   RetentionSettings r;  // defaults: finished 7 days, failed 30 days
   SystemClock clock;
-  Retention retention(db.pool(), clock, r);
+  Retention retention(db.pool(), clock, "kbs-sync", r);
   EXPECT_EQ(retention.RunPass(std::stop_token(), [] { return true; }).events, 1);
   EXPECT_EQ(Events(db, "code = 'failed-40d'"), 0);
   r.finished_after = 2 * kDay;
-  Retention shorter(db.pool(), clock, r);
+  Retention shorter(db.pool(), clock, "kbs-sync", r);
   EXPECT_EQ(shorter.RunPass(std::stop_token(), [] { return true; }).events, 1);
   EXPECT_EQ(Events(db), 1);  // failed-3d: FAILED are kept 30 days
   EXPECT_EQ(shorter.stats().events_removed, 1u);
   // A pass whose leadership is gone does nothing.
   r.failed_after = kDay;
-  Retention follower(db.pool(), clock, r);
+  Retention follower(db.pool(), clock, "kbs-sync", r);
   EXPECT_EQ(follower.RunPass(std::stop_token(), [] { return false; }).events, 0);
   EXPECT_EQ(Events(db), 1);
+}
+
+TEST(RetentionTest, APassRemovesOnlyItsServicesEvents) {
+  TestSchema db;
+  Seed(db, "mine-40d", "FAILED", 40);
+  Seed(db, "theirs-40d", "FAILED", 40);
+  Seed(db, "theirs-10d", "SUCCESS", 10);
+  db.Exec("UPDATE distribute_event SET service = 'billing-sync' WHERE code LIKE 'theirs-%'");
+  SystemClock clock;
+  Retention mine(db.pool(), clock, "kbs-sync", RetentionSettings{});
+  EXPECT_EQ(mine.RunPass(std::stop_token(), [] { return true; }).events, 1);
+  EXPECT_EQ(Events(db, "code = 'mine-40d'"), 0);
+  EXPECT_EQ(Events(db, "service = 'billing-sync'"), 2);  // another service's leader purges those
+  EXPECT_EQ(Steps(db), 4);
+  events::PurgeSelector theirs{events::TerminalStatuses(), kDay, "billing-sync"};
+  EXPECT_EQ(db.pool().Run("count", [&](storage::Connection& c) { return events::CountPurgeable(c, theirs); }).events, 2);
+  EXPECT_EQ(PurgeAll(db, false, theirs, 10).events, 2);
+  EXPECT_EQ(Events(db), 0);
 }
 
 // ---- batch completion ----------------------------------------------------------

@@ -7,10 +7,11 @@
 
 namespace dsync::testing {
 
-std::vector<saga::AssignedEvent> PollAssigned(storage::ConnectionPool& pool, const std::string& node) {
+std::vector<saga::AssignedEvent> PollAssigned(storage::ConnectionPool& pool, const std::string& node,
+                                              const std::string& service) {
   return pool.Run("poll", [&](storage::Connection& c) {
     std::vector<saga::AssignedEvent> out =
-        events::PollAssigned(c, node, std::numeric_limits<int>::max());
+        events::PollAssigned(c, events::NodeKey{service, node}, std::numeric_limits<int>::max());
     for (auto& e : out) e.assigned_age = std::chrono::microseconds(-1);  // latency not observed
     return out;
   });

@@ -17,7 +17,9 @@
 namespace dsync::testing {
 
 // In id order. Throws DbError.
-std::vector<saga::AssignedEvent> PollAssigned(storage::ConnectionPool& pool, const std::string& node);
+// `service`: the column default of events inserted without one.
+std::vector<saga::AssignedEvent> PollAssigned(storage::ConnectionPool& pool, const std::string& node,
+                                              const std::string& service = "kbs-sync");
 
 // The event with that code as a poll would hand it to the engine, whatever its status
 // (events::ReadEvent, the one reader of an event row); an AssignedEvent with id 0 when
