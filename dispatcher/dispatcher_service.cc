@@ -7,6 +7,7 @@
 
 #include "dispatcher/dispatcher_waker.h"
 #include "events/batches.h"
+#include "events/produce.h"
 
 namespace dsync::dispatcher {
 namespace {
@@ -61,6 +62,22 @@ void DispatcherService::Start() {
   if (dispatch_thread_.joinable()) return;
   spdlog::info("DISPATCHER_STARTING lock={} owner={} lease_ttl_ms={} batch_size={}", lease_.lock_name(),
                lease_.owner(), dispatcher_settings_.lease_ttl.count(), dispatcher_settings_.batch_size);
+  // Events a plain INSERT writes without naming a service are another service's when
+  // the column default is not ours: say so once, it is the usual reason for events
+  // that nobody dispatches (docs/event-lifecycle.md "Services").
+  try {
+    const std::string plain = pool_.Run("read the default service",
+                                        [](storage::Connection& c) { return events::DefaultService(c); });
+    if (!plain.empty() && plain != retention_.service()) {
+      spdlog::warn("DISPATCHER_SERVICE_NOT_DEFAULT service={} default={}: events inserted without a service column "
+                   "belong to service {}, which this dispatcher does not dispatch; name the service in the INSERT, "
+                   "or ALTER TABLE distribute_event ALTER COLUMN service SET DEFAULT '{}' if this database serves "
+                   "{} alone",
+                   retention_.service(), plain, plain, retention_.service(), retention_.service());
+    }
+  } catch (const std::exception& e) {
+    spdlog::debug("DISPATCHER_DEFAULT_SERVICE_UNKNOWN err={}", e.what());
+  }
   locker_.Start();
   if (wake_listener_) wake_listener_->Start([this] { wake_signal_.Notify(); });
   dispatch_thread_ = std::jthread([this](std::stop_token stop) { DispatchLoop(stop); });

@@ -23,7 +23,19 @@ void AppendValues(std::vector<storage::Value>& out, const NewEventRow& e) {
                          e.delay_us, e.delay_us, optional(e.trace_id), optional(e.batch_code), e.service});
 }
 
+// The default as information_schema shows it: MariaDB quotes a string default
+// ('kbs-sync'), MySQL 8 does not.
+constexpr const char* kServiceDefault = R"(
+SELECT COLUMN_DEFAULT FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'distribute_event' AND COLUMN_NAME = 'service')";
+
 }  // namespace
+
+std::string DefaultService(storage::Connection& c) {
+  std::string d = c.QueryString(kServiceDefault).value_or("");
+  if (d.size() >= 2 && d.front() == '\'' && d.back() == '\'') d = d.substr(1, d.size() - 2);
+  return d;
+}
 
 bool InsertEvent(storage::Connection& c, const NewEventRow& e) {
   std::vector<storage::Value> values;

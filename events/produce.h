@@ -24,6 +24,10 @@ struct NewEventRow {
   std::string service;  // config `service`; required (the column's default serves plain-SQL producers)
 };
 
+// The service a plain INSERT that names none gets (the column default of
+// distribute_event.service, V014); "" when the schema has no such column. Throws DbError.
+std::string DefaultService(storage::Connection& c);
+
 // INSERT of one event. False when an event with that code exists (nothing written).
 // Throws DbError otherwise.
 bool InsertEvent(storage::Connection& c, const NewEventRow& e);

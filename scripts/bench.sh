@@ -203,7 +203,7 @@ new_schema() {
   schema=$1
   root_sql "DROP DATABASE IF EXISTS \`$schema\`; CREATE DATABASE \`$schema\`"
   schema_url=${url%/*}/$schema
-  "$bin" migrate --db "$schema_url" --log-level warn >/dev/null
+  "$bin" migrate --db "$schema_url" --service bench --log-level warn >/dev/null
 }
 drop_schema() { root_sql "DROP DATABASE IF EXISTS \`$schema\`"; }
 

@@ -85,6 +85,19 @@ TableShape ReadShape(storage::Connection& c, const std::string& table, const std
   return out;
 }
 
+bool PlainTextHashable(const TableShape& shape) {
+  std::string collation;
+  for (const ColumnShape& c : shape.columns) {
+    if (c.collation.empty()) continue;
+    if (!collation.empty() && c.collation != collation) return false;
+    collation = c.collation;
+  }
+  if (collation.empty()) return true;
+  const std::string charset = collation.substr(0, collation.find('_'));
+  return charset == "utf8mb4" || charset == "utf8mb3" || charset == "utf8" || charset == "latin1" ||
+         charset == "ascii";
+}
+
 std::optional<std::string> CompareShapes(const TableShape& source, const std::string& source_label,
                                          const TableShape& target, const std::string& target_label) {
   std::map<std::string, const ColumnShape*> in_target;

@@ -51,6 +51,11 @@ struct TableShape {
 TableShape ReadShape(storage::Connection& c, const std::string& table, const std::vector<std::string>& columns,
                      const std::vector<std::string>& key);
 
+// True when the character columns of `shape` share one collation of an
+// ASCII-compatible character set (utf8mb4, utf8mb3/utf8, latin1, ascii): a row hash
+// over them needs no CAST per column (ColumnSet::set_plain_text_hash).
+bool PlainTextHashable(const TableShape& shape);
+
 // nullopt when equal; else one line naming the first differing column (or the key).
 std::optional<std::string> CompareShapes(const TableShape& source, const std::string& source_label,
                                          const TableShape& target, const std::string& target_label);

@@ -289,10 +289,11 @@ std::string ColumnSet::AtOrBeforeKey() const {
 std::string ColumnSet::RowHashExpr() const {
   std::string values, nulls;
   for (const Column& c : columns_) {
-    values += ", CAST(" + Quoted(c.name) + " AS BINARY)";
+    values += plain_text_hash_ ? ", " + Quoted(c.name) : ", CAST(" + Quoted(c.name) + " AS BINARY)";
     nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + Quoted(c.name) + ")";
   }
-  return "CRC32(CONCAT_WS('|'" + values + ", CONCAT(" + nulls + ")))";
+  return std::string("CRC32(CONCAT_WS(") + (plain_text_hash_ ? "_binary'|'" : "'|'") + values + ", CONCAT(" + nulls +
+         ")))";
 }
 
 void ColumnSet::AppendAfterKeyValues(const Row& last, std::vector<SqlValue>& out) const {

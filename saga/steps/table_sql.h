@@ -99,10 +99,18 @@ class ColumnSet {
   // '|', then one ISNULL flag per column so NULL, '' and 'NULL' differ). An unsigned
   // 32-bit integer; the same text on every datasource for the same column names.
   std::string RowHashExpr() const;
+  // With `plain`, RowHashExpr hashes the same bytes without a CAST per column: right
+  // only when the text columns share one collation of an ASCII-compatible character
+  // set on both datasources (PlainTextHashable in table_preflight.h), so CONCAT_WS
+  // cannot meet an illegal mix of collations; a binary separator makes the result the
+  // columns' own bytes, as the CASTs do. The CASTs cost about 2.5x the whole hash on
+  // wide text rows (measured by bench.sh sync's verify line).
+  void set_plain_text_hash(bool plain) { plain_text_hash_ = plain; }
 
  private:
   std::vector<Column> columns_;
   std::vector<std::string> names_;
+  bool plain_text_hash_ = false;
 };
 
 // The value a cell binds as for a column of this kind (integers typed).

@@ -1115,8 +1115,9 @@ class TableSyncStep final : public TableStep {
 
   // Schema preflight (table_steps.h): the synced columns and the primary key agree on
   // both sides, else a permanent failure naming the column. Returns the target's shape
-  // over the before-image columns, kept with the step.
-  table::TableShape Preflight(ConnectionPool& src, ConnectionPool& tgt, const Plan& plan, const TableSchema& s,
+  // over the before-image columns, kept with the step. Sets the synced columns' row
+  // hashes plain (no CAST per column) when both sides allow it.
+  table::TableShape Preflight(ConnectionPool& src, ConnectionPool& tgt, Plan& plan, const TableSchema& s,
                               const TableSchema& t) const {
     auto [a, b] = Both(
         [&] {
@@ -1137,6 +1138,9 @@ class TableSyncStep final : public TableStep {
     if (auto why = table::CompareShapes(a, s.label, synced, t.label)) {
       throw PermanentStepError("schema preflight of step '" + cfg_.step + "': " + *why);
     }
+    const bool plain = table::PlainTextHashable(a) && table::PlainTextHashable(synced);
+    plan.src_cols.set_plain_text_hash(plain);
+    plan.tgt_cols.set_plain_text_hash(plain);
     return b;
   }
 
@@ -1206,7 +1210,7 @@ class TableSyncStep final : public TableStep {
     PrepareChunks(tgt);
     const TableSchema s = Describe(src, cfg_.source);
     const TableSchema t = Describe(tgt, cfg_.target);
-    const Plan plan = MakePlan(s, t);
+    Plan plan = MakePlan(s, t);
     const table::TableShape shape = Preflight(src, tgt, plan, s, t);
     const Inner src_inner = DescribeSubqueryTables(src, cfg_.source);
     if (!src_inner.missing.empty()) throw PermanentStepError(src_inner.missing);

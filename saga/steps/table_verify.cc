@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "saga/steps/table_chunks.h"
+#include "saga/steps/table_preflight.h"
 #include "saga/steps/table_steps.h"
 
 namespace dsync::saga {
@@ -186,46 +187,13 @@ auto Both(F&& f, G&& g) {
   return std::make_pair(std::move(first), second.get());
 }
 
-// The collations of a table's columns (NULL for non-text columns are left out).
-//   params: table
-constexpr const char* kCollationsSql = R"(
-SELECT COLUMN_NAME, CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS
-WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLLATION_NAME IS NOT NULL)";
-
 // True when the text columns among `names` share one collation of an ASCII-compatible
-// character set: then CONCAT_WS needs no CAST(... AS BINARY) per text column (which
-// costs about 2.5x the whole hash on wide text rows) to avoid an illegal mix of
-// collations, and yields the same bytes (so the same row hash as
-// ColumnSet::RowHashExpr: checked by tests/cli/verify_test.sh's repair round trip).
+// character set (table::PlainTextHashable): then the row hash needs no CAST per text
+// column and yields the same bytes (checked by tests/cli/verify_test.sh's repair round
+// trip, whose repair event hashes through table_sync).
 bool UniformAsciiCollation(ConnectionPool& pool, const std::string& table, const std::vector<std::string>& names) {
-  return pool.Run("verify: collations", [&](Connection& c) {
-    std::set<std::string> collations;
-    bool ascii = true;
-    auto rs = c.Query(kCollationsSql, table);
-    while (rs->next()) {
-      std::string name(rs->getString(1));
-      if (std::find(names.begin(), names.end(), name) == names.end()) continue;
-      std::string charset(rs->getString(2));
-      ascii = ascii && (charset == "utf8mb4" || charset == "utf8mb3" || charset == "utf8" || charset == "latin1" ||
-                        charset == "ascii");
-      collations.insert(std::string(rs->getString(3)));
-    }
-    return ascii && collations.size() <= 1;
-  });
-}
-
-// A row's hash: the bytes ColumnSet::RowHashExpr hashes (each value's own bytes,
-// '|' between, one ISNULL flag per column), built without per-column CASTs when
-// `cast_text` is false (see UniformAsciiCollation).
-std::string RowHashExpr(const ColumnSet& cols, bool cast_text) {
-  if (cast_text) return cols.RowHashExpr();
-  std::string values, nulls;
-  for (size_t i = 0; i < cols.size(); ++i) {
-    const std::string q = "`" + cols.at(i).name + "`";
-    values += ", " + q;
-    nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + q + ")";
-  }
-  return "CRC32(CONCAT_WS(_binary'|'" + values + ", CONCAT(" + nulls + ")))";
+  return table::PlainTextHashable(
+      pool.Run("verify: collations", [&](Connection& c) { return table::ReadShape(c, table, names, {}); }));
 }
 
 // How one side computes checksums and row hashes.
@@ -234,7 +202,7 @@ struct Side {
   const ColumnSet& cols;
   const ColumnSet& key;
   const table::BoundFilter& filter;
-  std::string hash;  // RowHashExpr
+  std::string hash;  // cols.RowHashExpr()
 };
 
 // SELECT COUNT(*), BIT_XOR(<row hash> * K) FROM t WHERE <range>  (table::ChecksumRange
@@ -612,13 +580,15 @@ TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const 
   const auto tgt_inner = DescribeSubqueries(tgt, check.target, check);
   const table::BoundFilter src_filter{check.where.sql, FilterValues(check, values, s, src_inner)};
   const table::BoundFilter tgt_filter{check.where.sql, FilterValues(check, values, t, tgt_inner)};
-  const ColumnSet src_cols(s, names), src_key(s, t.key), tgt_cols(t, names), tgt_key(t, t.key);
+  ColumnSet src_cols(s, names), tgt_cols(t, names);
+  const ColumnSet src_key(s, t.key), tgt_key(t, t.key);
   auto [src_uniform, tgt_uniform] = Both([&] { return UniformAsciiCollation(src, check.table, names); },
                                          [&] { return UniformAsciiCollation(tgt, check.table, names); });
   // Both sides hash alike (the same expression) unless both qualify for the fast one.
-  const bool cast_text = !(src_uniform && tgt_uniform);
-  const Side src_side{src, src_cols, src_key, src_filter, RowHashExpr(src_cols, cast_text)};
-  const Side tgt_side{tgt, tgt_cols, tgt_key, tgt_filter, RowHashExpr(tgt_cols, cast_text)};
+  src_cols.set_plain_text_hash(src_uniform && tgt_uniform);
+  tgt_cols.set_plain_text_hash(src_uniform && tgt_uniform);
+  const Side src_side{src, src_cols, src_key, src_filter, src_cols.RowHashExpr()};
+  const Side tgt_side{tgt, tgt_cols, tgt_key, tgt_filter, tgt_cols.RowHashExpr()};
 
   TableDiff d;
   d.step = check.step;

@@ -69,6 +69,12 @@ expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event_step s JOIN distribute_e
                   WHERE (e.service = 'alpha' AND s.node_address NOT IN ($alpha_nodes))
                      OR (e.service = 'beta' AND s.node_address NOT IN ($beta_nodes))")" 0 "steps ran in their own service"
 
+# beta's dispatcher says once that plain INSERTs naming no service are not its own.
+grep -q "DISPATCHER_SERVICE_NOT_DEFAULT service=beta default=alpha" "$WORK/beta_d.log" \
+  || fail "beta's dispatcher did not warn that the default service is alpha"
+grep -q DISPATCHER_SERVICE_NOT_DEFAULT "$WORK/alpha_d.log" && fail "alpha's dispatcher warned about its own default"
+pass "beta's dispatcher warns that plain INSERTs belong to alpha; alpha's does not"
+
 # --- alpha killed with events in flight: beta leaves them alone -------------------
 for i in $(seq 1 8); do produce "slow$i" '{"demo": {"sleep_ms": 4000}}'; done
 wait_for '[[ $(count "code LIKE '"'slow%'"' AND status IN ('"'ASSIGNED'"', '"'RUNNING'"')") == 8 ]]' 15 "alpha's slow events in flight"
