@@ -169,7 +169,15 @@ void DispatcherService::RetentionLoop(std::stop_token stop) {
       continue;
     }
     try {
-      retention_.RunPass(stop, [this] { return locker_.is_leader(); });
+      // Busy: the dispatcher assigned events since the last batch (its cycle counter moved).
+      uint64_t assigned = cycle_.stats().assigned;
+      retention_.RunPass(stop, [this] { return locker_.is_leader(); },
+                         [this, &assigned] {
+                           const uint64_t now = cycle_.stats().assigned;
+                           const bool busy = now != assigned;
+                           assigned = now;
+                           return busy;
+                         });
       pool_.Run("purge completed batches", [&](storage::Connection& c) {
         return events::PurgeCompletedBatches(c, retention_.service(), r.finished_after, r.batch_size);
       });

@@ -23,7 +23,8 @@ Retention::Retention(storage::ConnectionPool& pool, Clock& clock, std::string se
 
 events::PurgeCounts Retention::Purge(storage::ConnectionPool& pool, Clock& clock, events::Purger& purger,
                                      const events::PurgeSelector& selector, Millis pause, int pause_per_work,
-                                     std::stop_token stop, const std::function<bool()>& keep_going) {
+                                     std::stop_token stop, const std::function<bool()>& keep_going,
+                                     const std::function<bool()>& busy) {
   events::PurgeCounts total;
   events::PurgeCursor cursor =
       pool.Run("retention bound", [&](storage::Connection& c) { return purger.Begin(c, selector); });
@@ -37,19 +38,21 @@ events::PurgeCounts Retention::Purge(storage::ConnectionPool& pool, Clock& clock
       return purger.RemoveBatch(c, selector, cursor, ids);
     });
     const Millis worked = std::chrono::duration_cast<Millis>(clock.Now() - started);
-    const Millis wait = std::max(pause, worked * pause_per_work);
+    Millis wait = std::max(pause, worked * pause_per_work);
+    if (busy && busy()) wait = std::max(wait, kBusyPause);
     if (!cursor.done && wait.count() > 0 && !clock.SleepFor(wait, stop)) break;
   }
   return total;
 }
 
-events::PurgeCounts Retention::RunPass(std::stop_token stop, const std::function<bool()>& keep_going) {
+events::PurgeCounts Retention::RunPass(std::stop_token stop, const std::function<bool()>& keep_going,
+                                       const std::function<bool()>& busy) {
   events::PurgeCounts total;
   try {
     total += Purge(pool_, clock_, purger_, {{"SUCCESS", "COMPENSATED"}, settings_.finished_after, service_},
-                   settings_.batch_pause, kPausePerWork, stop, keep_going);
+                   settings_.batch_pause, kPausePerWork, stop, keep_going, busy);
     total += Purge(pool_, clock_, purger_, {{"FAILED"}, settings_.failed_after, service_}, settings_.batch_pause,
-                   kPausePerWork, stop, keep_going);
+                   kPausePerWork, stop, keep_going, busy);
   } catch (...) {
     ++failures_;
     events_ += static_cast<uint64_t>(total.events);

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/fake_clock.h"
+
 #include "core/clock.h"
 #include "dispatcher/batch_completer.h"
 #include "dispatcher/retention.h"
@@ -102,6 +104,30 @@ TEST(RetentionTest, PurgeRemovesOnlyTerminalEventsOlderThanTheBoundWithTheirStep
   EXPECT_EQ(Events(db), 4);
   EXPECT_EQ(Events(db, "status IN ('PENDING', 'ASSIGNED', 'RUNNING', 'COMPENSATING')"), 4);
   EXPECT_EQ(Steps(db), 8);
+}
+
+// While the dispatcher is busy the pass pauses at least kBusyPause between batches
+// (on an injected clock); idle, it pauses only as configured.
+TEST(RetentionTest, APassPausesLongerBetweenBatchesWhileTheDispatcherIsBusy) {
+  TestSchema db;
+  for (int i = 0; i < 8; ++i) Seed(db, "old-" + std::to_string(i), "SUCCESS", 10);  // batches of 3, 3, 2
+  FakeClock clock;
+  events::Purger purger(false, 3);
+  events::PurgeSelector selector{events::TerminalStatuses(), kDay};
+  int asked = 0;
+  events::PurgeCounts busy = Retention::Purge(db.pool(), clock, purger, selector, Millis(20), 0, std::stop_token(),
+                                              [] { return true; }, [&] { return ++asked > 0; });
+  EXPECT_EQ(busy.events, 8);
+  EXPECT_EQ(busy.batches, 3);
+  EXPECT_GE(asked, 2);
+  EXPECT_EQ(clock.total_slept(), 2 * Retention::kBusyPause);  // between the 3 batches, none after the last
+
+  for (int i = 0; i < 8; ++i) Seed(db, "again-" + std::to_string(i), "SUCCESS", 10);
+  FakeClock idle_clock;
+  events::PurgeCounts idle = Retention::Purge(db.pool(), idle_clock, purger, selector, Millis(20), 0,
+                                              std::stop_token(), [] { return true; }, [] { return false; });
+  EXPECT_EQ(idle.events, 8);
+  EXPECT_EQ(idle_clock.total_slept(), Millis(40));
 }
 
 TEST(RetentionTest, ArchiveMovesRowsWithEveryColumnAndTheViewShowsThem) {
