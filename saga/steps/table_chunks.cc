@@ -99,8 +99,11 @@ void ChunkSizer::Observe(size_t rows, std::chrono::nanoseconds took, size_t held
   if (took.count() > 0 && rows > 0) {
     want = static_cast<double>(rows) * static_cast<double>(options_.target.count()) / static_cast<double>(took.count());
   }
+  // The byte bound is on what a chunk holds: per row the chunk covered (a chunk of a
+  // mostly equal range holds only its differing rows), so the next chunk is expected to
+  // hold about max_bytes.
   if (held_rows > 0 && held_bytes > 0) {
-    double per_row = static_cast<double>(held_bytes) / static_cast<double>(held_rows);
+    const double per_row = static_cast<double>(held_bytes) / static_cast<double>(std::max(rows, held_rows));
     want = std::min(want, static_cast<double>(options_.max_bytes) / per_row);
   }
   const double lo = std::max(1.0, static_cast<double>(next_) / 4);

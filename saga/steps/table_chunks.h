@@ -97,8 +97,9 @@ class ChunkSizer {
   ChunkSizer(size_t max_rows, Options options);
 
   size_t next() const { return next_; }
-  // The last chunk covered `rows` rows in `took`, holding `held_rows` rows of
-  // `held_bytes` bytes in memory.
+  // The last chunk covered `rows` rows in `took`, holding `held_rows` of them, of
+  // `held_bytes` bytes in all, in memory. The next chunk aims at the target time and
+  // at holding at most max_bytes (at the last chunk's bytes held per row covered).
   void Observe(size_t rows, std::chrono::nanoseconds took, size_t held_bytes, size_t held_rows);
   // The last chunk was too big to record: a quarter of it next.
   void Shrink();

@@ -242,6 +242,13 @@ TEST(TableChunks, SizerAdaptsTowardTheTargetTimeWithinBounds) {
   EXPECT_EQ(s.next(), 625u);
   s.Shrink();
   EXPECT_EQ(s.next(), 156u);
+  // A mostly equal range holds only its differing rows: 20 rows of 1 KiB out of 2,000
+  // covered weigh 10 bytes per row covered, so the byte bound does not shrink it.
+  table::ChunkSizer sparse(10000);
+  sparse.Observe(2000, milliseconds(100), 20u << 10, 20);  // 5x too fast: 4x larger
+  EXPECT_EQ(sparse.next(), 4000u);
+  sparse.Observe(4000, milliseconds(500), 40u << 10, 40);
+  EXPECT_EQ(sparse.next(), 4000u);
   table::ChunkSizer one(1);
   one.Observe(1, milliseconds(1), 0, 0);
   EXPECT_EQ(one.next(), 1u);
