@@ -44,9 +44,10 @@ RangeChecksum ChecksumRange(storage::Connection& c, const std::string& table, co
 
 // SELECT <key>, <row hash> FROM t WHERE <range> ORDER BY <key>
 std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table, const ColumnSet& cols,
-                               const ColumnSet& key, const BoundFilter& filter, const KeyRange& range) {
-  const std::string sql = "SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Quoted(table) +
-                          " WHERE " + RangeWhere(key, filter, range) + " ORDER BY " + key.OrderBy();
+                               const ColumnSet& key, const BoundFilter& filter, const KeyRange& range, size_t limit) {
+  std::string sql = "SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Quoted(table) +
+                    " WHERE " + RangeWhere(key, filter, range) + " ORDER BY " + key.OrderBy();
+  if (limit > 0) sql += " LIMIT " + std::to_string(limit);
   auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
   std::vector<KeyHash> out;
   const auto hash_col = static_cast<uint32_t>(key.size() + 1);

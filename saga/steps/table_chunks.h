@@ -67,9 +67,10 @@ struct KeyHash {
   uint32_t hash = 0;
 };
 
-// Each row's key and hash over `cols`, in key order.
+// Each row's key and hash over `cols`, in key order; at most `limit` (0: all).
 std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table, const ColumnSet& cols,
-                               const ColumnSet& key, const BoundFilter& filter, const KeyRange& range);
+                               const ColumnSet& key, const BoundFilter& filter, const KeyRange& range,
+                               size_t limit = 0);
 
 // The key of the n-th row (n >= 1) after `lo` matching `filter`; nullopt when fewer
 // rows follow (the range (lo, end) then holds them all).

@@ -1250,6 +1250,7 @@ class TableSyncStep final : public TableStep {
     auto last_record = std::chrono::steady_clock::now();
     auto last_progress = last_record;
     bool recorded_last = true;  // the latest range processed is in the chunk table
+    bool by_hash = false;       // compare by row hashes without a range checksum first
     while (!done) {
       CheckStop(ctx);
       const auto started = std::chrono::steady_clock::now();
@@ -1265,6 +1266,18 @@ class TableSyncStep final : public TableStep {
         w.rows_read = static_cast<int64_t>(w.rows.size());
         counts.rows_fetched += w.rows_read;
         if (cfg_.delete_missing) AddDeleteCandidates(src, tgt, plan, src_filter, tgt_filter, w);
+      } else if (by_hash) {
+        // The source's row hashes of the next `size` rows give the range's end too: one
+        // pass over the source instead of a boundary, a checksum and the hashes.
+        std::vector<table::KeyHash> sh = src.Run(What("row hashes source"), [&](Connection& c) {
+          return table::RowHashes(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {lo, std::nullopt}, size);
+        });
+        if (sh.size() == size) w.range.hi = sh.back().key;
+        DiffByRowHash(src, tgt, plan, src_filter, tgt_filter, w, counts, &sh);
+        if (w.equal_by_hash == w.rows_read && w.rows.empty() && w.delete_keys.empty()) {
+          w.equal = true;
+          ++counts.chunks_equal;
+        }
       } else {
         w.range.hi = src.Run(What("chunk boundary"), [&](Connection& c) {
           return table::NthKeyAfter(c, cfg_.table, plan.src_key, src_filter, lo, size);
@@ -1326,6 +1339,11 @@ class TableSyncStep final : public TableStep {
       } else {
         recorded_last = false;
       }
+      // Compare by range checksums while ranges are equal; by row hashes straight away
+      // while ranges differ in a few rows (scattered changes: every range differs, and
+      // its checksum would only cost one more pass).
+      if (compare && !by_hash && !w.equal && w.rows_read > 0 && w.equal_by_hash * 2 >= w.rows_read) by_hash = true;
+      if (by_hash && (!compare || w.equal_by_hash == w.rows_read)) by_hash = false;
       ++counts.chunks;
       counts.rows += w.rows_read;
       counts.unchanged += w.equal ? w.rows_read : w.equal_by_hash;
@@ -1385,19 +1403,28 @@ class TableSyncStep final : public TableStep {
 
   // A differing range: the rows whose hashes differ or that the target lacks are
   // fetched from the source; target rows the source lacks are delete candidates.
+  // `source_hashes`: the source's hashes of the range, already read.
   void DiffByRowHash(ConnectionPool& src, ConnectionPool& tgt, const Plan& plan, const table::BoundFilter& src_filter,
-                     const table::BoundFilter& tgt_filter, ChunkWork& w, Counts& counts) const {
-    auto [sh, th] = Both(
-        [&] {
-          return src.Run(What("row hashes source"), [&](Connection& c) {
-            return table::RowHashes(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range);
-          });
-        },
-        [&] {
-          return tgt.Run(What("row hashes target"), [&](Connection& c) {
-            return table::RowHashes(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
-          });
-        });
+                     const table::BoundFilter& tgt_filter, ChunkWork& w, Counts& counts,
+                     std::vector<table::KeyHash>* source_hashes = nullptr) const {
+    auto target_hashes = [&] {
+      return tgt.Run(What("row hashes target"), [&](Connection& c) {
+        return table::RowHashes(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
+      });
+    };
+    std::vector<table::KeyHash> sh, th;
+    if (source_hashes != nullptr) {
+      sh = std::move(*source_hashes);
+      th = target_hashes();
+    } else {
+      std::tie(sh, th) = Both(
+          [&] {
+            return src.Run(What("row hashes source"), [&](Connection& c) {
+              return table::RowHashes(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range);
+            });
+          },
+          target_hashes);
+    }
     std::unordered_map<std::string, uint32_t> target;
     target.reserve(th.size());
     for (const table::KeyHash& k : th) target.emplace(table::EncodeKey(k.key), k.hash);
