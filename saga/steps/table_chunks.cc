@@ -42,6 +42,29 @@ RangeChecksum ChecksumRange(storage::Connection& c, const std::string& table, co
   return out;
 }
 
+bool SingleIntegerKey(const ColumnSet& key) {
+  return key.size() == 1 && (key.at(0).kind == ColumnKind::kSigned || key.at(0).kind == ColumnKind::kUnsigned);
+}
+
+// SELECT COUNT(*), BIT_XOR(h * K), MAX(k) FROM
+//   (SELECT <key> AS k, <row hash> AS h FROM t WHERE <after lo> ORDER BY <key> LIMIT n) x
+NextChecksum ChecksumNext(storage::Connection& c, const std::string& table, const ColumnSet& cols,
+                          const ColumnSet& key, const BoundFilter& filter, const std::optional<Row>& lo, size_t n) {
+  const KeyRange range{lo, std::nullopt};
+  const std::string k = Quoted(key.at(0).name);
+  const std::string sql = "SELECT COUNT(*), COALESCE(BIT_XOR(h * 2654435761), 0), MAX(k) FROM (SELECT " + k +
+                          " AS k, " + cols.RowHashExpr() + " AS h FROM " + Quoted(table) + " WHERE " +
+                          RangeWhere(key, filter, range) + " ORDER BY " + k + " LIMIT " + std::to_string(n) + ") x";
+  auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
+  NextChecksum out;
+  if (rs->next()) {
+    out.sum.rows = rs->getInt64(1);
+    out.sum.crc_xor = rs->getUInt64(2);
+    if (out.sum.rows == static_cast<int64_t>(n) && !rs->isNull(3)) out.hi = Row{std::string(rs->getString(3))};
+  }
+  return out;
+}
+
 // SELECT <key>, <row hash> FROM t WHERE <range> ORDER BY <key>
 std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table, const ColumnSet& cols,
                                const ColumnSet& key, const BoundFilter& filter, const KeyRange& range, size_t limit) {

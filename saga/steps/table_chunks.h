@@ -62,6 +62,18 @@ struct RangeChecksum {
 RangeChecksum ChecksumRange(storage::Connection& c, const std::string& table, const ColumnSet& cols,
                             const ColumnSet& key, const BoundFilter& filter, const KeyRange& range);
 
+// The checksum of the next `n` rows after `lo` matching `filter` (what ChecksumRange
+// gives for (lo, hi]) and hi, the last of them (nullopt when fewer than n follow: the
+// range then runs to the end), in one pass over those rows. Only for a key of one
+// integer column (SingleIntegerKey), whose MAX is its last key.
+struct NextChecksum {
+  RangeChecksum sum;
+  std::optional<Row> hi;
+};
+bool SingleIntegerKey(const ColumnSet& key);
+NextChecksum ChecksumNext(storage::Connection& c, const std::string& table, const ColumnSet& cols,
+                          const ColumnSet& key, const BoundFilter& filter, const std::optional<Row>& lo, size_t n);
+
 struct KeyHash {
   Row key;
   uint32_t hash = 0;

@@ -1251,6 +1251,8 @@ class TableSyncStep final : public TableStep {
     auto last_progress = last_record;
     bool recorded_last = true;  // the latest range processed is in the chunk table
     bool by_hash = false;       // compare by row hashes without a range checksum first
+    // The source's checksum of the range after a key, read ahead (single integer keys).
+    std::optional<std::pair<std::optional<Row>, table::NextChecksum>> next_checksum;
     while (!done) {
       CheckStop(ctx);
       const auto started = std::chrono::steady_clock::now();
@@ -1279,20 +1281,48 @@ class TableSyncStep final : public TableStep {
           ++counts.chunks_equal;
         }
       } else {
-        w.range.hi = src.Run(What("chunk boundary"), [&](Connection& c) {
-          return table::NthKeyAfter(c, cfg_.table, plan.src_key, src_filter, lo, size);
-        });
-        auto [a, b] = Both(
-            [&] {
+        auto target_checksum = [&] {
+          return tgt.Run(What("checksum target"), [&](Connection& c) {
+            return table::ChecksumRange(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
+          });
+        };
+        table::RangeChecksum a, b;
+        if (table::SingleIntegerKey(plan.src_key)) {
+          // One source pass gives the range's checksum and its end; the target's
+          // checksum of this range runs beside the source's pass over the next one.
+          std::optional<table::NextChecksum> here;
+          if (next_checksum && next_checksum->first == lo) here = std::move(next_checksum->second);
+          next_checksum.reset();
+          if (!here) {
+            here = src.Run(What("checksum source"), [&](Connection& c) {
+              return table::ChecksumNext(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, lo, size);
+            });
+          }
+          a = here->sum;
+          w.range.hi = here->hi;
+          if (w.range.hi) {
+            auto [tb, ahead] = Both(target_checksum, [&, hi = *w.range.hi] {
               return src.Run(What("checksum source"), [&](Connection& c) {
-                return table::ChecksumRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range);
-              });
-            },
-            [&] {
-              return tgt.Run(What("checksum target"), [&](Connection& c) {
-                return table::ChecksumRange(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
+                return table::ChecksumNext(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, hi, size);
               });
             });
+            b = tb;
+            next_checksum.emplace(w.range.hi, std::move(ahead));
+          } else {
+            b = target_checksum();
+          }
+        } else {
+          w.range.hi = src.Run(What("chunk boundary"), [&](Connection& c) {
+            return table::NthKeyAfter(c, cfg_.table, plan.src_key, src_filter, lo, size);
+          });
+          std::tie(a, b) = Both(
+              [&] {
+                return src.Run(What("checksum source"), [&](Connection& c) {
+                  return table::ChecksumRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range);
+                });
+              },
+              target_checksum);
+        }
         w.rows_read = a.rows;
         if (a == b) {
           w.equal = true;
