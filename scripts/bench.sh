@@ -90,7 +90,8 @@
 #             fsync and synchronous_commit on, 20,000 no-op jobs, 4 workers, batch fetch +
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
 #
-# Knobs (environment): DSYNC_BENCH_RUNS (3), DSYNC_BENCH_EVENTS (20000, e2e and pgboss),
+# Knobs (environment): DSYNC_MARIADB_BUFFER_POOL (256M, the throwaway server's
+# innodb_buffer_pool_size), DSYNC_BENCH_RUNS (3), DSYNC_BENCH_EVENTS (20000, e2e and pgboss),
 # DSYNC_BENCH_NODE_CAPACITY (256, e2e/profile/latency; prefetch = capacity), DSYNC_BENCH_DISPATCHER_POLL_MS (20),
 # DSYNC_BENCH_DISPATCHER_IDLE_MS (20) and DSYNC_BENCH_CONSUMER_POLL_MS (20) (the dsync config's poll
 # intervals: an idle cluster looks for work every 20 ms, as the pg-boss workers poll every 5 ms),

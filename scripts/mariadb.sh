@@ -40,8 +40,8 @@ launch() {  # dir: starts mariadbd with dir/my.cnf, records the PID
   wait_ready "$dir" "$pid"
 }
 
-write_cnf() {  # dir port
-  { server_cnf "$1" "$2" 256M 256M; echo "skip-log-bin"; } > "$1/my.cnf"
+write_cnf() {  # dir port; DSYNC_MARIADB_BUFFER_POOL (default 256M) sizes the buffer pool
+  { server_cnf "$1" "$2" "${DSYNC_MARIADB_BUFFER_POOL:-256M}" 256M; echo "skip-log-bin"; } > "$1/my.cnf"
 }
 
 cmd_start() {
