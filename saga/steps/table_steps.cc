@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "saga/steps/table_bind.h"
 #include "saga/steps/table_chunks.h"
 #include "saga/steps/table_preflight.h"
 #include "saga/steps/table_sql.h"
@@ -296,17 +297,7 @@ std::vector<int> Positions(const ColumnSet& in, const std::vector<std::string>& 
   return out;
 }
 
-bool IsIntegerKind(ColumnKind k) {
-  return k == ColumnKind::kSigned || k == ColumnKind::kUnsigned || k == ColumnKind::kBit;
-}
 
-template <class T>
-std::optional<T> ParseInteger(const std::string& s) {
-  T v{};
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
 
 // The filter's values from the payload, in placeholder order. `schema` types the
 // columns the placeholders are compared with.
@@ -315,51 +306,19 @@ using InnerSchemas = std::map<std::string, TableSchema>;
 
 std::vector<SqlValue> FilterValues(const Config& cfg, const json& payload, const TableSchema& outer,
                                    const InnerSchemas& inner = {}) {
-  std::vector<SqlValue> out;
-  for (size_t i = 0; i < cfg.where.params.size(); ++i) {
-    const std::string& field = cfg.where.params[i];
-    if (!payload.is_object() || !payload.contains(field)) {
-      throw PermanentStepError("payload has no field '" + field + "' needed by step '" + cfg.step + "'");
+  return table::BindWhereParams(cfg.where, payload, outer, inner, [&](const table::BindFailure& f) {
+    switch (f.kind) {
+      case table::BindFailure::Kind::kMissing:
+        throw PermanentStepError("payload has no field '" + f.field + "' needed by step '" + cfg.step + "'");
+      case table::BindFailure::Kind::kNotInteger:
+        throw PermanentStepError("payload field '" + f.field + "' must be an integer (column `" + f.column->name +
+                                 "` of " + f.schema->label + "), got a string that is not one; step '" + cfg.step +
+                                 "'");
+      case table::BindFailure::Kind::kUnbindable:
+        throw PermanentStepError("payload field '" + f.field + "' is " + f.json_kind + "; step '" + cfg.step +
+                                 "' binds only strings, numbers, booleans and null");
     }
-    const json& v = payload[field];
-    const std::string& in_table = cfg.where.param_tables[i];
-    const TableSchema* schema = &outer;
-    if (!in_table.empty()) {
-      auto it = inner.find(in_table);
-      schema = it == inner.end() ? nullptr : &it->second;
-    }
-    const table::Column* column =
-        cfg.where.param_columns[i].empty() || schema == nullptr ? nullptr : schema->Find(cfg.where.param_columns[i]);
-    if (v.is_null()) {
-      out.push_back({std::monostate{}});
-    } else if (v.is_boolean()) {
-      out.push_back({v.get<bool>()});
-    } else if (v.is_number_unsigned()) {
-      out.push_back({v.get<uint64_t>()});
-    } else if (v.is_number_integer()) {
-      out.push_back({v.get<int64_t>()});
-    } else if (v.is_number_float()) {
-      out.push_back({v.get<double>()});
-    } else if (v.is_string()) {
-      const std::string& s = v.get_ref<const std::string&>();
-      if (column != nullptr && IsIntegerKind(column->kind)) {
-        // MySQL would compare "1 OR 1=1" with an integer column as the number 1.
-        if (auto n = ParseInteger<int64_t>(s)) out.push_back({*n});
-        else if (auto u = ParseInteger<uint64_t>(s)) out.push_back({*u});
-        else {
-          throw PermanentStepError("payload field '" + field + "' must be an integer (column `" +
-                                   column->name + "` of " + schema->label + "), got a string that is not one; step '" +
-                                   cfg.step + "'");
-        }
-      } else {
-        out.push_back({s});
-      }
-    } else {
-      throw PermanentStepError("payload field '" + field + "' is " + JsonKind(v) + "; step '" + cfg.step +
-                               "' binds only strings, numbers, booleans and null");
-    }
-  }
-  return out;
+  });
 }
 
 void CheckStop(StepContext& ctx) {

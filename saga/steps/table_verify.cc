@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "saga/steps/table_bind.h"
 #include "saga/steps/table_chunks.h"
 #include "saga/steps/table_preflight.h"
 #include "saga/steps/table_steps.h"
@@ -54,9 +55,6 @@ std::string JsonKind(const json& v) {
   return "an object";
 }
 
-bool IsIntegerKind(ColumnKind k) {
-  return k == ColumnKind::kSigned || k == ColumnKind::kUnsigned || k == ColumnKind::kBit;
-}
 
 template <class T>
 std::optional<T> ParseInteger(const std::string& s) {
@@ -72,48 +70,18 @@ std::string Who(const TableCheck& c) { return c.step.empty() ? "table " + c.tabl
 // integer column must be a canonical integer (as table_sync binds them).
 std::vector<SqlValue> FilterValues(const TableCheck& check, const json& values, const TableSchema& outer,
                                    const std::map<std::string, TableSchema>& inner) {
-  std::vector<SqlValue> out;
-  for (size_t i = 0; i < check.where.params.size(); ++i) {
-    const std::string& field = check.where.params[i];
-    if (!values.is_object() || !values.contains(field)) {
-      throw VerifyInputError("no value for :" + field + " (needed by the where of " + Who(check) + ")");
+  return table::BindWhereParams(check.where, values, outer, inner, [&](const table::BindFailure& f) {
+    switch (f.kind) {
+      case table::BindFailure::Kind::kMissing:
+        throw VerifyInputError("no value for :" + f.field + " (needed by the where of " + Who(check) + ")");
+      case table::BindFailure::Kind::kNotInteger:
+        throw VerifyInputError(":" + f.field + " must be an integer (column `" + f.column->name + "` of " +
+                               f.schema->label + "), got '" + Printable(f.value) + "'");
+      case table::BindFailure::Kind::kUnbindable:
+        throw VerifyInputError(":" + f.field + " is " + f.json_kind +
+                               "; only strings, numbers, booleans and null bind");
     }
-    const json& v = values[field];
-    const TableSchema* schema = &outer;
-    if (!check.where.param_tables[i].empty()) {
-      auto it = inner.find(check.where.param_tables[i]);
-      schema = it == inner.end() ? nullptr : &it->second;
-    }
-    const table::Column* column = check.where.param_columns[i].empty() || schema == nullptr
-                                      ? nullptr
-                                      : schema->Find(check.where.param_columns[i]);
-    if (v.is_null()) {
-      out.push_back({std::monostate{}});
-    } else if (v.is_boolean()) {
-      out.push_back({v.get<bool>()});
-    } else if (v.is_number_unsigned()) {
-      out.push_back({v.get<uint64_t>()});
-    } else if (v.is_number_integer()) {
-      out.push_back({v.get<int64_t>()});
-    } else if (v.is_number_float()) {
-      out.push_back({v.get<double>()});
-    } else if (v.is_string()) {
-      const std::string& s = v.get_ref<const std::string&>();
-      if (column != nullptr && IsIntegerKind(column->kind)) {
-        if (auto n = ParseInteger<int64_t>(s)) out.push_back({*n});
-        else if (auto u = ParseInteger<uint64_t>(s)) out.push_back({*u});
-        else {
-          throw VerifyInputError(":" + field + " must be an integer (column `" + column->name + "` of " +
-                                 schema->label + "), got '" + Printable(s) + "'");
-        }
-      } else {
-        out.push_back({s});
-      }
-    } else {
-      throw VerifyInputError(":" + field + " is " + JsonKind(v) + "; only strings, numbers, booleans and null bind");
-    }
-  }
-  return out;
+  });
 }
 
 TableSchema Describe(ConnectionPool& pool, const std::string& datasource, const std::string& name) {
@@ -202,45 +170,19 @@ struct Side {
   const ColumnSet& cols;
   const ColumnSet& key;
   const table::BoundFilter& filter;
-  std::string hash;  // cols.RowHashExpr()
 };
 
-// SELECT COUNT(*), BIT_XOR(<row hash> * K) FROM t WHERE <range>  (table::ChecksumRange
-// with this side's hash expression)
+// The range's checksum and its rows' hashes on one side (table::ChecksumRange and
+// table::RowHashes over the side's columns, hashed as the side says).
 table::RangeChecksum Checksum(const Side& side, const std::string& table_name, const table::KeyRange& range) {
-  const std::string sql = "SELECT COUNT(*), COALESCE(BIT_XOR(" + side.hash + " * 2654435761), 0) FROM `" +
-                          table_name + "` WHERE " + table::RangeWhere(side.key, side.filter, range);
   return side.pool.Run("verify: checksum", [&](Connection& c) {
-    auto rs = c.Query(sql, table::Bind(table::RangeValues(side.key, side.filter, range)));
-    table::RangeChecksum out;
-    if (rs->next()) {
-      out.rows = rs->getInt64(1);
-      out.crc_xor = rs->getUInt64(2);
-    }
-    return out;
+    return table::ChecksumRange(c, table_name, side.cols, side.key, side.filter, range);
   });
 }
 
-// SELECT <key>, <row hash> FROM t WHERE <range> ORDER BY <key>  (table::RowHashes)
 std::vector<table::KeyHash> Hashes(const Side& side, const std::string& table_name, const table::KeyRange& range) {
-  const std::string sql = "SELECT " + side.key.SelectList() + ", " + side.hash + " FROM `" + table_name +
-                          "` WHERE " + table::RangeWhere(side.key, side.filter, range) + " ORDER BY " +
-                          side.key.OrderBy();
   return side.pool.Run("verify: row hashes", [&](Connection& c) {
-    auto rs = c.Query(sql, table::Bind(table::RangeValues(side.key, side.filter, range)));
-    std::vector<table::KeyHash> out;
-    const auto hash_col = static_cast<uint32_t>(side.key.size() + 1);
-    while (rs->next()) {
-      table::KeyHash kh;
-      for (size_t i = 0; i < side.key.size(); ++i) {
-        auto idx = static_cast<uint32_t>(i + 1);
-        if (rs->isNull(idx)) kh.key.emplace_back(std::nullopt);
-        else kh.key.emplace_back(std::string(rs->getString(idx)));
-      }
-      kh.hash = static_cast<uint32_t>(rs->getUInt64(hash_col));
-      out.push_back(std::move(kh));
-    }
-    return out;
+    return table::RowHashes(c, table_name, side.cols, side.key, side.filter, range);
   });
 }
 
@@ -587,8 +529,8 @@ TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const 
   // Both sides hash alike (the same expression) unless both qualify for the fast one.
   src_cols.set_plain_text_hash(src_uniform && tgt_uniform);
   tgt_cols.set_plain_text_hash(src_uniform && tgt_uniform);
-  const Side src_side{src, src_cols, src_key, src_filter, src_cols.RowHashExpr()};
-  const Side tgt_side{tgt, tgt_cols, tgt_key, tgt_filter, tgt_cols.RowHashExpr()};
+  const Side src_side{src, src_cols, src_key, src_filter};
+  const Side tgt_side{tgt, tgt_cols, tgt_key, tgt_filter};
 
   TableDiff d;
   d.step = check.step;

@@ -1,0 +1,87 @@
+#include "saga/steps/table_bind.h"
+
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+
+namespace dsync::saga::table {
+namespace {
+
+bool IsIntegerKind(ColumnKind k) {
+  return k == ColumnKind::kSigned || k == ColumnKind::kUnsigned || k == ColumnKind::kBit;
+}
+
+template <class T>
+std::optional<T> ParseInteger(const std::string& s) {
+  T v{};
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+[[noreturn]] void Fail(const std::function<void(const BindFailure&)>& fail, BindFailure f) {
+  fail(f);
+  throw std::logic_error("BindWhereParams: the failure callback returned");
+}
+
+}  // namespace
+
+std::vector<SqlValue> BindWhereParams(const CompiledWhere& where, const nlohmann::json& values,
+                                      const TableSchema& outer, const std::map<std::string, TableSchema>& inner,
+                                      const std::function<void(const BindFailure&)>& fail) {
+  std::vector<SqlValue> out;
+  for (size_t i = 0; i < where.params.size(); ++i) {
+    const std::string& field = where.params[i];
+    if (!values.is_object() || !values.contains(field)) {
+      BindFailure f;
+      f.field = field;
+      Fail(fail, f);
+    }
+    const nlohmann::json& v = values[field];
+    const TableSchema* schema = &outer;
+    if (!where.param_tables[i].empty()) {
+      auto it = inner.find(where.param_tables[i]);
+      schema = it == inner.end() ? nullptr : &it->second;
+    }
+    const Column* column =
+        where.param_columns[i].empty() || schema == nullptr ? nullptr : schema->Find(where.param_columns[i]);
+    if (v.is_null()) {
+      out.push_back({std::monostate{}});
+    } else if (v.is_boolean()) {
+      out.push_back({v.get<bool>()});
+    } else if (v.is_number_unsigned()) {
+      out.push_back({v.get<uint64_t>()});
+    } else if (v.is_number_integer()) {
+      out.push_back({v.get<int64_t>()});
+    } else if (v.is_number_float()) {
+      out.push_back({v.get<double>()});
+    } else if (v.is_string()) {
+      const std::string& s = v.get_ref<const std::string&>();
+      if (column != nullptr && IsIntegerKind(column->kind)) {
+        if (auto n = ParseInteger<int64_t>(s)) out.push_back({*n});
+        else if (auto u = ParseInteger<uint64_t>(s)) out.push_back({*u});
+        else {
+          BindFailure f;
+          f.kind = BindFailure::Kind::kNotInteger;
+          f.field = field;
+          f.column = column;
+          f.schema = schema;
+          f.value = s;
+          Fail(fail, f);
+        }
+      } else {
+        out.push_back({s});
+      }
+    } else {
+      BindFailure f;
+      f.kind = BindFailure::Kind::kUnbindable;
+      f.field = field;
+      f.json_kind = v.is_array() ? "an array" : "an object";
+      Fail(fail, f);
+    }
+  }
+  return out;
+}
+
+}  // namespace dsync::saga::table
