@@ -37,6 +37,7 @@ std::unique_ptr<wakeup::WakeListener> BindWakeListener(const DispatcherSettings&
 DispatcherService::DispatcherService(storage::ConnectionPool& pool, const Settings& settings,
                                      Clock& clock, std::string owner_id)
     : clock_(clock),
+      service_(settings.service),
       dispatcher_settings_(settings.dispatcher),
       sweep_interval_(settings.registry.sweep_interval),
       wake_listener_(BindWakeListener(settings.dispatcher, clock)),
@@ -68,12 +69,12 @@ void DispatcherService::Start() {
   try {
     const std::string plain = pool_.Run("read the default service",
                                         [](storage::Connection& c) { return events::DefaultService(c); });
-    if (!plain.empty() && plain != retention_.service()) {
+    if (!plain.empty() && plain != service_) {
       spdlog::warn("DISPATCHER_SERVICE_NOT_DEFAULT service={} default={}: events inserted without a service column "
                    "belong to service {}, which this dispatcher does not dispatch; name the service in the INSERT, "
                    "or ALTER TABLE distribute_event ALTER COLUMN service SET DEFAULT '{}' if this database serves "
                    "{} alone",
-                   retention_.service(), plain, plain, retention_.service(), retention_.service());
+                   service_, plain, plain, service_, service_);
     }
   } catch (const std::exception& e) {
     spdlog::debug("DISPATCHER_DEFAULT_SERVICE_UNKNOWN err={}", e.what());
@@ -179,7 +180,7 @@ void DispatcherService::RetentionLoop(std::stop_token stop) {
                            return busy;
                          });
       pool_.Run("purge completed batches", [&](storage::Connection& c) {
-        return events::PurgeCompletedBatches(c, retention_.service(), r.finished_after, r.batch_size);
+        return events::PurgeCompletedBatches(c, service_, r.finished_after, r.batch_size);
       });
     } catch (const std::exception& e) {
       spdlog::warn("RETENTION_FAILED lock={} err={}", lease_.lock_name(), e.what());

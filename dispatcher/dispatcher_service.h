@@ -122,6 +122,7 @@ class DispatcherService {
   bool Pause(Millis delay, std::stop_token stop);
 
   Clock& clock_;
+  const std::string service_;  // config `service`: only its events, nodes and batches
   const DispatcherSettings dispatcher_settings_;
   const Millis sweep_interval_;
   // Wake-ups; the listener (nullptr: off or bind failed) is bound before lease_ is

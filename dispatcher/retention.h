@@ -64,7 +64,6 @@ class Retention {
   static constexpr Millis kBusyPause{2000};
 
   const RetentionSettings& settings() const { return settings_; }
-  const std::string& service() const { return service_; }
   RetentionStats stats() const;
 
  private:

@@ -12,14 +12,6 @@ bool IsIntegerKind(ColumnKind k) {
   return k == ColumnKind::kSigned || k == ColumnKind::kUnsigned || k == ColumnKind::kBit;
 }
 
-template <class T>
-std::optional<T> ParseInteger(const std::string& s) {
-  T v{};
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 [[noreturn]] void Fail(const std::function<void(const BindFailure&)>& fail, BindFailure f) {
   fail(f);
   throw std::logic_error("BindWhereParams: the failure callback returned");
@@ -59,8 +51,8 @@ std::vector<SqlValue> BindWhereParams(const CompiledWhere& where, const nlohmann
     } else if (v.is_string()) {
       const std::string& s = v.get_ref<const std::string&>();
       if (column != nullptr && IsIntegerKind(column->kind)) {
-        if (auto n = ParseInteger<int64_t>(s)) out.push_back({*n});
-        else if (auto u = ParseInteger<uint64_t>(s)) out.push_back({*u});
+        if (auto n = ParseInt<int64_t>(s)) out.push_back({*n});
+        else if (auto u = ParseInt<uint64_t>(s)) out.push_back({*u});
         else {
           BindFailure f;
           f.kind = BindFailure::Kind::kNotInteger;

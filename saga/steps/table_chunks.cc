@@ -8,6 +8,14 @@ namespace {
 
 std::string Quoted(const std::string& name) { return "`" + name + "`"; }
 
+// "COUNT(*), <the checksum of the rows' `hash`>". CRC32 is linear over GF(2): rows
+// changed by the same bit pattern at the same place (n -> n+1 on even n, a date moved
+// by one second) cancel in pairs under a plain BIT_XOR. Multiplying by an odd constant
+// first (the product fits in 64 bits) breaks that linearity.
+std::string ChecksumAggregate(const std::string& hash) {
+  return "COUNT(*), COALESCE(BIT_XOR(" + hash + " * 2654435761), 0)";
+}
+
 }  // namespace
 
 std::string RangeWhere(const ColumnSet& key, const BoundFilter& filter, const KeyRange& range) {
@@ -27,11 +35,7 @@ std::vector<SqlValue> RangeValues(const ColumnSet& key, const BoundFilter& filte
 // SELECT COUNT(*), BIT_XOR(<row hash> * K) FROM t WHERE <range>
 RangeChecksum ChecksumRange(storage::Connection& c, const std::string& table, const ColumnSet& cols,
                             const ColumnSet& key, const BoundFilter& filter, const KeyRange& range) {
-  // CRC32 is linear over GF(2): rows changed by the same bit pattern at the same place
-  // (n -> n+1 on even n, a date moved by one second) cancel in pairs under a plain
-  // BIT_XOR. Multiplying by an odd constant first (the product fits in 64 bits) breaks
-  // that linearity.
-  const std::string sql = "SELECT COUNT(*), COALESCE(BIT_XOR(" + cols.RowHashExpr() + " * 2654435761), 0) FROM " +
+  const std::string sql = "SELECT " + ChecksumAggregate(cols.RowHashExpr()) + " FROM " +
                           Quoted(table) + " WHERE " + RangeWhere(key, filter, range);
   auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
   RangeChecksum out;
@@ -52,7 +56,7 @@ NextChecksum ChecksumNext(storage::Connection& c, const std::string& table, cons
                           const ColumnSet& key, const BoundFilter& filter, const std::optional<Row>& lo, size_t n) {
   const KeyRange range{lo, std::nullopt};
   const std::string k = Quoted(key.at(0).name);
-  const std::string sql = "SELECT COUNT(*), COALESCE(BIT_XOR(h * 2654435761), 0), MAX(k) FROM (SELECT " + k +
+  const std::string sql = "SELECT " + ChecksumAggregate("h") + ", MAX(k) FROM (SELECT " + k +
                           " AS k, " + cols.RowHashExpr() + " AS h FROM " + Quoted(table) + " WHERE " +
                           RangeWhere(key, filter, range) + " ORDER BY " + k + " LIMIT " + std::to_string(n) + ") x";
   auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));

@@ -70,14 +70,6 @@ std::string CompareSlot(const Column& c) {
   return "?";
 }
 
-template <class T>
-std::optional<T> ParseInt(const std::string& s) {
-  T v{};
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 std::string ShortestDouble(double d) {
   char buf[64];
   auto r = std::to_chars(buf, buf + sizeof buf, d);

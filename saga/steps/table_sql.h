@@ -17,6 +17,7 @@
 // Thread safety: value types and pure functions.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -112,6 +113,16 @@ class ColumnSet {
   std::vector<std::string> names_;
   bool plain_text_hash_ = false;
 };
+
+// `s` as a T when it is exactly a canonical integer of T's range (all of it, no sign
+// for unsigned T, no spaces); nullopt otherwise.
+template <class T>
+std::optional<T> ParseInt(const std::string& s) {
+  T v{};
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
 
 // The value a cell binds as for a column of this kind (integers typed).
 SqlValue ToSqlValue(const Column& column, const Cell& cell);

@@ -56,14 +56,6 @@ std::string JsonKind(const json& v) {
 }
 
 
-template <class T>
-std::optional<T> ParseInteger(const std::string& s) {
-  T v{};
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 std::string Who(const TableCheck& c) { return c.step.empty() ? "table " + c.table : "step '" + c.step + "'"; }
 
 // The filter's values from `values` in placeholder order; a string compared with an
@@ -468,12 +460,12 @@ json TableDiff::KeyJson(const Row& key) const {
     }
     ColumnKind kind = i < key_kinds.size() ? key_kinds[i] : ColumnKind::kText;
     if (kind == ColumnKind::kSigned) {
-      if (auto v = ParseInteger<int64_t>(*cell)) {
+      if (auto v = table::ParseInt<int64_t>(*cell)) {
         out.push_back(*v);
         continue;
       }
     } else if (kind == ColumnKind::kUnsigned || kind == ColumnKind::kBit) {
-      if (auto v = ParseInteger<uint64_t>(*cell)) {
+      if (auto v = table::ParseInt<uint64_t>(*cell)) {
         out.push_back(*v);
         continue;
       }
