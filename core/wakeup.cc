@@ -93,6 +93,11 @@ WakeLimiter::TimePoint WakeLimiter::NextAllowed() const {
   TimePoint next{};
   if (acted_at_) next = *acted_at_ + min_gap_;
   if (wasted_at_) next = std::max(next, *wasted_at_ + gap_after_nothing_);
+  // Until the poll of the latest act reports, count it as one that found nothing: a
+  // flood arriving while that poll runs must not act again (each act would be another
+  // poll), and a poll that never reports (a standby dispatcher, a failed cycle) holds
+  // acts to one per gap. Result(true) lifts this at once.
+  if (awaiting_result_ && acted_at_) next = std::max(next, *acted_at_ + gap_after_nothing_);
   return next;
 }
 
@@ -163,9 +168,17 @@ std::unique_ptr<WakeListener> WakeListener::Bind(const std::string& listen, cons
 }
 
 WakeListener::WakeListener(int fd, std::string address, std::string who, WakeLimiter limiter, Clock& clock)
-    : fd_(fd), address_(std::move(address)), who_(std::move(who)), clock_(clock), limiter_(limiter) {}
+    : fd_(fd),
+      kick_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      address_(std::move(address)),
+      who_(std::move(who)),
+      clock_(clock),
+      limiter_(limiter) {}
 
-WakeListener::~WakeListener() { Stop(); }
+WakeListener::~WakeListener() {
+  Stop();
+  if (kick_fd_ >= 0) close(kick_fd_);  // here, not in Stop(): Result() may still kick
+}
 
 void WakeListener::Start(std::function<void()> on_wake) {
   if (thread_.joinable() || fd_ < 0) return;
@@ -185,17 +198,25 @@ void WakeListener::Stop() {
 }
 
 void WakeListener::Result(bool found_work) {
-  std::lock_guard lock(mu_);
-  limiter_.Result(found_work);
+  bool pending;
+  {
+    std::lock_guard lock(mu_);
+    limiter_.Result(found_work);
+    pending = limiter_.due().has_value();
+  }
+  // Wake-ups held while the poll ran may act now (it found work): let the loop look.
+  if (pending) Kick();
+}
+
+void WakeListener::Kick() {
+  uint64_t one = 1;
+  if (kick_fd_ >= 0) (void)!write(kick_fd_, &one, sizeof one);
 }
 
 void WakeListener::Loop(std::stop_token stop) {
-  // An eventfd the stop callback writes, so Stop() does not wait out a poll timeout.
-  const int stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  std::stop_callback on_stop(stop, [stop_fd] {
-    uint64_t one = 1;
-    if (stop_fd >= 0) (void)!write(stop_fd, &one, sizeof one);
-  });
+  // Stop() and Result() write kick_fd_, so the loop need not wait out its timeout.
+  std::stop_callback on_stop(stop, [this] { Kick(); });
+  const int stop_fd = kick_fd_;
   char buf[64];
   while (!stop.stop_requested()) {
     int timeout_ms = 1000;
@@ -209,6 +230,10 @@ void WakeListener::Loop(std::stop_token stop) {
     pollfd fds[2] = {{fd_, POLLIN, 0}, {stop_fd, POLLIN, 0}};
     const int n = poll(fds, stop_fd >= 0 ? 2 : 1, stop_fd >= 0 ? timeout_ms : std::min(timeout_ms, 100));
     if (stop.stop_requested()) break;
+    if (n > 0 && stop_fd >= 0 && (fds[1].revents & POLLIN)) {
+      uint64_t count;
+      (void)!read(stop_fd, &count, sizeof count);
+    }
     bool act = false;
     if (n > 0 && (fds[0].revents & POLLIN)) {
       for (int i = 0; i < kDrainPerRound; ++i) {
@@ -236,7 +261,6 @@ void WakeListener::Loop(std::stop_token stop) {
       on_wake_();
     }
   }
-  if (stop_fd >= 0) close(stop_fd);
 }
 
 // --- WakeSender ---------------------------------------------------------------

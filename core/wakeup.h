@@ -54,8 +54,10 @@ std::optional<Endpoint> ParseEndpoint(std::string_view text, bool allow_port_zer
 // `gap_after_nothing` and the poll (or dispatch cycle) after it found nothing: then at
 // most one acts per `gap_after_nothing` (the poll interval), so a flood of forged
 // wake-ups cannot cause more empty polls than that, while genuine ones, whose polls
-// find work, are never held back. Acts are at least `min_gap` apart. A wake-up that may
-// not act yet is remembered, and all such coalesce into one, due at due().
+// find work, are never held back. Acts are at least `min_gap` apart. While the poll of
+// the latest act has not reported (Result), further wake-ups wait as if it found
+// nothing. A wake-up that may not act yet is remembered, and all such coalesce into one,
+// due at due().
 class WakeLimiter {
  public:
   using TimePoint = Clock::TimePoint;
@@ -112,8 +114,10 @@ class WakeListener {
  private:
   WakeListener(int fd, std::string address, std::string who, WakeLimiter limiter, Clock& clock);
   void Loop(std::stop_token stop);
+  void Kick();  // ends the loop's current wait
 
   int fd_;
+  const int kick_fd_;  // eventfd: Stop() and Result() wake the loop (-1: it polls every 100 ms)
   const std::string address_;
   const std::string who_;
   Clock& clock_;

@@ -108,6 +108,7 @@
 # The machine's load matters (2 cores here): a warning is printed when other work runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/ports.sh
 
 sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss galera sync purge)
 
@@ -358,13 +359,6 @@ section_dispatch() {
 }
 
 # -- produce: rows/s of the producer's plain SQL and of the API (nothing consumes) --
-free_port() {
-  local p
-  while true; do
-    p=$((20000 + RANDOM % 40000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
 section_produce() {
   local label count rows conns r line rates api_port
   # label count rows-per-statement connections (api*: POST /v1/batches of `rows` events)
@@ -920,8 +914,7 @@ pg_start() {
   "${as[@]}" "$pg_bin/initdb" -D "$pg_dir/data" -A trust -U bench --no-instructions >"$pg_dir/initdb.log" 2>&1 ||
     { cat "$pg_dir/initdb.log" >&2; die "initdb failed"; }
   for _ in $(seq 1 10); do
-    pg_port=$((20000 + RANDOM % 40000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$pg_port") 2>/dev/null && continue
+    pg_port=$(free_port)
     # Same durability class as innodb_flush_log_at_trx_commit=1: fsync on, synchronous
     # commit on; shared_buffers as MariaDB's buffer pool.
     "${as[@]}" "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 30 -o \

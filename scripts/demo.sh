@@ -27,6 +27,7 @@
 # demo prints its URL; open it to watch the run live.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/ports.sh
 
 spaces=${DSYNC_DEMO_SPACES:-240}
 [[ $spaces =~ ^[0-9]+$ ]] && ((spaces >= 20 && spaces <= 1000)) ||
@@ -149,8 +150,7 @@ start node2 node --node-address "$(node_addr node2)"
 # binds (a port taken meanwhile makes `dsync serve` exit at once).
 console=""
 for _ in $(seq 1 10); do
-  port=$((20000 + RANDOM % 40000))
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+  port=$(free_port)
   start api serve --listen "127.0.0.1:$port"
   for _ in $(seq 1 100); do
     grep -q HTTP_LISTENING "$work/api.log" && { console="http://127.0.0.1:$port/"; break; }

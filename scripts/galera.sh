@@ -29,31 +29,13 @@
 # Only processes this script started are ever signalled, by their PID files.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/mariadb_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
 
 MEMBERS=3
 PROVIDER=${GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
 
 die() { echo "galera.sh: $*" >&2; exit 1; }
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 user_opt() { ((EUID == 0)) && echo --user=root || true; }
-
-# free_ports N: N distinct loopback ports nothing listens on now, below the ephemeral
-# range (an outgoing connection can take a port in that range before a member, which
-# binds its client port only after joining, gets to it).
-free_ports() {
-  local -A seen=()
-  local n=0 p low
-  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-  ((low > 21000)) || low=32768
-  while ((n < $1)); do
-    p=$((20000 + RANDOM % (low - 20000)))
-    [[ -n ${seen[$p]:-} ]] && continue
-    port_busy "$p" && continue
-    seen[$p]=1
-    echo "$p"
-    n=$((n + 1))
-  done
-}
 
 mdir() { echo "$1/m$2"; }
 

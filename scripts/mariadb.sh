@@ -14,9 +14,9 @@
 # Only the process this script started is ever signalled, by its PID file.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/mariadb_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
 
 die() { echo "mariadb.sh: $*" >&2; exit 1; }
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 wait_ready() {  # dir pid
   local dir=$1 pid=$2
@@ -56,8 +56,7 @@ cmd_start() {
   password=$(new_password)
   local port started=0
   for _ in $(seq 1 20); do
-    port=$((20000 + RANDOM % 40000))
-    port_busy "$port" && continue
+    port=$(free_port)
     write_cnf "$dir" "$port"
     if launch "$dir"; then started=1; break; fi
     # Lost a race for the port (or failed otherwise): stop what we started and retry.

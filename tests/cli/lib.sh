@@ -42,14 +42,8 @@ expect_eq() {  # expect_eq ACTUAL EXPECTED WHAT
   pass "$3"
 }
 
-# free_port: a loopback port nothing listens on now (the caller binds it soon after).
-free_port() {
-  local port
-  while :; do
-    port=$((20000 + RANDOM % 40000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
-  done
-}
+# free_port, free_ports N, port_busy P: loopback ports below the ephemeral range.
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/ports.sh"
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 

@@ -70,6 +70,29 @@ TEST(WakeLimiterTest, GenuineWakeUpsWhosePollsFindWorkActAtOnce) {
   EXPECT_FALSE(limiter.Offer(clock.Now()));  // wasted: now the gap applies
 }
 
+TEST(WakeLimiterTest, WakeUpsWhileThePollRunsWaitForItsResult) {
+  FakeClock clock;
+  WakeLimiter limiter(0ms, 3000ms);
+  EXPECT_TRUE(limiter.Offer(clock.Now()));
+  // Its poll is still running: a flood now must not cause another poll at once.
+  clock.Advance(2ms);
+  for (int i = 0; i < 100; ++i) EXPECT_FALSE(limiter.Offer(clock.Now()));
+  ASSERT_TRUE(limiter.due().has_value());
+  EXPECT_EQ(*limiter.due() - clock.Now(), 2998ms);  // as if the poll found nothing
+  limiter.Result(true);  // it found work: the held wake-up may act at once
+  ASSERT_TRUE(limiter.due().has_value());
+  EXPECT_TRUE(limiter.TakeDue(clock.Now()));
+
+  // The poll of this act never reports (a standby dispatcher, a failed cycle): acts
+  // stay one per gap.
+  int acted = 1;
+  for (int ms = 0; ms < 9000; ++ms) {
+    clock.Advance(1ms);
+    if (limiter.Offer(clock.Now()) || limiter.TakeDue(clock.Now())) ++acted;
+  }
+  EXPECT_EQ(acted, 4);  // the one above at 2 ms, then at 3002, 6002 and 9002 ms
+}
+
 TEST(WakeLimiterTest, MinGapSpacesActs) {
   FakeClock clock;
   WakeLimiter limiter(5ms, 500ms);
