@@ -112,6 +112,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -256,6 +257,33 @@ void InsertRows(Connection& c, const Options& o, int64_t first, int rows) {
 
 double Seconds(Steady::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// Codes [0, o.count) split into o.connections contiguous shares, one thread each,
+// sent o.rows_per_statement at a time: send(thread, first, rows). The first failure
+// stops every thread and is rethrown here.
+void InParallel(const Options& o, const std::function<void(int, int64_t, int)>& send) {
+  std::atomic<bool> failed{false};
+  std::string error;
+  std::mutex error_mu;
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < o.connections; ++t) {
+      threads.emplace_back([&, t] {
+        int64_t begin = o.count * t / o.connections, end = o.count * (t + 1) / o.connections;
+        try {
+          for (int64_t k = begin; k < end && !failed; k += o.rows_per_statement) {
+            send(t, k, static_cast<int>(std::min<int64_t>(end - k, o.rows_per_statement)));
+          }
+        } catch (const std::exception& e) {
+          std::lock_guard lock(error_mu);
+          failed = true;
+          error = e.what();
+        }
+      });
+    }
+  }
+  if (failed) throw std::runtime_error(error);
+}
+
 int Produce(const Options& o) {
   storage::DbUrl url = storage::DbUrl::Parse(o.url);
   std::atomic<int64_t> statements{0};
@@ -292,29 +320,11 @@ int Produce(const Options& o) {
     // so the timing covers the inserts only.
     std::vector<std::unique_ptr<Connection>> conns;
     for (int t = 0; t < o.connections; ++t) conns.push_back(std::make_unique<Connection>(url));
-    std::vector<std::jthread> threads;
-    std::atomic<bool> failed{false};
-    std::string error;
-    std::mutex error_mu;
     start = Steady::now();
-    for (int t = 0; t < o.connections; ++t) {
-      threads.emplace_back([&, t] {
-        int64_t begin = o.count * t / o.connections, end = o.count * (t + 1) / o.connections;
-        try {
-          for (int64_t k = begin; k < end && !failed; k += o.rows_per_statement) {
-            int rows = static_cast<int>(std::min<int64_t>(end - k, o.rows_per_statement));
-            InsertRows(*conns[t], o, k, rows);
-            ++statements;
-          }
-        } catch (const std::exception& e) {
-          std::lock_guard lock(error_mu);
-          failed = true;
-          error = e.what();
-        }
-      });
-    }
-    threads.clear();
-    if (failed) throw std::runtime_error(error);
+    InParallel(o, [&](int t, int64_t first, int rows) {
+      InsertRows(*conns[t], o, first, rows);
+      ++statements;
+    });
   }
   double secs = Seconds(Steady::now() - start);
   std::printf("PRODUCED rows=%lld statements=%lld seconds=%.3f rate=%.0f max_lag_rows=%lld\n",
@@ -360,30 +370,11 @@ int ProduceApi(const Options& o) {
     sessions.back()->setTimeout(Poco::Timespan(60, 0));
   }
   std::atomic<int64_t> requests{0};
-  std::atomic<bool> failed{false};
-  std::string error;
-  std::mutex error_mu;
   auto start = Steady::now();
-  {
-    std::vector<std::jthread> threads;
-    for (int t = 0; t < o.connections; ++t) {
-      threads.emplace_back([&, t] {
-        int64_t begin = o.count * t / o.connections, end = o.count * (t + 1) / o.connections;
-        try {
-          for (int64_t k = begin; k < end && !failed; k += o.rows_per_statement) {
-            int rows = static_cast<int>(std::min<int64_t>(end - k, o.rows_per_statement));
-            PostBatch(*sessions[t], o, k, rows);
-            ++requests;
-          }
-        } catch (const std::exception& e) {
-          std::lock_guard lock(error_mu);
-          failed = true;
-          error = e.what();
-        }
-      });
-    }
-  }
-  if (failed) throw std::runtime_error(error);
+  InParallel(o, [&](int t, int64_t first, int rows) {
+    PostBatch(*sessions[t], o, first, rows);
+    ++requests;
+  });
   double secs = Seconds(Steady::now() - start);
   std::printf("PRODUCED rows=%lld statements=%lld seconds=%.3f rate=%.0f max_lag_rows=0\n",
               static_cast<long long>(o.count), static_cast<long long>(requests.load()), secs, o.count / secs);
@@ -849,30 +840,8 @@ struct CeilingWorker {
       }
       try {
         // 4 steps: the plan, step 1 EXECUTING
-        v.clear();
         step_codes.clear();
-        for (size_t i = 0; i < rows; ++i) {
-          std::string code = o.prefix + "-" + std::to_string(first + static_cast<int64_t>(i));
-          for (size_t s = 1; s <= k; ++s) {
-            std::string step_code = code + "#" + std::to_string(s);
-            bool executing = s == 1;
-            v.emplace_back(step_code);
-            v.emplace_back(code);
-            v.emplace_back(std::string("bench"));
-            v.emplace_back(static_cast<int64_t>(s));
-            v.emplace_back(std::string("demo"));
-            v.emplace_back("s" + std::to_string(s));
-            v.emplace_back(int64_t{3});
-            v.emplace_back(std::string("{}"));  // the demo step's params: none
-            v.emplace_back(std::string(executing ? "EXECUTING" : "PENDING"));
-            if (executing) v.emplace_back(node);
-            else v.emplace_back(std::monostate{});
-            v.emplace_back(int64_t{executing ? 1 : 0});
-            v.emplace_back(executing);
-            v.emplace_back(std::monostate{});
-            step_codes.emplace_back(std::move(step_code));
-          }
-        }
+        StepRows(first, rows, v, &step_codes);
         Expect(c.Execute(q.insert_steps, storage::Values(v)), rows * k, "steps");
         lap(3);
         // 5 ledger

@@ -93,18 +93,20 @@ WakeLimiter::TimePoint WakeLimiter::NextAllowed() const {
   TimePoint next{};
   if (acted_at_) next = *acted_at_ + min_gap_;
   if (wasted_at_) next = std::max(next, *wasted_at_ + gap_after_nothing_);
-  // Until the poll of the latest act reports, count it as one that found nothing: a
-  // flood arriving while that poll runs must not act again (each act would be another
-  // poll), and a poll that never reports (a standby dispatcher, a failed cycle) holds
-  // acts to one per gap. Result(true) lifts this at once.
+  // Until its poll reports, the latest act holds the next one back (a flood while it
+  // runs must not cause a poll each), for at most the gap (a poll that never reports).
   if (awaiting_result_ && acted_at_) next = std::max(next, *acted_at_ + gap_after_nothing_);
   return next;
 }
 
 void WakeLimiter::Act(TimePoint now) {
+  // A follow-up: this act serves wake-ups that came in while the last poll ran, and
+  // that poll has reported (not one whose report is overdue).
+  follow_up_ = pending_during_poll_ && !awaiting_result_;
   acted_at_ = now;
   awaiting_result_ = true;
   pending_ = false;
+  pending_during_poll_ = false;
 }
 
 bool WakeLimiter::Offer(TimePoint now) {
@@ -113,6 +115,7 @@ bool WakeLimiter::Offer(TimePoint now) {
     return true;
   }
   pending_ = true;
+  if (awaiting_result_) pending_during_poll_ = true;
   return false;
 }
 
@@ -130,7 +133,14 @@ bool WakeLimiter::TakeDue(TimePoint now) {
 void WakeLimiter::Result(bool found_work) {
   if (!awaiting_result_) return;
   awaiting_result_ = false;
-  if (!found_work) wasted_at_ = acted_at_;
+  if (found_work) return;
+  // Nothing found. Wake-ups that came in while the poll ran get one follow-up at once
+  // (the work they announce may be newer than what the poll read); after an empty
+  // follow-up, or with none waiting, the gap applies.
+  if (follow_up_ || !pending_during_poll_) {
+    wasted_at_ = acted_at_;
+    pending_during_poll_ = false;  // what waits now, waits out the gap and acts afresh
+  }
 }
 
 // --- WakeListener -------------------------------------------------------------

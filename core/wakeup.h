@@ -51,13 +51,17 @@ struct Endpoint {
 std::optional<Endpoint> ParseEndpoint(std::string_view text, bool allow_port_zero = false);
 
 // Decides when a wake-up may act. It acts at once, unless an earlier one acted within
-// `gap_after_nothing` and the poll (or dispatch cycle) after it found nothing: then at
-// most one acts per `gap_after_nothing` (the poll interval), so a flood of forged
+// `gap_after_nothing` and the polls (or dispatch cycles) it caused found nothing: then
+// at most two act per `gap_after_nothing` (the poll interval), so a flood of forged
 // wake-ups cannot cause more empty polls than that, while genuine ones, whose polls
-// find work, are never held back. Acts are at least `min_gap` apart. While the poll of
-// the latest act has not reported (Result), further wake-ups wait as if it found
-// nothing. A wake-up that may not act yet is remembered, and all such coalesce into one,
-// due at due().
+// find work, are never held back. Acts are at least `min_gap` apart.
+//
+// Wake-ups that arrive while the poll of the latest act runs wait for its Result: they
+// may announce work that poll read too early, so they act once it reports, whatever it
+// found (one follow-up). Only when the follow-up finds nothing too, or nothing arrived
+// during the poll, does the gap apply. A poll that never reports (a standby dispatcher,
+// a failed cycle) counts as finding nothing after `gap_after_nothing`. A wake-up that
+// may not act yet is remembered, and all such coalesce into one, due at due().
 class WakeLimiter {
  public:
   using TimePoint = Clock::TimePoint;
@@ -80,9 +84,11 @@ class WakeLimiter {
   const Millis min_gap_;
   const Millis gap_after_nothing_;
   std::optional<TimePoint> acted_at_;   // the latest act
-  std::optional<TimePoint> wasted_at_;  // the latest act whose poll found nothing
-  bool awaiting_result_ = false;
+  std::optional<TimePoint> wasted_at_;  // the latest act after which the gap applies
+  bool awaiting_result_ = false;        // the latest act's poll has not reported
+  bool follow_up_ = false;              // the latest act was a follow-up
   bool pending_ = false;
+  bool pending_during_poll_ = false;    // a pending wake-up arrived while awaiting_result_
 };
 
 struct WakeStats {

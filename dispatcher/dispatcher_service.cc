@@ -201,33 +201,10 @@ void DispatcherService::BatchLoop(std::stop_token stop) {
 
 DispatcherStats DispatcherService::stats() {
   DispatcherStats s;
-  LockerStats l = locker_.stats();
-  s.leader = l.leader;
-  s.lease_token = l.token;
-  s.lease_acquired = l.acquired;
-  s.lease_lost = l.lost;
-  s.lease_lost_by_watchdog = l.lost_by_watchdog;
-  s.lease_renew_failures = l.renew_failures;
-  CycleStats c = cycle_.stats();
-  s.cycles = c.cycles;
-  s.cycle_failures = c.failures;
-  s.assigned = c.assigned;
-  s.lost_races = c.lost_races;
-  s.fenced_out = c.fenced_out;
-  s.last_cycle_duration = c.last_duration;
-  s.max_cycle_duration = c.max_duration;
-  s.dispatch_latency = std::move(c.dispatch_latency);
-  s.cycle_duration = std::move(c.cycle_duration);
-  if (l.leader) s.unroutable = std::move(c.unroutable);
-  SweeperStats w = sweeper_.stats();
-  s.sweeps = w.sweeps;
-  s.sweep_failures = w.failures;
-  s.nodes_marked_offline = w.marked_offline;
-  s.nodes_purged = w.purged;
-  s.resets_node_offline = w.resets_node_offline;
-  s.resets_timed_out = w.resets_timed_out;
-  s.resets_not_claimed = w.resets_not_claimed;
-  s.reset_races = w.reset_races;
+  s.lease = locker_.stats();
+  s.cycle = cycle_.stats();
+  if (!s.lease.leader) s.cycle.unroutable.clear();  // a follower's record is stale
+  s.sweeper = sweeper_.stats();
   s.retention = retention_.stats();
   s.batch_checks = batches_.checks();
   s.batches_completed = batches_.completed();

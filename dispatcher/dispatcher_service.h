@@ -59,35 +59,12 @@
 namespace dsync::dispatcher {
 
 struct DispatcherStats {
-  bool leader = false;
-  int64_t lease_token = 0;              // current or last tenure
-  uint64_t lease_acquired = 0;
-  uint64_t lease_lost = 0;
-  uint64_t lease_lost_by_watchdog = 0;  // of lease_lost
-  uint64_t lease_renew_failures = 0;
-  uint64_t cycles = 0;
-  uint64_t cycle_failures = 0;
-  uint64_t assigned = 0;
-  uint64_t lost_races = 0;
-  uint64_t fenced_out = 0;              // cycles whose writes the lease fence refused
-  Millis last_cycle_duration{0};
-  Millis max_cycle_duration{0};
-  metrics::HistogramSnapshot dispatch_latency;  // event due -> assigned, seconds
-  metrics::HistogramSnapshot cycle_duration;    // seconds
-  // Topics no live node can run, with their PENDING events, as this process last
-  // recorded them while leading (CycleStats::unroutable); empty while a follower.
-  std::map<std::string, UnroutableTopic> unroutable;
-  uint64_t sweeps = 0;
-  uint64_t sweep_failures = 0;
-  uint64_t nodes_marked_offline = 0;
-  uint64_t nodes_purged = 0;
-  uint64_t resets_node_offline = 0;
-  uint64_t resets_timed_out = 0;
-  uint64_t resets_not_claimed = 0;      // ASSIGNED too long to a live node that did not claim
-  uint64_t reset_races = 0;             // resets skipped: the event changed since read
-  RetentionStats retention;             // events and steps removed by retention passes
+  LockerStats lease;         // tenures of the dispatcher lease
+  CycleStats cycle;          // dispatch cycles; `unroutable` only while leading
+  SweeperStats sweeper;      // offline marking, purges and resets of the leader's sweeps
+  RetentionStats retention;  // events and steps removed by retention passes
   uint64_t batch_checks = 0;
-  uint64_t batches_completed = 0;       // completion events produced by this process
+  uint64_t batches_completed = 0;  // completion events produced by this process
 };
 
 // The dispatcher's families of /metrics (lease, dispatch, sweeper; its reasons of

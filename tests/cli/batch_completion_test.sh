@@ -9,21 +9,12 @@
 source "$(dirname "$0")/lib.sh"
 
 port=$(free_port)
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "batch-e2e",
-  "registry":   { "heartbeat_interval_ms": 400, "offline_timeout_ms": 4000, "sweep_interval_ms": 500 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 2000,
-                  "batch_check_interval_ms": 100 },
-  "consumer":   { "poll_interval_ms": 20 },
-  "api":        { "listen": "127.0.0.1:$port" },
-  "topics": {
-    "W":    { "ordered": false, "steps": [ { "name": "w", "type": "demo" } ] },
-    "DONE": { "steps": [ { "name": "d", "type": "demo" } ] }
-  }
-}
-JSON
+write_config batch-e2e '{
+  "W":    { "ordered": false, "steps": [ { "name": "w", "type": "demo" } ] },
+  "DONE": { "steps": [ { "name": "d", "type": "demo" } ] }
+}' '{"registry":   {"heartbeat_interval_ms": 400, "offline_timeout_ms": 4000, "sweep_interval_ms": 500},
+     "dispatcher": {"lease_ttl_ms": 2000, "batch_check_interval_ms": 100},
+     "consumer":   {"poll_interval_ms": 20}}' "{\"api\": {\"listen\": \"127.0.0.1:$port\"}}"
 "$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
 
 # 1,000 events, 20 of them failing permanently (COMPENSATED: terminal too).

@@ -10,11 +10,7 @@
 #    target row equals the source row; the listing and the gauge clear.
 source "$(dirname "$0")/lib.sh"
 
-ENV_A="${SCHEMA}_a"
-ENV_B="${SCHEMA}_b"
-root_sql() { MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "$1"; }
-drop_envs() { root_sql "DROP DATABASE IF EXISTS \`$ENV_A\`; DROP DATABASE IF EXISTS \`$ENV_B\`" 2>/dev/null || true; }
-trap 'drop_envs; cleanup' EXIT
+with_datasources
 # On failure, show what the processes said.
 fail() {
   echo "FAIL: $*" >&2
@@ -23,30 +19,15 @@ fail() {
   exit 1
 }
 
-root_sql "CREATE DATABASE \`$ENV_A\`; CREATE DATABASE \`$ENV_B\`;
-  CREATE TABLE \`$ENV_A\`.item (id INT PRIMARY KEY, name VARCHAR(50));
-  CREATE TABLE \`$ENV_B\`.item (id INT PRIMARY KEY, name VARCHAR(50));
-  INSERT INTO \`$ENV_A\`.item VALUES (1, 'from env_a'), (2, 'other');"
+on_both "CREATE TABLE item (id INT PRIMARY KEY, name VARCHAR(50))"
+dbq "$SRC" "INSERT INTO item VALUES (1, 'from env_a'), (2, 'other')"
 
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "routing",
-  "datasources": {
-    "env_a": "mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT/$ENV_A",
-    "env_b": "mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT/$ENV_B"
-  },
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 5000, "capacity": 2 },
-  "topics": {
-    "SYNC":   { "steps": [ { "name": "items", "type": "table_sync", "source": "env_a", "target": "env_b",
-                             "table": "item", "where": "id = :id" } ] },
-    "DEMO":   { "steps": [ { "name": "s1", "type": "demo" } ] },
-    "BROKEN": { "steps": [ { "name": "odd", "type": "no_such_type" } ] }
-  }
-}
-JSON
+write_config routing '{
+  "SYNC":   { "steps": [ { "name": "items", "type": "table_sync", "source": "env_a", "target": "env_b",
+                           "table": "item", "where": "id = :id" } ] },
+  "DEMO":   { "steps": [ { "name": "s1", "type": "demo" } ] },
+  "BROKEN": { "steps": [ { "name": "odd", "type": "no_such_type" } ] }
+}' "$DATASOURCES" '{"consumer": {"drain_timeout_ms": 5000, "capacity": 2}}'
 export DSYNC_LOG_LEVEL=info
 dsync() { "$DSYNC_BIN" "$@" --config "$WORK/dsync.json"; }
 wait_status() {  # wait_status CODE STATUS TIMEOUT
@@ -119,7 +100,7 @@ expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event_step WHERE job_code IN (
 start_bg b "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7502 --topics SYNC
 wait_status sync-1 SUCCESS 15
 expect_eq "$(sql "SELECT node_address FROM distribute_event WHERE code = 'sync-1'")" 127.0.0.1:7502 "sync-1 ran on node B"
-expect_eq "$(root_sql "SELECT CONCAT(id, ':', name) FROM \`$ENV_B\`.item ORDER BY id")" "1:from env_a" "target row synced"
+expect_eq "$(dbq "$TGT" "SELECT CONCAT(id, ':', name) FROM item ORDER BY id")" "1:from env_a" "target row synced"
 wait_for '[[ -z $(attention sync-1) ]]' 10 "sync-1 no longer listed"
 wait_for "! metrics_line 'dsync_events_unroutable\{topic=\"SYNC\"\} .*'" 15 "SYNC gauge gone"
 expect_eq "$(attention broken-1 | cut -d'|' -f1)" unroutable "broken-1 still unroutable (no node can build it)"

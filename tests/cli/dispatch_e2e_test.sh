@@ -16,20 +16,13 @@ DB_HOST=${_u%%:*}; _u=${_u#*:}; DB_PORT=${_u%%/*}
 DB_URL="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT/$SCHEMA"
 trap 'cleanup; bash "$SRC/scripts/mariadb.sh" stop "$OWN_DB"' EXIT
 
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "dispatch-e2e",
-  "registry":   { "heartbeat_interval_ms": 400, "offline_timeout_ms": 4000, "sweep_interval_ms": 500 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 2000 },
-  "consumer":   { "poll_interval_ms": 20, "drain_timeout_ms": 5000 },
-  "topics": {
-    "W":     { "ordered": false, "max_processing_time_ms": 20000, "steps": [ { "name": "w", "type": "demo" } ] },
-    "O":     { "ordered": true,  "steps": [ { "name": "o", "type": "demo" } ] },
-    "OTHER": { "steps": [ { "name": "x", "type": "demo" } ] }
-  }
-}
-JSON
+write_config dispatch-e2e '{
+  "W":     { "ordered": false, "max_processing_time_ms": 20000, "steps": [ { "name": "w", "type": "demo" } ] },
+  "O":     { "ordered": true,  "steps": [ { "name": "o", "type": "demo" } ] },
+  "OTHER": { "steps": [ { "name": "x", "type": "demo" } ] }
+}' '{"registry":   {"heartbeat_interval_ms": 400, "offline_timeout_ms": 4000, "sweep_interval_ms": 500},
+     "dispatcher": {"lease_ttl_ms": 2000},
+     "consumer":   {"poll_interval_ms": 20, "drain_timeout_ms": 5000}}'
 node() {  # node NAME PORT CAPACITY TOPICS
   start_bg "$1" "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address "127.0.0.1:$2" --capacity "$3" --topics "$4"
 }

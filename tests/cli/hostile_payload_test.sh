@@ -8,19 +8,10 @@
 # the node fails the hostile event permanently (no retry loop) and keeps working.
 source "$(dirname "$0")/lib.sh"
 
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "hostile",
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "capacity": 2 },
-  "topics": {
-    "DEMO": { "max_retry": 3, "backoff_base_ms": 100, "backoff_max_ms": 400,
-              "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" } ] }
-  }
-}
-JSON
+write_config hostile '{
+  "DEMO": { "max_retry": 3, "backoff_base_ms": 100, "backoff_max_ms": 400,
+            "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" } ] }
+}' '{"consumer": {"capacity": 2}}'
 dsync() { "$DSYNC_BIN" "$@" --config "$WORK/dsync.json"; }
 DEEP="CONCAT(REPEAT('[', 100000), REPEAT(']', 100000))"
 MARKER="nests deeper than 512 levels"

@@ -9,33 +9,15 @@
 source "$(dirname "$0")/lib.sh"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, retry_count, last_error FROM distribute_event" >&2; sql "SELECT step_name, status, error_details FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
-SRC="${SCHEMA}_a"; TGT="${SCHEMA}_b"
-drop_datasources() {
-  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" \
-    -e "DROP DATABASE IF EXISTS \`$SRC\`; DROP DATABASE IF EXISTS \`$TGT\`" 2>/dev/null || true
-}
-trap 'cleanup; drop_datasources' EXIT
-dbq() { MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$1" -e "$2"; }
-base="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT"
+with_datasources
 
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "interrupted",
-  "datasources": { "env_a": "$base/$SRC", "env_b": "$base/$TGT" },
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 3000, "capacity": 2 },
-  "topics": {
-    "BIG": {
-      "max_retry": 1, "backoff_base_ms": 100, "ordered": false,
-      "steps": [ { "name": "big", "type": "table_sync", "source": "env_a", "target": "env_b",
-                   "table": "big", "where": "grp = :g", "chunk_size": 500 } ]
-    }
+write_config interrupted '{
+  "BIG": {
+    "max_retry": 1, "backoff_base_ms": 100, "ordered": false,
+    "steps": [ { "name": "big", "type": "table_sync", "source": "env_a", "target": "env_b",
+                 "table": "big", "where": "grp = :g", "chunk_size": 500 } ]
   }
-}
-JSON
-start_node() { start_bg "$1" "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address "127.0.0.1:$2"; }
+}' "$DATASOURCES" '{"consumer": {"capacity": 2}}'
 chunks() { dbq "$TGT" "SELECT COUNT(*) FROM dsync_sync_chunk WHERE step_code = '$1#1' AND chunk_no > 0"; }
 # Rows of the target that differ from the snapshot taken before the sync (or are extra/missing).
 changed() {
@@ -44,10 +26,7 @@ changed() {
                    + (SELECT COUNT(*) FROM before_sync b LEFT JOIN big a USING (id) WHERE a.id IS NULL)"
 }
 
-for s in "$SRC" "$TGT"; do
-  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "CREATE DATABASE \`$s\`"
-  dbq "$s" "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3))"
-done
+on_both "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3))"
 dbq "$SRC" "INSERT INTO big SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND FROM seq_1_to_100000"
 # The target: an older copy, 10 % of the rows missing (the sync inserts them).
 dbq "$TGT" "INSERT INTO big SELECT seq, 1, CONCAT('old ', seq), NULL FROM seq_1_to_100000 WHERE seq % 10 <> 7"

@@ -123,3 +123,51 @@ process_log_gaps() {
         ([range(1; .log | length) as $i | select(.log[$i].from != .log[$i - 1].to)] | length) > 0))
     ) | .code'
 }
+
+# write_config SERVICE TOPICS [MERGE...]: the config file ($CONFIG_FILE, default
+# $WORK/dsync.json) for SERVICE with TOPICS (the "topics" object, JSON) and the short
+# intervals the tests share: heartbeats every 300 ms, offline after 1.5 s, polls every
+# 50 ms. Each MERGE, a JSON object, is merged over the result in turn (jq's `*`), so
+# '{"consumer": {"capacity": 2}}' changes that one field and keeps the others.
+write_config() {
+  local service=$1 topics=$2
+  shift 2
+  jq -n --arg db "$DB_URL" --arg service "$service" --argjson topics "$topics" 'reduce
+    ($ARGS.positional[] | fromjson) as $merge ({
+      database: $db, service: $service,
+      registry:   {heartbeat_interval_ms: 300, offline_timeout_ms: 1500, sweep_interval_ms: 250},
+      dispatcher: {poll_interval_ms: 50, idle_interval_ms: 200, lease_ttl_ms: 3000},
+      consumer:   {poll_interval_ms: 50, drain_timeout_ms: 3000},
+      topics: $topics
+    }; . * $merge)' --args "$@" \
+    >"${CONFIG_FILE:-$WORK/dsync.json}" || fail "write_config: bad JSON for service $service"
+}
+
+# start_node NAME PORT [ARGS...]: `dsync node` at 127.0.0.1:PORT with $WORK/dsync.json,
+# in the background (PID_NAME, log $WORK/NAME.log).
+start_node() {
+  local name=$1 port=$2
+  shift 2
+  start_bg "$name" "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address "127.0.0.1:$port" "$@"
+}
+
+# with_datasources: two new schemas on the test server, SRC and TGT (dropped at exit),
+# and DATASOURCES, a config member naming them env_a and env_b (for write_config's
+# MERGE). `dbq SCHEMA "SQL"` queries either; `on_both "SQL"` runs SQL in both.
+with_datasources() {
+  SRC="${SCHEMA}_a"
+  TGT="${SCHEMA}_b"
+  local base="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT"
+  DATASOURCES="{\"datasources\": {\"env_a\": \"$base/$SRC\", \"env_b\": \"$base/$TGT\"}}"
+  trap 'cleanup; drop_datasources' EXIT
+  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" \
+    -e "CREATE DATABASE \`$SRC\`; CREATE DATABASE \`$TGT\`"
+}
+drop_datasources() {
+  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" \
+    -e "DROP DATABASE IF EXISTS \`$SRC\`; DROP DATABASE IF EXISTS \`$TGT\`" 2>/dev/null || true
+}
+dbq() {  # dbq SCHEMA "SQL" -> tab-separated rows, no headers
+  MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$1" -e "$2"
+}
+on_both() { dbq "$SRC" "$1" && dbq "$TGT" "$1"; }

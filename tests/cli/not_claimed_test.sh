@@ -10,21 +10,12 @@
 #     plain SQL, deterministically): the node leaves them, the sweeper hands them back.
 source "$(dirname "$0")/lib.sh"
 
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "claims",
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 3000 },
-  "topics": {
-    "DEMO":  { "max_retry": 3, "backoff_base_ms": 100, "ordered": false, "claim_timeout_ms": 1500,
-               "steps": [ { "name": "s1", "type": "demo" } ] },
-    "OTHER": { "max_retry": 3, "backoff_base_ms": 100, "ordered": false,
-               "steps": [ { "name": "o1", "type": "demo" } ] }
-  }
-}
-JSON
+write_config claims '{
+  "DEMO":  { "max_retry": 3, "backoff_base_ms": 100, "ordered": false, "claim_timeout_ms": 1500,
+             "steps": [ { "name": "s1", "type": "demo" } ] },
+  "OTHER": { "max_retry": 3, "backoff_base_ms": 100, "ordered": false,
+             "steps": [ { "name": "o1", "type": "demo" } ] }
+}'
 dsync() { "$DSYNC_BIN" "$@" --config "$WORK/dsync.json"; }
 count() { sql "SELECT COUNT(*) FROM distribute_event WHERE $1"; }
 dsync migrate >/dev/null

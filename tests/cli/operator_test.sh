@@ -7,21 +7,12 @@
 # from the start (and refuses others); drain makes a live node exit; --json is JSON.
 source "$(dirname "$0")/lib.sh"
 
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "ops",
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 5000, "capacity": 4 },
-  "topics": {
-    "DEMO": { "max_retry": 2, "backoff_base_ms": 50, "backoff_max_ms": 100, "ordered": false,
-              "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" },
-                         { "name": "s3", "type": "demo" } ] },
-    "OTHER": { "steps": [ { "name": "only", "type": "demo" } ] }
-  }
-}
-JSON
+write_config ops '{
+  "DEMO": { "max_retry": 2, "backoff_base_ms": 50, "backoff_max_ms": 100, "ordered": false,
+            "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" },
+                       { "name": "s3", "type": "demo" } ] },
+  "OTHER": { "steps": [ { "name": "only", "type": "demo" } ] }
+}' '{"consumer": {"drain_timeout_ms": 5000, "capacity": 4}}'
 dsync() { "$DSYNC_BIN" "$@" --config "$WORK/dsync.json"; }
 events_digest() { sql "SELECT COUNT(*), IFNULL(SUM(CRC32(CONCAT_WS('|', code, topic, tenant_id, data_id, payload))), 0) FROM distribute_event"; }
 expect_fail() {  # expect_fail EXIT_CODE "message part" WHAT -- cmd...

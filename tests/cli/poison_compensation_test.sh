@@ -10,26 +10,16 @@
 #     max_retry retries, with the reason.
 source "$(dirname "$0")/lib.sh"
 
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "poison",
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 2000, "capacity": 2 },
-  "topics": {
-    "DEMO": { "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 200, "ordered": false,
-              "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" } ] },
-    "SLOW": { "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 200, "ordered": false,
-              "steps": [ { "name": "s1", "type": "demo", "timeout_ms": 300 }, { "name": "s2", "type": "demo" } ] }
-  }
-}
-JSON
+write_config poison '{
+  "DEMO": { "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 200, "ordered": false,
+            "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" } ] },
+  "SLOW": { "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 200, "ordered": false,
+            "steps": [ { "name": "s1", "type": "demo", "timeout_ms": 300 }, { "name": "s2", "type": "demo" } ] }
+}' '{"consumer": {"drain_timeout_ms": 2000, "capacity": 2}}'
 node_of() { sql "SELECT IFNULL(node_address, '') FROM distribute_event WHERE code = '$1'"; }
-start_node() { start_bg n1 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7701; }
 "$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
 start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
-start_node
+start_node n1 7701
 wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 1 ]]' 10 "n1 online"
 
 # --- A: the compensation kills its node each time --------------------------------
@@ -39,7 +29,7 @@ for round in 1 2 3; do
     "round $round: the compensation of s1 running on n1"
   sleep 0.2
   kill9 "$PID_n1"
-  start_node  # same address: its start hands back what the killed process held
+  start_node n1 7701  # same address: its start hands back what the killed process held
   pass "round $round: n1 killed during the compensation and restarted"
 done
 wait_for '[[ $(event_status crash) == FAILED ]]' 30 "crash FAILED (is \$(event_status crash))"

@@ -30,20 +30,11 @@ pass "README: $n_api api blocks, $n_sql sql blocks"
 port=$(free_port)
 # The topics the README's examples use, with no-op demo steps (no second
 # environment needed to show the API).
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "readme",
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200 },
-  "consumer":   { "poll_interval_ms": 50, "capacity": 4 },
-  "topics": {
-    "SPACE_ADD": { "steps": [ { "name": "space", "type": "demo" }, { "name": "docs", "type": "demo" },
-                              { "name": "tags", "type": "demo" }, { "name": "permissions", "type": "demo" } ] },
-    "DOC_UPDATE": { "steps": [ { "name": "doc", "type": "demo" } ] }
-  }
-}
-JSON
+write_config readme '{
+  "SPACE_ADD": { "steps": [ { "name": "space", "type": "demo" }, { "name": "docs", "type": "demo" },
+                            { "name": "tags", "type": "demo" }, { "name": "permissions", "type": "demo" } ] },
+  "DOC_UPDATE": { "steps": [ { "name": "doc", "type": "demo" } ] }
+}' '{"consumer": {"capacity": 4}}'
 "$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
 start_bg all "$DSYNC_BIN" all --config "$WORK/dsync.json" --listen "127.0.0.1:$port" --node-address 127.0.0.1:7401
 wait_for "curl -sf http://127.0.0.1:$port/healthz >/dev/null" 15 "API up on $port"

@@ -6,26 +6,14 @@
 # step history, demo_ledger (each effect applied exactly once), saga order.
 source "$(dirname "$0")/lib.sh"
 
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "e2e",
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 8000, "capacity": 4 },
-  "topics": {
-    "DEMO": {
-      "max_retry": 3, "backoff_base_ms": 100, "backoff_max_ms": 400, "ordered": false,
-      "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" }, { "name": "s3", "type": "demo" } ]
-    }
+write_config e2e '{
+  "DEMO": {
+    "max_retry": 3, "backoff_base_ms": 100, "backoff_max_ms": 400, "ordered": false,
+    "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" }, { "name": "s3", "type": "demo" } ]
   }
-}
-JSON
+}' '{"consumer": {"drain_timeout_ms": 8000, "capacity": 4}}'
 export DSYNC_LOG_LEVEL=info
 dsync() { "$DSYNC_BIN" "$@" --config "$WORK/dsync.json"; }
-start_node() {  # start_node NAME PORT
-  start_bg "$1" "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address "127.0.0.1:$2"
-}
 node_of() { sql "SELECT node_address FROM distribute_event WHERE code = '$1'"; }
 wait_status() {  # wait_status CODE STATUS TIMEOUT
   wait_for "[[ \$(event_status $1) == $2 ]]" "$3" "$1 to become $2 (is \$(event_status $1))"

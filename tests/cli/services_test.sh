@@ -9,20 +9,11 @@
 # belongs to the service whose `dsync migrate` created the schema.
 source "$(dirname "$0")/lib.sh"
 
-config() {  # config SERVICE -> a config file for that service
-  cat > "$WORK/$1.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "$1",
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 2000 },
-  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 3000 },
-  "topics": {
+config() {  # config SERVICE -> $WORK/SERVICE.json, a config file for that service
+  CONFIG_FILE="$WORK/$1.json" write_config "$1" '{
     "DEMO": { "max_retry": 5, "backoff_base_ms": 100, "ordered": false, "max_processing_time_ms": 60000,
               "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" } ] }
-  }
-}
-JSON
+  }' '{"dispatcher": {"lease_ttl_ms": 2000}}'
 }
 config alpha
 config beta

@@ -11,48 +11,26 @@
 source "$(dirname "$0")/lib.sh"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, attempt, last_error FROM distribute_event" >&2; sql "SELECT job_code, step_name, status, error_details, output FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
-SRC="${SCHEMA}_a"; TGT="${SCHEMA}_b"
-drop_datasources() {
-  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" \
-    -e "DROP DATABASE IF EXISTS \`$SRC\`; DROP DATABASE IF EXISTS \`$TGT\`" 2>/dev/null || true
-}
-trap 'cleanup; drop_datasources' EXIT
-dbq() {  # dbq SCHEMA "SQL"
-  MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$1" -e "$2"
-}
-base="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT"
+with_datasources
 
 saga() {  # saga TOPIC ON_CONFLICT: a sync, then a demo step that can be told to fail
   cat <<JSON
-    "$1": { "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 200,
-      "steps": [ { "name": "sync", "type": "table_sync", "source": "env_a", "target": "env_b",
-                   "table": "doc", "where": "grp = :g", "on_conflict": "$2" },
-                 { "name": "next", "type": "demo" } ] },
+  "$1": { "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 200,
+    "steps": [ { "name": "sync", "type": "table_sync", "source": "env_a", "target": "env_b",
+                 "table": "doc", "where": "grp = :g", "on_conflict": "$2" },
+               { "name": "next", "type": "demo" } ] },
 JSON
 }
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "tsconf",
-  "datasources": { "env_a": "$base/$SRC", "env_b": "$base/$TGT" },
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 3000, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 8000, "capacity": 2 },
-  "topics": {
+write_config tsconf "{
 $(saga CF fail)
 $(saga CS skip)
 $(saga CO overwrite)
-    "LONG": { "max_retry": 1, "max_processing_time_ms": 1500,
-      "steps": [ { "name": "long", "type": "table_sync", "source": "env_a", "target": "env_b",
-                   "table": "big", "where": "1 = 1", "chunk_size": 40, "timeout_ms": 300000 } ] }
-  }
-}
-JSON
-for s in "$SRC" "$TGT"; do
-  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "CREATE DATABASE \`$s\`"
-  dbq "$s" "CREATE TABLE doc (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40))"
-  dbq "$s" "CREATE TABLE big (id INT PRIMARY KEY, name VARCHAR(40))"
-done
+  \"LONG\": { \"max_retry\": 1, \"max_processing_time_ms\": 1500,
+    \"steps\": [ { \"name\": \"long\", \"type\": \"table_sync\", \"source\": \"env_a\", \"target\": \"env_b\",
+                 \"table\": \"big\", \"where\": \"1 = 1\", \"chunk_size\": 40, \"timeout_ms\": 300000 } ] }
+}" "$DATASOURCES" '{"registry": {"offline_timeout_ms": 3000}, "consumer": {"drain_timeout_ms": 8000, "capacity": 2}}'
+on_both "CREATE TABLE doc (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40));
+         CREATE TABLE big (id INT PRIMARY KEY, name VARCHAR(40))"
 dbq "$SRC" "INSERT INTO doc SELECT seq, 1, CONCAT('new ', seq) FROM seq_1_to_10"
 dbq "$SRC" "INSERT INTO big SELECT seq, CONCAT('row ', seq) FROM seq_1_to_120000"
 older_copy() { dbq "$TGT" "DELETE FROM doc; INSERT INTO doc SELECT seq, 1, CONCAT('old ', seq) FROM seq_1_to_8"; }

@@ -12,36 +12,16 @@
 source "$(dirname "$0")/lib.sh"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, node_address, last_error FROM distribute_event" >&2; sql "SELECT step_name, status, error_details, output FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
-SRC="${SCHEMA}_a"; TGT="${SCHEMA}_b"
-drop_datasources() {
-  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" \
-    -e "DROP DATABASE IF EXISTS \`$SRC\`; DROP DATABASE IF EXISTS \`$TGT\`" 2>/dev/null || true
-}
-trap 'cleanup; drop_datasources' EXIT
-dbq() {  # dbq SCHEMA "SQL"
-  MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$1" -e "$2"
-}
-base="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT"
+with_datasources
 
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "tsync",
-  "datasources": { "env_a": "$base/$SRC", "env_b": "$base/$TGT" },
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500, "sweep_interval_ms": 250 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 8000, "capacity": 2 },
-  "topics": {
-    "BIG": {
-      "max_retry": 5, "backoff_base_ms": 200, "backoff_max_ms": 1000, "ordered": false,
-      "steps": [ { "name": "big", "type": "table_sync", "source": "env_a", "target": "env_b",
-                   "table": "big", "where": "grp = :g", "chunk_size": 2000 } ]
-    }
+write_config tsync '{
+  "BIG": {
+    "max_retry": 5, "backoff_base_ms": 200, "backoff_max_ms": 1000, "ordered": false,
+    "steps": [ { "name": "big", "type": "table_sync", "source": "env_a", "target": "env_b",
+                 "table": "big", "where": "grp = :g", "chunk_size": 2000 } ]
   }
-}
-JSON
+}' "$DATASOURCES" '{"consumer": {"drain_timeout_ms": 8000, "capacity": 2}}'
 export DSYNC_LOG_LEVEL=info
-start_node() { start_bg "$1" "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address "127.0.0.1:$2"; }
 node_of() { sql "SELECT node_address FROM distribute_event WHERE code = '$1'"; }
 chunks() {  # chunks CODE [ATTEMPT]: chunk records of the event's step
   dbq "$TGT" "SELECT COUNT(*) FROM dsync_sync_chunk WHERE step_code = '$1#1' AND chunk_no > 0 ${2:+AND attempt = $2}"
@@ -52,10 +32,7 @@ differing() {
               WHERE NOT (BINARY a.name <=> BINARY b.name AND a.at <=> b.at AND a.grp <=> b.grp)"
 }
 
-for s in "$SRC" "$TGT"; do
-  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "CREATE DATABASE \`$s\`"
-  dbq "$s" "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3))"
-done
+on_both "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3))"
 dbq "$SRC" "INSERT INTO big SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND FROM seq_1_to_200000"
 dbq "$TGT" "INSERT INTO big SELECT seq, 1, CONCAT('old ', seq), NULL FROM seq_1_to_200000 WHERE seq % 10 <> 7"
 

@@ -15,42 +15,23 @@
 source "$(dirname "$0")/lib.sh"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, topic, status, last_error FROM distribute_event" >&2 || true; tail -n 20 "$WORK"/*.log >&2 || true; exit 1; }
-SRC="${SCHEMA}_a"; TGT="${SCHEMA}_b"
-drop_datasources() {
-  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" \
-    -e "DROP DATABASE IF EXISTS \`$SRC\`; DROP DATABASE IF EXISTS \`$TGT\`" 2>/dev/null || true
-}
-trap 'cleanup; drop_datasources' EXIT
-dbq() { MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$1" -e "$2"; }
-base="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT"
+with_datasources
 port=$(free_port)
 
-cat > "$WORK/dsync.json" <<JSON
-{
-  "database": "$DB_URL",
-  "service": "verify",
-  "datasources": { "env_a": "$base/$SRC", "env_b": "$base/$TGT" },
-  "registry":   { "heartbeat_interval_ms": 300, "offline_timeout_ms": 1500 },
-  "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 200 },
-  "consumer":   { "poll_interval_ms": 50, "capacity": 2 },
-  "api":        { "listen": "127.0.0.1:$port" },
-  "topics": {
-    "SYNC": { "steps": [ { "name": "docs", "type": "table_sync", "source": "env_a", "target": "env_b",
-                           "table": "doc", "where": "grp = :g", "delete_missing": true } ] },
-    "SYNC_THEN_VERIFY": { "max_retry": 1, "backoff_base_ms": 100, "steps": [
-        { "name": "titles", "type": "table_sync", "source": "env_a", "target": "env_b",
-          "table": "doc", "where": "grp = :g", "columns": ["a", "b", "grp", "txt"] },
-        { "name": "check", "type": "table_verify", "source": "env_a", "target": "env_b",
-          "table": "doc", "where": "grp = :g" } ] },
-    "dsync_repair": { "steps": [ { "name": "repair", "type": "table_repair" } ] }
-  }
-}
-JSON
+write_config verify '{
+  "SYNC": { "steps": [ { "name": "docs", "type": "table_sync", "source": "env_a", "target": "env_b",
+                         "table": "doc", "where": "grp = :g", "delete_missing": true } ] },
+  "SYNC_THEN_VERIFY": { "max_retry": 1, "backoff_base_ms": 100, "steps": [
+      { "name": "titles", "type": "table_sync", "source": "env_a", "target": "env_b",
+        "table": "doc", "where": "grp = :g", "columns": ["a", "b", "grp", "txt"] },
+      { "name": "check", "type": "table_verify", "source": "env_a", "target": "env_b",
+        "table": "doc", "where": "grp = :g" } ] },
+  "dsync_repair": { "steps": [ { "name": "repair", "type": "table_repair" } ] }
+}' "$DATASOURCES" "{\"consumer\": {\"capacity\": 2}, \"api\": {\"listen\": \"127.0.0.1:$port\"}}"
 V=("$DSYNC_BIN" verify --config "$WORK/dsync.json")
 ONE=(--source env_a --target env_b --table doc)
 
 for s in "$SRC" "$TGT"; do
-  MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" -e "CREATE DATABASE \`$s\`"
   dbq "$s" "CREATE TABLE doc (a INT NOT NULL, b VARCHAR(20) COLLATE utf8mb4_general_ci NOT NULL,
               grp INT NOT NULL, txt VARCHAR(50) COLLATE utf8mb4_general_ci NULL, opt VARCHAR(10) NULL,
               bin VARBINARY(8) NULL, at DATETIME(3) NULL, PRIMARY KEY (a, b)) DEFAULT CHARSET=utf8mb4"

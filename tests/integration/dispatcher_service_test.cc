@@ -61,8 +61,8 @@ TEST(DispatcherServiceTest, TwoDispatchersAssignEveryEventExactlyOnceWithOneLead
   DispatcherService* second = first == a.get() ? b.get() : a.get();
   EXPECT_FALSE(second->is_leader());
   // The cycle counts a page after it commits it (and may read the next page first).
-  EXPECT_TRUE(Eventually([&] { return first->stats().assigned == static_cast<uint64_t>(kEvents / 2); }))
-      << first->stats().assigned;
+  EXPECT_TRUE(Eventually([&] { return first->stats().cycle.assigned == static_cast<uint64_t>(kEvents / 2); }))
+      << first->stats().cycle.assigned;
 
   // The leader stops (releasing its lease); more capacity arrives; the other leads.
   first->Stop();
@@ -78,13 +78,13 @@ TEST(DispatcherServiceTest, TwoDispatchersAssignEveryEventExactlyOnceWithOneLead
   EXPECT_EQ(db.QueryInt("SELECT MAX(c) FROM (SELECT COUNT(*) c FROM distribute_event "
                         "WHERE status = 'ASSIGNED' GROUP BY node_address) t"), 250);
   DispatcherStats sa = a->stats(), sb = b->stats();
-  EXPECT_EQ(sa.assigned + sb.assigned, static_cast<uint64_t>(kEvents));
-  EXPECT_EQ(sa.lost_races + sb.lost_races, 0u);
-  EXPECT_EQ(sa.fenced_out + sb.fenced_out, 0u);
-  EXPECT_EQ(sa.lease_acquired, 1u);
-  EXPECT_EQ(sb.lease_acquired, 1u);
-  EXPECT_EQ(sa.lease_lost + sb.lease_lost, 0u);
-  EXPECT_EQ(second->stats().lease_token, first->stats().lease_token + 1);
+  EXPECT_EQ(sa.cycle.assigned + sb.cycle.assigned, static_cast<uint64_t>(kEvents));
+  EXPECT_EQ(sa.cycle.lost_races + sb.cycle.lost_races, 0u);
+  EXPECT_EQ(sa.cycle.fenced_out + sb.cycle.fenced_out, 0u);
+  EXPECT_EQ(sa.lease.acquired, 1u);
+  EXPECT_EQ(sb.lease.acquired, 1u);
+  EXPECT_EQ(sa.lease.lost + sb.lease.lost, 0u);
+  EXPECT_EQ(second->stats().lease.token, first->stats().lease.token + 1);
   EXPECT_EQ(db.QueryInt("SELECT token FROM distribute_lease_lock WHERE lock_name = 'dispatcher:kbs-sync'"), 2);
   EXPECT_EQ(Text(db, "SELECT COALESCE(owner, 'none') FROM distribute_lease_lock"), "none");  // released
   EXPECT_EQ(both_leading.load(), 0) << "of " << samples.load() << " samples";
@@ -109,11 +109,11 @@ TEST(DispatcherServiceTest, TheLeaderSweepsADeadNodeAndRedispatchesItsEvents) {
   EXPECT_EQ(Count(db, "code LIKE 'r%' AND last_error = 'reset: node dead:1 offline'"), 10);
   EXPECT_EQ(Count(db, "status = 'ASSIGNED' AND retry_count = 1"), 5);  // the RUNNING ones
   DispatcherStats st = service.stats();
-  EXPECT_EQ(st.resets_node_offline, 10u);
-  EXPECT_EQ(st.nodes_marked_offline, 1u);
-  EXPECT_EQ(st.assigned, 10u);
-  EXPECT_GE(st.sweeps, 1u);
-  EXPECT_FALSE(st.leader);
+  EXPECT_EQ(st.sweeper.resets_node_offline, 10u);
+  EXPECT_EQ(st.sweeper.marked_offline, 1u);
+  EXPECT_EQ(st.cycle.assigned, 10u);
+  EXPECT_GE(st.sweeper.sweeps, 1u);
+  EXPECT_FALSE(st.lease.leader);
   EXPECT_EQ(db.QueryInt("SELECT status FROM distribute_node_registry WHERE node_address = 'dead:1'"), 0);
 }
 
@@ -133,12 +133,12 @@ TEST(DispatcherServiceTest, AFollowerNeverDispatches) {
   std::this_thread::sleep_for(700ms);
   EXPECT_FALSE(service.is_leader());
   EXPECT_EQ(Count(db, "status = 'PENDING'"), 10);
-  EXPECT_EQ(service.stats().cycles, 0u);
+  EXPECT_EQ(service.stats().cycle.cycles, 0u);
 
   // The holder releases: this one takes over with the next token and dispatches.
   db.Exec("UPDATE distribute_lease_lock SET owner = NULL");
   ASSERT_TRUE(Eventually([&] { return Count(db, "status = 'ASSIGNED'") == 10; }));
-  EXPECT_EQ(service.stats().lease_token, 6);
+  EXPECT_EQ(service.stats().lease.token, 6);
   service.Stop();
 }
 

@@ -70,27 +70,67 @@ TEST(WakeLimiterTest, GenuineWakeUpsWhosePollsFindWorkActAtOnce) {
   EXPECT_FALSE(limiter.Offer(clock.Now()));  // wasted: now the gap applies
 }
 
-TEST(WakeLimiterTest, WakeUpsWhileThePollRunsWaitForItsResult) {
+TEST(WakeLimiterTest, WakeUpsWhileThePollRunsGetOneFollowUp) {
   FakeClock clock;
   WakeLimiter limiter(0ms, 3000ms);
   EXPECT_TRUE(limiter.Offer(clock.Now()));
-  // Its poll is still running: a flood now must not cause another poll at once.
+  // Its poll is still running: a flood now must not cause a poll each.
   clock.Advance(2ms);
   for (int i = 0; i < 100; ++i) EXPECT_FALSE(limiter.Offer(clock.Now()));
   ASSERT_TRUE(limiter.due().has_value());
-  EXPECT_EQ(*limiter.due() - clock.Now(), 2998ms);  // as if the poll found nothing
-  limiter.Result(true);  // it found work: the held wake-up may act at once
-  ASSERT_TRUE(limiter.due().has_value());
+  EXPECT_EQ(*limiter.due() - clock.Now(), 2998ms);  // held while the poll runs
+  // The poll found nothing, but the wake-ups may announce work it read too early:
+  // one follow-up acts at once.
+  limiter.Result(false);
   EXPECT_TRUE(limiter.TakeDue(clock.Now()));
+  // More of the flood during the follow-up's poll, which finds nothing too: now the
+  // gap applies, from the follow-up.
+  clock.Advance(2ms);
+  EXPECT_FALSE(limiter.Offer(clock.Now()));
+  limiter.Result(false);
+  EXPECT_FALSE(limiter.TakeDue(clock.Now()));
+  ASSERT_TRUE(limiter.due().has_value());
+  EXPECT_EQ(*limiter.due() - clock.Now(), 2998ms);
+}
 
-  // The poll of this act never reports (a standby dispatcher, a failed cycle): acts
-  // stay one per gap.
-  int acted = 1;
-  for (int ms = 0; ms < 9000; ++ms) {
-    clock.Advance(1ms);
+TEST(WakeLimiterTest, AGenuineWakeUpDuringABusyPollActsWhenItReports) {
+  FakeClock clock;
+  WakeLimiter limiter(0ms, 3000ms);
+  EXPECT_TRUE(limiter.Offer(clock.Now()));
+  clock.Advance(1ms);
+  EXPECT_FALSE(limiter.Offer(clock.Now()));  // more work announced while it polls
+  EXPECT_FALSE(limiter.TakeDue(clock.Now()));
+  limiter.Result(true);
+  EXPECT_TRUE(limiter.TakeDue(clock.Now()));
+}
+
+TEST(WakeLimiterTest, AFloodWhosePollsNeverReportActsOncePerGap) {
+  // A standby dispatcher, or failing cycles: Result is never called.
+  FakeClock clock;
+  WakeLimiter limiter(0ms, 3000ms);
+  int acted = 0;
+  for (int ms = 0; ms <= 9000; ++ms) {
     if (limiter.Offer(clock.Now()) || limiter.TakeDue(clock.Now())) ++acted;
+    clock.Advance(1ms);
   }
-  EXPECT_EQ(acted, 4);  // the one above at 2 ms, then at 3002, 6002 and 9002 ms
+  EXPECT_EQ(acted, 4);  // at 0, 3000, 6000 and 9000 ms
+}
+
+TEST(WakeLimiterTest, AFloodDuringItsPollsCausesAtMostTwoPollsPerGap) {
+  FakeClock clock;
+  WakeLimiter limiter(0ms, 1000ms);
+  int acted = 0, polling_for = -1;
+  for (int ms = 0; ms < 10000; ++ms) {  // a forged datagram every ms; each poll takes 5 ms
+    if (polling_for == 0) limiter.Result(false);
+    if (polling_for >= 0) --polling_for;
+    if (limiter.Offer(clock.Now()) || limiter.TakeDue(clock.Now())) {
+      ++acted;
+      polling_for = 5;
+    }
+    clock.Advance(1ms);
+  }
+  EXPECT_GE(acted, 18);
+  EXPECT_LE(acted, 20);
 }
 
 TEST(WakeLimiterTest, MinGapSpacesActs) {
