@@ -69,6 +69,7 @@
 
 #include <unistd.h>
 
+#include "bench/bench_main.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -851,15 +852,6 @@ class Bench {
 }  // namespace dsync::bench
 
 int main(int argc, char** argv) {
-  try {
-    dsync::SetupLogging("warn", "bench");
-    dsync::bench::Options options = dsync::bench::ParseArgs(argc, argv);
-    return dsync::bench::Bench(std::move(options)).Run();
-  } catch (const dsync::UsageError& e) {
-    std::cerr << "dsync_dispatch_bench: " << e.what() << '\n';
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "dsync_dispatch_bench: " << e.what() << '\n';
-    return 1;
-  }
+  return dsync::bench::BenchMain("dsync_dispatch_bench",
+                                 [&] { return dsync::bench::Bench(dsync::bench::ParseArgs(argc, argv)).Run(); });
 }

@@ -131,6 +131,7 @@
 #include <Poco/URI.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_main.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -624,7 +625,7 @@ struct CeilingWorker {
 
   // The step rows of events [first, first + rows) for the INSERT IGNORE (step 1
   // EXECUTING at attempt 1 on this node), as the engine's PlanRow + StepValues.
-  void StepRows(int64_t first, size_t rows, std::vector<Value>& v, std::vector<std::string>* codes) {
+  void StepRows(int64_t first, size_t rows, std::vector<Value>& v, std::vector<Value>* codes) {
     const size_t k = static_cast<size_t>(o.steps);
     v.clear();
     for (size_t i = 0; i < rows; ++i) {
@@ -646,7 +647,7 @@ struct CeilingWorker {
         v.emplace_back(int64_t{executing ? 1 : 0});
         v.emplace_back(executing);
         v.emplace_back(std::monostate{});
-        if (codes) codes->push_back(std::move(step_code));
+        if (codes) codes->emplace_back(std::move(step_code));
       }
     }
   }
@@ -986,18 +987,11 @@ int Ceiling(const Options& o) {
 }  // namespace dsync::bench
 
 int main(int argc, char** argv) {
-  try {
-    dsync::SetupLogging("warn", "bench");
+  return dsync::bench::BenchMain("dsync_load_bench", [&] {
     dsync::bench::Options options = dsync::bench::ParseArgs(argc, argv);
     if (options.command == "produce") return dsync::bench::Produce(options);
     if (options.command == "produce-api") return dsync::bench::ProduceApi(options);
     if (options.command == "ceiling") return dsync::bench::Ceiling(options);
     return dsync::bench::Probe(options);
-  } catch (const dsync::UsageError& e) {
-    std::cerr << "dsync_load_bench: " << e.what() << '\n';
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "dsync_load_bench: " << e.what() << '\n';
-    return 1;
-  }
+  });
 }

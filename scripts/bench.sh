@@ -281,6 +281,15 @@ new_work() {
   work_dirs+=("$work")
 }
 
+# new_cluster NAME NODES: a new schema NAME, a work dir and config, and a dispatcher
+# with NODES nodes running on them.
+new_cluster() {
+  new_schema "$1"
+  new_work
+  write_config "$work/dsync.json"
+  start_cluster "$2"
+}
+
 # start_cluster NODES: dispatcher + NODES nodes at 127.0.0.1:7001.., waits until live.
 start_cluster() {
   local n
@@ -406,10 +415,7 @@ section_produce() {
 e2e_line=""
 e2e_run() {
   local kind=$1 r=$2 t0 t1 line
-  new_schema "e2e_${kind}_$r"
-  new_work
-  write_config "$work/dsync.json"
-  start_cluster 4
+  new_cluster "e2e_${kind}_$r" 4
   sleep 1  # first heartbeats and lease settle
   declare -A before after
   snapshot before
@@ -593,10 +599,7 @@ latency_run() {
   local rate=$1 secs=$2 r=$3 wake_flag=() count line
   [[ ${4:-} == wake ]] && wake_flag=(--wake-dispatcher bench)
   count=$((rate * secs))
-  new_schema "latency_$r"
-  new_work
-  write_config "$work/dsync.json"
-  start_cluster 4
+  new_cluster "latency_$r" 4
   sleep 1
   line=$("$load" produce --db "$schema_url" --count "$count" --rate "$rate" --tick-ms 10 \
     --rows-per-statement 1000 "${wake_flag[@]}" --topic E2E_1 --prefix "l$r")
@@ -763,10 +766,7 @@ section_failover() {
   local save_capacity=$capacity
   capacity=$held
   for r in $(seq 1 "$runs"); do
-    new_schema "failover_$r"
-    new_work
-    write_config "$work/dsync.json"
-    start_cluster 1
+    new_cluster "failover_$r" 1
     local victim=${node_pids[0]}
     sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
          SELECT 'bench', CONCAT('f-', seq), CONCAT('d-', seq), 'E2E_1', '{\"demo\": {\"sleep_ms\": 600000}}'
@@ -807,10 +807,7 @@ section_rss() {
   # Each in-flight event may hold a pooled connection: room for 1,000 + the others.
   root_sql "SET GLOBAL max_connections = 2000"
   for r in $(seq 1 "$runs"); do
-    new_schema "rss_$r"
-    new_work
-    write_config "$work/dsync.json"
-    start_cluster 1
+    new_cluster "rss_$r" 1
     local pid=${node_pids[0]}
     sleep 1
     local idle_kb

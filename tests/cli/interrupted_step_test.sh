@@ -26,16 +26,9 @@ changed() {
                    + (SELECT COUNT(*) FROM before_sync b LEFT JOIN big a USING (id) WHERE a.id IS NULL)"
 }
 
-on_both "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3))"
-dbq "$SRC" "INSERT INTO big SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND FROM seq_1_to_100000"
-# The target: an older copy, 10 % of the rows missing (the sync inserts them).
-dbq "$TGT" "INSERT INTO big SELECT seq, 1, CONCAT('old ', seq), NULL FROM seq_1_to_100000 WHERE seq % 10 <> 7"
+big_tables 100000  # the target: an older copy, 10 % of the rows missing (the sync inserts them)
 dbq "$TGT" "CREATE TABLE before_sync LIKE big; INSERT INTO before_sync SELECT * FROM big"
-
-"$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
-start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
-start_node n1 7601
-wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 1 ]]' 10 "n1 online"
+start_dispatch n1 7601
 
 produce big-1 '{"g": 1}' BIG
 wait_for '[[ $(chunks big-1 2>/dev/null) -ge 3 ]]' 120 "three chunks committed by n1"

@@ -171,3 +171,20 @@ dbq() {  # dbq SCHEMA "SQL" -> tab-separated rows, no headers
   MYSQL_PWD=$DB_PASS mariadb -N -B -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$1" -e "$2"
 }
 on_both() { dbq "$SRC" "$1" && dbq "$TGT" "$1"; }
+
+# big_tables ROWS: table `big` (id, grp, name, at) in SRC and TGT (with_datasources):
+# ROWS rows in SRC; in TGT an older copy, every row different and 10 % missing.
+big_tables() {
+  on_both "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3))"
+  dbq "$SRC" "INSERT INTO big SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND FROM seq_1_to_$1"
+  dbq "$TGT" "INSERT INTO big SELECT seq, 1, CONCAT('old ', seq), NULL FROM seq_1_to_$1 WHERE seq % 10 <> 7"
+}
+
+# start_dispatch NODE PORT: migrates, starts a dispatcher (PID_disp) and node NODE at
+# 127.0.0.1:PORT with $WORK/dsync.json, and waits until the node is online.
+start_dispatch() {
+  "$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
+  start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+  start_node "$1" "$2"
+  wait_for "[[ \$(sql \"SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1 AND node_address = '127.0.0.1:$2'\") == 1 ]]" 15 "node $1 online"
+}

@@ -17,10 +17,7 @@ write_config poison '{
             "steps": [ { "name": "s1", "type": "demo", "timeout_ms": 300 }, { "name": "s2", "type": "demo" } ] }
 }' '{"consumer": {"drain_timeout_ms": 2000, "capacity": 2}}'
 node_of() { sql "SELECT IFNULL(node_address, '') FROM distribute_event WHERE code = '$1'"; }
-"$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
-start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
-start_node n1 7701
-wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 1 ]]' 10 "n1 online"
+start_dispatch n1 7701
 
 # --- A: the compensation kills its node each time --------------------------------
 produce crash '{"demo": {"fail": {"s2": "permanent"}, "compensation_sleep_ms": 60000}}'

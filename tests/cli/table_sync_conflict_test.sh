@@ -36,10 +36,7 @@ dbq "$SRC" "INSERT INTO big SELECT seq, CONCAT('row ', seq) FROM seq_1_to_120000
 older_copy() { dbq "$TGT" "DELETE FROM doc; INSERT INTO doc SELECT seq, 1, CONCAT('old ', seq) FROM seq_1_to_8"; }
 dump() { dbq "$TGT" "SELECT id, grp, name FROM doc ORDER BY id"; }
 
-"$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
-start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
-start_bg n1 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7351
-wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 1 ]]' 15 "node online"
+start_dispatch n1 7351
 
 step_status() { sql "SELECT status FROM distribute_event_step WHERE job_code = '$1' AND step_name = '$2'"; }
 # run_saga CODE TOPIC: the sync succeeds, production writes row 5 while the next step

@@ -32,14 +32,8 @@ differing() {
               WHERE NOT (BINARY a.name <=> BINARY b.name AND a.at <=> b.at AND a.grp <=> b.grp)"
 }
 
-on_both "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3))"
-dbq "$SRC" "INSERT INTO big SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND FROM seq_1_to_200000"
-dbq "$TGT" "INSERT INTO big SELECT seq, 1, CONCAT('old ', seq), NULL FROM seq_1_to_200000 WHERE seq % 10 <> 7"
-
-"$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
-start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
-start_node n1 7301
-wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 1 ]]' 10 "node n1 online"
+big_tables 200000
+start_dispatch n1 7301
 
 # --- A: kill -9 mid-step, the next owner resumes -----------------------------------
 produce big-a '{"g": 1}' BIG
