@@ -623,6 +623,28 @@ struct CeilingWorker {
     else RunMinimal();
   }
 
+  // Takes the next batch of events [first, first + rows) of the shared counter; false
+  // when all are taken or a worker failed.
+  bool TakeBatch(int64_t& first, size_t& rows) {
+    if (failed) return false;
+    first = next.fetch_add(o.batch);
+    if (first >= o.count) return false;
+    rows = static_cast<size_t>(std::min<int64_t>(o.batch, o.count - first));
+    return true;
+  }
+
+  // Times the stages of one batch: Lap(s) adds the time since the previous lap (or
+  // the start) to stage_s[s].
+  struct Laps {
+    double* stage_s;
+    Steady::time_point t = Steady::now();
+    void operator()(int stage) {
+      auto now = Steady::now();
+      stage_s[stage] += Seconds(now - t);
+      t = now;
+    }
+  };
+
   // The step rows of events [first, first + rows) for the INSERT IGNORE (step 1
   // EXECUTING at attempt 1 on this node), as the engine's PlanRow + StepValues.
   void StepRows(int64_t first, size_t rows, std::vector<Value>& v, std::vector<Value>* codes) {
@@ -657,18 +679,12 @@ struct CeilingWorker {
     const size_t k = static_cast<size_t>(o.steps);
     std::vector<Value> v;
     std::vector<std::string> codes;
-    while (!failed) {
-      int64_t first = next.fetch_add(o.batch);
-      if (first >= o.count) break;
-      const size_t rows = static_cast<size_t>(std::min<int64_t>(o.batch, o.count - first));
+    int64_t first;
+    size_t rows;
+    while (TakeBatch(first, rows)) {
       const size_t n = SizeClass(rows);
       const ExactSql& q = Exact(rows);
-      auto t = Steady::now();
-      auto lap = [&](int stage) {
-        auto now = Steady::now();
-        stage_s[stage] += Seconds(now - t);
-        t = now;
-      };
+      Laps lap{stage_s};
       // Padded to n by repeating the last entry.
       auto add_padded = [&](auto&& value_of) {
         for (size_t i = 0; i < n; ++i) v.emplace_back(value_of(std::min(i, rows - 1)));
@@ -809,17 +825,11 @@ struct CeilingWorker {
     std::vector<Value> v;
     std::vector<Value> ids, step_codes;
     const size_t k = static_cast<size_t>(o.steps);
-    while (!failed) {
-      int64_t first = next.fetch_add(o.batch);
-      if (first >= o.count) break;
-      const size_t rows = static_cast<size_t>(std::min<int64_t>(o.batch, o.count - first));
+    int64_t first;
+    size_t rows;
+    while (TakeBatch(first, rows)) {
       const CeilingSql& q = Sql(rows);
-      auto t = Steady::now();
-      auto lap = [&](int stage) {
-        auto now = Steady::now();
-        stage_s[stage] += Seconds(now - t);
-        t = now;
-      };
+      Laps lap{stage_s};
       // 1 insert (the producer's statement) and the ids it got.
       InsertRows(c, o, first, static_cast<int>(rows));
       auto first_id = c.QueryInt("SELECT LAST_INSERT_ID()");

@@ -276,7 +276,7 @@ void ConsumerNode::PollLoop(std::stop_token stop) {
       // kBusyPollGap.
       if (!clock_.SleepFor(kBusyPollGap, stop)) break;
       std::unique_lock lock(mu_);
-      poll_cv_.wait_for(lock, stop, kBusyPollInterval, [&] {
+      clock_.WaitFor(poll_cv_, lock, stop, kBusyPollInterval, [&] {
         return options_.capacity - static_cast<int>(known_.size()) >= claim_threshold;
       });
       poll_now_ = false;
@@ -286,7 +286,7 @@ void ConsumerNode::PollLoop(std::stop_token stop) {
     // look every kBusyPollInterval rather than waiting out the poll interval.
     const bool busy = clock_.Now() - last_work_ < kBusyWindow;
     std::unique_lock lock(mu_);
-    poll_cv_.wait_for(lock, stop, busy ? std::min(pause, kBusyPollInterval) : pause, [&] { return poll_now_; });
+    clock_.WaitFor(poll_cv_, lock, stop, busy ? std::min(pause, kBusyPollInterval) : pause, [&] { return poll_now_; });
     bool woken = poll_now_;
     poll_now_ = false;
     pause = woken ? options_.poll_interval : std::min(pause * 2, std::max(options_.idle_interval, options_.poll_interval));

@@ -12,4 +12,9 @@ bool SystemClock::SleepFor(Millis d, std::stop_token stop) {
   return !cv.wait_for(lock, stop, d, [] { return false; }) && !stop.stop_requested();
 }
 
+bool SystemClock::WaitFor(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock,
+                          std::stop_token stop, Millis d, const std::function<bool()>& done) {
+  return cv.wait_for(lock, stop, d, done);
+}
+
 }  // namespace dsync

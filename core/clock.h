@@ -9,7 +9,8 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>  // kept for includers that relied on it
+#include <functional>
+#include <mutex>
 #include <stop_token>
 
 namespace dsync {
@@ -23,12 +24,20 @@ class Clock {
   virtual TimePoint Now() = 0;
   // Sleeps for `d` or until `stop` is requested. Returns false when stopped.
   virtual bool SleepFor(Millis d, std::stop_token stop) = 0;
+  // Waits on `cv`, with `lock` held, until `done()` holds (other threads change its
+  // state and notify `cv`), `d` passes on this clock, or `stop` is requested; returns
+  // done(). Every timed condition-variable wait of a component with a Clock goes
+  // through here, so a fake clock drives its timeouts too.
+  virtual bool WaitFor(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock,
+                       std::stop_token stop, Millis d, const std::function<bool()>& done) = 0;
 };
 
 class SystemClock final : public Clock {
  public:
   TimePoint Now() override { return std::chrono::steady_clock::now(); }
   bool SleepFor(Millis d, std::stop_token stop) override;
+  bool WaitFor(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock, std::stop_token stop,
+               Millis d, const std::function<bool()>& done) override;
 };
 
 }  // namespace dsync

@@ -93,20 +93,13 @@ WakeLimiter::TimePoint WakeLimiter::NextAllowed() const {
   TimePoint next{};
   if (acted_at_) next = *acted_at_ + min_gap_;
   if (wasted_at_) next = std::max(next, *wasted_at_ + gap_after_nothing_);
-  // Until its poll reports, the latest act holds the next one back (a flood while it
-  // runs must not cause a poll each), for at most the gap (a poll that never reports).
-  if (awaiting_result_ && acted_at_) next = std::max(next, *acted_at_ + gap_after_nothing_);
   return next;
 }
 
 void WakeLimiter::Act(TimePoint now) {
-  // A follow-up: this act serves wake-ups that came in while the last poll ran, and
-  // that poll has reported (not one whose report is overdue).
-  follow_up_ = pending_during_poll_ && !awaiting_result_;
   acted_at_ = now;
   awaiting_result_ = true;
   pending_ = false;
-  pending_during_poll_ = false;
 }
 
 bool WakeLimiter::Offer(TimePoint now) {
@@ -115,7 +108,6 @@ bool WakeLimiter::Offer(TimePoint now) {
     return true;
   }
   pending_ = true;
-  if (awaiting_result_) pending_during_poll_ = true;
   return false;
 }
 
@@ -133,14 +125,7 @@ bool WakeLimiter::TakeDue(TimePoint now) {
 void WakeLimiter::Result(bool found_work) {
   if (!awaiting_result_) return;
   awaiting_result_ = false;
-  if (found_work) return;
-  // Nothing found. Wake-ups that came in while the poll ran get one follow-up at once
-  // (the work they announce may be newer than what the poll read); after an empty
-  // follow-up, or with none waiting, the gap applies.
-  if (follow_up_ || !pending_during_poll_) {
-    wasted_at_ = acted_at_;
-    pending_during_poll_ = false;  // what waits now, waits out the gap and acts afresh
-  }
+  if (!found_work) wasted_at_ = acted_at_;
 }
 
 // --- WakeListener -------------------------------------------------------------
@@ -178,17 +163,9 @@ std::unique_ptr<WakeListener> WakeListener::Bind(const std::string& listen, cons
 }
 
 WakeListener::WakeListener(int fd, std::string address, std::string who, WakeLimiter limiter, Clock& clock)
-    : fd_(fd),
-      kick_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-      address_(std::move(address)),
-      who_(std::move(who)),
-      clock_(clock),
-      limiter_(limiter) {}
+    : fd_(fd), address_(std::move(address)), who_(std::move(who)), clock_(clock), limiter_(limiter) {}
 
-WakeListener::~WakeListener() {
-  Stop();
-  if (kick_fd_ >= 0) close(kick_fd_);  // here, not in Stop(): Result() may still kick
-}
+WakeListener::~WakeListener() { Stop(); }
 
 void WakeListener::Start(std::function<void()> on_wake) {
   if (thread_.joinable() || fd_ < 0) return;
@@ -208,25 +185,17 @@ void WakeListener::Stop() {
 }
 
 void WakeListener::Result(bool found_work) {
-  bool pending;
-  {
-    std::lock_guard lock(mu_);
-    limiter_.Result(found_work);
-    pending = limiter_.due().has_value();
-  }
-  // Wake-ups held while the poll ran may act now (it found work): let the loop look.
-  if (pending) Kick();
-}
-
-void WakeListener::Kick() {
-  uint64_t one = 1;
-  if (kick_fd_ >= 0) (void)!write(kick_fd_, &one, sizeof one);
+  std::lock_guard lock(mu_);
+  limiter_.Result(found_work);
 }
 
 void WakeListener::Loop(std::stop_token stop) {
-  // Stop() and Result() write kick_fd_, so the loop need not wait out its timeout.
-  std::stop_callback on_stop(stop, [this] { Kick(); });
-  const int stop_fd = kick_fd_;
+  // An eventfd the stop callback writes, so Stop() does not wait out a poll timeout.
+  const int stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  std::stop_callback on_stop(stop, [stop_fd] {
+    uint64_t one = 1;
+    if (stop_fd >= 0) (void)!write(stop_fd, &one, sizeof one);
+  });
   char buf[64];
   while (!stop.stop_requested()) {
     int timeout_ms = 1000;
@@ -240,10 +209,6 @@ void WakeListener::Loop(std::stop_token stop) {
     pollfd fds[2] = {{fd_, POLLIN, 0}, {stop_fd, POLLIN, 0}};
     const int n = poll(fds, stop_fd >= 0 ? 2 : 1, stop_fd >= 0 ? timeout_ms : std::min(timeout_ms, 100));
     if (stop.stop_requested()) break;
-    if (n > 0 && stop_fd >= 0 && (fds[1].revents & POLLIN)) {
-      uint64_t count;
-      (void)!read(stop_fd, &count, sizeof count);
-    }
     bool act = false;
     if (n > 0 && (fds[0].revents & POLLIN)) {
       for (int i = 0; i < kDrainPerRound; ++i) {
@@ -271,6 +236,7 @@ void WakeListener::Loop(std::stop_token stop) {
       on_wake_();
     }
   }
+  if (stop_fd >= 0) close(stop_fd);
 }
 
 // --- WakeSender ---------------------------------------------------------------
@@ -333,7 +299,7 @@ void WakeSignal::Notify() {
 
 bool WakeSignal::WaitFor(Millis d, std::stop_token stop) {
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, stop, d, [&] { return notified_; });
+  clock_.WaitFor(cv_, lock, stop, d, [&] { return notified_; });
   notified_ = false;
   return !stop.stop_requested();
 }

@@ -51,17 +51,18 @@ struct Endpoint {
 std::optional<Endpoint> ParseEndpoint(std::string_view text, bool allow_port_zero = false);
 
 // Decides when a wake-up may act. It acts at once, unless an earlier one acted within
-// `gap_after_nothing` and the polls (or dispatch cycles) it caused found nothing: then
-// at most two act per `gap_after_nothing` (the poll interval), so a flood of forged
-// wake-ups cannot cause more empty polls than that, while genuine ones, whose polls
-// find work, are never held back. Acts are at least `min_gap` apart.
+// `gap_after_nothing` and the poll (or dispatch cycle) after it found nothing: then at
+// most one acts per `gap_after_nothing` (the poll interval), while genuine ones, whose
+// polls find work, are never held back. Acts are at least `min_gap` apart. A wake-up
+// that may not act yet is remembered, and all such coalesce into one, due at due().
 //
-// Wake-ups that arrive while the poll of the latest act runs wait for its Result: they
-// may announce work that poll read too early, so they act once it reports, whatever it
-// found (one follow-up). Only when the follow-up finds nothing too, or nothing arrived
-// during the poll, does the gap apply. A poll that never reports (a standby dispatcher,
-// a failed cycle) counts as finding nothing after `gap_after_nothing`. A wake-up that
-// may not act yet is remembered, and all such coalesce into one, due at due().
+// Wake-ups that arrive while a woken poll runs act at once too (its result is not in
+// yet), and a result counts for the latest act. The poller folds acts that come during
+// a poll into one more poll after it (a flag), so a flood of forged wake-ups costs at
+// most two polls per `gap_after_nothing`: the act's and the one after it. Holding those
+// wake-ups until the poll reports (tried in session 9) made genuine ones wait a whole
+// interval whenever a woken dispatch cycle found the nodes still full, and cost a
+// quarter of the throughput at capacity 16 (bench/RESULTS.md).
 class WakeLimiter {
  public:
   using TimePoint = Clock::TimePoint;
@@ -84,11 +85,9 @@ class WakeLimiter {
   const Millis min_gap_;
   const Millis gap_after_nothing_;
   std::optional<TimePoint> acted_at_;   // the latest act
-  std::optional<TimePoint> wasted_at_;  // the latest act after which the gap applies
-  bool awaiting_result_ = false;        // the latest act's poll has not reported
-  bool follow_up_ = false;              // the latest act was a follow-up
+  std::optional<TimePoint> wasted_at_;  // the latest act whose poll found nothing
+  bool awaiting_result_ = false;
   bool pending_ = false;
-  bool pending_during_poll_ = false;    // a pending wake-up arrived while awaiting_result_
 };
 
 struct WakeStats {
@@ -120,10 +119,8 @@ class WakeListener {
  private:
   WakeListener(int fd, std::string address, std::string who, WakeLimiter limiter, Clock& clock);
   void Loop(std::stop_token stop);
-  void Kick();  // ends the loop's current wait
 
   int fd_;
-  const int kick_fd_;  // eventfd: Stop() and Result() wake the loop (-1: it polls every 100 ms)
   const std::string address_;
   const std::string who_;
   Clock& clock_;
@@ -157,14 +154,17 @@ class WakeSender {
   std::atomic<uint64_t> sent_{0};
 };
 
-// A pause that a wake-up can cut short (real time, like the consumer's poll wait).
+// A pause that a wake-up can cut short, on `clock` (Clock::WaitFor). `clock` must
+// outlive the signal.
 class WakeSignal {
  public:
+  explicit WakeSignal(Clock& clock) : clock_(clock) {}
   void Notify();
   // Waits `d`, or until Notify() (then clears it), or `stop`. False when stopped.
   bool WaitFor(Millis d, std::stop_token stop);
 
  private:
+  Clock& clock_;
   std::mutex mu_;
   std::condition_variable_any cv_;
   bool notified_ = false;

@@ -40,6 +40,7 @@ DispatcherService::DispatcherService(storage::ConnectionPool& pool, const Settin
       service_(settings.service),
       dispatcher_settings_(settings.dispatcher),
       sweep_interval_(settings.registry.sweep_interval),
+      wake_signal_(clock),
       wake_listener_(BindWakeListener(settings.dispatcher, clock)),
       lease_(pool, DispatcherLockName(settings.service),
              WithWakeAddress(std::move(owner_id), wake_listener_ ? wake_listener_->address() : "")),
@@ -140,8 +141,7 @@ void DispatcherService::DispatchLoop(std::stop_token stop) {
 }
 
 bool DispatcherService::Pause(Millis delay, std::stop_token stop) {
-  if (!wake_listener_) return clock_.SleepFor(delay, stop);
-  return wake_signal_.WaitFor(delay, stop);
+  return wake_signal_.WaitFor(delay, stop);  // only a wake-up listener notifies it
 }
 
 void DispatcherService::SweepLoop(std::stop_token stop) {

@@ -47,9 +47,9 @@ void DeadlineTimer::Loop(std::stop_token stop) {
       }
     }
     if (armed_.empty()) continue;
-    auto wait = std::min<Clock::TimePoint::duration>(earliest - now, kMaxWait);
+    auto wait = std::min(std::chrono::ceil<Millis>(earliest - now), kMaxWait);
     wake_at_ = now + wait;
-    cv_.wait_for(lock, stop, wait, [] { return false; });
+    clock_.WaitFor(cv_, lock, stop, wait, [] { return false; });
   }
 }
 

@@ -91,7 +91,7 @@ lived_ms=$(( $(now_ms) - t_start ))  # the node's life: start, flood, drain
 polls=$(field polls "$line")
 received=$(field wakeups_received "$line")
 # Its own polls (one per interval at most, plus the first) and at most two woken per
-# interval (WakeLimiter: one act and one follow-up for the flood during its poll), plus
+# interval (WakeLimiter: one act and one more poll for what arrives during it), plus
 # the first act's pair. Without the rate limit every datagram would be a poll.
 limit=$(( 3 * lived_ms / POLL_MS + 3 ))
 echo "  flood: $sent datagrams sent in $((t_flood_end - t0)) ms, $received received, $(field wakeups_acted "$line") acted; node polled $polls times in ~$lived_ms ms"

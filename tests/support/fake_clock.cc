@@ -15,6 +15,13 @@ bool FakeClock::SleepFor(Millis d, std::stop_token stop) {
   return true;
 }
 
+bool FakeClock::WaitFor(std::condition_variable_any&, std::unique_lock<std::mutex>&, std::stop_token stop,
+                        Millis d, const std::function<bool()>& done) {
+  if (done()) return true;
+  SleepFor(d, stop);
+  return done();
+}
+
 void FakeClock::Advance(Millis d) {
   std::lock_guard lock(mu_);
   now_ += d;

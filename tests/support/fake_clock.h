@@ -1,6 +1,7 @@
 // Test support: a Clock whose time moves only when a test advances it (or a SleepFor
-// call does), so timing logic (backoff, lease renewal, watchdogs) is tested without
-// sleeping. Production code sees only core/clock.h's Clock.
+// call, or a WaitFor that times out, does), so timing logic (backoff, lease renewal,
+// watchdogs, poll pauses) is tested without sleeping. Production code sees only
+// core/clock.h's Clock.
 //
 // Thread safety: internally synchronised.
 #pragma once
@@ -17,6 +18,10 @@ class FakeClock final : public Clock {
   TimePoint Now() override;
   // Advances time by `d` at once and returns true, unless already stopped.
   bool SleepFor(Millis d, std::stop_token stop) override;
+  // done() at once when it holds; otherwise `d` passes at once (as SleepFor) and
+  // done() is asked again. Never blocks.
+  bool WaitFor(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock, std::stop_token stop,
+               Millis d, const std::function<bool()>& done) override;
   void Advance(Millis d);
   Millis total_slept();
 
