@@ -47,9 +47,11 @@ void DeadlineTimer::Loop(std::stop_token stop) {
       }
     }
     if (armed_.empty()) continue;
-    auto wait = std::min(std::chrono::ceil<Millis>(earliest - now), kMaxWait);
+    auto wait = std::min<Clock::TimePoint::duration>(earliest - now, kMaxWait);
     wake_at_ = now + wait;
-    clock_.WaitFor(cv_, lock, stop, wait, [] { return false; });
+    // Real time, bounded by kMaxWait: the timer observes the clock and never drives
+    // it (a FakeClock's WaitFor would let the waited time pass at once).
+    cv_.wait_for(lock, stop, wait, [] { return false; });
   }
 }
 
