@@ -7,8 +7,9 @@
 #     progress while it ran, and the target ends equal to the source;
 #  B. the owner is frozen (SIGSTOP) past the offline timeout: another node takes the
 #     event over and finishes it; the frozen node, resumed, commits no chunk after
-#     losing the event (the step's fencing token in the target, raised by the new
-#     claim, rolls back any later chunk of the old one).
+#     losing the event but the one it may have been inside when frozen (that chunk's
+#     transaction holds the step's row 0, so the new claim raises the step's fencing
+#     token after it; the token rolls back any later chunk of the old claim).
 source "$(dirname "$0")/lib.sh"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, node_address, last_error FROM distribute_event" >&2; sql "SELECT step_name, status, error_details, output FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
@@ -74,7 +75,10 @@ by_frozen=$(chunks big-b 1)
 kill -CONT "$PID_n2"
 wait_for '[[ $(event_status big-b) == SUCCESS ]]' 180 "big-b SUCCESS"
 sleep 1
-expect_eq "$(chunks big-b 1)" "$by_frozen" "the frozen node committed no chunk after losing the event"
+after_frozen=$(( $(chunks big-b 1) - by_frozen ))
+echo "the frozen claim had $by_frozen chunks when n3 took over; $after_frozen committed after it resumed"
+(( after_frozen == 0 || after_frozen == 1 )) ||
+  fail "the frozen node committed $after_frozen chunks after losing the event (at most the one it was inside)"
 # The target-side fencing token: the new claim raised it before its first chunk, so
 # every chunk of the frozen claim precedes every chunk of the new one.
 expect_eq "$(dbq "$TGT" "SELECT attempt FROM dsync_sync_chunk WHERE step_code = 'big-b#1' AND chunk_no = 0")" 2 \
