@@ -30,8 +30,9 @@
 #include "saga/commit_group.h"
 #include "saga/step_handler.h"
 #include "events/transitions.h"
-#include "tests/support/saga_invariants.h"
 #include "tests/support/db_test.h"
+#include "tests/support/eventually.h"
+#include "tests/support/saga_invariants.h"
 #include "tests/support/test_db.h"
 
 namespace dsync::saga {
@@ -75,15 +76,8 @@ Result Try(F&& f) {
   }
 }
 
-// Polls `pred` every 2 ms for up to `timeout`.
-bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 8000ms) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
-}
+// Polls `pred` every 2 ms for up to 8 s.
+bool WaitFor(const std::function<bool()>& pred) { return testing::Eventually(pred, 8000ms, 2ms); }
 
 struct Event {
   int64_t id = 0;

@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "dispatcher/dispatcher_service.h"
 #include "tests/integration/dispatcher_fixtures.h"
+#include "tests/support/eventually.h"
 
 namespace dsync::dispatcher {
 namespace {
@@ -22,12 +23,7 @@ using namespace fixtures;
 // Polls `done` every 5 ms for up to 15 s.
 template <class F>
 bool Eventually(F done) {
-  auto deadline = std::chrono::steady_clock::now() + 15s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
+  return testing::Eventually(done, 15s, 5ms);
 }
 
 TEST(DispatcherServiceTest, TwoDispatchersAssignEveryEventExactlyOnceWithOneLeaderAtATime) {

@@ -19,9 +19,10 @@
 #include "registry/node_metadata.h"
 #include "registry/offline_sweeper.h"
 #include "storage/migrator.h"
-#include "tests/support/test_db.h"
-#include "tests/support/log_capture.h"
+#include "tests/support/eventually.h"
 #include "tests/support/fake_clock.h"
+#include "tests/support/log_capture.h"
+#include "tests/support/test_db.h"
 
 namespace dsync::registry {
 namespace {
@@ -67,18 +68,7 @@ void AgeHeartbeat(TestSchema& db, const std::string& address, int seconds) {
           std::to_string(seconds) + " SECOND WHERE node_address = '" + address + "'");
 }
 
-// Polls `done` every 10 ms for up to 10 s; for waiting on a background thread's
-// progress, not on a timeout.
-template <class F>
-bool Eventually(F done) {
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
-
+using testing::Eventually;  // every 10 ms for up to 10 s
 using testing::LogCapture;
 
 std::vector<std::string> Addresses(const std::vector<NodeInfo>& nodes) {

@@ -13,20 +13,17 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/eventually.h"
+
 namespace dsync::consumer {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Polls `cond` for up to 5 s (the checks run on their own threads).
+// Polls `cond` every 2 ms for up to 5 s (the checks run on their own threads).
 template <class F>
 bool Eventually(F cond) {
-  auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return cond();
+  return testing::Eventually(cond, 5s, 2ms);
 }
 
 // A check that blocks until released, then fails or succeeds as told.

@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/wakeup.h"
 #include "dispatcher/dispatcher_waker.h"
+#include "tests/support/eventually.h"
 #include "tests/support/fake_clock.h"
 
 namespace dsync::wakeup {
@@ -155,14 +156,10 @@ void SendRaw(uint16_t port, std::string_view bytes) {
 
 uint16_t PortOf(const std::string& address) { return ParseEndpoint(address)->port; }
 
+// Polls `f` every millisecond for up to 2 s.
 template <typename F>
-bool WaitUntil(F f, std::chrono::milliseconds limit = 2000ms) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return f();
+bool WaitUntil(F f) {
+  return testing::Eventually(f, 2000ms, 1ms);
 }
 
 TEST(WakeListenerTest, ActsOnTheMagicOnlyAndRateLimitsAFlood) {
