@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "saga/step_handler.h"
 #include "saga/steps/table_steps.h"
+#include "tests/support/saga_fixtures.h"
 #include "tests/support/test_db.h"
 
 namespace dsync::saga {
@@ -112,11 +113,7 @@ class TableStepsTest : public ::testing::Test {
         ds_({{"env_a", FullUrl(src_.url())}, {"env_b", FullUrl(tgt_.url())}}) {}
 
   static StepSpec Spec(const std::string& type, json params, const std::string& name = "docs") {
-    StepSpec s;
-    s.name = name;
-    s.type = type;
-    s.params = std::move(params);
-    return s;
+    return testing::Step(name, type, std::move(params));
   }
 
   std::unique_ptr<StepHandler> Sync(const std::string& where, json extra = json::object(),

@@ -1,21 +1,27 @@
 // Test support: the plans the saga, API and console tests build their engines from
-// (steps of the built-in `demo` type, see README.md "Built-in steps").
+// (steps of the built-in `demo` type, see README.md "Built-in steps"), and the step
+// specs the step types' own tests build their handlers from.
 //
 // Thread safety: value-returning functions.
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "config/settings.h"
 
 namespace dsync::testing {
 
-// A plan step `name` of step type `type`.
-inline StepSpec Step(const std::string& name, const std::string& type = "demo") {
+// A plan step `name` of step type `type`, with the type's `params`.
+inline StepSpec Step(const std::string& name, const std::string& type = "demo",
+                     nlohmann::json params = nlohmann::json::object()) {
   StepSpec s;
   s.name = name;
   s.type = type;
+  s.params = std::move(params);
   return s;
 }
 

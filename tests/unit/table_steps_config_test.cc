@@ -13,6 +13,7 @@
 #include "saga/steps/table_sql.h"
 #include "saga/steps/table_steps.h"
 #include "saga/steps/table_where.h"
+#include "tests/support/saga_fixtures.h"
 
 namespace dsync::saga {
 namespace {
@@ -21,13 +22,8 @@ using nlohmann::json;
 using table::CompileWhere;
 using table::WhereError;
 
-StepSpec Spec(const std::string& type, json params) {
-  StepSpec s;
-  s.name = "docs";
-  s.type = type;
-  s.params = std::move(params);
-  return s;
-}
+// A step named docs (the name the messages quote).
+StepSpec Spec(const std::string& type, json params) { return testing::Step("docs", type, std::move(params)); }
 
 json SyncParams() {
   return {{"source", "env_a"}, {"target", "env_b"}, {"table", "kb_doc"}, {"where", "space_id = :space_id"}};
@@ -66,6 +62,12 @@ json Without(json base, const std::string& key) {
   base.erase(key);
   return base;
 }
+
+// A `where` a step must refuse, and what its message must say.
+struct WhereCase {
+  const char* where;
+  const char* reason;
+};
 
 #define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
@@ -129,10 +131,7 @@ TEST(TableStepsConfig, RejectsNonIdentifierNames) {
 }
 
 TEST(TableStepsConfig, RejectsUnsafeWhere) {
-  struct Case {
-    const char* where;
-    const char* reason;
-  } cases[] = {
+  const WhereCase cases[] = {
       {"space_id = :space_id; DROP TABLE kb_doc", "must not contain ';'"},
       {"space_id = :space_id -- comment", "must not contain '--'"},
       {"space_id = :space_id /* x */", "must not contain '/*'"},
@@ -153,7 +152,7 @@ TEST(TableStepsConfig, RejectsUnsafeWhere) {
       {"(space_id = :a", "is not a supported filter"},
       {"`a b` = 1", "bad column name"},
   };
-  for (const Case& c : cases) {
+  for (const WhereCase& c : cases) {
     EXPECT_HAS(SyncError(With(SyncParams(), "where", c.where)), c.reason) << c.where;
   }
 }
@@ -194,10 +193,7 @@ TEST(TableWhere, AcceptsOneLevelOfSubquery) {
 }
 
 TEST(TableStepsConfig, RefusesForbiddenSubqueriesNamingTheStep) {
-  struct Case {
-    const char* where;
-    const char* reason;
-  } cases[] = {
+  const WhereCase cases[] = {
       {"a IN (SELECT id FROM t WHERE b IN (SELECT id FROM u))", "nests subqueries"},
       {"a IN (SELECT MAX(id) FROM t)", "must not call functions"},
       {"a IN (SELECT id FROM t WHERE LOWER(x) = :x)", "must not call functions"},
@@ -218,7 +214,7 @@ TEST(TableStepsConfig, RefusesForbiddenSubqueriesNamingTheStep) {
       {"1 IN (SELECT id FROM t)", "compared with something other than a column"},
       {"a IN (SELECT id FROM t WHERE y = (SELECT 1))", "subquery outside"},
   };
-  for (const Case& c : cases) {
+  for (const WhereCase& c : cases) {
     EXPECT_HAS(SyncError(With(SyncParams(), "where", c.where)), c.reason) << c.where;
     EXPECT_HAS(DeleteError({{"target", "env_b"}, {"table", "kb_doc"}, {"where", c.where}}), c.reason) << c.where;
   }

@@ -6,19 +6,14 @@
 #include "api/verify_service.h"
 #include "core/error.h"
 #include "saga/steps/table_verify.h"
+#include "tests/support/saga_fixtures.h"
 
 namespace dsync {
 namespace {
 
 using nlohmann::json;
 
-StepSpec Spec(const std::string& type, json params) {
-  StepSpec s;
-  s.name = "check";
-  s.type = type;
-  s.params = std::move(params);
-  return s;
-}
+StepSpec Spec(const std::string& type, json params) { return testing::Step("check", type, std::move(params)); }
 
 TEST(VerifyRequest, TopicOrOneTable) {
   api::VerifyRequest t = api::ParseVerifyRequest({{"topic", "SPACE_ADD"}, {"payload", {{"space_id", 9}}}});
