@@ -14,22 +14,16 @@
 
 #include "core/clock.h"
 #include "saga/saga_engine.h"
-#include "tests/support/assigned_events.h"
 #include "saga/step_handler.h"
-#include "tests/support/saga_invariants.h"
-#include "tests/support/db_test.h"
-#include "tests/support/test_db.h"
+#include "tests/support/assigned_events.h"
 #include "tests/support/saga_fixtures.h"
+#include "tests/support/saga_test.h"
 
 namespace dsync::saga {
 namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
-using testing::TestSchema;
-
-constexpr const char* kNodeA = "10.0.0.1:7001";
-constexpr const char* kNodeB = "10.0.0.2:7001";
 
 std::map<std::string, TopicSettings> Topics() {
   TopicSettings demo = testing::DemoTopic(/*max_retry=*/3, /*backoff_base=*/100ms, /*backoff_max=*/1000ms);
@@ -44,36 +38,15 @@ std::vector<std::string> Codes(const std::vector<AssignedEvent>& events) {
   return out;
 }
 
-class ClaimBatchTest : public testing::DbTest {
+class ClaimBatchTest : public testing::SagaTest {
  protected:
   ClaimBatchTest()
       : plans_(Topics(), StepRegistry::WithBuiltins()), datasources_({}),
         engine_(db_.pool(), plans_, datasources_, clock_, kNodeA) {}
 
-  void TearDown() override { EXPECT_SAGA_ORDER(db_.pool()); }
-
-
-  void ProduceRaw(const std::string& code, const std::string& topic, std::optional<std::string> payload) {
-    if (payload) {
-      Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES ('t1', ?, ?, ?, ?)",
-           code, "d-" + code, topic, *payload);
-    } else {
-      Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic) VALUES ('t1', ?, ?, ?)", code,
-           "d-" + code, topic);
-    }
-  }
-  // The dispatcher's assignment.
-  void Assign(const std::string& code, const std::string& node = kNodeA) {
-    ASSERT_EQ(Exec("UPDATE distribute_event SET status = 'ASSIGNED', node_address = ?, "
-                   "version = version + 1, assigned_time = NOW(3), next_run_time = NOW(3) "
-                   "WHERE code = ? AND status = 'PENDING'",
-                   node, code),
-              1u)
-        << code << " is not PENDING";
-  }
   void ProduceAssigned(const std::string& code, const std::string& topic = "DEMO",
-                       std::optional<std::string> payload = std::string("{}")) {
-    ProduceRaw(code, topic, std::move(payload));
+                       const std::optional<std::string>& payload = std::string("{}")) {
+    ProduceRaw(code, topic, payload);
     Assign(code);
   }
 
@@ -298,13 +271,13 @@ TEST_F(ClaimBatchTest, ClaimedEventRunsToSuccessOnce) {
     EXPECT_EQ(StepStr(sc, "status"), "SUCCESS") << sc;
     EXPECT_EQ(StepInt(sc, "attempt"), 1) << sc;
     EXPECT_EQ(StepStr(sc, "node_address"), kNodeA) << sc;
-    EXPECT_EQ(Int("SELECT applications FROM demo_ledger WHERE idempotency_key = ?", sc), 1) << sc;
+    EXPECT_EQ(Ledger(sc), 1) << sc;
   }
-  EXPECT_EQ(Int("SELECT COUNT(*) FROM demo_ledger WHERE event_code = 'S1'"), 3);
+  EXPECT_EQ(LedgerRows("S1"), 3);
 
   EXPECT_EQ(EventStr("S2", "status"), "SUCCESS");
   EXPECT_EQ(StepStr("S2#1", "status"), "SUCCESS");
-  EXPECT_EQ(Int("SELECT applications FROM demo_ledger WHERE idempotency_key = 'S2#1'"), 1);
+  EXPECT_EQ(Ledger("S2#1"), 1);
   EXPECT_EQ(Int("SELECT COUNT(*) FROM demo_ledger"), 4);
   EXPECT_EQ(engine_.stats().claimed.load(), 2u);
   EXPECT_EQ(engine_.stats().succeeded.load(), 2u);

@@ -27,13 +27,11 @@
 #include "core/clock.h"
 #include "saga/commit_group.h"
 #include "saga/saga_engine.h"
-#include "tests/support/assigned_events.h"
 #include "saga/step_handler.h"
-#include "tests/support/saga_invariants.h"
-#include "tests/support/db_test.h"
-#include "tests/support/test_db.h"
+#include "tests/support/assigned_events.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/saga_fixtures.h"
+#include "tests/support/saga_test.h"
 
 namespace dsync::saga {
 
@@ -44,10 +42,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
-using testing::TestSchema;
-
-constexpr const char* kNodeA = "10.0.0.1:7001";
-
 using testing::LogCapture;
 
 // What a test injects into one step execution (by step code): it runs before the
@@ -95,7 +89,7 @@ std::map<std::string, TopicSettings> Topics() {
 
 int StepsOf(const std::string& topic) { return topic == "ONE" ? 1 : 3; }
 
-class RunBatchTest : public testing::DbTest {
+class RunBatchTest : public testing::SagaTest {
  protected:
   RunBatchTest()
       : plans_(Topics(), Registry()), datasources_({}), engine_(db_.pool(), plans_, datasources_, clock_, kNodeA) {}
@@ -103,8 +97,6 @@ class RunBatchTest : public testing::DbTest {
   ~RunBatchTest() override {
     if (lock_holder_.joinable()) lock_holder_.join();
   }
-
-  void TearDown() override { EXPECT_SAGA_ORDER(db_.pool()); }
 
   StepRegistry Registry() {
     StepRegistry r = StepRegistry::WithBuiltins();
@@ -115,17 +107,11 @@ class RunBatchTest : public testing::DbTest {
 
   // Produced and assigned to node A, as the dispatcher leaves it.
   void ProduceAssigned(const std::string& code, const std::string& topic, const json& payload = json::object()) {
-    Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES ('t1', ?, ?, ?, ?)", code,
-         "d-" + code, topic, payload.dump());
+    ProduceRaw(code, topic, payload.dump());
     Assign(code);
   }
-  void Assign(const std::string& code) {
-    ASSERT_EQ(Exec("UPDATE distribute_event SET status = 'ASSIGNED', node_address = ?, "
-                   "version = version + 1, assigned_time = NOW(3), next_run_time = NOW(3) "
-                   "WHERE code = ? AND status = 'PENDING'",
-                   kNodeA, code),
-              1u)
-        << code << " is not PENDING";
+  void ProduceAllAssigned(const std::vector<std::string>& codes, const std::string& topic) {
+    for (const std::string& code : codes) ProduceAssigned(code, topic);
   }
 
   // The consumer's poll (ConsumerNode::PollOnce) and batched claim; every polled
@@ -149,6 +135,16 @@ class RunBatchTest : public testing::DbTest {
     std::vector<const AssignedEvent*> out;
     for (const std::string& code : codes) out.push_back(&claimed_.at(code));
     return out;
+  }
+  // X (HOOKED: the test's hooks) between O1 and O2 (ONE), produced, polled and claimed
+  // with their claims deferred (fast plans), for a batch of {"O1", "X", "O2"}.
+  void ClaimXBetweenO1AndO2Deferred() {
+    MakeFast("HOOKED");
+    MakeFast("ONE");
+    ProduceAssigned("O1", "ONE");
+    ProduceAssigned("X", "HOOKED");
+    ProduceAssigned("O2", "ONE");
+    PollAndClaim();
   }
   // The version the poll saw (the batch claim made it + 1).
   int64_t Polled(const std::string& code) { return claimed_.at(code).version; }
@@ -292,8 +288,8 @@ TEST_F(RunBatchTest, FailuresKeepTheirOutcomesAndTheOthersApplyOnce) {
   // join it. (Had the committer not sealed H's group yet when P joined, P poisons
   // that one instead: some other member is rolled back either way.)
   ProduceAssigned("H", "HOOKED");
-  for (const std::string code : {"D0", "D1", "D2", "D3", "D4", "D5"}) ProduceAssigned(code, "DEMO");
-  for (const std::string code : {"O0", "O1"}) ProduceAssigned(code, "ONE");
+  ProduceAllAssigned({"D0", "D1", "D2", "D3", "D4", "D5"}, "DEMO");
+  ProduceAllAssigned({"O0", "O1"}, "ONE");
   ProduceAssigned("P", "HOOKED");
   ProduceAssigned("T", "HOOKED");
   ProduceAssigned("L", "HOOKED");
@@ -362,23 +358,8 @@ TEST_F(RunBatchTest, FailuresKeepTheirOutcomesAndTheOthersApplyOnce) {
   EXPECT_EQ(result["error"], "injected permanent failure");
   EXPECT_EQ(LedgerRows("P"), 0);
 
-  // T: back to PENDING with a backoff, s1 kept, s2 to run again.
-  EXPECT_EQ(EventStr("T", "status"), "PENDING");
-  EXPECT_EQ(EventStr("T", "phase"), "FORWARD");
-  EXPECT_EQ(EventStr("T", "node_address"), "<null>");
-  EXPECT_EQ(EventInt("T", "retry_count"), 1);
-  EXPECT_EQ(EventInt("T", "version"), Polled("T") + 2);  // claimed, retry scheduled
-  // The first retry's backoff, in [base/2, base] = [50, 100] ms on the database clock.
-  const int64_t backoff_us = EventInt("T", "TIMESTAMPDIFF(MICROSECOND, modifier_time, next_run_time)");
-  EXPECT_GE(backoff_us, 50'000);
-  EXPECT_LE(backoff_us, 100'000);
-  EXPECT_EQ(StepStr("T#1", "status"), "SUCCESS");
-  EXPECT_EQ(StepStr("T#2", "status"), "FAILED");
-  EXPECT_EQ(StepInt("T#2", "retry_count"), 1);
-  EXPECT_NE(StepStr("T#2", "error_details").find("injected transient failure"), std::string::npos);
-  EXPECT_EQ(StepStr("T#3", "status"), "PENDING");
-  EXPECT_EQ(Ledger("T#1"), 1);
-  EXPECT_EQ(LedgerRows("T"), 1);
+  // T: back to PENDING with a backoff, s1 kept, s2 to run again; claimed, retry scheduled.
+  ExpectFirstRetryAfterStep2("T", Polled("T") + 2, "injected transient failure");
 
   EXPECT_EQ(Int("SELECT COUNT(*) FROM demo_ledger WHERE applications <> 1"), 0);
   EXPECT_EQ(engine_.stats().succeeded.load(), 10u);
@@ -387,8 +368,8 @@ TEST_F(RunBatchTest, FailuresKeepTheirOutcomesAndTheOthersApplyOnce) {
 }
 
 TEST_F(RunBatchTest, EventsFencedOutMidBatchStopAndTheOthersSucceed) {
-  for (const std::string code : {"D0", "D1", "D2", "D3", "D4", "D5"}) ProduceAssigned(code, "DEMO");
-  for (const std::string code : {"O0", "O1"}) ProduceAssigned(code, "ONE");
+  ProduceAllAssigned({"D0", "D1", "D2", "D3", "D4", "D5"}, "DEMO");
+  ProduceAllAssigned({"O0", "O1"}, "ONE");
   ProduceAssigned("X", "HOOKED");
   ProduceAssigned("Y", "HOOKED");
   PollAndClaim();
@@ -456,8 +437,8 @@ TEST_F(RunBatchTest, EventsFencedOutMidBatchStopAndTheOthersSucceed) {
 }
 
 TEST_F(RunBatchTest, StopBeforeTheBatchAbandonsEveryEvent) {
-  for (const std::string code : {"D0", "D1", "D2"}) ProduceAssigned(code, "DEMO");
-  for (const std::string code : {"O0", "O1"}) ProduceAssigned(code, "ONE");
+  ProduceAllAssigned({"D0", "D1", "D2"}, "DEMO");
+  ProduceAllAssigned({"O0", "O1"}, "ONE");
   PollAndClaim();
   std::stop_source stop;
   stop.request_stop();
@@ -536,7 +517,7 @@ TEST_F(RunBatchTest, RunsFeedThePlansStepSpeed) {
 // its event taken away must give the turn back at once: RunBatch keeps its other runs
 // going on the same thread, and a turn never given back would stall the group forever.
 TEST_F(RunBatchTest, AStepLostAfterItsTxDoesNotStallTheBatch) {
-  for (const std::string code : {"D0", "D1"}) ProduceAssigned(code, "DEMO");
+  ProduceAllAssigned({"D0", "D1"}, "DEMO");
   ProduceAssigned("X", "HOOKED");
   ProduceAssigned("D2", "DEMO");
   PollAndClaim();
@@ -609,12 +590,7 @@ TEST_F(RunBatchTest, DeferredClaimsCommitWithTheFirstStep) {
 // ran commits nothing (no claim, no step row, no ledger row), and the other members of
 // its group are not lost (rolled back, they claim on their own and run again).
 TEST_F(RunBatchTest, ADeferredClaimReassignedMeanwhileCommitsNothing) {
-  MakeFast("HOOKED");
-  MakeFast("ONE");
-  ProduceAssigned("O1", "ONE");
-  ProduceAssigned("X", "HOOKED");
-  ProduceAssigned("O2", "ONE");
-  PollAndClaim();
+  ClaimXBetweenO1AndO2Deferred();
   hooks_["X#1"] = [&](StepContext&) -> std::optional<StepResult> {
     ResetAndAssign("X");  // the sweeper and the dispatcher, while the step runs
     return std::nullopt;  // the step's own work: its ledger row, queued for the commit
@@ -667,12 +643,7 @@ TEST_F(RunBatchTest, ADeferredClaimIsWrittenBeforeTheStepsOwnWrites) {
 // before the step's first tx()): nothing was written, so the group is not rolled back
 // for it and the other members commit at once.
 TEST_F(RunBatchTest, ADeferredClaimLostAtTheStepsFirstTxLeavesTheGroupAlone) {
-  MakeFast("HOOKED");
-  MakeFast("ONE");
-  ProduceAssigned("O1", "ONE");
-  ProduceAssigned("X", "HOOKED");
-  ProduceAssigned("O2", "ONE");
-  PollAndClaim();
+  ClaimXBetweenO1AndO2Deferred();
   bool threw_lost = false;
   hooks_["X#1"] = [&](StepContext& ctx) -> std::optional<StepResult> {
     ResetAndAssign("X");
