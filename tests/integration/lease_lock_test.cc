@@ -43,10 +43,16 @@ bool FenceHolds(TestSchema& db, const LeaseFence& fence) {
   return db.pool().Transact("fence", [&](storage::Connection& c) { return HoldsLease(c, fence); });
 }
 
-TEST(LeaseLockTest, MissingRowIsCreatedAndTaken) {
+// A fresh schema and two contenders, a and b, for the lease kLock.
+class LeaseLockTest : public ::testing::Test {
+ protected:
   TestSchema db;
-  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_lease_lock"), 0);
-  LeaseLock a(db.pool(), kLock, "host-a:1:aaaa");
+  LeaseLock a{db.pool(), kLock, "host-a:1:aaaa"};
+  LeaseLock b{db.pool(), kLock, "host-b:2:bbbb"};
+};
+
+TEST_F(LeaseLockTest, MissingRowIsCreatedAndTaken) {
+  EXPECT_EQ(db.QueryInt("SELECT COUNT(*) FROM distribute_lease_lock"), 0);  // none before the first acquire
   EXPECT_EQ(a.TryAcquire(10s), 1);
   EXPECT_EQ(Owner(db), "host-a:1:aaaa");
   EXPECT_EQ(Token(db), 1);
@@ -61,14 +67,11 @@ TEST(LeaseLockTest, MissingRowIsCreatedAndTaken) {
   // anyone may take the fresh row (never read as "nobody holds it" while a row says so).
   db.Exec("DELETE FROM distribute_lease_lock");
   EXPECT_FALSE(a.Renew(1, 10s));
-  LeaseLock b(db.pool(), kLock, "host-b:2:bbbb");
   EXPECT_EQ(b.TryAcquire(10s), 1);
   EXPECT_EQ(a.TryAcquire(10s), std::nullopt);
 }
 
-TEST(LeaseLockTest, OfTwoContendersOnlyOneAcquires) {
-  TestSchema db;
-  LeaseLock a(db.pool(), kLock, "host-a:1:aaaa"), b(db.pool(), kLock, "host-b:2:bbbb");
+TEST_F(LeaseLockTest, OfTwoContendersOnlyOneAcquires) {
   EXPECT_EQ(a.TryAcquire(10s), 1);
   EXPECT_EQ(b.TryAcquire(10s), std::nullopt);
   EXPECT_EQ(Owner(db), "host-a:1:aaaa");
@@ -98,9 +101,7 @@ TEST(LeaseLockTest, OfTwoContendersOnlyOneAcquires) {
 // not keep the others from taking over once its lease expires: the fence is a plain
 // read, it locks nothing. (With a share-locked fence the takeover waited for as long as
 // the holder stayed frozen.)
-TEST(LeaseLockTest, TakeoverDoesNotWaitForTheHoldersOpenTransaction) {
-  TestSchema db;
-  LeaseLock a(db.pool(), kLock, "host-a:1:aaaa"), b(db.pool(), kLock, "host-b:2:bbbb");
+TEST_F(LeaseLockTest, TakeoverDoesNotWaitForTheHoldersOpenTransaction) {
   ASSERT_EQ(a.TryAcquire(10s), 1);
   auto frozen = db.pool().Borrow();
   frozen->Begin();
@@ -115,17 +116,13 @@ TEST(LeaseLockTest, TakeoverDoesNotWaitForTheHoldersOpenTransaction) {
 }
 
 // The fence holds only while the lease has at least its margin left to run.
-TEST(LeaseLockTest, FenceNeedsItsMarginLeft) {
-  TestSchema db;
-  LeaseLock a(db.pool(), kLock, "host-a:1:aaaa");
+TEST_F(LeaseLockTest, FenceNeedsItsMarginLeft) {
   ASSERT_EQ(a.TryAcquire(10s), 1);
   EXPECT_TRUE(FenceHolds(db, a.Fence(1, 2s)));
   EXPECT_FALSE(FenceHolds(db, a.Fence(1, 20s)));
 }
 
-TEST(LeaseLockTest, ExpiredLeaseIsTakenOverWithAHigherToken) {
-  TestSchema db;
-  LeaseLock a(db.pool(), kLock, "host-a:1:aaaa"), b(db.pool(), kLock, "host-b:2:bbbb");
+TEST_F(LeaseLockTest, ExpiredLeaseIsTakenOverWithAHigherToken) {
   ASSERT_EQ(a.TryAcquire(10s), 1);
   ExpireLease(db);
   EXPECT_FALSE(FenceHolds(db, a.Fence(1)));  // expired: a's writes are refused already
@@ -142,9 +139,7 @@ TEST(LeaseLockTest, ExpiredLeaseIsTakenOverWithAHigherToken) {
   EXPECT_EQ(a.TryAcquire(10s), 3);
 }
 
-TEST(LeaseLockTest, ReTakingOwnLeaseKeepsTheTokenUnlessSomeoneElseHeldIt) {
-  TestSchema db;
-  LeaseLock a(db.pool(), kLock, "host-a:1:aaaa"), b(db.pool(), kLock, "host-b:2:bbbb");
+TEST_F(LeaseLockTest, ReTakingOwnLeaseKeepsTheTokenUnlessSomeoneElseHeldIt) {
   ASSERT_EQ(a.TryAcquire(10s), 1);
   const std::string acquired_at_sql = "SELECT CAST(UNIX_TIMESTAMP(acquired_at) * 1000 AS SIGNED) FROM distribute_lease_lock";
   int64_t acquired_at = db.QueryInt(acquired_at_sql);
@@ -160,9 +155,7 @@ TEST(LeaseLockTest, ReTakingOwnLeaseKeepsTheTokenUnlessSomeoneElseHeldIt) {
   EXPECT_EQ(b.TryAcquire(10s), 3);
 }
 
-TEST(LeaseLockTest, RenewExtendsOnlyTheHoldersLeaseOnTheDatabaseClock) {
-  TestSchema db;
-  LeaseLock a(db.pool(), kLock, "host-a:1:aaaa"), b(db.pool(), kLock, "host-b:2:bbbb");
+TEST_F(LeaseLockTest, RenewExtendsOnlyTheHoldersLeaseOnTheDatabaseClock) {
   ASSERT_EQ(a.TryAcquire(2s), 1);
   db.Exec("UPDATE distribute_lease_lock SET expires_at = NOW(3) + INTERVAL 100000 MICROSECOND");
   EXPECT_TRUE(a.Renew(1, 60s));
@@ -175,9 +168,7 @@ TEST(LeaseLockTest, RenewExtendsOnlyTheHoldersLeaseOnTheDatabaseClock) {
   EXPECT_EQ(Owner(db), "host-a:1:aaaa");
 }
 
-TEST(LeaseLockTest, ReleaseByANonOwnerHasNoEffect) {
-  TestSchema db;
-  LeaseLock a(db.pool(), kLock, "host-a:1:aaaa"), b(db.pool(), kLock, "host-b:2:bbbb");
+TEST_F(LeaseLockTest, ReleaseByANonOwnerHasNoEffect) {
   ASSERT_EQ(a.TryAcquire(10s), 1);
   b.Release();
   EXPECT_EQ(Owner(db), "host-a:1:aaaa");
@@ -187,7 +178,7 @@ TEST(LeaseLockTest, ReleaseByANonOwnerHasNoEffect) {
   EXPECT_EQ(b.TryAcquire(10s), 2);
 }
 
-TEST(LeaseLockTest, NamesAndOwnerIds) {
+TEST_F(LeaseLockTest, NamesAndOwnerIds) {
   EXPECT_EQ(DispatcherLockName("kbs-sync"), "dispatcher:kbs-sync");
   std::string long_name = DispatcherLockName(std::string(128, 's'));
   EXPECT_EQ(long_name.size(), 64u);
@@ -195,40 +186,37 @@ TEST(LeaseLockTest, NamesAndOwnerIds) {
   std::string id = MakeLeaseOwnerId();
   EXPECT_NE(id, MakeLeaseOwnerId());
   EXPECT_EQ(std::count(id.begin(), id.end(), ':'), 2) << id;
-  TestSchema db(/*migrate=*/false);
   EXPECT_THROW(LeaseLock(db.pool(), std::string(65, 'x'), "o"), std::invalid_argument);
 }
 
 // The locker on the SQL strategy: local time from a FakeClock, lease time from NOW(3).
-TEST(LeaseLockTest, LockerOverSqlHandsOverAfterAForcedExpiry) {
-  TestSchema db;
+TEST_F(LeaseLockTest, LockerOverSqlHandsOverAfterAForcedExpiry) {
   FakeClock clock;
-  LeaseLock sa(db.pool(), kLock, "host-a:1:aaaa"), sb(db.pool(), kLock, "host-b:2:bbbb");
   LockerOptions o;
   o.ttl = 10s;
-  Locker a(sa, clock, o, kLock), b(sb, clock, o, kLock);
-  a.Tick();
-  b.Tick();
-  ASSERT_TRUE(a.is_leader());
-  ASSERT_FALSE(b.is_leader());
+  Locker locker_a(a, clock, o, kLock), locker_b(b, clock, o, kLock);
+  locker_a.Tick();
+  locker_b.Tick();
+  ASSERT_TRUE(locker_a.is_leader());
+  ASSERT_FALSE(locker_b.is_leader());
 
   ExpireLease(db);
   clock.Advance(1000ms);
-  b.Tick();
-  EXPECT_TRUE(b.is_leader());
-  EXPECT_EQ(b.token(), 2);
+  locker_b.Tick();
+  EXPECT_TRUE(locker_b.is_leader());
+  EXPECT_EQ(locker_b.token(), 2);
   clock.Advance(2500ms);
-  a.Tick();  // renew due (ttl / 3): refused, the token moved on
-  EXPECT_FALSE(a.is_leader());
-  EXPECT_EQ(a.stats().lost, 1u);
-  EXPECT_EQ(a.stats().lost_by_watchdog, 0u);
+  locker_a.Tick();  // renew due (ttl / 3): refused, the token moved on
+  EXPECT_FALSE(locker_a.is_leader());
+  EXPECT_EQ(locker_a.stats().lost, 1u);
+  EXPECT_EQ(locker_a.stats().lost_by_watchdog, 0u);
 
-  b.Stop();  // releases
+  locker_b.Stop();  // releases
   EXPECT_EQ(Owner(db), std::nullopt);
   clock.Advance(1000ms);
-  a.Tick();
-  EXPECT_TRUE(a.is_leader());
-  EXPECT_EQ(a.token(), 3);
+  locker_a.Tick();
+  EXPECT_TRUE(locker_a.is_leader());
+  EXPECT_EQ(locker_a.token(), 3);
 }
 
 }  // namespace

@@ -91,21 +91,31 @@ LockerOptions Options() {
   return o;
 }
 
-TEST(LeaseLockerTest, DefaultsDeriveFromTtl) {
+// One lease row on a fake clock, and locker `a` contending for it (not yet ticked).
+class LeaseLockerTest : public ::testing::Test {
+ protected:
   MemoryLeaseRow row;
   FakeClock clock;
-  MemoryStrategy s(row, clock, "a");
-  Locker locker(s, clock, Options(), "test");
+  MemoryStrategy s{row, clock, "a"};
+  Locker locker{s, clock, Options(), "test"};
+};
+
+// The same with a second contender, b; a and sa name the first.
+class TwoLockersTest : public LeaseLockerTest {
+ protected:
+  MemoryStrategy& sa = s;
+  Locker& a = locker;
+  MemoryStrategy sb{row, clock, "b"};
+  Locker b{sb, clock, Options(), "test"};
+};
+
+TEST_F(LeaseLockerTest, DefaultsDeriveFromTtl) {
   EXPECT_EQ(locker.options().renew_interval, 3000ms);
   EXPECT_EQ(locker.options().acquire_interval, 900ms);
   EXPECT_EQ(locker.options().watchdog_margin, 1800ms);
 }
 
-TEST(LeaseLockerTest, AcquiresAFreeLeaseAndRenewsAtATtlThird) {
-  MemoryLeaseRow row;
-  FakeClock clock;
-  MemoryStrategy s(row, clock, "a");
-  Locker locker(s, clock, Options(), "test");
+TEST_F(LeaseLockerTest, AcquiresAFreeLeaseAndRenewsAtATtlThird) {
   EXPECT_FALSE(locker.is_leader());
 
   EXPECT_EQ(locker.Tick(), 3000ms);
@@ -134,11 +144,7 @@ TEST(LeaseLockerTest, AcquiresAFreeLeaseAndRenewsAtATtlThird) {
   EXPECT_EQ(locker.stats().lost, 0u);
 }
 
-TEST(LeaseLockerTest, OnlyOneOfTwoContendersLeads) {
-  MemoryLeaseRow row;
-  FakeClock clock;
-  MemoryStrategy sa(row, clock, "a"), sb(row, clock, "b");
-  Locker a(sa, clock, Options(), "test"), b(sb, clock, Options(), "test");
+TEST_F(TwoLockersTest, OnlyOneOfTwoContendersLeads) {
   a.Tick();
   EXPECT_EQ(b.Tick(), 900ms);  // a follower retries at ttl / 10
   EXPECT_TRUE(a.is_leader());
@@ -153,12 +159,8 @@ TEST(LeaseLockerTest, OnlyOneOfTwoContendersLeads) {
   EXPECT_EQ(sb.acquires, 1 + 30000 / 900);
 }
 
-TEST(LeaseLockerTest, WatchdogEndsLeadershipWhenRenewsFailUntilTheDeadline) {
+TEST_F(LeaseLockerTest, WatchdogEndsLeadershipWhenRenewsFailUntilTheDeadline) {
   LogCapture log;
-  MemoryLeaseRow row;
-  FakeClock clock;
-  MemoryStrategy s(row, clock, "a");
-  Locker locker(s, clock, Options(), "test");
   locker.Tick();  // acquired at t=0: trusted until 9000 - 1800 = 7200
   s.fail = true;
 
@@ -194,11 +196,7 @@ TEST(LeaseLockerTest, WatchdogEndsLeadershipWhenRenewsFailUntilTheDeadline) {
   EXPECT_EQ(locker.stats().acquired, 2u);
 }
 
-TEST(LeaseLockerTest, ARenewAnsweredAfterTheDeadlineDoesNotCount) {
-  MemoryLeaseRow row;
-  FakeClock clock;
-  MemoryStrategy s(row, clock, "a");
-  Locker locker(s, clock, Options(), "test");
+TEST_F(LeaseLockerTest, ARenewAnsweredAfterTheDeadlineDoesNotCount) {
   locker.Tick();
 
   // Sent at t=3000 (deadline 3000 + 7200 = 10200); the process freezes and the
@@ -221,11 +219,7 @@ TEST(LeaseLockerTest, ARenewAnsweredAfterTheDeadlineDoesNotCount) {
   EXPECT_EQ(locker.stats().renewals, 1u);
 }
 
-TEST(LeaseLockerTest, AnAcquireAnsweredTooLateDoesNotCount) {
-  MemoryLeaseRow row;
-  FakeClock clock;
-  MemoryStrategy s(row, clock, "a");
-  Locker locker(s, clock, Options(), "test");
+TEST_F(LeaseLockerTest, AnAcquireAnsweredTooLateDoesNotCount) {
   s.call_duration = 7200ms;
   EXPECT_EQ(locker.Tick(), 0ms);  // try again at once
   EXPECT_FALSE(locker.is_leader());
@@ -236,11 +230,7 @@ TEST(LeaseLockerTest, AnAcquireAnsweredTooLateDoesNotCount) {
   EXPECT_EQ(locker.token(), 1);  // the table never passed to anyone else
 }
 
-TEST(LeaseLockerTest, FrozenLeaderIsTakenOverAndNeverOverlaps) {
-  MemoryLeaseRow row;
-  FakeClock clock;
-  MemoryStrategy sa(row, clock, "a"), sb(row, clock, "b");
-  Locker a(sa, clock, Options(), "test"), b(sb, clock, Options(), "test");
+TEST_F(TwoLockersTest, FrozenLeaderIsTakenOverAndNeverOverlaps) {
   a.Tick();
   b.Tick();
   // a freezes (no ticks); b keeps trying. a must stop believing it leads before b
@@ -266,11 +256,7 @@ TEST(LeaseLockerTest, FrozenLeaderIsTakenOverAndNeverOverlaps) {
   EXPECT_TRUE(b.is_leader());
 }
 
-TEST(LeaseLockerTest, RefusedRenewEndsLeadershipAtOnce) {
-  MemoryLeaseRow row;
-  FakeClock clock;
-  MemoryStrategy s(row, clock, "a");
-  Locker locker(s, clock, Options(), "test");
+TEST_F(LeaseLockerTest, RefusedRenewEndsLeadershipAtOnce) {
   locker.Tick();
   row.owner = "operator";  // e.g. an operator's UPDATE took the row
   row.token = 7;
@@ -281,11 +267,7 @@ TEST(LeaseLockerTest, RefusedRenewEndsLeadershipAtOnce) {
   EXPECT_EQ(locker.stats().lost_by_watchdog, 0u);
 }
 
-TEST(LeaseLockerTest, StopReleasesSoAnotherAcquiresWithANewToken) {
-  MemoryLeaseRow row;
-  FakeClock clock;
-  MemoryStrategy sa(row, clock, "a"), sb(row, clock, "b");
-  Locker a(sa, clock, Options(), "test"), b(sb, clock, Options(), "test");
+TEST_F(TwoLockersTest, StopReleasesSoAnotherAcquiresWithANewToken) {
   a.Tick();
   a.Stop();
   a.Stop();  // released once only
@@ -306,11 +288,7 @@ TEST(LeaseLockerTest, StopReleasesSoAnotherAcquiresWithANewToken) {
   EXPECT_EQ(row.owner, "b");
 }
 
-TEST(LeaseLockerTest, AcquireFailuresAreCountedAndRetried) {
-  MemoryLeaseRow row;
-  FakeClock clock;
-  MemoryStrategy s(row, clock, "a");
-  Locker locker(s, clock, Options(), "test");
+TEST_F(LeaseLockerTest, AcquireFailuresAreCountedAndRetried) {
   s.fail = true;
   EXPECT_EQ(locker.Tick(), 900ms);
   EXPECT_EQ(locker.stats().acquire_failures, 1u);
