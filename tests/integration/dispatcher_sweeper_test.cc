@@ -1,5 +1,6 @@
 // The leader's sweeper (dispatcher/event_sweeper.h) against a real MariaDB. Dead
 // nodes and idle events are made by moving times into the past with SQL.
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -37,6 +38,13 @@ void Idle(TestSchema& db, int64_t id, int modifier_age_s, int started_age_s = -1
   db.Exec("UPDATE distribute_event SET modifier_time = NOW(3) - INTERVAL " + std::to_string(modifier_age_s) +
           " SECOND, started_time = NOW(3) - INTERVAL " + std::to_string(started_age_s) +
           " SECOND WHERE id = " + std::to_string(id));
+}
+
+// TestSettings with topics whose events are reset after the given time without activity.
+Settings WithProcessingTimes(const std::map<std::string, Millis>& max_processing_times) {
+  Settings s = TestSettings();
+  for (const auto& [topic, time] : max_processing_times) s.topics[topic].max_processing_time = time;
+  return s;
 }
 
 TEST(DispatcherSweeperTest, EventsOfNodesThatAreNotLiveGoBackToPending) {
@@ -207,13 +215,7 @@ TEST(DispatcherSweeperTest, AnEventThatCompletedBetweenReadAndResetIsNotOverwrit
 
 TEST(DispatcherSweeperTest, RunningEventsIdleBeyondTheirTopicsTimeoutAreReset) {
   TestSchema db;
-  Settings s = TestSettings();
-  TopicSettings short_topic;
-  short_topic.max_processing_time = 60s;
-  s.topics["T"] = short_topic;
-  TopicSettings long_topic;
-  long_topic.max_processing_time = 1h;
-  s.topics["LONG"] = long_topic;
+  Settings s = WithProcessingTimes({{"T", 60s}, {"LONG", 1h}});
   // Full (processing_count = capacity): its ASSIGNED event waits for a free worker, so
   // the not-claimed hand-back leaves it too; timeouts never apply to ASSIGNED.
   AddNode(db, {.address = "live:1", .processing_count = 8});
@@ -263,10 +265,7 @@ TEST(DispatcherSweeperTest, RunningEventsIdleBeyondTheirTopicsTimeoutAreReset) {
 
 TEST(DispatcherSweeperTest, ActivityBetweenReadAndResetKeepsTheEventRunning) {
   TestSchema db;
-  Settings s = TestSettings();
-  TopicSettings t;
-  t.max_processing_time = 60s;
-  s.topics["T"] = t;
+  Settings s = WithProcessingTimes({{"T", 60s}});
   AddNode(db, {.address = "live:1"});
   int64_t id = AddEvent(db, {.code = "e", .status = "RUNNING", .node = "live:1", .version = 3});
   Idle(db, id, 120);
