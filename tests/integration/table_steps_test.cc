@@ -105,6 +105,10 @@ INSERT INTO kb_doc VALUES
  (5, 2, 'doc', 'other space', 1, 1, 1, '2000-01-01 00:00:00.000', 0xFF, '{}', b'11111111', 5),
  (6, 1, 'doc', 'six', 6, 6, 6, '2001-01-01 00:00:00.500', 0x0606, '{"six": 6}', b'110', 6))";
 
+// Numbered rows in groups (g), for the chunking and resume tests.
+constexpr const char* kNumberedTable =
+    "CREATE TABLE n (id INT PRIMARY KEY, v VARCHAR(20), g INT) DEFAULT CHARSET=utf8mb4";
+
 class TableStepsTest : public ::testing::Test {
  protected:
   TableStepsTest()
@@ -173,10 +177,27 @@ class TableStepsTest : public ::testing::Test {
     });
   }
 
+  // The table `ddl` creates, in the source and in the target.
+  void CreateInBoth(const std::string& ddl) {
+    src_.Exec(ddl);
+    tgt_.Exec(ddl);
+  }
   void CreateDocs() {
-    src_.Exec(kDocTable);
-    tgt_.Exec(kDocTable);
+    CreateInBoth(kDocTable);
     src_.Exec(kDocRows);
+  }
+
+  // Compensates the run that returned `r` as the engine would (with the run's
+  // compensation data): that must succeed and leave the target's `table` (ordered by
+  // `order`) as it was `before` the run. Returns the compensation's result.
+  StepResult ExpectCompensationRestores(StepHandler& step, FakeContext& ctx, const StepResult& r,
+                                        const std::string& table, const std::string& order,
+                                        const std::vector<std::string>& before) {
+    ctx.compensation = *r.compensation_data;
+    StepResult c = step.Compensate(ctx);
+    EXPECT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+    EXPECT_EQ(Dump(tgt_, table, order), before);
+    return c;
   }
 
   TestSchema src_;
@@ -264,11 +285,8 @@ TEST_F(TableStepsTest, CompensationRestoresTheBeforeImageByteForByte) {
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id IN (1, 2, 3, 4, 6)"), Dump(src_, "kb_doc", "id", "space_id = 1"));
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "id IN (5, 9)"), unrelated);
 
-  ctx.compensation = *r.compensation_data;
-  StepResult c = step->Compensate(ctx);
-  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  StepResult c = ExpectCompensationRestores(*step, ctx, r, "kb_doc", "id", before);
   EXPECT_EQ(c.output, (json{{"chunks", 1}, {"removed", 2}, {"restored", 2}, {"on_conflict", "fail"}, {"conflicts", 0}}));
-  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
 
   // A second compensation (crash before the engine recorded the first) is harmless.
   StepResult c2 = step->Compensate(ctx);
@@ -300,19 +318,14 @@ TEST_F(TableStepsTest, ReRunAfterACommitResumesAndKeepsTheOriginalBeforeImage) {
   EXPECT_EQ(second.output["rows"], 0);
   EXPECT_EQ(ChunkImage(1)["restore"][0][3], "original");
 
-  ctx.compensation = *second.compensation_data;
-  StepResult c = step->Compensate(ctx);
-  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
-  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+  ExpectCompensationRestores(*step, ctx, second, "kb_doc", "id", before);
 }
 
 // A run stopped after some chunks (here: ownership lost at the 4th chunk's commit)
 // leaves those chunks committed with their checkpoint; the next run resumes after
 // them, copies only the rest, and compensation undoes both runs' chunks exactly.
 TEST_F(TableStepsTest, InterruptedRunResumesFromTheCheckpoint) {
-  const char* ddl = "CREATE TABLE n (id INT PRIMARY KEY, v VARCHAR(20), g INT) DEFAULT CHARSET=utf8mb4";
-  src_.Exec(ddl);
-  tgt_.Exec(ddl);
+  CreateInBoth(kNumberedTable);
   src_.Exec("INSERT INTO n SELECT seq, CONCAT('v', seq), 1 FROM seq_1_to_1000");
   tgt_.Exec("INSERT INTO n SELECT seq, 'old', 1 FROM seq_1_to_1000 WHERE seq % 2 = 0");
   const auto before = Dump(tgt_, "n", "id");
@@ -336,12 +349,9 @@ TEST_F(TableStepsTest, InterruptedRunResumesFromTheCheckpoint) {
   EXPECT_EQ(r2.output["chunk_records"], 10);
   EXPECT_EQ(Dump(tgt_, "n", "id"), Dump(src_, "n", "id"));
 
-  next.compensation = *r2.compensation_data;
-  StepResult c = step->Compensate(next);
-  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  StepResult c = ExpectCompensationRestores(*step, next, r2, "n", "id", before);
   EXPECT_EQ(c.output, (json{{"chunks", 10}, {"removed", 500}, {"restored", 500}, {"on_conflict", "fail"},
                              {"conflicts", 0}}));
-  EXPECT_EQ(Dump(tgt_, "n", "id"), before);
   EXPECT_EQ(step->Compensate(next).output, (json{{"already_compensated", true}}));
 }
 
@@ -402,8 +412,7 @@ TEST_F(TableStepsTest, SyncsManyRowsInChunksWithACompositeKey) {
       val VARBINARY(64) NULL, note VARCHAR(100) NULL, at DATETIME(6) NULL,
       PRIMARY KEY (tenant, seq)
     ) DEFAULT CHARSET=utf8mb4)";
-  src_.Exec(ddl);
-  tgt_.Exec(ddl);
+  CreateInBoth(ddl);
   src_.Exec(
       "INSERT INTO kv SELECT CONCAT('t', seq % 7), seq, 7, UNHEX(SHA2(seq, 256)), "
       "CONCAT('note \xF0\x9F\x98\x80 ', seq), '2024-01-01 00:00:00' + INTERVAL seq MICROSECOND "
@@ -424,17 +433,13 @@ TEST_F(TableStepsTest, SyncsManyRowsInChunksWithACompositeKey) {
   EXPECT_EQ(Dump(tgt_, "kv", "tenant, seq"), Dump(src_, "kv", "tenant, seq", "grp = 7"));
   EXPECT_EQ(CrossDiff("kv", "tenant, seq", "grp,val,note,at", "a.grp = 7"), 0);
 
-  ctx.compensation = *r.compensation_data;
-  ASSERT_EQ(step->Compensate(ctx).kind, StepResult::Kind::kOk);
-  EXPECT_EQ(Dump(tgt_, "kv", "tenant, seq"), before);
+  ExpectCompensationRestores(*step, ctx, r, "kv", "tenant, seq", before);
 }
 
 TEST_F(TableStepsTest, CaseInsensitiveKeysAreRestoredExactly) {
   // 'abc' and 'ABC' are one key under a _ci collation, but different bytes: the
   // sync writes the source's bytes and compensation puts the target's back.
-  const char* ddl = "CREATE TABLE tag (name VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)";
-  src_.Exec(ddl);
-  tgt_.Exec(ddl);
+  CreateInBoth("CREATE TABLE tag (name VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)");
   src_.Exec("INSERT INTO tag VALUES ('abc', 1), ('new', 2)");
   tgt_.Exec("INSERT INTO tag VALUES ('ABC', 1)");
   const auto before = Dump(tgt_, "tag", "name");
@@ -443,9 +448,7 @@ TEST_F(TableStepsTest, CaseInsensitiveKeysAreRestoredExactly) {
   StepResult r = step->Execute(ctx);
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
   EXPECT_EQ(Dump(tgt_, "tag", "name"), Dump(src_, "tag", "name"));
-  ctx.compensation = *r.compensation_data;
-  ASSERT_EQ(step->Compensate(ctx).kind, StepResult::Kind::kOk);
-  EXPECT_EQ(Dump(tgt_, "tag", "name"), before);
+  ExpectCompensationRestores(*step, ctx, r, "tag", "name", before);
 }
 
 TEST_F(TableStepsTest, DeleteMissingMirrorsAndCompensates) {
@@ -460,9 +463,7 @@ TEST_F(TableStepsTest, DeleteMissingMirrorsAndCompensates) {
   EXPECT_EQ(r.output["deleted"], 2);
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id", "space_id = 1"), Dump(src_, "kb_doc", "id", "space_id = 1"));
   EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE id = 10"), 1);
-  ctx.compensation = *r.compensation_data;
-  ASSERT_EQ(step->Compensate(ctx).kind, StepResult::Kind::kOk);
-  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+  ExpectCompensationRestores(*step, ctx, r, "kb_doc", "id", before);
 }
 
 TEST_F(TableStepsTest, DeleteAndCompensateRestoreExactly) {
@@ -485,11 +486,8 @@ TEST_F(TableStepsTest, DeleteAndCompensateRestoreExactly) {
   EXPECT_EQ(again.output["deleted"], 0);
   EXPECT_EQ((*again.compensation_data)["restore"].size(), 5u);
 
-  ctx.compensation = *again.compensation_data;
-  StepResult c = step->Compensate(ctx);
-  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  StepResult c = ExpectCompensationRestores(*step, ctx, again, "kb_doc", "id", before);
   EXPECT_EQ(c.output, (json{{"removed", 0}, {"restored", 5}}));
-  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
 }
 
 TEST_F(TableStepsTest, LostOwnershipOrCancellationRollsTheTargetBack) {
@@ -535,8 +533,7 @@ TEST_F(TableStepsTest, PermanentFailures) {
   EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
   EXPECT_EQ(r.error, "table env_b.kb_doc does not exist");
 
-  src_.Exec("CREATE TABLE no_pk (a INT, b INT)");
-  tgt_.Exec("CREATE TABLE no_pk (a INT, b INT)");
+  CreateInBoth("CREATE TABLE no_pk (a INT, b INT)");
   r = Sync("a = :space_id", json::object(), "no_pk")->Execute(ok);
   EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
   EXPECT_EQ(r.error, "table env_b.no_pk has no primary key");
@@ -554,8 +551,7 @@ TEST_F(TableStepsTest, LargeTableIntoAnOlderCopySyncsAndCompensatesExactly) {
   const char* ddl =
       "CREATE TABLE big (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3), "
       "n DECIMAL(12,2)) DEFAULT CHARSET=utf8mb4";
-  src_.Exec(ddl);
-  tgt_.Exec(ddl);
+  CreateInBoth(ddl);
   src_.Exec("INSERT INTO big SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND, seq / 100 "
             "FROM seq_1_to_200000");
   tgt_.Exec("INSERT INTO big SELECT seq, 1, CONCAT('old ', seq), '2024-01-01' + INTERVAL seq SECOND, NULL "
@@ -573,12 +569,9 @@ TEST_F(TableStepsTest, LargeTableIntoAnOlderCopySyncsAndCompensatesExactly) {
   EXPECT_EQ(Dump(tgt_, "big", "id", "id <= 200000"), Dump(src_, "big", "id"));
   EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM big WHERE name = 'target only'"), 100);
 
-  ctx.compensation = *r.compensation_data;
-  StepResult c = step->Compensate(ctx);
-  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  StepResult c = ExpectCompensationRestores(*step, ctx, r, "big", "id", before);
   EXPECT_EQ(c.output["removed"], 20000);
   EXPECT_EQ(c.output["restored"], 180000);
-  EXPECT_EQ(Dump(tgt_, "big", "id"), before);
 }
 
 // Issue 13 item 2: the checksum diff sees each kind of single-row difference that
@@ -593,8 +586,7 @@ TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseC
       at DATETIME(6) NULL,
       x DOUBLE NULL
     ) DEFAULT CHARSET=utf8mb4)";
-  src_.Exec(ddl);
-  tgt_.Exec(ddl);
+  CreateInBoth(ddl);
   src_.Exec("INSERT INTO d SELECT seq, 'a', 'x', 0x0102, '2024-01-01 00:00:00.123456', 0.1e0 + 0.2e0 "
             "FROM seq_1_to_1000");
   tgt_.Exec("INSERT INTO d SELECT * FROM `" + src_.url().schema + "`.d");
@@ -633,8 +625,7 @@ TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseC
 // Rows changed by the same bit pattern at the same place (n: 2 -> 3 in two rows of
 // equal length) cancel in a plain BIT_XOR of CRC32s; the range checksum still sees them.
 TEST_F(TableStepsTest, ChecksumSeesIdenticalChangesInPairs) {
-  src_.Exec("CREATE TABLE p (id INT PRIMARY KEY, n INT)");
-  tgt_.Exec("CREATE TABLE p (id INT PRIMARY KEY, n INT)");
+  CreateInBoth("CREATE TABLE p (id INT PRIMARY KEY, n INT)");
   src_.Exec("INSERT INTO p VALUES (10, 3), (11, 3), (12, 5), (13, 5)");
   tgt_.Exec("INSERT INTO p VALUES (10, 2), (11, 2), (12, 4), (13, 4)");
   auto step = Sync("1 = 1", json::object(), "p");
@@ -728,54 +719,52 @@ TEST_F(TableStepsTest, SubqueryFilterSyncsAnEntityGraphAndCompensatesIt) {
 // overwrite: everything is restored (the behaviour before conflict checks).
 class ConflictTest : public TableStepsTest {
  protected:
-  // Syncs space 1 into a target holding an older copy (ids 1, 3 updated; 2, 4
-  // inserted), then production writes: id 1 updated, id 2 (inserted by the sync)
-  // deleted, id 5 (never synced) updated.
-  StepResult SyncThenProductionWrites(StepHandler& step, FakeContext& ctx) {
+  // Syncs space 1 with a step_ of the `extra` params into a target holding an older
+  // copy (ids 1, 3 updated; 2, 4 inserted), then production writes: id 1 updated, id 2
+  // (inserted by the sync) deleted, id 5 (never synced) updated. Then compensates;
+  // returns the compensation's result.
+  StepResult SyncWriteAndCompensate(const json& extra) {
+    step_ = Sync("space_id = :space_id", extra);
     CreateDocs();
     tgt_.Exec(kDocRows);
     tgt_.Exec("UPDATE kb_doc SET title = 'old' WHERE id IN (1, 3)");
     tgt_.Exec("DELETE FROM kb_doc WHERE id IN (2, 4)");
     before_but_5_ = Dump(tgt_, "kb_doc", "id", "id <> 5");
     before_36_ = Dump(tgt_, "kb_doc", "id", "id IN (3, 4, 6)");
-    StepResult r = step.Execute(ctx);
+    StepResult r = step_->Execute(ctx_);
     EXPECT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
     EXPECT_EQ(Classic(r.output), (json{{"rows", 5}, {"inserted", 2}, {"updated", 2}, {"unchanged", 1}}));
     tgt_.Exec("UPDATE kb_doc SET title = 'production' WHERE id = 1");
     tgt_.Exec("DELETE FROM kb_doc WHERE id = 2");
     tgt_.Exec("UPDATE kb_doc SET title = 'production too' WHERE id = 5");
     after_writes_ = Dump(tgt_, "kb_doc", "id");
-    ctx.compensation = *r.compensation_data;
-    return r;
+    ctx_.compensation = *r.compensation_data;
+    return step_->Compensate(ctx_);
   }
+  std::unique_ptr<StepHandler> step_;
+  FakeContext ctx_{ds_, {{"space_id", 1}}};
   std::vector<std::string> before_but_5_, before_36_, after_writes_;
 };
 
 TEST_F(ConflictTest, FailRefusesNamingTheKeysAndRestoresNothing) {
-  auto step = Sync("space_id = :space_id", {{"chunk_size", 2}});  // several chunks
-  FakeContext ctx(ds_, {{"space_id", 1}});
-  SyncThenProductionWrites(*step, ctx);
-  StepResult c = step->Compensate(ctx);
+  StepResult c = SyncWriteAndCompensate({{"chunk_size", 2}});  // several chunks
   ASSERT_EQ(c.kind, StepResult::Kind::kPermanent);
   EXPECT_EQ(c.error, "step 'docs': compensation refused (on_conflict fail): 2 row(s) of env_b.kb_doc changed since "
                      "the sync wrote them, keys [\"1\"], [\"2\"]");
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), after_writes_);  // not one row restored
-  ASSERT_FALSE(ctx.progress.empty());
-  EXPECT_EQ(ctx.progress.back(), (json{{"compensation", "refused"}, {"on_conflict", "fail"}, {"conflicts", 2},
-                                       {"conflict_keys", {{"1"}, {"2"}}}}));
+  ASSERT_FALSE(ctx_.progress.empty());
+  EXPECT_EQ(ctx_.progress.back(), (json{{"compensation", "refused"}, {"on_conflict", "fail"}, {"conflicts", 2},
+                                        {"conflict_keys", {{"1"}, {"2"}}}}));
   // Repeated (the engine does not, but an operator might retry): the same refusal.
-  EXPECT_EQ(step->Compensate(ctx).error, c.error);
+  EXPECT_EQ(step_->Compensate(ctx_).error, c.error);
 }
 
 TEST_F(ConflictTest, SkipLeavesConflictingRowsAndRestoresTheRest) {
-  auto step = Sync("space_id = :space_id", {{"on_conflict", "skip"}});
-  FakeContext ctx(ds_, {{"space_id", 1}});
-  SyncThenProductionWrites(*step, ctx);
-  StepResult c = step->Compensate(ctx);
+  StepResult c = SyncWriteAndCompensate({{"on_conflict", "skip"}});
   ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
   EXPECT_EQ(c.output, (json{{"chunks", 1}, {"removed", 1}, {"restored", 1}, {"on_conflict", "skip"},
                             {"conflicts", 2}, {"skipped_keys", {{"1"}, {"2"}}}}));
-  EXPECT_EQ(ctx.progress.back(), c.output);  // recorded as the step row's output
+  EXPECT_EQ(ctx_.progress.back(), c.output);  // recorded as the step row's output
   // id 1 keeps production's write, id 2 stays deleted by production; id 3 and 4 are
   // restored (3 updated back, 4 removed); 5 and 6 were not the sync's.
   EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE id = 1 AND title = 'production'"), 1);
@@ -785,10 +774,7 @@ TEST_F(ConflictTest, SkipLeavesConflictingRowsAndRestoresTheRest) {
 }
 
 TEST_F(ConflictTest, OverwriteRestoresEverything) {
-  auto step = Sync("space_id = :space_id", {{"on_conflict", "overwrite"}});
-  FakeContext ctx(ds_, {{"space_id", 1}});
-  SyncThenProductionWrites(*step, ctx);
-  StepResult c = step->Compensate(ctx);
+  StepResult c = SyncWriteAndCompensate({{"on_conflict", "overwrite"}});
   ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
   EXPECT_EQ(c.output, (json{{"chunks", 1}, {"removed", 2}, {"restored", 2}, {"on_conflict", "overwrite"},
                             {"conflicts", 0}}));
@@ -869,9 +855,7 @@ TEST_F(TableStepsTest, SchemaPreflightFailsNamingTheColumn) {
 // its next chunk transaction finds the token raised and rolls back, so every chunk of
 // the old claim precedes every chunk of the new one.
 TEST_F(TableStepsTest, AStaleOwnerCommitsNoChunkAfterALaterClaimTookOver) {
-  const char* ddl = "CREATE TABLE n (id INT PRIMARY KEY, v VARCHAR(20), g INT) DEFAULT CHARSET=utf8mb4";
-  src_.Exec(ddl);
-  tgt_.Exec(ddl);
+  CreateInBoth(kNumberedTable);
   src_.Exec("INSERT INTO n SELECT seq, CONCAT('v', seq), 1 FROM seq_1_to_3000");
   auto step = Sync("g = :g", {{"chunk_size", 100}}, "n");
   FakeContext stale(ds_, {{"g", 1}});
