@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -146,6 +147,14 @@ class ConsoleBrowserTest : public ::testing::Test {
              "'{\"capacity\": 4, \"processing_count\": 1, \"load\": 0.25, \"topics\": [\"DEMO\", \"OTHER\"]}')");
   }
 
+  // Seeds the data set and serves it (for the rest of the test) with API token `token`
+  // ("" for none); returns the console's address.
+  std::string SeedAndServe(const std::string& token) {
+    Seed();
+    server_ = Serve(token);
+    return "http://127.0.0.1:" + std::to_string(server_->port()) + "/";
+  }
+
   void Shot(testing::Chromium& b, const std::string& name) {
     // A stray null/undefined rendered as text is a bug of the page.
     EXPECT_EQ(b.Eval("(() => { const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT); let n = 0;"
@@ -170,12 +179,11 @@ class ConsoleBrowserTest : public ::testing::Test {
   SystemClock& clock_ = parts_.clock;
   saga::SagaEngine& engine_ = parts_.engine;
   std::string shots_;
+  std::unique_ptr<HttpServer> server_;  // SeedAndServe's; stopped before the store goes
 };
 
 TEST_F(ConsoleBrowserTest, PagesShowTheDataSetAndActionsAskFirst) {
-  Seed();
-  auto server = Serve("");
-  const std::string base = "http://127.0.0.1:" + std::to_string(server->port()) + "/";
+  const std::string base = SeedAndServe("");
   testing::Chromium b;
 
   // --- overview: the counts of the data set -----------------------------------------
@@ -314,9 +322,7 @@ TEST_F(ConsoleBrowserTest, PagesShowTheDataSetAndActionsAskFirst) {
 }
 
 TEST_F(ConsoleBrowserTest, WithATokenThePageShowsTheSignInAndNoData) {
-  Seed();
-  auto server = Serve("tok-Secret-1");
-  const std::string base = "http://127.0.0.1:" + std::to_string(server->port()) + "/";
+  const std::string base = SeedAndServe("tok-Secret-1");
   testing::Chromium b;
   b.Navigate(base + "#/overview");
   ASSERT_TRUE(b.WaitFor("document.body.dataset.view === 'login'")) << b.Eval("document.body.innerText");

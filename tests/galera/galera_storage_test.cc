@@ -40,6 +40,17 @@ void Galera(const std::string& command, int member) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
+// `sql` on `c` fails as on a lost connection (the member ended the session); `if_not`
+// says what it means if the query runs.
+void ExpectConnectionLost(Connection& c, const std::string& sql, const std::string& if_not) {
+  try {
+    c.QueryInt(sql);
+    ADD_FAILURE() << if_not;
+  } catch (const DbError& e) {
+    EXPECT_EQ(e.kind(), DbError::Kind::kConnectionLost) << e.what();
+  }
+}
+
 // member N (1-based) of the cluster, alone.
 DbUrl Member(const DbUrl& cluster, int n) {
   DbUrl one = cluster;
@@ -146,12 +157,7 @@ TEST(Galera, MemberOutsideThePrimaryComponentIsSkipped) {
   ConnectionPool pool(From(db.url(), 3));
   EXPECT_EQ(NodeName(pool), "m1");
   // A session already open on it gets 1047 and counts as lost, not as a plain error.
-  try {
-    admin3.QueryInt("SELECT COUNT(*) FROM mysql.user");
-    ADD_FAILURE() << "a query ran on a non-primary member";
-  } catch (const DbError& e) {
-    EXPECT_EQ(e.kind(), DbError::Kind::kConnectionLost) << e.what();
-  }
+  ExpectConnectionLost(admin3, "SELECT COUNT(*) FROM mysql.user", "a query ran on a non-primary member");
 }
 
 TEST(Galera, CertificationConflictsBetweenMembersAreRetried) {
@@ -253,12 +259,7 @@ TEST(Galera, IdleTransactionTimeoutEndsTheSessionOnAMember) {
   c.Begin();
   c.Execute("INSERT INTO idle_t VALUES (1)");
   std::this_thread::sleep_for(2500ms);
-  try {
-    c.QueryInt("SELECT 1");
-    ADD_FAILURE() << "the idle transaction survived idle_transaction_timeout";
-  } catch (const DbError& e) {
-    EXPECT_EQ(e.kind(), DbError::Kind::kConnectionLost) << e.what();
-  }
+  ExpectConnectionLost(c, "SELECT 1", "the idle transaction survived idle_transaction_timeout");
 }
 
 // Last: kills and restarts a member.

@@ -66,6 +66,7 @@ struct Response {
   int status = 0;
   std::string body;
   std::map<std::string, std::string> headers;
+  std::string read_error;  // ReadStream: what broke the body's read ("" if the server ended it)
   json Json() const { return json::parse(body); }
   std::string Error() const {
     auto j = json::parse(body, nullptr, false);
@@ -147,6 +148,26 @@ class ApiHttpTest : public ::testing::Test {
     return Call("POST", path, body.dump(), opt);
   }
   Response Get(const std::string& path, const CallOptions& opt = {}) { return Call("GET", path, std::nullopt, opt); }
+  // GET of an event stream, read until the server ends it or the connection breaks
+  // (the server stopped; read_error says how): its status, headers and all that came.
+  Response ReadStream(const std::string& path) {
+    Poco::Net::HTTPClientSession session("127.0.0.1", server_->port());
+    session.setTimeout(Poco::Timespan(20, 0));
+    Poco::Net::HTTPRequest req("GET", path, Poco::Net::HTTPMessage::HTTP_1_1);
+    session.sendRequest(req);
+    Poco::Net::HTTPResponse resp;
+    std::istream& in = session.receiveResponse(resp);
+    Response r;
+    r.status = resp.getStatus();
+    for (const auto& [k, v] : resp) r.headers[k] = v;
+    try {
+      Poco::StreamCopier::copyToString(in, r.body);
+    } catch (const std::exception& e) {
+      r.read_error = e.what();
+      if (r.read_error.empty()) r.read_error = "unknown error";
+    }
+    return r;
+  }
 
   static json Event(const std::string& code, json payload = json::object(), const std::string& topic = "DEMO") {
     return {{"code", code}, {"topic", topic}, {"tenant_id", "t1"}, {"data_id", "d-" + code}, {"payload", payload}};
@@ -360,26 +381,16 @@ TEST_F(ApiHttpTest, StreamReportsProgressAndEndsAtTheTerminalState) {
   StartServer();
   ASSERT_EQ(Post("/v1/events", Event("s-1", {{"demo", {{"sleep_ms", 150}}}})).status, 201);
 
-  std::string raw;
-  int status = 0;
-  std::string content_type;
-  std::thread reader([&] {
-    Poco::Net::HTTPClientSession session("127.0.0.1", server_->port());
-    session.setTimeout(Poco::Timespan(20, 0));
-    Poco::Net::HTTPRequest req("GET", "/v1/events/s-1/stream", Poco::Net::HTTPMessage::HTTP_1_1);
-    session.sendRequest(req);
-    Poco::Net::HTTPResponse resp;
-    std::istream& in = session.receiveResponse(resp);
-    status = resp.getStatus();
-    content_type = resp.getContentType();
-    Poco::StreamCopier::copyToString(in, raw);  // until the server closes the stream
-  });
+  Response stream;
+  std::thread reader([&] { stream = ReadStream("/v1/events/s-1/stream"); });
   std::this_thread::sleep_for(150ms);  // the stream has sent PENDING
   EXPECT_EQ(AssignAndRun("s-1"), saga::Outcome::kSucceeded);
   reader.join();
 
-  EXPECT_EQ(status, 200);
-  EXPECT_EQ(content_type, "text/event-stream");
+  EXPECT_EQ(stream.status, 200);
+  EXPECT_EQ(stream.headers["Content-Type"], "text/event-stream");
+  EXPECT_EQ(stream.read_error, "") << "the server must end the stream, not break it";
+  const std::string& raw = stream.body;
   Sse sse = ParseSse(raw);
   ASSERT_GE(sse.events.size(), 4u) << raw;
   EXPECT_EQ(sse.events.front().first, "progress");
@@ -415,19 +426,10 @@ TEST_F(ApiHttpTest, StreamPingsWhileIdleAndEndsWhenTheServerStops) {
   o.max_streams = 1;
   StartServer(o);
   ASSERT_EQ(Post("/v1/events", Event("idle-1")).status, 201);
-  std::string raw;
+  Response stream;
   std::atomic<bool> ended{false};
   std::thread reader([&] {
-    Poco::Net::HTTPClientSession session("127.0.0.1", server_->port());
-    session.setTimeout(Poco::Timespan(20, 0));
-    Poco::Net::HTTPRequest req("GET", "/v1/events/idle-1/stream", Poco::Net::HTTPMessage::HTTP_1_1);
-    session.sendRequest(req);
-    Poco::Net::HTTPResponse resp;
-    std::istream& in = session.receiveResponse(resp);
-    try {
-      Poco::StreamCopier::copyToString(in, raw);
-    } catch (const std::exception&) {
-    }
+    stream = ReadStream("/v1/events/idle-1/stream");
     ended = true;
   });
   std::this_thread::sleep_for(450ms);
@@ -441,6 +443,7 @@ TEST_F(ApiHttpTest, StreamPingsWhileIdleAndEndsWhenTheServerStops) {
   server_->Stop();
   reader.join();
   EXPECT_LT(std::chrono::steady_clock::now() - stop_started, 3s);
+  const std::string& raw = stream.body;
   Sse sse = ParseSse(raw);
   EXPECT_GE(sse.pings, 2) << raw;
   ASSERT_FALSE(sse.events.empty());

@@ -121,6 +121,15 @@ class CommitGroupTest : public testing::DbTest {
     return s;
   }
 
+  // Commits `member` with `e`'s step success on a new thread of `threads` (joined
+  // with them); `result` gets how that went.
+  static void CommitOnThread(std::vector<std::jthread>& threads, CommitGroups& groups,
+                             std::unique_ptr<CommitGroups::Member> member, const Event& e, Result& result) {
+    threads.emplace_back([&groups, &e, &result, m = std::move(member)]() mutable {
+      result = Try([&] { groups.Commit(std::move(m), Success(e)); });
+    });
+  }
+
   // The demo step's effect, as a handler writes it through tx().
   static void WriteLedger(storage::Connection& c, const Event& e) {
     c.Execute("INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES (?, ?, 's1') "
@@ -352,9 +361,7 @@ TEST_F(CommitGroupTest, AbandonRollsBackTheGroupWithTheAbandonedWrites) {
     auto mb = groups.Join();  // the same group: the committer cannot seal it yet
     b_conn = mb->conn().server_id();
     WriteLedger(mb->conn(), b);
-    threads.emplace_back([&, m = std::move(mb)]() mutable {
-      b_result = Try([&] { groups.Commit(std::move(m), Success(b)); });
-    });
+    CommitOnThread(threads, groups, std::move(mb), b, b_result);
     EXPECT_EQ(hold.Release(), Result::kOk);
   }
   EXPECT_EQ(b_result, Result::kRolledBack) << ResultName(b_result);
@@ -408,9 +415,7 @@ TEST_F(CommitGroupTest, CommitWithoutMemberCommitsAndIsFenced) {
     // proves it was one group.)
     auto mw = groups.Join();
     WriteLedger(mw->conn(), w);
-    threads.emplace_back([&, m = std::move(mw)]() mutable {
-      w_result = Try([&] { groups.Commit(std::move(m), Success(w)); });
-    });
+    CommitOnThread(threads, groups, std::move(mw), w, w_result);
     EXPECT_EQ(hold.Release(), Result::kOk);
   }
   EXPECT_EQ(stale_result, Result::kOwnershipLost) << ResultName(stale_result);
@@ -440,9 +445,7 @@ TEST_F(CommitGroupTest, LaterMemberSeesRowsCommittedAfterTheGroupBegan) {
     // A consistent read: under REPEATABLE READ this would fix the snapshot.
     seen_by_a = ma->conn().QueryInt("SELECT COUNT(*) FROM demo_ledger WHERE event_code = 'OTHER'").value_or(-1);
     WriteLedger(ma->conn(), a);
-    threads.emplace_back([&, m = std::move(ma)]() mutable {
-      a_result = Try([&] { groups.Commit(std::move(m), Success(a)); });
-    });
+    CommitOnThread(threads, groups, std::move(ma), a, a_result);
 
     // Another connection commits a row now.
     Exec("INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES ('OTHER#1', 'OTHER', 's1')");
@@ -451,9 +454,7 @@ TEST_F(CommitGroupTest, LaterMemberSeesRowsCommittedAfterTheGroupBegan) {
     b_conn = mb->conn().server_id();
     seen_by_b = mb->conn().QueryInt("SELECT COUNT(*) FROM demo_ledger WHERE event_code = 'OTHER'").value_or(-1);
     WriteLedger(mb->conn(), b);
-    threads.emplace_back([&, m = std::move(mb)]() mutable {
-      b_result = Try([&] { groups.Commit(std::move(m), Success(b)); });
-    });
+    CommitOnThread(threads, groups, std::move(mb), b, b_result);
     EXPECT_EQ(hold.Release(), Result::kOk);
   }
   EXPECT_EQ(seen_by_a, 0);
