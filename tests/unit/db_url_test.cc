@@ -2,6 +2,9 @@
 // options, one-line errors, and that a password never shows up in messages.
 #include "storage/db_url.h"
 
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -66,20 +69,14 @@ TEST(DbUrl, ParsesBracketedIpv6Host) {
 
 TEST(DbUrl, ParsesHostListInOrder) {
   DbUrl u = DbUrl::Parse("mysql://u:p@127.0.0.1:4001,db-2.example:4002,db3/s");
-  ASSERT_EQ(u.hosts.size(), 3u);
-  EXPECT_EQ(u.hosts[0], (DbHost{"127.0.0.1", 4001}));
-  EXPECT_EQ(u.hosts[1], (DbHost{"db-2.example", 4002}));
-  EXPECT_EQ(u.hosts[2], (DbHost{"db3", 3306}));
+  EXPECT_EQ(u.hosts, (std::vector<DbHost>{{"127.0.0.1", 4001}, {"db-2.example", 4002}, {"db3", 3306}}));
   EXPECT_EQ(u.Masked(), "mysql://u:***@127.0.0.1:4001,db-2.example:4002,db3:3306/s");
 }
 
 TEST(DbUrl, ParsesIpv6InAHostList) {
   DbUrl u = DbUrl::Parse("mysql://u:p@[::1]:4001,[fe80::1:2]:4002,[::ffff:127.0.0.1],10.0.0.1:4004/s");
-  ASSERT_EQ(u.hosts.size(), 4u);
-  EXPECT_EQ(u.hosts[0], (DbHost{"::1", 4001}));
-  EXPECT_EQ(u.hosts[1], (DbHost{"fe80::1:2", 4002}));
-  EXPECT_EQ(u.hosts[2], (DbHost{"::ffff:127.0.0.1", 3306}));
-  EXPECT_EQ(u.hosts[3], (DbHost{"10.0.0.1", 4004}));
+  EXPECT_EQ(u.hosts, (std::vector<DbHost>{{"::1", 4001}, {"fe80::1:2", 4002}, {"::ffff:127.0.0.1", 3306},
+                                          {"10.0.0.1", 4004}}));
   EXPECT_EQ(u.Masked(), "mysql://u:***@[::1]:4001,[fe80::1:2]:4002,[::ffff:127.0.0.1]:3306,10.0.0.1:4004/s");
 }
 
@@ -87,9 +84,7 @@ TEST(DbUrl, PasswordMayContainColonsAndCommasAndEncodedAt) {
   DbUrl u = DbUrl::Parse("mysql://u:a:b,c%40d,:@h1:1,h2:2/s");
   EXPECT_EQ(u.user, "u");
   EXPECT_EQ(u.password, "a:b,c@d,:");
-  ASSERT_EQ(u.hosts.size(), 2u);
-  EXPECT_EQ(u.hosts[0], (DbHost{"h1", 1}));
-  EXPECT_EQ(u.hosts[1], (DbHost{"h2", 2}));
+  EXPECT_EQ(u.hosts, (std::vector<DbHost>{{"h1", 1}, {"h2", 2}}));
   EXPECT_EQ(u.Masked().find("a:b"), std::string::npos);
   // A literal '@' in the password still parses: the host list never holds one.
   EXPECT_EQ(DbUrl::Parse("mysql://u:p@ss@h1:1/s").password, "p@ss");

@@ -352,12 +352,8 @@ TEST(PlannerTest, ConfigFromSettings) {
 
 TEST(PlannerTest, CadenceAfterACycle) {
   DispatcherSettings s;  // poll 200, idle 1000, busy 10
-  CycleResult full;
-  full.free_slots = 10;
-  full.due_read = 10;
-  full.assigned = 10;
-  full.more_due = true;
-  full.room_left = true;  // batch_size stopped it, nodes have room: at once
+  // batch_size stopped it, nodes have room: at once
+  CycleResult full{.free_slots = 10, .due_read = 10, .assigned = 10, .more_due = true, .room_left = true};
   EXPECT_EQ(NextDispatchDelay(full, 200ms, s), 0ms);
   CycleResult filled = full;  // the nodes' room stopped it: busy pacing
   filled.room_left = false;
@@ -367,8 +363,7 @@ TEST(PlannerTest, CadenceAfterACycle) {
   some.more_due = false;
   EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 10ms);
 
-  CycleResult nothing_due;
-  nothing_due.free_slots = 10;
+  CycleResult nothing_due{.free_slots = 10};
   Millis d = NextDispatchDelay(nothing_due, 0ms, s);
   EXPECT_EQ(d, 200ms);
   d = NextDispatchDelay(nothing_due, d, s);
@@ -391,23 +386,15 @@ TEST(PlannerTest, CadenceIsBusyIntervalWhileWorkExists) {
   ASSERT_EQ(s.busy_interval, 10ms);
 
   // Assigned some, read everything due: nodes may free slots any moment.
-  CycleResult some;
-  some.free_slots = 10;
-  some.due_read = 3;
-  some.assigned = 3;
+  CycleResult some{.free_slots = 10, .due_read = 3, .assigned = 3};
   EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 10ms);
   EXPECT_EQ(NextDispatchDelay(some, 1000ms, s), 10ms);
 
   // Every node full, events left waiting (nothing read, nothing assigned).
-  CycleResult full_with_backlog;
-  full_with_backlog.backlog = true;
+  CycleResult full_with_backlog{.backlog = true};
   EXPECT_EQ(NextDispatchDelay(full_with_backlog, 1000ms, s), 10ms);
   // Events read that no node had room for.
-  CycleResult no_room;
-  no_room.free_slots = 2;
-  no_room.due_read = 5;
-  no_room.skipped = 5;
-  no_room.backlog = true;
+  CycleResult no_room{.free_slots = 2, .due_read = 5, .skipped = 5, .backlog = true};
   EXPECT_EQ(NextDispatchDelay(no_room, 200ms, s), 10ms);
 
   // Still at once after a full page with assignments while nodes have room.
@@ -418,15 +405,11 @@ TEST(PlannerTest, CadenceIsBusyIntervalWhileWorkExists) {
   EXPECT_EQ(NextDispatchDelay(page_full, 10ms, s), 0ms);
 
   // Events due but held back (ordering, batch limits), no backlog: poll_interval.
-  CycleResult held;
-  held.free_slots = 10;
-  held.due_read = 4;
-  held.skipped = 4;
+  CycleResult held{.free_slots = 10, .due_read = 4, .skipped = 4};
   EXPECT_EQ(NextDispatchDelay(held, 10ms, s), 200ms);
 
   // Nothing due after busy cycles: the idle backoff starts again at poll_interval.
-  CycleResult nothing_due;
-  nothing_due.free_slots = 10;
+  CycleResult nothing_due{.free_slots = 10};
   Millis d = NextDispatchDelay(nothing_due, 10ms, s);
   EXPECT_EQ(d, 200ms);
   EXPECT_EQ(NextDispatchDelay(nothing_due, d, s), 400ms);

@@ -3,6 +3,7 @@
 // it through fast() at the 500 us boundary: first observation = the average, then
 // avg += (x - avg) / 8 in whole microseconds, negative durations count as 0.
 #include <chrono>
+#include <initializer_list>
 
 #include <gtest/gtest.h>
 
@@ -14,43 +15,33 @@ namespace {
 using namespace std::chrono_literals;
 using Speed = Plans::StepSpeed;
 
+// Whether a fresh StepSpeed that observed `durations`, in this order, is fast.
+bool FastAfter(std::initializer_list<std::chrono::microseconds> durations) {
+  Speed speed;
+  for (std::chrono::microseconds d : durations) speed.Observe(d);
+  return speed.fast();
+}
+
 TEST(SagaStepSpeed, ThresholdIs500Microseconds) {
   EXPECT_EQ(Speed::kFastStep, 500us);
 }
 
 TEST(SagaStepSpeed, NotFastBeforeAnyObservation) {
-  Speed speed;
-  EXPECT_FALSE(speed.fast());
+  EXPECT_FALSE(FastAfter({}));
 }
 
 TEST(SagaStepSpeed, FirstObservationIsTheAverage) {
-  Speed quick;
-  quick.Observe(100us);
-  EXPECT_TRUE(quick.fast());
-
+  EXPECT_TRUE(FastAfter({100us}));
   // Strictly under the threshold: 499 is fast, 500 is not.
-  Speed just_under;
-  just_under.Observe(499us);
-  EXPECT_TRUE(just_under.fast());
-  Speed at;
-  at.Observe(500us);
-  EXPECT_FALSE(at.fast());
-
-  Speed slow;
-  slow.Observe(10ms);
-  EXPECT_FALSE(slow.fast());
+  EXPECT_TRUE(FastAfter({499us}));
+  EXPECT_FALSE(FastAfter({500us}));
+  EXPECT_FALSE(FastAfter({10ms}));
 }
 
 TEST(SagaStepSpeed, OneOutlierMovesTheAverageByAnEighth) {
   // 100 + (3299 - 100) / 8 = 499: still fast; 100 + (3300 - 100) / 8 = 500: not.
-  Speed a;
-  a.Observe(100us);
-  a.Observe(3299us);
-  EXPECT_TRUE(a.fast());
-  Speed b;
-  b.Observe(100us);
-  b.Observe(3300us);
-  EXPECT_FALSE(b.fast());
+  EXPECT_TRUE(FastAfter({100us, 3299us}));
+  EXPECT_FALSE(FastAfter({100us, 3300us}));
 }
 
 TEST(SagaStepSpeed, TurnsSlowAndFastAgainWithTheObservations) {
@@ -72,16 +63,11 @@ TEST(SagaStepSpeed, TurnsSlowAndFastAgainWithTheObservations) {
 TEST(SagaStepSpeed, NegativeDurationCountsAsZero) {
   // A clock step backwards must not look like "nothing observed" (a negative
   // average) nor pull the average below what a 0 would.
-  Speed first;
-  first.Observe(-5ms);
-  EXPECT_TRUE(first.fast());
+  EXPECT_TRUE(FastAfter({-5ms}));
 
   // 520 + (0 - 520) / 8 = 455: fast. Taken as -8000 it would be -545 (not fast).
-  Speed later;
-  later.Observe(520us);
-  ASSERT_FALSE(later.fast());
-  later.Observe(-8000us);
-  EXPECT_TRUE(later.fast());
+  ASSERT_FALSE(FastAfter({520us}));
+  EXPECT_TRUE(FastAfter({520us, -8000us}));
 }
 
 }  // namespace
