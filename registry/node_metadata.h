@@ -34,14 +34,14 @@ struct NodeMetadata {
   int processing_count = 0;     // events it runs now, by its own count
   double load = 0.0;            // processing_count / capacity, by its own count
   std::vector<std::string> topics;  // empty: all topics
-  std::string host;
+  std::string host{};
   int64_t pid = 0;
-  std::string started_at;       // ISO-8601 UTC
+  std::string started_at{};     // ISO-8601 UTC
   std::string incarnation;      // host:pid:start-ms; differs for every process
   // Datasources reached at the last check; nullopt: not reported (an older node),
   // taken as reaching all of them.
   std::optional<std::vector<std::string>> datasources;
-  std::map<std::string, std::string> datasource_errors;  // name -> why the last check failed
+  std::map<std::string, std::string> datasource_errors{};  // name -> why the last check failed
   std::map<std::string, std::string> bad_topics;         // topic -> why its plan failed to build
 
   bool ServesTopic(const std::string& topic) const;

@@ -357,19 +357,14 @@ void EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executi
 std::vector<StepState> EventRun::FromRows(const std::vector<events::StepRow>& rows) const {
   std::vector<StepState> steps;
   for (const events::StepRow& r : rows) {
-    StepState s;
-    s.code = r.code;
-    s.key = TreeKey(r.code);
-    if (s.key.empty()) continue;  // not a code this engine writes
-    s.name = r.name;
-    s.type = r.type;
-    s.status = r.status;
-    s.sort = r.sort;
-    s.retry_count = r.retry_count;
-    s.compensation_retry_count = r.compensation_retry_count;
-    s.max_retry = r.max_retry;
-    s.compensation_data = ParseOrString(r.compensation_data);
-    if (s.key.size() > 1) s.child_params = ParseOrString(r.payload);
+    std::vector<int> key = TreeKey(r.code);
+    if (key.empty()) continue;  // not a code this engine writes
+    const bool child = key.size() > 1;
+    StepState s{.code = r.code, .key = std::move(key), .name = r.name, .type = r.type, .status = r.status,
+                .sort = r.sort, .retry_count = r.retry_count,
+                .compensation_retry_count = r.compensation_retry_count, .max_retry = r.max_retry,
+                .compensation_data = ParseOrString(r.compensation_data),
+                .child_params = child ? ParseOrString(r.payload) : nlohmann::json()};
     if (s.key[0] <= static_cast<int>(plan_->steps.size())) s.plan_step = &plan_->steps[s.key[0] - 1];
     steps.push_back(std::move(s));
   }

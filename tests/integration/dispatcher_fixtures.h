@@ -34,17 +34,10 @@ struct NodeRow {
 };
 
 inline void AddNode(TestSchema& db, const NodeRow& n) {
-  registry::NodeMetadata md;
-  md.version = "test";
-  md.capacity = n.capacity;
-  md.prefetch = n.prefetch;
-  md.processing_count = n.processing_count;
-  md.load = n.load;
-  md.weight = n.weight;
-  md.topics = n.topics;
-  md.incarnation = n.address + ":test";
-  md.datasources = n.datasources;
-  md.bad_topics = n.bad_topics;
+  const registry::NodeMetadata md{.version = "test", .weight = n.weight, .capacity = n.capacity,
+                                  .prefetch = n.prefetch, .processing_count = n.processing_count,
+                                  .load = n.load, .topics = n.topics, .incarnation = n.address + ":test",
+                                  .datasources = n.datasources, .bad_topics = n.bad_topics};
   db.pool().Run("add node", [&](storage::Connection& c) {
     c.Execute("INSERT INTO distribute_node_registry (service_name, node_address, status, "
               "last_heartbeat_time, metadata) VALUES (?, ?, ?, NOW(3) - INTERVAL ? MICROSECOND, ?)",
