@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "events/columns.h"
 
 namespace dsync::api {
 namespace {
@@ -203,27 +204,28 @@ std::vector<LatestVerify> ReadLatestVerify(storage::ConnectionPool& pool, int li
     std::vector<LatestVerify> out;
     auto rs = c.Query(kLatestSql, limit);
     while (rs->next()) {
+      events::Columns col(*rs);
       LatestVerify v;
-      v.subject_kind = std::string(rs->getString(1));
-      v.subject = std::string(rs->getString(2));
-      v.filter = std::string(rs->getString(3));
-      v.step = std::string(rs->getString(4));
-      v.table_name = std::string(rs->getString(5));
-      v.source = std::string(rs->getString(6));
-      v.target = std::string(rs->getString(7));
-      v.equal = rs->getInt(8) != 0;
-      v.source_rows = rs->getInt64(9);
-      v.target_rows = rs->getInt64(10);
-      v.missing = rs->getInt64(11);
-      v.extra = rs->getInt64(12);
-      v.different = rs->getInt64(13);
-      v.chunks = rs->getInt64(14);
-      v.chunks_differing = rs->getInt64(15);
+      v.subject_kind = col.String();
+      v.subject = col.String();
+      v.filter = col.String();
+      v.step = col.String();
+      v.table_name = col.String();
+      v.source = col.String();
+      v.target = col.String();
+      v.equal = col.Flag();
+      v.source_rows = col.Int64();
+      v.target_rows = col.Int64();
+      v.missing = col.Int64();
+      v.extra = col.Int64();
+      v.different = col.Int64();
+      v.chunks = col.Int64();
+      v.chunks_differing = col.Int64();
       v.differences = v.missing + v.extra + v.different;
-      StoredJson keys = ParseStoredJson(std::string(rs->getString(16)), "first_keys");
+      StoredJson keys = ParseStoredJson(col.String(), "first_keys");
       v.first_keys = keys.problem == StoredJson::kNone ? std::move(keys.value) : json(nullptr);
-      v.age_seconds = rs->getDouble(17);
-      v.finished_at = std::string(rs->getString(18));
+      v.age_seconds = col.Double();
+      v.finished_at = col.String();
       out.push_back(std::move(v));
     }
     return out;

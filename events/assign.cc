@@ -4,6 +4,7 @@
 #include <array>
 #include <utility>
 
+#include "events/columns.h"
 #include "events/process_log.h"
 
 namespace dsync::events {
@@ -115,13 +116,10 @@ const std::string& AssignChunkSql() {
 
 std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::string& service,
                                              const std::vector<std::string>& addresses) {
-  std::map<std::string, int64_t> out;
-  if (addresses.empty()) return out;
+  if (addresses.empty()) return {};
   std::vector<storage::Value> values(addresses.begin(), addresses.end());
   values.emplace_back(service);
-  auto rs = c.Query(CountInFlightSql(addresses.size()), storage::Values(values));
-  while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
-  return out;
+  return ReadCounts(*c.Query(CountInFlightSql(addresses.size()), storage::Values(values)));
 }
 
 // Params: service, the topics, one `?` each.
@@ -132,13 +130,10 @@ std::string CountPendingSql(size_t topics) {
 
 std::map<std::string, int64_t> CountPendingByTopic(storage::Connection& c, const std::string& service,
                                                    const std::vector<storage::Value>& topics) {
-  std::map<std::string, int64_t> out;
-  if (topics.empty()) return out;
+  if (topics.empty()) return {};
   std::vector<storage::Value> values{storage::Value{service}};
   values.insert(values.end(), topics.begin(), topics.end());
-  auto rs = c.Query(CountPendingSql(topics.size()), storage::Values(values));
-  while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
-  return out;
+  return ReadCounts(*c.Query(CountPendingSql(topics.size()), storage::Values(values)));
 }
 
 std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& f) {
@@ -146,14 +141,15 @@ std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& f) {
   auto rs = c.Query(kSelectDueEvents, f.service, f.after_priority, f.after_priority, f.after_id, f.any_topic, f.served,
                     f.exhausted, f.unordered, f.limit);
   while (rs->next()) {
+    Columns col(*rs);
     DueEvent e;
-    e.id = rs->getInt64(1);
-    e.version = rs->getInt64(2);
-    e.topic = rs->getString(3);
-    e.tenant_id = rs->getString(4);
-    e.data_id = rs->getString(5);
-    e.priority = rs->getInt(6);
-    e.due_age = std::chrono::microseconds(std::max<int64_t>(0, rs->getInt64(7)));
+    e.id = col.Int64();
+    e.version = col.Int64();
+    e.topic = col.String();
+    e.tenant_id = col.String();
+    e.data_id = col.String();
+    e.priority = col.Int();
+    e.due_age = std::chrono::microseconds(std::max<int64_t>(0, col.Int64()));
     out.push_back(std::move(e));
   }
   return out;

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "events/columns.h"
+
 namespace dsync::events {
 namespace {
 
@@ -59,13 +61,14 @@ std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const st
   std::vector<BatchCompletionRow> out;
   auto rs = c.Query(kSelectOpen, service, after, limit);
   while (rs->next()) {
+    Columns col(*rs);
     BatchCompletionRow b;
-    b.batch_code = rs->getString(1);
-    b.tenant_id = rs->getString(2);
-    b.topic = rs->getString(3);
-    b.payload = rs->getString(4);
-    if (!rs->isNull(5)) b.expected_events = rs->getInt64(5);
-    b.service = rs->getString(6);
+    b.batch_code = col.String();
+    b.tenant_id = col.String();
+    b.topic = col.String();
+    b.payload = col.String();
+    b.expected_events = col.OptionalInt64();
+    b.service = col.String();
     out.push_back(std::move(b));
   }
   return out;

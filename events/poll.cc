@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "events/columns.h"
+
 namespace dsync::events {
 namespace {
 
@@ -24,20 +26,21 @@ std::vector<AssignedEvent> PollAssigned(storage::Connection& c, const NodeKey& n
   std::vector<AssignedEvent> out;
   auto rs = c.Query(kSelectAssigned, node.address, node.service, topics, topics, limit);
   while (rs->next()) {
-    if (skip.count(rs->getInt64(1))) continue;
+    Columns col(*rs);
     AssignedEvent e;
-    e.id = rs->getInt64(1);
-    e.code = rs->getString(2);
-    e.tenant_id = rs->getString(3);
-    e.data_id = rs->getString(4);
-    e.topic = rs->getString(5);
-    e.payload = rs->isNull(6) ? "" : rs->getString(6);
-    e.phase = rs->getString(7);
-    e.trace_id = rs->getString(8);
-    e.version = rs->getInt(9);
-    e.attempt = rs->getInt(10);
-    e.retry_count = rs->getInt(11);
-    if (!rs->isNull(12)) e.assigned_age = std::chrono::microseconds(std::max<int64_t>(0, rs->getInt64(12)));
+    e.id = col.Int64();
+    if (skip.count(e.id)) continue;
+    e.code = col.String();
+    e.tenant_id = col.String();
+    e.data_id = col.String();
+    e.topic = col.String();
+    e.payload = col.String();
+    e.phase = col.String();
+    e.trace_id = col.String();
+    e.version = col.Int();
+    e.attempt = col.Int();
+    e.retry_count = col.Int();
+    if (auto age_us = col.OptionalInt64()) e.assigned_age = std::chrono::microseconds(std::max<int64_t>(0, *age_us));
     out.push_back(std::move(e));
   }
   return out;

@@ -1,5 +1,6 @@
 #include "events/reset.h"
 
+#include "events/columns.h"
 #include "events/process_log.h"
 
 namespace dsync::events {
@@ -121,19 +122,26 @@ std::vector<HeldEvent> ReadHeldRows(storage::Connection& c, const char* sql, con
   return out;
 }
 
+// The columns kSelectOrphaned, kSelectTimedOut and kSelectNotClaimed start with (a NULL
+// node_address or trace_id reads as "", a NULL idle time as 0).
+InFlightEvent ReadInFlightRow(Columns& col) {
+  InFlightEvent e;
+  e.id = col.Int64();
+  e.version = col.Int64();
+  e.status = col.String();
+  e.node_address = col.String();
+  e.code = col.String();
+  e.trace_id = col.String();
+  e.topic = col.String();
+  e.idle = Millis(col.Int64() / 1000);
+  return e;
+}
+
 std::vector<InFlightEvent> ReadInFlightRows(storage::ResultSet& rs) {
   std::vector<InFlightEvent> out;
   while (rs.next()) {
-    InFlightEvent c;
-    c.id = rs.getInt64(1);
-    c.version = rs.getInt64(2);
-    c.status = rs.getString(3);
-    if (!rs.isNull(4)) c.node_address = rs.getString(4);
-    c.code = rs.getString(5);
-    if (!rs.isNull(6)) c.trace_id = rs.getString(6);
-    c.topic = rs.getString(7);
-    c.idle = Millis(rs.isNull(8) ? 0 : rs.getInt64(8) / 1000);
-    out.push_back(std::move(c));
+    Columns col(rs);
+    out.push_back(ReadInFlightRow(col));
   }
   return out;
 }
@@ -191,17 +199,9 @@ std::vector<NotClaimedEvent> ReadNotClaimed(storage::Connection& c, const std::s
                     limit);
   std::vector<NotClaimedEvent> out;
   while (rs->next()) {
-    NotClaimedEvent e;
-    e.id = rs->getInt64(1);
-    e.version = rs->getInt64(2);
-    e.status = rs->getString(3);
-    if (!rs->isNull(4)) e.node_address = rs->getString(4);
-    e.code = rs->getString(5);
-    if (!rs->isNull(6)) e.trace_id = rs->getString(6);
-    e.topic = rs->getString(7);
-    e.idle = Millis(rs->isNull(8) ? 0 : rs->getInt64(8) / 1000);
-    if (!rs->isNull(9)) e.node_metadata = std::string(rs->getString(9));
-    out.push_back(std::move(e));
+    Columns col(*rs);
+    InFlightEvent event = ReadInFlightRow(col);
+    out.push_back(NotClaimedEvent{std::move(event), col.OptionalString()});
   }
   return out;
 }

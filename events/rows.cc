@@ -1,5 +1,7 @@
 #include "events/rows.h"
 
+#include "events/columns.h"
+
 namespace dsync::events {
 namespace {
 
@@ -65,33 +67,34 @@ constexpr const char* kCountByTopicStatus =
     "SELECT topic, status, COUNT(*) FROM distribute_event GROUP BY topic, status";
 
 EventRow ReadEventRow(storage::ResultSet& rs) {
+  Columns col(rs);
   EventRow e;
-  e.id = rs.getInt64(1);
-  e.code = rs.getString(2);
-  e.topic = rs.getString(3);
-  e.tenant_id = rs.getString(4);
-  e.data_id = rs.getString(5);
-  e.status = rs.getString(6);
-  e.phase = rs.getString(7);
-  e.node_address = rs.getString(8);
-  e.priority = rs.getInt(9);
-  e.version = rs.getInt(10);
-  e.attempt = rs.getInt(11);
-  e.retry_count = rs.getInt(12);
-  e.max_retry = rs.getInt(13);
-  if (!rs.isNull(14)) e.progress = rs.getInt(14);
-  e.batch_code = rs.getString(15);
-  e.trace_id = rs.getString(16);
-  e.payload = rs.getString(17);
-  e.result = rs.getString(18);
-  e.last_error = rs.getString(19);
-  e.create_time = rs.getString(20);
-  e.next_run_time = rs.getString(21);
-  e.assigned_time = rs.getString(22);
-  e.started_time = rs.getString(23);
-  e.finished_time = rs.getString(24);
-  e.modifier_time = rs.getString(25);
-  e.service = rs.getString(26);
+  e.id = col.Int64();
+  e.code = col.String();
+  e.topic = col.String();
+  e.tenant_id = col.String();
+  e.data_id = col.String();
+  e.status = col.String();
+  e.phase = col.String();
+  e.node_address = col.String();
+  e.priority = col.Int();
+  e.version = col.Int();
+  e.attempt = col.Int();
+  e.retry_count = col.Int();
+  e.max_retry = col.Int();
+  e.progress = col.OptionalInt();
+  e.batch_code = col.String();
+  e.trace_id = col.String();
+  e.payload = col.String();
+  e.result = col.String();
+  e.last_error = col.String();
+  e.create_time = col.String();
+  e.next_run_time = col.String();
+  e.assigned_time = col.String();
+  e.started_time = col.String();
+  e.finished_time = col.String();
+  e.modifier_time = col.String();
+  e.service = col.String();
   return e;
 }
 
@@ -136,37 +139,36 @@ std::vector<AttentionEntry> ReadNeedingAttention(storage::Connection& c, int64_t
   std::vector<AttentionEntry> out;
   auto rs = c.Query(kNeedingAttention, n, n, n);
   while (rs->next()) {
+    Columns col(*rs);
     AttentionEntry a;
-    a.reason = rs->getString(1);
-    a.code = rs->getString(2);
-    a.topic = rs->getString(3);
-    a.status = rs->getString(4);
-    a.phase = rs->getString(5);
-    a.node_address = rs->getString(6);
-    a.attempt = rs->getInt(7);
-    a.retry_count = rs->getInt(8);
-    a.modifier_time = rs->getString(9);
-    a.idle_s = rs->getInt64(10);
-    a.last_error = rs->getString(11);
+    a.reason = col.String();
+    a.code = col.String();
+    a.topic = col.String();
+    a.status = col.String();
+    a.phase = col.String();
+    a.node_address = col.String();
+    a.attempt = col.Int();
+    a.retry_count = col.Int();
+    a.modifier_time = col.String();
+    a.idle_s = col.Int64();
+    a.last_error = col.String();
     out.push_back(std::move(a));
   }
   return out;
 }
 
 std::map<std::string, int64_t> CountByStatus(storage::Connection& c) {
-  std::map<std::string, int64_t> out;
-  auto rs = c.Query(kCountByStatus);
-  while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
-  return out;
+  return ReadCounts(*c.Query(kCountByStatus));
 }
 
 EventOwner ReadOwner(storage::Connection& c, const std::string& code) {
   EventOwner o;
   auto rs = c.Query(kSelectOwner, code);
   if (!rs->next()) return o;
-  if (!rs->isNull(1)) o.attempt = rs->getInt(1);
-  if (!rs->isNull(2)) o.status = rs->getString(2);
-  if (!rs->isNull(3)) o.node_address = rs->getString(3);
+  Columns col(*rs);
+  o.attempt = col.OptionalInt();
+  o.status = col.OptionalString();
+  o.node_address = col.OptionalString();
   return o;
 }
 
@@ -174,27 +176,28 @@ std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_
   std::vector<StepRow> rows;
   auto rs = c.Query(kLoadSteps, event_code, limit);
   while (rs->next()) {
+    Columns col(*rs);
     StepRow r;
-    r.id = rs->getInt64(1);
-    r.code = rs->getString(2);
-    if (!rs->isNull(3)) r.parent_step_id = rs->getInt64(3);
-    r.sort = rs->getInt(4);
-    r.name = rs->getString(5);
-    r.type = rs->getString(6);
-    r.status = rs->getString(7);
-    r.node_address = rs->getString(8);
-    r.retry_count = rs->getInt(9);
-    r.compensation_retry_count = rs->getInt(10);
-    r.max_retry = rs->getInt(11);
-    r.attempt = rs->getInt(12);
-    r.executed = rs->getInt(13) != 0;
-    r.started_at = rs->getString(14);
-    r.executed_at = rs->getString(15);
-    r.compensated_at = rs->getString(16);
-    r.error_details = rs->getString(17);
-    r.output = rs->getString(18);
-    if (!rs->isNull(19)) r.compensation_data = rs->getString(19);
-    if (!rs->isNull(20)) r.payload = rs->getString(20);
+    r.id = col.Int64();
+    r.code = col.String();
+    r.parent_step_id = col.OptionalInt64();
+    r.sort = col.Int();
+    r.name = col.String();
+    r.type = col.String();
+    r.status = col.String();
+    r.node_address = col.String();
+    r.retry_count = col.Int();
+    r.compensation_retry_count = col.Int();
+    r.max_retry = col.Int();
+    r.attempt = col.Int();
+    r.executed = col.Flag();
+    r.started_at = col.String();
+    r.executed_at = col.String();
+    r.compensated_at = col.String();
+    r.error_details = col.String();
+    r.output = col.String();
+    r.compensation_data = col.OptionalString();
+    r.payload = col.OptionalString();
     rows.push_back(std::move(r));
   }
   return rows;
@@ -202,19 +205,20 @@ std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_
 
 std::vector<TimelineEntry> ReadTimeline(storage::Connection& c, const std::string& event_code, int64_t limit) {
   std::vector<TimelineEntry> out;
-  auto ts = c.Query(kSelectTimeline, event_code, limit);
-  while (ts->next()) {
+  auto rs = c.Query(kSelectTimeline, event_code, limit);
+  while (rs->next()) {
+    Columns col(*rs);
     TimelineEntry t;
-    t.action = ts->getString(1);
-    t.step_code = ts->getString(2);
-    t.step_name = ts->getString(3);
-    t.status = ts->getString(4);
-    t.started_at = ts->getString(5);
-    t.finished_at = ts->getString(6);
-    t.node_address = ts->getString(7);
-    t.error = ts->getString(8);
-    t.failures = ts->getInt(9);
-    t.attempt = ts->getInt(10);
+    t.action = col.String();
+    t.step_code = col.String();
+    t.step_name = col.String();
+    t.status = col.String();
+    t.started_at = col.String();
+    t.finished_at = col.String();
+    t.node_address = col.String();
+    t.error = col.String();
+    t.failures = col.Int();
+    t.attempt = col.Int();
     out.push_back(std::move(t));
   }
   return out;
@@ -225,10 +229,7 @@ std::optional<std::string> ReadProcessLog(storage::Connection& c, const std::str
 }
 
 std::map<std::string, int64_t> CountBatchByStatus(storage::Connection& c, const std::string& batch_code) {
-  std::map<std::string, int64_t> out;
-  auto rs = c.Query(kBatchProgress, batch_code);
-  while (rs->next()) out[rs->getString(1)] = rs->getInt64(2);
-  return out;
+  return ReadCounts(*c.Query(kBatchProgress, batch_code));
 }
 
 std::vector<std::tuple<std::string, std::string, int64_t>> CountByTopicStatus(storage::Connection& c) {
