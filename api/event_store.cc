@@ -384,14 +384,13 @@ ProduceResult EventStore::Produce(const NewEvent& e) {
   Validate(e);
   const TopicSettings& topic = settings_.topics.at(e.topic);
   ProduceResult result = pool_.Run("produce event", [&](storage::Connection& c) {
-    if (events::InsertEvent(c, EventValues(e, topic, settings_.service))) {
-      auto row = ReadEvent(c, e.code);
-      if (!row) throw DbError(DbError::Kind::kOther, 0, "event " + Quote(e.code) + " vanished after insert");
-      return ProduceResult{std::move(*row), true};
-    }
+    const bool created = events::InsertEvent(c, EventValues(e, topic, settings_.service));
     auto row = ReadEvent(c, e.code);
-    if (!row) throw DbError(DbError::Kind::kOther, 0, "event " + Quote(e.code) + " exists but cannot be read");
-    return ProduceResult{std::move(*row), false};
+    if (!row) {
+      throw DbError(DbError::Kind::kOther, 0,
+                    "event " + Quote(e.code) + (created ? " vanished after insert" : " exists but cannot be read"));
+    }
+    return ProduceResult{std::move(*row), created};
   });
   if (result.created && on_produced_) on_produced_();  // wake-ups (issue 19)
   return result;
