@@ -55,6 +55,12 @@ sigset_t BlockStopSignals() {
   return signals;
 }
 
+const char* WaitForStopSignal(const sigset_t& signals) {
+  int sig = 0;
+  sigwait(&signals, &sig);
+  return sig == SIGTERM ? "SIGTERM" : "SIGINT";
+}
+
 std::unique_ptr<storage::ConnectionPool> OpenDatabase(const Settings& s, int threads) {
   storage::DbUrl url = DatabaseUrl(s);
   // A frozen process's open transaction is ended by the server once it has been idle

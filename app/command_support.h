@@ -38,6 +38,8 @@ std::vector<std::string> SplitList(const std::string& text);
 // Blocks SIGTERM/SIGINT in this thread (and so in every thread started after), to be
 // taken synchronously by sigwait/sigtimedwait.
 sigset_t BlockStopSignals();
+// Waits for one of them: "SIGTERM" or "SIGINT".
+const char* WaitForStopSignal(const sigset_t& signals);
 
 // Operator commands (app/operator_commands.cc).
 int RunProduce(const Invocation& inv);

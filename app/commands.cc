@@ -212,9 +212,8 @@ int RunDispatcher(const Invocation& inv) {
   spdlog::info("DISPATCHER_STARTING owner={} lock={} db={}", service.owner(), service.lock_name(),
                pool->url().Masked());
   service.Start();
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("DISPATCHER_STOPPING owner={} signal={}", service.owner(), sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  const char* stop_signal = WaitForStopSignal(signals);
+  spdlog::info("DISPATCHER_STOPPING owner={} signal={}", service.owner(), stop_signal);
   service.Stop();
   return 0;
 }
@@ -224,25 +223,37 @@ int RunDispatcher(const Invocation& inv) {
 // HTTP threads: each may hold a database connection while it serves a request.
 constexpr int kApiThreads = 16;
 
+api::HttpOptions ApiHttpOptions(const ApiSettings& a) {
+  api::HttpOptions http = api::HttpOptionsFromSettings(a);
+  http.threads = kApiThreads;
+  return http;
+}
+
+// The HTTP API's parts: the event store, the waker that tells the dispatcher about the
+// events the API produced (wake-ups), and the server, which exports `metrics`.
+struct ApiParts {
+  api::EventStore store;
+  dispatcher::DispatcherWaker waker;
+  api::HttpServer server;
+
+  ApiParts(storage::ConnectionPool& pool, const Settings& s, Clock& clock, metrics::Registry metrics)
+      : store(pool, s), waker(pool, s.service, clock), server(store, ApiHttpOptions(s.api), std::move(metrics)) {
+    if (s.dispatcher.wakeups) store.OnProduced([this] { waker.Wake(); });
+  }
+};
+
 int RunServe(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
   SetupLogging(s.log_level, "api");
   auto pool = OpenDatabase(s, kApiThreads + 2);
   sigset_t signals = BlockStopSignals();
-  api::EventStore store(*pool, s);
   SystemClock clock;
-  dispatcher::DispatcherWaker waker(*pool, s.service, clock);  // wake-ups after producing
-  if (s.dispatcher.wakeups) store.OnProduced([&waker] { waker.Wake(); });
-  api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
-  http.threads = kApiThreads;
-  api::HttpServer server(store, http, ComponentMetrics({.pool = pool.get()}));
-  server.Start();
-  spdlog::info("API_STARTED listen={} port={} auth={} db={}", s.api.listen, server.port(),
+  ApiParts api_parts(*pool, s, clock, ComponentMetrics({.pool = pool.get()}));
+  api_parts.server.Start();
+  spdlog::info("API_STARTED listen={} port={} auth={} db={}", s.api.listen, api_parts.server.port(),
                s.api.token.empty() ? "none" : "bearer", pool->url().Masked());
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("API_STOPPING signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  server.Stop();
+  spdlog::info("API_STOPPING signal={}", WaitForStopSignal(signals));
+  api_parts.server.Stop();
   return 0;
 }
 
@@ -259,25 +270,20 @@ int RunAll(const Invocation& inv) {
   SystemClock clock;
   dispatcher::DispatcherService dispatcher(*pool, s, clock);
   NodeParts parts(*pool, s, topics, clock, options);
-  api::EventStore store(*pool, s);
-  dispatcher::DispatcherWaker waker(*pool, s.service, clock);  // wake-ups after producing
-  if (s.dispatcher.wakeups) store.OnProduced([&waker] { waker.Wake(); });
-  api::HttpOptions http = api::HttpOptionsFromSettings(s.api);
-  http.threads = kApiThreads;
-  api::HttpServer server(store, http,
-                         ComponentMetrics({.pool = pool.get(), .dispatcher = &dispatcher,
-                                           .saga = &parts.engine.stats(), .consumer = &parts.node.stats()}));
-  server.Start();
+  ApiParts api_parts(*pool, s, clock,
+                     ComponentMetrics({.pool = pool.get(), .dispatcher = &dispatcher,
+                                       .saga = &parts.engine.stats(), .consumer = &parts.node.stats()}));
+  api_parts.server.Start();
   dispatcher.Start();
   parts.node.Start();
   spdlog::info("ALL_STARTED node={} listen={} port={} capacity={} prefetch={} pool={} topics={} db={}",
-               options.node_address, s.api.listen, server.port(), options.capacity, options.prefetch,
+               options.node_address, s.api.listen, api_parts.server.port(), options.capacity, options.prefetch,
                pool->stats().max_size, nlohmann::json(options.topics).dump(), pool->url().Masked());
   std::string cause = parts.node.WaitForDrainRequest(signals);
   spdlog::info("ALL_STOPPING node={} cause=\"{}\"", options.node_address, cause);
   bool clean = parts.node.Drain();
   dispatcher.Stop();
-  server.Stop();
+  api_parts.server.Stop();
   spdlog::info("ALL_STOPPED node={} drained={}", options.node_address,
                clean ? "all" : "partially (rest left for the sweeper)");
   return 0;
@@ -295,6 +301,8 @@ int RunSweep(const Invocation& inv) {
   return 0;
 }
 
+const OptionSpec kServiceOption{"service", true, "service name (default from config, kbs-sync)"};
+
 // The flags of a consumer node (`node`, and `all` after its --listen).
 std::vector<OptionSpec> NodeFlags() {
   return {{"node-address", true, "HOST:PORT this node is known by (default hostname:pid); keep it stable"},
@@ -303,7 +311,7 @@ std::vector<OptionSpec> NodeFlags() {
           {"topics", true, "comma-separated topics to serve (default: every topic of the config)"},
           {"datasources", true, "comma-separated datasources this node may use (default: every datasource of the config); "
                                 "it checks and reports those it reaches, and gets only events whose steps need no other"},
-          {"service", true, "service name (default from config, kbs-sync)"}};
+          kServiceOption};
 }
 
 std::vector<OptionSpec> WithFlags(std::vector<OptionSpec> first, const std::vector<OptionSpec>& then) {
@@ -330,7 +338,7 @@ const std::vector<CommandSpec>& Commands() {
        0,
        0,
        {{"listen", true, "HOST:PORT to listen on (default api.listen, 127.0.0.1:8080)"},
-        {"service", true, "service name (default from config, kbs-sync)"}}},
+        kServiceOption}},
       {"all",
        "dispatcher + consumer node + HTTP API in one process (small deployments, demos); "
        "SIGTERM/SIGINT drains",
@@ -344,7 +352,7 @@ const std::vector<CommandSpec>& Commands() {
        "",
        0,
        0,
-       {{"service", true, "service name (default from config, kbs-sync)"}}},
+       {kServiceOption}},
       {"produce",
        "enqueue one event (flags or --event JSON) or many (--file, JSON lines, in batches); "
        "idempotent by code",
@@ -401,7 +409,7 @@ const std::vector<CommandSpec>& Commands() {
        0,
        {{"all", false, "include offline and stale rows"}, {"service", true, "service name"}, kJsonOption}},
       {"sweep", "mark the service's nodes with stale heartbeats offline and purge long-dead rows, once", "", 0, 0,
-       {{"service", true, "service name (default from config, kbs-sync)"}}},
+       {kServiceOption}},
       VerifyCommandSpec(),
       {"purge",
        "remove the service's finished events (SUCCESS, COMPENSATED, FAILED) and their steps older than a bound, in small "
