@@ -1,9 +1,10 @@
 // Loads dsync's configuration (config/settings.h): JSON file, then DSYNC_* environment
-// overrides. One constant table, kKeys, describes every key (path, type and limits,
-// default, environment variable, meaning, and where the value lives in Settings); JSON
-// parsing, environment overrides, Validate()'s re-checks and AllSettingKeys() are all
-// driven by it, so they cannot drift apart. Structured keys (datasources, topics,
-// steps) are in the table too, for documentation, and are walked by hand below.
+// overrides. One constant table, kKeys, describes every key (path, where the value
+// lives in Settings, limits, meaning); the field gives the key's type and default (its
+// initialiser in config/settings.h), the path its environment variable. JSON parsing,
+// environment overrides, Validate()'s re-checks and AllSettingKeys() are all driven by
+// it, so they cannot drift apart. Structured keys (datasources, topics, steps) are in
+// the table too, for documentation, and are walked by hand below.
 //
 // Every error is a ConfigError whose message is one line starting with "config: " and
 // naming the JSON path or environment variable. Values of string keys are never echoed
@@ -12,6 +13,7 @@
 // Thread safety: stateless functions over immutable data.
 #include "config/settings.h"
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include <memory>
 #include <set>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 
 #include "core/error.h"
@@ -53,7 +56,62 @@ struct Target {
 };
 
 using FieldRef = std::variant<std::string*, int*, int64_t*, Millis*, bool*>;
-using FieldOf = FieldRef (*)(const Target&);
+
+// Where a key's value lives: its scope, its kind and, for a scalar key, the accessor of
+// its field (null for structured kinds). Scalar keys get it from Field<...>() below.
+struct FieldAccess {
+  Scope scope;
+  Kind kind;
+  FieldRef (*get)(const Target&) = nullptr;
+};
+
+// The object of a Target that members of `Class` are reached from, and its scope.
+template <class Class>
+struct Root;
+template <>
+struct Root<Settings> {
+  static constexpr Scope kScope = Scope::kSettings;
+  static Settings* Of(const Target& t) { return t.settings; }
+};
+template <>
+struct Root<TopicSettings> {
+  static constexpr Scope kScope = Scope::kTopic;
+  static TopicSettings* Of(const Target& t) { return t.topic; }
+};
+template <>
+struct Root<StepSpec> {
+  static constexpr Scope kScope = Scope::kStep;
+  static StepSpec* Of(const Target& t) { return t.step; }
+};
+
+template <class MemberPointer>
+struct MemberOf;
+template <class Class, class Type>
+struct MemberOf<Type Class::*> {
+  using Of = Class;
+};
+
+template <class T>
+constexpr Kind KindOf() {
+  if constexpr (std::is_same_v<T, std::string>) return Kind::kString;
+  else if constexpr (std::is_same_v<T, Millis>) return Kind::kMillis;
+  else if constexpr (std::is_same_v<T, bool>) return Kind::kBool;
+  else {
+    static_assert(std::is_same_v<T, int> || std::is_same_v<T, int64_t>, "a field type FieldRef holds");
+    return Kind::kInteger;
+  }
+}
+
+// A scalar key's field: the members leading to it from Settings (through a section),
+// TopicSettings or StepSpec, e.g. Field<&Settings::registry, &RegistrySettings::purge_after>().
+// The scope follows from the first member's class, the kind from the field's type.
+template <auto kFirst, auto... kRest>
+constexpr FieldAccess Field() {
+  using R = Root<typename MemberOf<decltype(kFirst)>::Of>;
+  using Value = std::remove_reference_t<decltype(((R::Of(Target{})->*kFirst) .* ... .* kRest))>;
+  return {R::kScope, KindOf<Value>(),
+          [](const Target& t) -> FieldRef { return &((R::Of(t)->*kFirst) .* ... .* kRest); }};
+}
 
 constexpr int64_t kMinInt = std::numeric_limits<int>::min();
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
@@ -62,17 +120,19 @@ constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 // is converted to nanoseconds for a sleep or a deadline.
 constexpr int64_t kMaxMillis = 10LL * 365 * 24 * 3600 * 1000;
 
+// A scalar key's default is its field's initialiser (config/settings.h) and its
+// environment variable DSYNC_ + its path (EnvName); the table states only the
+// exceptions.
 struct KeyDescriptor {
   std::string_view path;  // "registry.heartbeat_interval_ms", "topics.<name>.max_retry", ...
-  Scope scope;
-  Kind kind;
-  FieldOf field = nullptr;  // null for structured kinds
+  FieldAccess field;
   int64_t min = 0;          // kInteger: smallest value; kString: shortest length
   int64_t max = kMaxInt;    // kInteger: largest value; kString: longest length
   std::string_view choices = {};
   bool required = false;    // must be present in its object (when a file is given)
-  std::string_view default_text = {};  // JSON text; empty: no fixed default (see doc)
-  std::string_view env = {};           // overriding environment variable, if any
+  bool no_default = false;  // the initialiser is no fixed default (see doc); implied by `required`
+  std::string_view default_text = {};  // structured keys: their default as JSON text, if any
+  std::string_view env = {};           // the environment variable, where it is not EnvName's rule
   std::string_view doc = {};
 };
 
@@ -82,221 +142,191 @@ constexpr std::string_view kLogLevels = "trace|debug|info|warn|error|off";
 
 constexpr KeyDescriptor kKeys[] = {
     // Top level.
-    {.path = "database", .scope = Scope::kSettings, .kind = Kind::kString,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->database; },
-     .env = "DSYNC_DB_URL",
+    {.path = "database",
+     .field = Field<&Settings::database>(),
+     .no_default = true, .env = "DSYNC_DB_URL",
      .doc = "Framework database URL mysql://user:pass@host:port/schema (holds distribute_*). "
             "Required: from the file, DSYNC_DB_URL or --db."},
-    {.path = "service", .scope = Scope::kSettings, .kind = Kind::kString,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->service; },
-     .min = 1, .max = 128, .default_text = "\"kbs-sync\"", .env = "DSYNC_SERVICE",
+    {.path = "service",
+     .field = Field<&Settings::service>(),
+     .min = 1, .max = 128,
      .doc = "Service this process belongs to: its dispatchers and nodes handle only events whose "
             "`service` column names it, and judge only its nodes; `dsync produce` and the API write it. "
             "1-128 characters."},
-    {.path = "log_level", .scope = Scope::kSettings, .kind = Kind::kString,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->log_level; },
-     .choices = kLogLevels, .default_text = "\"info\"", .env = "DSYNC_LOG_LEVEL",
+    {.path = "log_level",
+     .field = Field<&Settings::log_level>(),
+     .choices = kLogLevels,
      .doc = "Log level: trace, debug, info, warn, error or off (--log-level)."},
-    {.path = "datasources", .scope = Scope::kSettings, .kind = Kind::kDatasources,
+    {.path = "datasources", .field = {.scope = Scope::kSettings, .kind = Kind::kDatasources},
      .default_text = "{}",
      .doc = "Object of datasource name -> database URL, referenced by steps' source/target."},
-    {.path = "topics", .scope = Scope::kSettings, .kind = Kind::kTopics, .required = true,
+    {.path = "topics", .field = {.scope = Scope::kSettings, .kind = Kind::kTopics}, .required = true,
      .doc = "Required: object of topic name -> topic settings. Names: 1-50 characters of "
             "A-Z a-z 0-9 _ . -"},
 
     // registry
-    {.path = "registry.heartbeat_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef {
-       return &t.settings->registry.heartbeat_interval;
-     },
-     .default_text = "10000", .env = "DSYNC_REGISTRY_HEARTBEAT_INTERVAL_MS",
+    {.path = "registry.heartbeat_interval_ms",
+     .field = Field<&Settings::registry, &RegistrySettings::heartbeat_interval>(),
      .doc = "How often a node refreshes its registry row; at most offline_timeout_ms / 2."},
-    {.path = "registry.offline_timeout_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->registry.offline_timeout; },
-     .default_text = "30000", .env = "DSYNC_REGISTRY_OFFLINE_TIMEOUT_MS",
+    {.path = "registry.offline_timeout_ms",
+     .field = Field<&Settings::registry, &RegistrySettings::offline_timeout>(),
      .doc = "A node silent this long (database clock) is marked offline; also how long the server lets any dsync session sit idle inside a transaction (MariaDB idle_transaction_timeout)."},
-    {.path = "registry.sweep_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->registry.sweep_interval; },
-     .default_text = "5000", .env = "DSYNC_REGISTRY_SWEEP_INTERVAL_MS",
+    {.path = "registry.sweep_interval_ms",
+     .field = Field<&Settings::registry, &RegistrySettings::sweep_interval>(),
      .doc = "How often the offline sweeper marks silent nodes offline."},
-    {.path = "registry.purge_after_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->registry.purge_after; },
-     .default_text = "604800000", .env = "DSYNC_REGISTRY_PURGE_AFTER_MS",
+    {.path = "registry.purge_after_ms",
+     .field = Field<&Settings::registry, &RegistrySettings::purge_after>(),
      .doc = "Registry rows silent this long are deleted; more than offline_timeout_ms."},
 
     // dispatcher
-    {.path = "dispatcher.poll_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.poll_interval; },
-     .default_text = "200", .env = "DSYNC_DISPATCHER_POLL_INTERVAL_MS",
+    {.path = "dispatcher.poll_interval_ms",
+     .field = Field<&Settings::dispatcher, &DispatcherSettings::poll_interval>(),
      .doc = "Dispatcher polling interval while events are waiting; at most idle_interval_ms."},
-    {.path = "dispatcher.idle_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.idle_interval; },
-     .default_text = "1000", .env = "DSYNC_DISPATCHER_IDLE_INTERVAL_MS",
+    {.path = "dispatcher.idle_interval_ms",
+     .field = Field<&Settings::dispatcher, &DispatcherSettings::idle_interval>(),
      .doc = "Dispatcher polling interval when nothing is waiting."},
-    {.path = "dispatcher.busy_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.busy_interval; },
-     .default_text = "10", .env = "DSYNC_DISPATCHER_BUSY_INTERVAL_MS",
+    {.path = "dispatcher.busy_interval_ms",
+     .field = Field<&Settings::dispatcher, &DispatcherSettings::busy_interval>(),
      .doc = "Dispatcher pause after a round that assigned events or found every node full "
             "with events due (work exists); at most poll_interval_ms."},
-    {.path = "dispatcher.lease_ttl_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.lease_ttl; },
-     .default_text = "10000", .env = "DSYNC_DISPATCHER_LEASE_TTL_MS",
+    {.path = "dispatcher.lease_ttl_ms",
+     .field = Field<&Settings::dispatcher, &DispatcherSettings::lease_ttl>(),
      .doc = "Lifetime of the dispatcher lease (database clock); the holder renews it every third, and writes only while a quarter is left."},
-    {.path = "dispatcher.batch_size", .scope = Scope::kSettings, .kind = Kind::kInteger,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.batch_size; },
-     .min = 1, .default_text = "500", .env = "DSYNC_DISPATCHER_BATCH_SIZE",
+    {.path = "dispatcher.batch_size",
+     .field = Field<&Settings::dispatcher, &DispatcherSettings::batch_size>(),
+     .min = 1,
      .doc = "Most events assigned per dispatch round. At least 1."},
-    {.path = "dispatcher.wakeups", .scope = Scope::kSettings, .kind = Kind::kBool,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.wakeups; },
-     .default_text = "true", .env = "DSYNC_DISPATCHER_WAKEUPS",
+    {.path = "dispatcher.wakeups",
+     .field = Field<&Settings::dispatcher, &DispatcherSettings::wakeups>(),
      .doc = "Send a wake-up datagram (UDP) to each node right after assigning it events, and "
             "accept wake-ups from producers and nodes (the address is published in the lease "
             "row). false: polling only."},
-    {.path = "dispatcher.batch_check_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.batch_check_interval; },
-     .default_text = "1000", .env = "DSYNC_DISPATCHER_BATCH_CHECK_INTERVAL_MS",
+    {.path = "dispatcher.batch_check_interval_ms",
+     .field = Field<&Settings::dispatcher, &DispatcherSettings::batch_check_interval>(),
      .doc = "How often the leader checks open batches that name a completion event "
             "(distribute_batch): one GROUP BY per open batch."},
 
-    {.path = "dispatcher.wakeup_listen", .scope = Scope::kSettings, .kind = Kind::kString,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->dispatcher.wakeup_listen; },
-     .min = 1, .default_text = "\"127.0.0.1:0\"", .env = "DSYNC_DISPATCHER_WAKEUP_LISTEN",
+    {.path = "dispatcher.wakeup_listen",
+     .field = Field<&Settings::dispatcher, &DispatcherSettings::wakeup_listen>(),
+     .min = 1,
      .doc = "UDP HOST:PORT the dispatcher receives wake-ups on; port 0 picks a free one. "
             "Loopback by default: only producers and nodes on this machine can wake it."},
 
     // retention
-    {.path = "retention.enabled", .scope = Scope::kSettings, .kind = Kind::kBool,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.enabled; },
-     .default_text = "true", .env = "DSYNC_RETENTION_ENABLED",
+    {.path = "retention.enabled",
+     .field = Field<&Settings::retention, &RetentionSettings::enabled>(),
      .doc = "The dispatcher leader removes finished events (and their steps) older than the "
             "bounds below. false: keep everything (dsync purge still works on demand)."},
-    {.path = "retention.finished_after_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.finished_after; },
-     .default_text = "604800000", .env = "DSYNC_RETENTION_FINISHED_AFTER_MS",
+    {.path = "retention.finished_after_ms",
+     .field = Field<&Settings::retention, &RetentionSettings::finished_after>(),
      .doc = "SUCCESS and COMPENSATED events are kept this long after they finished (7 days)."},
-    {.path = "retention.failed_after_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.failed_after; },
-     .default_text = "2592000000", .env = "DSYNC_RETENTION_FAILED_AFTER_MS",
+    {.path = "retention.failed_after_ms",
+     .field = Field<&Settings::retention, &RetentionSettings::failed_after>(),
      .doc = "FAILED events are kept this long after they failed (30 days)."},
-    {.path = "retention.archive", .scope = Scope::kSettings, .kind = Kind::kBool,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.archive; },
-     .default_text = "false", .env = "DSYNC_RETENTION_ARCHIVE",
+    {.path = "retention.archive",
+     .field = Field<&Settings::retention, &RetentionSettings::archive>(),
      .doc = "true: move removed rows to distribute_event_archive / distribute_event_step_archive "
             "(same columns; view v_events_all) instead of deleting them."},
-    {.path = "retention.batch_size", .scope = Scope::kSettings, .kind = Kind::kInteger,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.batch_size; },
-     .min = 1, .max = 10000, .default_text = "500", .env = "DSYNC_RETENTION_BATCH_SIZE",
+    {.path = "retention.batch_size",
+     .field = Field<&Settings::retention, &RetentionSettings::batch_size>(),
+     .min = 1, .max = 10000,
      .doc = "Events removed per transaction (their steps with them): bounds each statement's "
             "rows and locks. 1 to 10000."},
-    {.path = "retention.interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.interval; },
-     .default_text = "60000", .env = "DSYNC_RETENTION_INTERVAL_MS",
+    {.path = "retention.interval_ms",
+     .field = Field<&Settings::retention, &RetentionSettings::interval>(),
      .doc = "Pause between two retention passes of the leader."},
-    {.path = "retention.batch_pause_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->retention.batch_pause; },
-     .default_text = "20", .env = "DSYNC_RETENTION_BATCH_PAUSE_MS",
+    {.path = "retention.batch_pause_ms",
+     .field = Field<&Settings::retention, &RetentionSettings::batch_pause>(),
      .doc = "Least pause between two batches of a pass; the pause is also at least 3 times what the last batch took, so a pass keeps the database busy at most a quarter of the time and backs off when it is slow."},
 
     // consumer
-    {.path = "consumer.poll_interval_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.poll_interval; },
-     .default_text = "200", .env = "DSYNC_CONSUMER_POLL_INTERVAL_MS",
+    {.path = "consumer.poll_interval_ms",
+     .field = Field<&Settings::consumer, &ConsumerSettings::poll_interval>(),
      .doc = "How often a node looks for events assigned to it."},
-    {.path = "consumer.drain_timeout_ms", .scope = Scope::kSettings, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.drain_timeout; },
-     .default_text = "30000", .env = "DSYNC_CONSUMER_DRAIN_TIMEOUT_MS",
+    {.path = "consumer.drain_timeout_ms",
+     .field = Field<&Settings::consumer, &ConsumerSettings::drain_timeout>(),
      .doc = "On shutdown, how long running events may take to finish."},
-    {.path = "consumer.capacity", .scope = Scope::kSettings, .kind = Kind::kInteger,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.capacity; },
-     .min = 1, .max = 10000, .default_text = "8", .env = "DSYNC_CONSUMER_CAPACITY",
+    {.path = "consumer.capacity",
+     .field = Field<&Settings::consumer, &ConsumerSettings::capacity>(),
+     .min = 1, .max = 10000,
      .doc = "Events a node runs in parallel (--capacity), one worker thread each. From 1 to 10000."},
-    {.path = "consumer.prefetch", .scope = Scope::kSettings, .kind = Kind::kInteger,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.prefetch; },
-     .min = -1, .max = 10000, .default_text = "-1", .env = "DSYNC_CONSUMER_PREFETCH",
+    {.path = "consumer.prefetch",
+     .field = Field<&Settings::consumer, &ConsumerSettings::prefetch>(),
+     .min = -1, .max = 10000,
      .doc = "Events a node may hold assigned beyond capacity, waiting for a free worker "
             "(--prefetch); -1: as many as capacity, 0: none. From -1 to 10000."},
-    {.path = "consumer.wakeups", .scope = Scope::kSettings, .kind = Kind::kBool,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.wakeups; },
-     .default_text = "true", .env = "DSYNC_CONSUMER_WAKEUPS",
+    {.path = "consumer.wakeups",
+     .field = Field<&Settings::consumer, &ConsumerSettings::wakeups>(),
      .doc = "Listen for the dispatcher's wake-ups (UDP, on the node address) and poll at once "
             "when woken; wake the dispatcher when slots free up. false: polling only."},
-    {.path = "consumer.wakeup_listen", .scope = Scope::kSettings, .kind = Kind::kString,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->consumer.wakeup_listen; },
-     .default_text = "\"\"", .env = "DSYNC_CONSUMER_WAKEUP_LISTEN",
+    {.path = "consumer.wakeup_listen",
+     .field = Field<&Settings::consumer, &ConsumerSettings::wakeup_listen>(),
      .doc = "UDP HOST:PORT a node receives wake-ups on; empty: its node address "
             "(--node-address), which is where the dispatcher sends them."},
 
     // api
-    {.path = "api.listen", .scope = Scope::kSettings, .kind = Kind::kString,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->api.listen; },
-     .min = 1, .default_text = "\"127.0.0.1:8080\"", .env = "DSYNC_API_LISTEN",
+    {.path = "api.listen",
+     .field = Field<&Settings::api, &ApiSettings::listen>(),
+     .min = 1,
      .doc = "HOST:PORT the HTTP API listens on (port 1-65535)."},
-    {.path = "api.token", .scope = Scope::kSettings, .kind = Kind::kString,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->api.token; },
-     .default_text = "\"\"", .env = "DSYNC_API_TOKEN",
+    {.path = "api.token",
+     .field = Field<&Settings::api, &ApiSettings::token>(),
      .doc = "Bearer token the API requires; empty: no authentication."},
-    {.path = "api.max_body_bytes", .scope = Scope::kSettings, .kind = Kind::kInteger,
-     .field = [](const Target& t) -> FieldRef { return &t.settings->api.max_body_bytes; },
-     .min = 1, .max = kMaxInt64, .default_text = "1048576", .env = "DSYNC_API_MAX_BODY_BYTES",
+    {.path = "api.max_body_bytes",
+     .field = Field<&Settings::api, &ApiSettings::max_body_bytes>(),
+     .min = 1, .max = kMaxInt64,
      .doc = "Largest request body the API accepts. At least 1."},
 
     // topics.<name>
-    {.path = "topics.<name>.max_retry", .scope = Scope::kTopic, .kind = Kind::kInteger,
-     .field = [](const Target& t) -> FieldRef { return &t.topic->max_retry; },
-     .default_text = "3",
+    {.path = "topics.<name>.max_retry",
+     .field = Field<&TopicSettings::max_retry>(),
      .doc = "Retries of a failing step before the event is compensated. At least 0."},
-    {.path = "topics.<name>.backoff_base_ms", .scope = Scope::kTopic, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.topic->backoff_base; },
-     .default_text = "1000",
+    {.path = "topics.<name>.backoff_base_ms",
+     .field = Field<&TopicSettings::backoff_base>(),
      .doc = "Delay before the first retry; later retries back off up to backoff_max_ms."},
-    {.path = "topics.<name>.backoff_max_ms", .scope = Scope::kTopic, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.topic->backoff_max; },
-     .default_text = "60000", .doc = "Longest delay between retries."},
-    {.path = "topics.<name>.max_processing_time_ms", .scope = Scope::kTopic,
-     .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.topic->max_processing_time; },
-     .default_text = "300000",
+    {.path = "topics.<name>.backoff_max_ms",
+     .field = Field<&TopicSettings::backoff_max>(),
+     .doc = "Longest delay between retries."},
+    {.path = "topics.<name>.max_processing_time_ms",
+     .field = Field<&TopicSettings::max_processing_time>(),
      .doc = "Longest an event may go without activity before it is treated as stuck."},
-    {.path = "topics.<name>.claim_timeout_ms", .scope = Scope::kTopic, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.topic->claim_timeout; },
-     .default_text = "30000",
+    {.path = "topics.<name>.claim_timeout_ms",
+     .field = Field<&TopicSettings::claim_timeout>(),
      .doc = "Longest an event may stay assigned to a live node that does not claim it (the node does not "
             "serve the topic, or reports room to run it) before the sweeper hands it back."},
-    {.path = "topics.<name>.batch_limit", .scope = Scope::kTopic, .kind = Kind::kInteger,
-     .field = [](const Target& t) -> FieldRef { return &t.topic->batch_limit; },
-     .default_text = "0",
+    {.path = "topics.<name>.batch_limit",
+     .field = Field<&TopicSettings::batch_limit>(),
      .doc = "Most events of this topic per dispatch round; 0: dispatcher.batch_size. At least 0."},
-    {.path = "topics.<name>.priority", .scope = Scope::kTopic, .kind = Kind::kInteger,
-     .field = [](const Target& t) -> FieldRef { return &t.topic->priority; },
-     .min = kMinInt, .default_text = "0",
+    {.path = "topics.<name>.priority",
+     .field = Field<&TopicSettings::priority>(),
+     .min = kMinInt,
      .doc = "Default priority of new events of this topic; smaller runs first. Any integer."},
-    {.path = "topics.<name>.strategy", .scope = Scope::kTopic, .kind = Kind::kString,
-     .field = [](const Target& t) -> FieldRef { return &t.topic->strategy; },
-     .choices = kStrategies, .default_text = "\"least_load\"",
+    {.path = "topics.<name>.strategy",
+     .field = Field<&TopicSettings::strategy>(),
+     .choices = kStrategies,
      .doc = "How events are spread over nodes: least_load, weighted, least_connections, "
             "round_robin or consistent_hash."},
-    {.path = "topics.<name>.ordered", .scope = Scope::kTopic, .kind = Kind::kBool,
-     .field = [](const Target& t) -> FieldRef { return &t.topic->ordered; },
-     .default_text = "true",
+    {.path = "topics.<name>.ordered",
+     .field = Field<&TopicSettings::ordered>(),
      .doc = "Run events of one (tenant_id, data_id) one at a time, in order of creation."},
-    {.path = "topics.<name>.steps", .scope = Scope::kTopic, .kind = Kind::kSteps, .required = true,
+    {.path = "topics.<name>.steps", .field = {.scope = Scope::kTopic, .kind = Kind::kSteps}, .required = true,
      .doc = "Required: non-empty array of steps, run in order, compensated in reverse."},
 
     // topics.<name>.steps[]: any other key of a step goes to StepSpec::params.
-    {.path = "topics.<name>.steps[].name", .scope = Scope::kStep, .kind = Kind::kString,
-     .field = [](const Target& t) -> FieldRef { return &t.step->name; },
+    {.path = "topics.<name>.steps[].name",
+     .field = Field<&StepSpec::name>(),
      .min = 1, .max = 50, .required = true,
      .doc = "Required: step name, unique within the topic (at most 50 characters)."},
-    {.path = "topics.<name>.steps[].type", .scope = Scope::kStep, .kind = Kind::kString,
-     .field = [](const Target& t) -> FieldRef { return &t.step->type; },
+    {.path = "topics.<name>.steps[].type",
+     .field = Field<&StepSpec::type>(),
      .min = 1, .max = 50, .required = true,
      .doc = "Required: step type (table_sync, table_delete, table_verify, table_repair, demo or a registered custom type); "
             "the type validates the step's other keys."},
-    {.path = "topics.<name>.steps[].max_retry", .scope = Scope::kStep, .kind = Kind::kInteger,
-     .field = [](const Target& t) -> FieldRef { return &t.step->max_retry; },
+    {.path = "topics.<name>.steps[].max_retry",
+     .field = Field<&StepSpec::max_retry>(), .no_default = true,
      .doc = "Retries of this step; default: the topic's max_retry. At least 0."},
-    {.path = "topics.<name>.steps[].timeout_ms", .scope = Scope::kStep, .kind = Kind::kMillis,
-     .field = [](const Target& t) -> FieldRef { return &t.step->timeout; },
+    {.path = "topics.<name>.steps[].timeout_ms",
+     .field = Field<&StepSpec::timeout>(), .no_default = true,
      .doc = "Deadline of one attempt of this step; default: the topic's max_processing_time_ms."},
 };
 
@@ -374,12 +404,12 @@ std::string_view Section(std::string_view path) {
   return dot == std::string_view::npos ? std::string_view() : path.substr(0, dot);
 }
 
-bool IsStructured(const KeyDescriptor& key) { return key.field == nullptr; }
+bool IsStructured(const KeyDescriptor& key) { return key.field.get == nullptr; }
 
 // `section` only matters for Scope::kSettings.
 const KeyDescriptor* FindKey(Scope scope, std::string_view section, std::string_view name) {
   for (const auto& key : kKeys) {
-    if (key.scope != scope || Leaf(key.path) != name) continue;
+    if (key.field.scope != scope || Leaf(key.path) != name) continue;
     if (scope == Scope::kSettings && Section(key.path) != section) continue;
     return &key;
   }
@@ -388,7 +418,7 @@ const KeyDescriptor* FindKey(Scope scope, std::string_view section, std::string_
 
 bool IsSectionName(std::string_view name) {
   for (const auto& key : kKeys) {
-    if (key.scope == Scope::kSettings && !name.empty() && Section(key.path) == name) return true;
+    if (key.field.scope == Scope::kSettings && !name.empty() && Section(key.path) == name) return true;
   }
   return false;
 }
@@ -408,8 +438,8 @@ bool IsChoice(std::string_view choices, std::string_view value) {
 // values are never echoed except for keys with fixed choices.
 void Assign(const KeyDescriptor& key, const json& value, const Target& target,
             std::string_view where) {
-  FieldRef field = key.field(target);
-  switch (key.kind) {
+  FieldRef field = key.field.get(target);
+  switch (key.field.kind) {
     case Kind::kString: {
       if (!value.is_string()) Fail(where, "expected a string, got " + Describe(value));
       const auto& text = value.get_ref<const std::string&>();
@@ -431,8 +461,8 @@ void Assign(const KeyDescriptor& key, const json& value, const Target& target,
         Fail(where, "integer out of range");
       }
       auto number = value.get<int64_t>();
-      int64_t min = key.kind == Kind::kMillis ? 1 : key.min;
-      int64_t max = key.kind == Kind::kMillis ? kMaxMillis : key.max;
+      int64_t min = key.field.kind == Kind::kMillis ? 1 : key.min;
+      int64_t max = key.field.kind == Kind::kMillis ? kMaxMillis : key.max;
       if (number < min) {
         Fail(where, "must be at least " + std::to_string(min) + ", got " + std::to_string(number));
       }
@@ -470,25 +500,47 @@ json CurrentValue(const KeyDescriptor& key, const Target& target) {
           return *field;
         }
       },
-      key.field(target));
+      key.field.get(target));
 }
 
-// An environment variable's text as the JSON value the key expects.
-json FromEnvText(const KeyDescriptor& key, const std::string& text) {
-  switch (key.kind) {
+// The key's environment variable: `env` where the table names one, else for a scalar
+// top-level key DSYNC_ + its path upper-cased with '.' -> '_'
+// (registry.offline_timeout_ms: DSYNC_REGISTRY_OFFLINE_TIMEOUT_MS); "" for none.
+std::string EnvName(const KeyDescriptor& key) {
+  if (!key.env.empty()) return std::string(key.env);
+  if (IsStructured(key) || key.field.scope != Scope::kSettings) return "";
+  std::string name = "DSYNC_";
+  for (char c : key.path) name += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+// The key's default as JSON text: its field's initialiser, or the table's text for a
+// structured key; "" when there is no fixed default.
+std::string DefaultText(const KeyDescriptor& key) {
+  if (IsStructured(key)) return std::string(key.default_text);
+  if (key.required || key.no_default) return "";
+  Settings settings;
+  TopicSettings topic;
+  StepSpec step;
+  return CurrentValue(key, Target{.settings = &settings, .topic = &topic, .step = &step}).dump();
+}
+
+// An environment variable's text (the variable `name`) as the JSON value the key expects.
+json FromEnvText(const KeyDescriptor& key, const std::string& name, const std::string& text) {
+  switch (key.field.kind) {
     case Kind::kInteger:
     case Kind::kMillis: {
       int64_t number = 0;
       auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
       if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
-        Fail(key.env, "expected an integer, got '" + Printable(text) + "'");
+        Fail(name, "expected an integer, got '" + Printable(text) + "'");
       }
       return number;
     }
     case Kind::kBool:
       if (text == "true") return true;
       if (text == "false") return false;
-      Fail(key.env, "expected true or false, got '" + Printable(text) + "'");
+      Fail(name, "expected true or false, got '" + Printable(text) + "'");
     default:
       return text;
   }
@@ -498,7 +550,7 @@ json FromEnvText(const KeyDescriptor& key, const std::string& text) {
 void RequireKeys(const json& object, Scope scope, std::string_view section,
                  const std::string& prefix) {
   for (const auto& key : kKeys) {
-    if (key.scope != scope || !key.required) continue;
+    if (key.field.scope != scope || !key.required) continue;
     if (scope == Scope::kSettings && Section(key.path) != section) continue;
     if (!object.contains(Leaf(key.path))) Fail(prefix + std::string(Leaf(key.path)), "required");
   }
@@ -561,7 +613,7 @@ TopicSettings ParseTopic(const json& value, const std::string& where) {
     std::string member_path = where + "." + Printable(name);
     const KeyDescriptor* key = FindKey(Scope::kTopic, "", name);
     if (key == nullptr) Fail(member_path, "unknown key");
-    if (key->kind == Kind::kSteps) {
+    if (key->field.kind == Kind::kSteps) {
       topic.steps = ParseSteps(member, member_path);
     } else {
       Assign(*key, member, Target{.topic = &topic}, member_path);
@@ -603,7 +655,7 @@ void ParseRoot(const json& root, Settings& settings) {
     }
     const KeyDescriptor* key = FindKey(Scope::kSettings, "", name);
     if (key == nullptr) Fail(Printable(name), "unknown key");
-    switch (key->kind) {
+    switch (key->field.kind) {
       case Kind::kDatasources: ParseDatasources(member, settings); break;
       case Kind::kTopics: ParseTopics(member, settings); break;
       default: Assign(*key, member, Target{.settings = &settings}, name); break;
@@ -614,10 +666,11 @@ void ParseRoot(const json& root, Settings& settings) {
 
 void ApplyEnvironment(const EnvMap& env, Settings& settings) {
   for (const auto& key : kKeys) {
-    if (key.env.empty()) continue;
-    auto found = env.find(std::string(key.env));
+    const std::string name = EnvName(key);
+    if (name.empty()) continue;
+    auto found = env.find(name);
     if (found == env.end()) continue;
-    Assign(key, FromEnvText(key, found->second), Target{.settings = &settings}, key.env);
+    Assign(key, FromEnvText(key, name, found->second), Target{.settings = &settings}, name);
   }
 }
 
@@ -639,13 +692,13 @@ void Settings::Validate() const {
   // type limits (on a copy: the table's accessors hand out mutable fields).
   Settings copy = *this;
   for (const auto& key : kKeys) {
-    if (IsStructured(key) || key.scope != Scope::kSettings) continue;
+    if (IsStructured(key) || key.field.scope != Scope::kSettings) continue;
     Target target{.settings = &copy};
     Assign(key, CurrentValue(key, target), target, key.path);
   }
   for (auto& [name, topic] : copy.topics) {
     for (const auto& key : kKeys) {
-      if (IsStructured(key) || key.scope != Scope::kTopic) continue;
+      if (IsStructured(key) || key.field.scope != Scope::kTopic) continue;
       Target target{.topic = &topic};
       Assign(key, CurrentValue(key, target), target,
              "topics." + Printable(name) + "." + std::string(Leaf(key.path)));
@@ -744,7 +797,7 @@ const std::vector<SettingKey>& AllSettingKeys() {
   static const std::vector<SettingKey> keys = [] {
     std::vector<SettingKey> all;
     for (const auto& key : kKeys) {
-      all.push_back({std::string(key.path), std::string(key.default_text), std::string(key.env),
+      all.push_back({std::string(key.path), DefaultText(key), EnvName(key),
                      std::string(key.doc)});
     }
     return all;
