@@ -674,6 +674,15 @@ void ApplyEnvironment(const EnvMap& env, Settings& settings) {
   }
 }
 
+// A cross-field rule between two durations: unless `holds`, "config: <first> (<ms>)
+// must be <relation> <second> (<ms>)".
+void RequireOrder(bool holds, const std::string& first, Millis first_value, std::string_view relation,
+                  const std::string& second, Millis second_value) {
+  if (holds) return;
+  throw ConfigError("config: " + first + " (" + std::to_string(first_value.count()) + ") must be " +
+                    std::string(relation) + " " + second + " (" + std::to_string(second_value.count()) + ")");
+}
+
 // api.listen is HOST:PORT; HOST may be a bracketed IPv6 address.
 bool IsHostPort(std::string_view listen) {
   auto colon = listen.rfind(':');
@@ -705,34 +714,19 @@ void Settings::Validate() const {
     }
   }
 
-  auto ms = [](Millis value) { return std::to_string(value.count()); };
-  if (registry.heartbeat_interval.count() > registry.offline_timeout.count() / 2) {
-    throw ConfigError("config: registry.heartbeat_interval_ms (" + ms(registry.heartbeat_interval) +
-                      ") must be at most half of registry.offline_timeout_ms (" +
-                      ms(registry.offline_timeout) + ")");
-  }
-  if (registry.offline_timeout >= registry.purge_after) {
-    throw ConfigError("config: registry.offline_timeout_ms (" + ms(registry.offline_timeout) +
-                      ") must be less than registry.purge_after_ms (" + ms(registry.purge_after) +
-                      ")");
-  }
-  if (dispatcher.poll_interval > dispatcher.idle_interval) {
-    throw ConfigError("config: dispatcher.poll_interval_ms (" + ms(dispatcher.poll_interval) +
-                      ") must be at most dispatcher.idle_interval_ms (" +
-                      ms(dispatcher.idle_interval) + ")");
-  }
-  if (dispatcher.busy_interval > dispatcher.poll_interval) {
-    throw ConfigError("config: dispatcher.busy_interval_ms (" + ms(dispatcher.busy_interval) +
-                      ") must be at most dispatcher.poll_interval_ms (" +
-                      ms(dispatcher.poll_interval) + ")");
-  }
+  RequireOrder(registry.heartbeat_interval.count() <= registry.offline_timeout.count() / 2,
+               "registry.heartbeat_interval_ms", registry.heartbeat_interval, "at most half of",
+               "registry.offline_timeout_ms", registry.offline_timeout);
+  RequireOrder(registry.offline_timeout < registry.purge_after, "registry.offline_timeout_ms",
+               registry.offline_timeout, "less than", "registry.purge_after_ms", registry.purge_after);
+  RequireOrder(dispatcher.poll_interval <= dispatcher.idle_interval, "dispatcher.poll_interval_ms",
+               dispatcher.poll_interval, "at most", "dispatcher.idle_interval_ms", dispatcher.idle_interval);
+  RequireOrder(dispatcher.busy_interval <= dispatcher.poll_interval, "dispatcher.busy_interval_ms",
+               dispatcher.busy_interval, "at most", "dispatcher.poll_interval_ms", dispatcher.poll_interval);
   for (const auto& [name, topic] : topics) {
-    if (topic.backoff_base > topic.backoff_max) {
-      std::string prefix = "topics." + Printable(name);
-      throw ConfigError("config: " + prefix + ".backoff_base_ms (" + ms(topic.backoff_base) +
-                        ") must be at most " + prefix + ".backoff_max_ms (" +
-                        ms(topic.backoff_max) + ")");
-    }
+    const std::string prefix = "topics." + Printable(name);
+    RequireOrder(topic.backoff_base <= topic.backoff_max, prefix + ".backoff_base_ms", topic.backoff_base,
+                 "at most", prefix + ".backoff_max_ms", topic.backoff_max);
   }
   if (!IsHostPort(api.listen)) {
     Fail("api.listen", "expected HOST:PORT with a port from 1 to 65535, got '" +
