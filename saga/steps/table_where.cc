@@ -45,6 +45,18 @@ void RejectDangerous(std::string_view text) {
   if (std::count(text.begin(), text.end(), '`') % 2 != 0) Fail("has unbalanced backticks");
 }
 
+// ( ) , - and = are tokens of one character whatever follows them.
+std::optional<Tok> OneCharToken(char c) {
+  switch (c) {
+    case '(': return Tok::kLParen;
+    case ')': return Tok::kRParen;
+    case ',': return Tok::kComma;
+    case '-': return Tok::kMinus;
+    case '=': return Tok::kOp;
+    default: return std::nullopt;
+  }
+}
+
 std::vector<Token> Tokenize(std::string_view s) {
   std::vector<Token> out;
   size_t i = 0;
@@ -104,20 +116,8 @@ std::vector<Token> Tokenize(std::string_view s) {
     } else if (IsWordChar(c)) {
       while (i < s.size() && IsWordChar(s[i])) ++i;
       out.push_back({Tok::kWord, std::string(s.substr(start, i - start)), start});
-    } else if (c == '(') {
-      out.push_back({Tok::kLParen, "(", start});
-      ++i;
-    } else if (c == ')') {
-      out.push_back({Tok::kRParen, ")", start});
-      ++i;
-    } else if (c == ',') {
-      out.push_back({Tok::kComma, ",", start});
-      ++i;
-    } else if (c == '-') {
-      out.push_back({Tok::kMinus, "-", start});
-      ++i;
-    } else if (c == '=' ) {
-      out.push_back({Tok::kOp, "=", start});
+    } else if (std::optional<Tok> single = OneCharToken(c)) {
+      out.push_back({*single, std::string(1, c), start});
       ++i;
     } else if (c == '<' || c == '>' || c == '!') {
       std::string op(1, c);
@@ -185,6 +185,12 @@ class Parser {
     Fail("is not a supported filter: expected " + wanted + " at offset " + std::to_string(tok.pos) +
          ", got " + got);
   }
+  // The ')' that closes what is open; `wanted` says what else may stand there.
+  void CloseParen(const std::string& wanted) {
+    if (Peek().kind != Tok::kRParen) Unexpected(wanted);
+    ++i_;
+    Emit(")");
+  }
   void Emit(const std::string& s) {
     if (!sql().empty() && sql().back() != '(' && s != ")" && s != ",") sql() += ' ';
     sql() += s;
@@ -219,14 +225,16 @@ class Parser {
       ++i_;
       Emit("(");
       Expr();
-      if (Peek().kind != Tok::kRParen) Unexpected("')'");
-      ++i_;
-      Emit(")");
+      CloseParen("')'");
       return;
     }
     Value left = ParseValue();
     Emit(left.sql);
     std::vector<Value> right;
+    auto operand = [&] {
+      right.push_back(ParseValue());
+      Emit(right.back().sql);
+    };
     if (TakeKeyword("IS")) {
       Emit("IS");
       if (TakeKeyword("NOT")) Emit("NOT");
@@ -246,35 +254,28 @@ class Parser {
         return;
       }
       for (;;) {
-        right.push_back(ParseValue());
-        Emit(right.back().sql);
+        operand();
         if (Peek().kind == Tok::kComma) {
           ++i_;
           Emit(",");
           continue;
         }
-        if (Peek().kind != Tok::kRParen) Unexpected("',' or ')'");
-        ++i_;
-        Emit(")");
+        CloseParen("',' or ')'");
         break;
       }
     } else if (TakeKeyword("BETWEEN")) {
       Emit("BETWEEN");
-      right.push_back(ParseValue());
-      Emit(right.back().sql);
+      operand();
       ExpectKeyword("AND");
       Emit("AND");
-      right.push_back(ParseValue());
-      Emit(right.back().sql);
+      operand();
     } else if (TakeKeyword("LIKE")) {
       Emit("LIKE");
-      right.push_back(ParseValue());
-      Emit(right.back().sql);
+      operand();
     } else if (!negated && Peek().kind == Tok::kOp) {
       Emit(Peek().text);
       ++i_;
-      right.push_back(ParseValue());
-      Emit(right.back().sql);
+      operand();
     } else {
       Unexpected(negated ? "IN, BETWEEN or LIKE after NOT" : "a comparison (=, <>, IN, IS NULL, LIKE, BETWEEN ...)");
     }
@@ -317,9 +318,7 @@ class Parser {
     }
     inner_ = false;
     if (PeekKeyword("UNION")) Fail("must not use UNION (at offset " + std::to_string(Peek().pos) + ")");
-    if (Peek().kind != Tok::kRParen) Unexpected("')' closing the subquery");
-    ++i_;
-    Emit(")");
+    CloseParen("')' closing the subquery");
   }
 
   // A plain or backticked name.
