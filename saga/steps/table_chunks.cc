@@ -80,12 +80,7 @@ std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table,
   const auto hash_col = static_cast<uint32_t>(key.size() + 1);
   while (rs->next()) {
     KeyHash kh;
-    kh.key.reserve(key.size());
-    for (size_t i = 0; i < key.size(); ++i) {
-      auto idx = static_cast<uint32_t>(i + 1);
-      if (rs->isNull(idx)) kh.key.emplace_back(std::nullopt);
-      else kh.key.emplace_back(std::string(rs->getString(idx)));
-    }
+    kh.key = key.ReadRow(*rs);
     kh.hash = static_cast<uint32_t>(rs->getUInt64(hash_col));
     out.push_back(std::move(kh));
   }

@@ -5,7 +5,6 @@
 #include <set>
 #include <stdexcept>
 
-
 namespace dsync::saga::table {
 namespace {
 
@@ -80,10 +79,14 @@ std::string ShortestDouble(double d) {
   throw std::invalid_argument("compensation data is not a table before-image: " + why);
 }
 
-std::vector<std::string> Names(const nlohmann::json& j, const char* field, bool required_non_empty) {
+const nlohmann::json& ArrayField(const nlohmann::json& j, const char* field) {
   if (!j.contains(field) || !j[field].is_array()) BadImage(std::string("'") + field + "' is not an array");
+  return j[field];
+}
+
+std::vector<std::string> Names(const nlohmann::json& j, const char* field, bool required_non_empty) {
   std::vector<std::string> out;
-  for (const auto& v : j[field]) {
+  for (const auto& v : ArrayField(j, field)) {
     if (!v.is_string()) BadImage(std::string("'") + field + "' has a non-string entry");
     out.push_back(v.get<std::string>());
   }
@@ -92,10 +95,10 @@ std::vector<std::string> Names(const nlohmann::json& j, const char* field, bool 
 }
 
 std::vector<Row> Rows(const nlohmann::json& j, const char* field, size_t width) {
-  if (!j.contains(field) || !j[field].is_array()) BadImage(std::string("'") + field + "' is not an array");
+  const nlohmann::json& rows = ArrayField(j, field);
   std::vector<Row> out;
-  out.reserve(j[field].size());
-  for (const auto& r : j[field]) {
+  out.reserve(rows.size());
+  for (const auto& r : rows) {
     if (!r.is_array() || r.size() != width) BadImage(std::string("a row of '") + field + "' has the wrong width");
     Row row;
     row.reserve(width);
@@ -105,6 +108,30 @@ std::vector<Row> Rows(const nlohmann::json& j, const char* field, size_t width) 
       else BadImage(std::string("a cell of '") + field + "' is neither a string nor null");
     }
     out.push_back(std::move(row));
+  }
+  return out;
+}
+
+// term(column) for each column, joined by `separator`: "`a`, `b`", "`a` = ? AND `b` = ?".
+template <class F>
+std::string EachColumn(const std::vector<Column>& columns, const char* separator, F&& term) {
+  std::string out;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (i > 0) out += separator;
+    out += term(columns[i]);
+  }
+  return out;
+}
+
+// Keyset bounds over the key columns in order: (a OP ?) OR (a = ? AND b OP ?) OR ...,
+// each disjunct a range the optimizer uses; the last disjunct compares with `last_op`.
+std::string KeyBound(const std::vector<Column>& columns, const char* op, const char* last_op) {
+  std::string out;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (i > 0) out += " OR ";
+    out += "(";
+    for (size_t j = 0; j < i; ++j) out += Quoted(columns[j].name) + " = " + CompareSlot(columns[j]) + " AND ";
+    out += Quoted(columns[i].name) + (i + 1 == columns.size() ? last_op : op) + CompareSlot(columns[i]) + ")";
   }
   return out;
 }
@@ -179,43 +206,33 @@ int ColumnSet::IndexOf(std::string_view name) const {
   return -1;
 }
 
-std::string ColumnSet::SelectList() const {
-  std::string out;
-  for (const Column& c : columns_) {
-    if (!out.empty()) out += ", ";
-    out += ReadExpr(c);
-  }
-  return out;
-}
+std::string ColumnSet::SelectList() const { return EachColumn(columns_, ", ", ReadExpr); }
 
 std::string ColumnSet::NameList() const {
-  std::string out;
-  for (const Column& c : columns_) {
-    if (!out.empty()) out += ", ";
-    out += Quoted(c.name);
-  }
-  return out;
+  return EachColumn(columns_, ", ", [](const Column& c) { return Quoted(c.name); });
 }
 
 std::string ColumnSet::OrderBy() const { return NameList(); }
 
+Row ColumnSet::ReadRow(const storage::ResultSet& rs) const {
+  Row row;
+  row.reserve(columns_.size());
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    auto idx = static_cast<uint32_t>(i + 1);
+    if (rs.isNull(idx)) {
+      row.emplace_back(std::nullopt);
+    } else if (columns_[i].kind == ColumnKind::kFloat) {
+      row.emplace_back(ShortestDouble(static_cast<double>(rs.getDouble(idx))));
+    } else {
+      row.emplace_back(std::string(rs.getString(idx)));
+    }
+  }
+  return row;
+}
+
 std::vector<Row> ColumnSet::ReadAll(storage::ResultSet& rs) const {
   std::vector<Row> rows;
-  while (rs.next()) {
-    Row row;
-    row.reserve(columns_.size());
-    for (size_t i = 0; i < columns_.size(); ++i) {
-      auto idx = static_cast<uint32_t>(i + 1);
-      if (rs.isNull(idx)) {
-        row.emplace_back(std::nullopt);
-      } else if (columns_[i].kind == ColumnKind::kFloat) {
-        row.emplace_back(ShortestDouble(static_cast<double>(rs.getDouble(idx))));
-      } else {
-        row.emplace_back(std::string(rs.getString(idx)));
-      }
-    }
-    rows.push_back(std::move(row));
-  }
+  while (rs.next()) rows.push_back(ReadRow(rs));
   return rows;
 }
 
@@ -223,14 +240,7 @@ void ColumnSet::AppendValues(const Row& row, std::vector<SqlValue>& out) const {
   for (size_t i = 0; i < columns_.size(); ++i) out.push_back(ToSqlValue(columns_[i], row[i]));
 }
 
-std::string ColumnSet::ValuesTuple() const {
-  std::string out = "(";
-  for (size_t i = 0; i < columns_.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += WriteSlot(columns_[i]);
-  }
-  return out + ")";
-}
+std::string ColumnSet::ValuesTuple() const { return "(" + EachColumn(columns_, ", ", WriteSlot) + ")"; }
 
 std::string ColumnSet::MatchKeys(size_t n) const {
   std::string out;
@@ -240,12 +250,9 @@ std::string ColumnSet::MatchKeys(size_t n) const {
     for (size_t i = 0; i < n; ++i) out += (i > 0 ? ", " : "") + slot;
     return out + ")";
   }
-  std::string one = "(";
-  for (size_t c = 0; c < columns_.size(); ++c) {
-    if (c > 0) one += " AND ";
-    one += Quoted(columns_[c].name) + " = " + CompareSlot(columns_[c]);
-  }
-  one += ")";
+  const std::string one =
+      "(" + EachColumn(columns_, " AND ", [](const Column& c) { return Quoted(c.name) + " = " + CompareSlot(c); }) +
+      ")";
   for (size_t i = 0; i < n; ++i) out += (i > 0 ? " OR " : "") + one;
   return out;
 }
@@ -254,29 +261,11 @@ void ColumnSet::AppendKeyValues(const Row& key, std::vector<SqlValue>& out) cons
   AppendValues(key, out);
 }
 
-std::string ColumnSet::AfterKey() const {
-  // (a > ?) OR (a = ? AND b > ?) OR ...: each disjunct is a range the optimizer uses.
-  std::string out;
-  for (size_t i = 0; i < columns_.size(); ++i) {
-    if (i > 0) out += " OR ";
-    out += "(";
-    for (size_t j = 0; j < i; ++j) out += Quoted(columns_[j].name) + " = " + CompareSlot(columns_[j]) + " AND ";
-    out += Quoted(columns_[i].name) + " > " + CompareSlot(columns_[i]) + ")";
-  }
-  return out;
-}
+// (a > ?) OR (a = ? AND b > ?) OR ...
+std::string ColumnSet::AfterKey() const { return KeyBound(columns_, " > ", " > "); }
 
-std::string ColumnSet::AtOrBeforeKey() const {
-  // (a < ?) OR (a = ? AND b <= ?): the complement of AfterKey.
-  std::string out;
-  for (size_t i = 0; i < columns_.size(); ++i) {
-    if (i > 0) out += " OR ";
-    out += "(";
-    for (size_t j = 0; j < i; ++j) out += Quoted(columns_[j].name) + " = " + CompareSlot(columns_[j]) + " AND ";
-    out += Quoted(columns_[i].name) + (i + 1 == columns_.size() ? " <= " : " < ") + CompareSlot(columns_[i]) + ")";
-  }
-  return out;
-}
+// (a < ?) OR (a = ? AND b <= ?): the complement of AfterKey.
+std::string ColumnSet::AtOrBeforeKey() const { return KeyBound(columns_, " < ", " <= "); }
 
 std::string ColumnSet::RowHashExpr() const {
   std::string values, nulls;

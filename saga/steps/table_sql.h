@@ -78,7 +78,10 @@ class ColumnSet {
 
   std::string SelectList() const;                        // "CAST(`a` AS CHAR), HEX(`b`)"
   std::string NameList() const;                          // "`a`, `b`"
-  std::vector<Row> ReadAll(storage::ResultSet& rs) const;    // every row of rs
+  // The row rs is on, one cell per column from its first (floats as the shortest text
+  // that reads back as the same double), and every row of rs.
+  Row ReadRow(const storage::ResultSet& rs) const;
+  std::vector<Row> ReadAll(storage::ResultSet& rs) const;
 
   // Values of `row` (one cell per column, in order) for an INSERT tuple.
   void AppendValues(const Row& row, std::vector<SqlValue>& out) const;

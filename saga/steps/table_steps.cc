@@ -23,6 +23,7 @@
 #include "saga/steps/table_chunks.h"
 #include "saga/steps/table_preflight.h"
 #include "saga/steps/table_sql.h"
+#include "saga/steps/table_text.h"
 #include "saga/steps/table_where.h"
 
 namespace dsync::saga {
@@ -36,6 +37,8 @@ using table::Cell;
 using table::ColumnKind;
 using table::ColumnSet;
 using table::Image;
+using table::JsonKind;
+using table::Printable;
 using table::Row;
 using table::SqlValue;
 using table::TableSchema;
@@ -134,26 +137,6 @@ struct Config {
   OnConflict on_conflict = OnConflict::kFail;
   int undo_retention_days = kDefaultUndoRetentionDays;
 };
-
-// User text inside a one-line message.
-std::string Printable(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 64)) {
-    out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-  }
-  if (s.size() > 64) out += "...";
-  return out;
-}
-
-std::string JsonKind(const json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
 
 class ConfigReader {
  public:
@@ -355,24 +338,35 @@ size_t CellBytes(const Row& row) {
   return n;
 }
 
+// `keys` in batches of one statement each: calls batch(padded, params) with `padded`
+// keys to match (key.MatchKeys(padded)), the last repeated up to table::PaddedCount, and
+// `params` = `lead` then their values.
+template <class F>
+void ForKeyBatches(const ColumnSet& key, const std::vector<Row>& keys, int chunk_size,
+                   const std::vector<SqlValue>& lead, F&& batch) {
+  const size_t per = StatementRows(RowsPerStatement(key.size(), chunk_size));
+  for (size_t begin = 0; begin < keys.size(); begin += per) {
+    size_t n = std::min(per, keys.size() - begin);
+    size_t padded = table::PaddedCount(n, per);
+    std::vector<SqlValue> params = lead;
+    for (size_t i = 0; i < padded; ++i) key.AppendKeyValues(keys[begin + std::min(i, n - 1)], params);
+    batch(padded, params);
+  }
+}
+
 // SELECT cols FROM table WHERE [(filter) AND] key IN (keys) [FOR UPDATE], in batches.
 std::vector<Row> ReadByKeys(Connection& c, const std::string& table, const ColumnSet& cols, const ColumnSet& key,
                             const std::vector<Row>& keys, int chunk_size, bool for_update,
                             const table::BoundFilter* filter = nullptr) {
   std::vector<Row> out;
-  const size_t per = StatementRows(RowsPerStatement(key.size(), chunk_size));
-  for (size_t begin = 0; begin < keys.size(); begin += per) {
-    size_t n = std::min(per, keys.size() - begin);
-    size_t padded = table::PaddedCount(n, per);
-    std::vector<SqlValue> params;
-    if (filter != nullptr) params = filter->params;
-    for (size_t i = 0; i < padded; ++i) key.AppendKeyValues(keys[begin + std::min(i, n - 1)], params);
+  const std::vector<SqlValue> lead = filter != nullptr ? filter->params : std::vector<SqlValue>();
+  ForKeyBatches(key, keys, chunk_size, lead, [&](size_t padded, const std::vector<SqlValue>& params) {
     std::string sql = "SELECT " + cols.SelectList() + " FROM " + Backticked(table) + " WHERE " +
                       (filter != nullptr ? "(" + filter->sql + ") AND (" : "(") + key.MatchKeys(padded) + ")" +
                       (for_update ? " FOR UPDATE" : "");
     auto rs = c.Query(sql, Bind(params));
     for (Row& r : cols.ReadAll(*rs)) out.push_back(std::move(r));
-  }
+  });
   return out;
 }
 
@@ -383,27 +377,13 @@ std::unordered_map<std::string, uint32_t> HashesByKeys(Connection& c, const std:
                                                        const ColumnSet& key, const std::vector<Row>& keys,
                                                        int chunk_size, bool for_update) {
   std::unordered_map<std::string, uint32_t> out;
-  const size_t per = StatementRows(RowsPerStatement(key.size(), chunk_size));
   const std::string head = "SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Backticked(table) +
                            " WHERE ";
   const auto hash_col = static_cast<uint32_t>(key.size() + 1);
-  for (size_t begin = 0; begin < keys.size(); begin += per) {
-    size_t n = std::min(per, keys.size() - begin);
-    size_t padded = table::PaddedCount(n, per);
-    std::vector<SqlValue> params;
-    for (size_t i = 0; i < padded; ++i) key.AppendKeyValues(keys[begin + std::min(i, n - 1)], params);
+  ForKeyBatches(key, keys, chunk_size, {}, [&](size_t padded, const std::vector<SqlValue>& params) {
     auto rs = c.Query(head + key.MatchKeys(padded) + (for_update ? " FOR UPDATE" : ""), Bind(params));
-    while (rs->next()) {
-      Row k;
-      k.reserve(key.size());
-      for (size_t i = 0; i < key.size(); ++i) {
-        auto idx = static_cast<uint32_t>(i + 1);
-        if (rs->isNull(idx)) k.emplace_back(std::nullopt);
-        else k.emplace_back(std::string(rs->getString(idx)));
-      }
-      out[table::EncodeKey(k)] = static_cast<uint32_t>(rs->getUInt64(hash_col));
-    }
-  }
+    while (rs->next()) out[table::EncodeKey(key.ReadRow(*rs))] = static_cast<uint32_t>(rs->getUInt64(hash_col));
+  });
   return out;
 }
 
@@ -513,14 +493,9 @@ void Upsert(Connection& c, const std::string& table, const ColumnSet& cols, cons
 
 void DeleteKeys(Connection& c, const std::string& table, const ColumnSet& key, const std::vector<Row>& keys,
                 int chunk_size) {
-  const size_t per = StatementRows(RowsPerStatement(key.size(), chunk_size));
-  for (size_t begin = 0; begin < keys.size(); begin += per) {
-    size_t n = std::min(per, keys.size() - begin);
-    size_t padded = table::PaddedCount(n, per);
-    std::vector<SqlValue> params;
-    for (size_t i = 0; i < padded; ++i) key.AppendKeyValues(keys[begin + std::min(i, n - 1)], params);
+  ForKeyBatches(key, keys, chunk_size, {}, [&](size_t padded, const std::vector<SqlValue>& params) {
     c.Execute("DELETE FROM " + Backticked(table) + " WHERE " + key.MatchKeys(padded), Bind(params));
-  }
+  });
 }
 
 // SELECT cols FROM table WHERE (filter) [AND key > last] ORDER BY key LIMIT chunk [FOR UPDATE]

@@ -16,6 +16,7 @@
 #include "saga/steps/table_chunks.h"
 #include "saga/steps/table_preflight.h"
 #include "saga/steps/table_steps.h"
+#include "saga/steps/table_text.h"
 
 namespace dsync::saga {
 namespace {
@@ -25,6 +26,8 @@ using storage::Connection;
 using storage::ConnectionPool;
 using table::ColumnKind;
 using table::ColumnSet;
+using table::JsonKind;
+using table::Printable;
 using table::Row;
 using table::SqlValue;
 using table::TableSchema;
@@ -37,24 +40,6 @@ constexpr int64_t kWholeTableRows = 2000000;
 constexpr const char* kTableRowsSql = R"(
 SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?)";
 constexpr const char* kRepairKeyPrefix = "dsync_k";
-
-// User text inside a one-line message.
-std::string Printable(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 64)) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-  if (s.size() > 64) out += "...";
-  return out;
-}
-
-std::string JsonKind(const json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
 
 std::string Who(const TableCheck& c) { return c.step.empty() ? "table " + c.table : "step '" + c.step + "'"; }
 
