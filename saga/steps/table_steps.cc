@@ -136,6 +136,9 @@ struct Config {
   bool delete_missing = false;
   OnConflict on_conflict = OnConflict::kFail;
   int undo_retention_days = kDefaultUndoRetentionDays;
+
+  // "table_sync <step>: <action>": a unit of work's name in errors and logs.
+  std::string What(std::string_view action) const { return type + " " + step + ": " + std::string(action); }
 };
 
 class ConfigReader {
@@ -547,6 +550,52 @@ Image ParseImage(const json& j, const Config& cfg) {
   }
 }
 
+// A table the steps keep in each target datasource (dsync_step_undo, dsync_sync_chunk).
+// Prepare creates it on a handler's first use of a target (remembered by the target's
+// masked URL until Forget, so that one dropped behind our back is created again) and
+// purges records older than the step's undo_retention_days at every use; a failed purge
+// is logged as `purge_failed_event`, it never fails the step.
+//
+// Thread safety: Prepare and Forget may be called from any thread.
+class TargetTable {
+ public:
+  TargetTable(const char* name, const char* create_sql, const char* purge_sql, const char* purge_failed_event)
+      : name_(name), create_sql_(create_sql), purge_sql_(purge_sql), purge_failed_event_(purge_failed_event) {}
+
+  void Prepare(ConnectionPool& pool, const Config& cfg) {
+    const std::string id = pool.url().Masked();
+    bool ready;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready = ready_.count(id) > 0;
+    }
+    if (!ready) {
+      pool.Run(cfg.What(std::string("create ") + name_), [&](Connection& c) { c.Execute(create_sql_); });
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.insert(id);
+    }
+    try {
+      pool.Run(cfg.What(std::string("purge ") + name_),
+               [&](Connection& c) { return c.Execute(purge_sql_, cfg.undo_retention_days); });
+    } catch (const DbError& e) {
+      spdlog::warn("{} step={} err={}", purge_failed_event_, cfg.step, e.what());
+    }
+  }
+
+  void Forget() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.clear();
+  }
+
+ private:
+  const char* const name_;
+  const char* const create_sql_;
+  const char* const purge_sql_;
+  const char* const purge_failed_event_;
+  std::mutex mu_;
+  std::set<std::string> ready_;  // targets (masked URL) where the table exists
+};
+
 // The before-image of a run, merged with what earlier runs of the same step recorded:
 // a key's before-state is the one seen the first time the step changed that row.
 class ImageBuilder {
@@ -657,7 +706,7 @@ class TableStep : public StepHandler {
       return StepResult::Transient(e.what());
     } catch (const DbError& e) {
       if (e.kind() == DbError::Kind::kNoSuchTable && std::string(e.what()).find(kUndoTable) != std::string::npos) {
-        ForgetUndoTables();  // dropped behind our back: recreate on the next try
+        undo_table_.Forget();  // dropped behind our back: recreate on the next try
         throw;
       }
       if (IsPermanent(e)) return StepResult::Permanent("step '" + cfg_.step + "': " + e.what());
@@ -669,7 +718,7 @@ class TableStep : public StepHandler {
     }
   }
 
-  std::string What(const char* action) const { return cfg_.type + " " + cfg_.step + ": " + action; }
+  std::string What(const char* action) const { return cfg_.What(action); }
 
   TableSchema Describe(ConnectionPool& pool, const std::string& datasource) {
     auto schema = pool.Run(What("describe table"), [&](Connection& c) {
@@ -735,28 +784,6 @@ class TableStep : public StepHandler {
     return r;
   }
 
-  // Creates the undo table once per target per handler, and purges old records.
-  void PrepareUndo(ConnectionPool& pool) {
-    const std::string id = pool.url().Masked();
-    bool ready;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ready = undo_ready_.count(id) > 0;
-    }
-    if (!ready) {
-      pool.Run(What("create dsync_step_undo"), [](Connection& c) { c.Execute(kCreateUndoSql); });
-      std::lock_guard<std::mutex> lock(mu_);
-      undo_ready_.insert(id);
-    }
-    try {
-      pool.Run(What("purge dsync_step_undo"), [&](Connection& c) {
-        return c.Execute(kPurgeUndoSql, cfg_.undo_retention_days);
-      });
-    } catch (const DbError& e) {
-      spdlog::warn("TABLE_STEP_UNDO_PURGE_FAILED step={} err={}", cfg_.step, e.what());
-    }
-  }
-
   // Puts a before-image back on the target through `c` (the caller's transaction):
   // deletes the rows the step created, upserts the rows it changed or deleted.
   // Returns (removed, restored).
@@ -786,11 +813,6 @@ class TableStep : public StepHandler {
     return {static_cast<int64_t>(image.remove.size()), static_cast<int64_t>(image.restore.size())};
   }
 
-  void ForgetUndoTables() {
-    std::lock_guard<std::mutex> lock(mu_);
-    undo_ready_.clear();
-  }
-
   // Locks the undo row; returns the before-image earlier runs recorded (none after a
   // compensation: a forward run after it starts over).
   std::optional<json> LockUndo(Connection& c, const std::string& step_code) const {
@@ -801,11 +823,12 @@ class TableStep : public StepHandler {
   }
 
   const Config cfg_;
+  TargetTable undo_table_{kUndoTable, kCreateUndoSql, kPurgeUndoSql, "TABLE_STEP_UNDO_PURGE_FAILED"};
 
  private:
   StepResult Undo(StepContext& ctx) {
     ConnectionPool& pool = ctx.datasources().Get(cfg_.target);
-    PrepareUndo(pool);
+    undo_table_.Prepare(pool, cfg_);
     const std::string step_code = ctx.idempotency_key();
     json out = pool.Transact(What("compensate"), [&](Connection& c) -> json {
       CheckStop(ctx);
@@ -835,10 +858,6 @@ class TableStep : public StepHandler {
     spdlog::debug("TABLE_STEP_COMPENSATED step={} code={} result={}", cfg_.step, step_code, out.dump());
     return StepResult::Ok(std::move(out));
   }
-
-  std::mutex mu_;
-  std::set<std::string> undo_ready_;
-  // targets (masked URL) whose undo table exists
 };
 
 // ---------------------------------------------------------------------------
@@ -1078,26 +1097,6 @@ class TableSyncStep final : public TableStep {
     return b;
   }
 
-  void PrepareChunks(ConnectionPool& pool) {
-    const std::string id = pool.url().Masked();
-    bool ready;
-    {
-      std::lock_guard<std::mutex> lock(chunk_mu_);
-      ready = chunk_ready_.count(id) > 0;
-    }
-    if (!ready) {
-      pool.Run(What("create dsync_sync_chunk"), [](Connection& c) { c.Execute(kCreateChunkTableSql); });
-      std::lock_guard<std::mutex> lock(chunk_mu_);
-      chunk_ready_.insert(id);
-    }
-    try {
-      pool.Run(What("purge dsync_sync_chunk"),
-               [&](Connection& c) { return c.Execute(kPurgeChunksSql, cfg_.undo_retention_days); });
-    } catch (const DbError& e) {
-      spdlog::warn("TABLE_SYNC_CHUNK_PURGE_FAILED step={} err={}", cfg_.step, e.what());
-    }
-  }
-
   Resume ReadResume(Connection& c, const std::string& step_code) const {
     Resume r;
     int64_t count = 0, compensated = 0;
@@ -1141,7 +1140,7 @@ class TableSyncStep final : public TableStep {
   StepResult Sync(StepContext& ctx) {
     ConnectionPool& src = ctx.datasources().Get(cfg_.source);
     ConnectionPool& tgt = ctx.datasources().Get(cfg_.target);
-    PrepareChunks(tgt);
+    chunk_table_.Prepare(tgt, cfg_);
     const TableSchema s = Describe(src, cfg_.source);
     const TableSchema t = Describe(tgt, cfg_.target);
     Plan plan = MakePlan(s, t);
@@ -1624,7 +1623,7 @@ class TableSyncStep final : public TableStep {
   // overwrite restores them anyway. The outcome is the step row's output.
   StepResult UndoChunks(StepContext& ctx) {
     ConnectionPool& tgt = ctx.datasources().Get(cfg_.target);
-    PrepareChunks(tgt);
+    chunk_table_.Prepare(tgt, cfg_);
     const std::string step_code = ctx.idempotency_key();
     const json& data = ctx.compensation_data();
     const int64_t expected = data.is_object() ? data.value("chunks", int64_t{0}) : 0;
@@ -1852,8 +1851,7 @@ class TableSyncStep final : public TableStep {
   static constexpr std::chrono::milliseconds kCheckpointEvery{2000};
   static constexpr std::chrono::milliseconds kProgressEvery{1000};
 
-  std::mutex chunk_mu_;
-  std::set<std::string> chunk_ready_;  // targets (masked URL) whose chunk table exists
+  TargetTable chunk_table_{"dsync_sync_chunk", kCreateChunkTableSql, kPurgeChunksSql, "TABLE_SYNC_CHUNK_PURGE_FAILED"};
 };
 
 class TableDeleteStep final : public TableStep {
@@ -1867,7 +1865,7 @@ class TableDeleteStep final : public TableStep {
  private:
   StepResult Delete(StepContext& ctx) {
     ConnectionPool& tgt = ctx.datasources().Get(cfg_.target);
-    PrepareUndo(tgt);
+    undo_table_.Prepare(tgt, cfg_);
     const TableSchema t = Describe(tgt, cfg_.target);
     RequireKey(t);
     RequireFilterColumns(t);
