@@ -142,15 +142,9 @@ std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& f) {
                     f.exhausted, f.unordered, f.limit);
   while (rs->next()) {
     Columns col(*rs);
-    DueEvent e;
-    e.id = col.Int64();
-    e.version = col.Int64();
-    e.topic = col.String();
-    e.tenant_id = col.String();
-    e.data_id = col.String();
-    e.priority = col.Int();
-    e.due_age = std::chrono::microseconds(std::max<int64_t>(0, col.Int64()));
-    out.push_back(std::move(e));
+    out.push_back({.id = col.Int64(), .version = col.Int64(), .topic = col.String(), .tenant_id = col.String(),
+                   .data_id = col.String(), .priority = col.Int(),
+                   .due_age = std::chrono::microseconds(std::max<int64_t>(0, col.Int64()))});
   }
   return out;
 }

@@ -62,14 +62,8 @@ std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const st
   auto rs = c.Query(kSelectOpen, service, after, limit);
   while (rs->next()) {
     Columns col(*rs);
-    BatchCompletionRow b;
-    b.batch_code = col.String();
-    b.tenant_id = col.String();
-    b.topic = col.String();
-    b.payload = col.String();
-    b.expected_events = col.OptionalInt64();
-    b.service = col.String();
-    out.push_back(std::move(b));
+    out.push_back({.batch_code = col.String(), .tenant_id = col.String(), .topic = col.String(),
+                   .payload = col.String(), .expected_events = col.OptionalInt64(), .service = col.String()});
   }
   return out;
 }

@@ -27,19 +27,12 @@ std::vector<AssignedEvent> PollAssigned(storage::Connection& c, const NodeKey& n
   auto rs = c.Query(kSelectAssigned, node.address, node.service, topics, topics, limit);
   while (rs->next()) {
     Columns col(*rs);
-    AssignedEvent e;
-    e.id = col.Int64();
-    if (skip.count(e.id)) continue;
-    e.code = col.String();
-    e.tenant_id = col.String();
-    e.data_id = col.String();
-    e.topic = col.String();
-    e.payload = col.String();
-    e.phase = col.String();
-    e.trace_id = col.String();
-    e.version = col.Int();
-    e.attempt = col.Int();
-    e.retry_count = col.Int();
+    const int64_t id = col.Int64();
+    if (skip.count(id)) continue;
+    AssignedEvent e{.id = id, .code = col.String(), .tenant_id = col.String(), .data_id = col.String(),
+                    .topic = col.String(), .payload = col.String(), .phase = col.String(),
+                    .trace_id = col.String(), .version = col.Int(), .attempt = col.Int(),
+                    .retry_count = col.Int()};
     if (auto age_us = col.OptionalInt64()) e.assigned_age = std::chrono::microseconds(std::max<int64_t>(0, *age_us));
     out.push_back(std::move(e));
   }

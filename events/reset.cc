@@ -125,16 +125,9 @@ std::vector<HeldEvent> ReadHeldRows(storage::Connection& c, const char* sql, con
 // The columns kSelectOrphaned, kSelectTimedOut and kSelectNotClaimed start with (a NULL
 // node_address or trace_id reads as "", a NULL idle time as 0).
 InFlightEvent ReadInFlightRow(Columns& col) {
-  InFlightEvent e;
-  e.id = col.Int64();
-  e.version = col.Int64();
-  e.status = col.String();
-  e.node_address = col.String();
-  e.code = col.String();
-  e.trace_id = col.String();
-  e.topic = col.String();
-  e.idle = Millis(col.Int64() / 1000);
-  return e;
+  return {.id = col.Int64(), .version = col.Int64(), .status = col.String(), .node_address = col.String(),
+          .code = col.String(), .trace_id = col.String(), .topic = col.String(),
+          .idle = Millis(col.Int64() / 1000)};
 }
 
 std::vector<InFlightEvent> ReadInFlightRows(storage::ResultSet& rs) {

@@ -67,35 +67,16 @@ constexpr const char* kCountByTopicStatus =
     "SELECT topic, status, COUNT(*) FROM distribute_event GROUP BY topic, status";
 
 EventRow ReadEventRow(storage::ResultSet& rs) {
-  Columns col(rs);
-  EventRow e;
-  e.id = col.Int64();
-  e.code = col.String();
-  e.topic = col.String();
-  e.tenant_id = col.String();
-  e.data_id = col.String();
-  e.status = col.String();
-  e.phase = col.String();
-  e.node_address = col.String();
-  e.priority = col.Int();
-  e.version = col.Int();
-  e.attempt = col.Int();
-  e.retry_count = col.Int();
-  e.max_retry = col.Int();
-  e.progress = col.OptionalInt();
-  e.batch_code = col.String();
-  e.trace_id = col.String();
-  e.payload = col.String();
-  e.result = col.String();
-  e.last_error = col.String();
-  e.create_time = col.String();
-  e.next_run_time = col.String();
-  e.assigned_time = col.String();
-  e.started_time = col.String();
-  e.finished_time = col.String();
-  e.modifier_time = col.String();
-  e.service = col.String();
-  return e;
+  Columns col(rs);  // a braced list reads its initialisers in order: column by column
+  return EventRow{.id = col.Int64(), .code = col.String(), .topic = col.String(), .tenant_id = col.String(),
+                  .data_id = col.String(), .status = col.String(), .phase = col.String(),
+                  .node_address = col.String(), .priority = col.Int(), .version = col.Int(),
+                  .attempt = col.Int(), .retry_count = col.Int(), .max_retry = col.Int(),
+                  .progress = col.OptionalInt(), .batch_code = col.String(), .trace_id = col.String(),
+                  .payload = col.String(), .result = col.String(), .last_error = col.String(),
+                  .create_time = col.String(), .next_run_time = col.String(), .assigned_time = col.String(),
+                  .started_time = col.String(), .finished_time = col.String(), .modifier_time = col.String(),
+                  .service = col.String()};
 }
 
 }  // namespace
@@ -140,19 +121,10 @@ std::vector<AttentionEntry> ReadNeedingAttention(storage::Connection& c, int64_t
   auto rs = c.Query(kNeedingAttention, n, n, n);
   while (rs->next()) {
     Columns col(*rs);
-    AttentionEntry a;
-    a.reason = col.String();
-    a.code = col.String();
-    a.topic = col.String();
-    a.status = col.String();
-    a.phase = col.String();
-    a.node_address = col.String();
-    a.attempt = col.Int();
-    a.retry_count = col.Int();
-    a.modifier_time = col.String();
-    a.idle_s = col.Int64();
-    a.last_error = col.String();
-    out.push_back(std::move(a));
+    out.push_back({.reason = col.String(), .code = col.String(), .topic = col.String(), .status = col.String(),
+                   .phase = col.String(), .node_address = col.String(), .attempt = col.Int(),
+                   .retry_count = col.Int(), .modifier_time = col.String(), .idle_s = col.Int64(),
+                   .last_error = col.String()});
   }
   return out;
 }
@@ -162,14 +134,10 @@ std::map<std::string, int64_t> CountByStatus(storage::Connection& c) {
 }
 
 EventOwner ReadOwner(storage::Connection& c, const std::string& code) {
-  EventOwner o;
   auto rs = c.Query(kSelectOwner, code);
-  if (!rs->next()) return o;
+  if (!rs->next()) return {};
   Columns col(*rs);
-  o.attempt = col.OptionalInt();
-  o.status = col.OptionalString();
-  o.node_address = col.OptionalString();
-  return o;
+  return {.attempt = col.OptionalInt(), .status = col.OptionalString(), .node_address = col.OptionalString()};
 }
 
 std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_code, int64_t limit) {
@@ -177,28 +145,13 @@ std::vector<StepRow> LoadSteps(storage::Connection& c, const std::string& event_
   auto rs = c.Query(kLoadSteps, event_code, limit);
   while (rs->next()) {
     Columns col(*rs);
-    StepRow r;
-    r.id = col.Int64();
-    r.code = col.String();
-    r.parent_step_id = col.OptionalInt64();
-    r.sort = col.Int();
-    r.name = col.String();
-    r.type = col.String();
-    r.status = col.String();
-    r.node_address = col.String();
-    r.retry_count = col.Int();
-    r.compensation_retry_count = col.Int();
-    r.max_retry = col.Int();
-    r.attempt = col.Int();
-    r.executed = col.Flag();
-    r.started_at = col.String();
-    r.executed_at = col.String();
-    r.compensated_at = col.String();
-    r.error_details = col.String();
-    r.output = col.String();
-    r.compensation_data = col.OptionalString();
-    r.payload = col.OptionalString();
-    rows.push_back(std::move(r));
+    rows.push_back({.id = col.Int64(), .code = col.String(), .parent_step_id = col.OptionalInt64(),
+                    .sort = col.Int(), .name = col.String(), .type = col.String(), .status = col.String(),
+                    .node_address = col.String(), .retry_count = col.Int(),
+                    .compensation_retry_count = col.Int(), .max_retry = col.Int(), .attempt = col.Int(),
+                    .executed = col.Flag(), .started_at = col.String(), .executed_at = col.String(),
+                    .compensated_at = col.String(), .error_details = col.String(), .output = col.String(),
+                    .compensation_data = col.OptionalString(), .payload = col.OptionalString()});
   }
   return rows;
 }
@@ -208,18 +161,10 @@ std::vector<TimelineEntry> ReadTimeline(storage::Connection& c, const std::strin
   auto rs = c.Query(kSelectTimeline, event_code, limit);
   while (rs->next()) {
     Columns col(*rs);
-    TimelineEntry t;
-    t.action = col.String();
-    t.step_code = col.String();
-    t.step_name = col.String();
-    t.status = col.String();
-    t.started_at = col.String();
-    t.finished_at = col.String();
-    t.node_address = col.String();
-    t.error = col.String();
-    t.failures = col.Int();
-    t.attempt = col.Int();
-    out.push_back(std::move(t));
+    out.push_back({.action = col.String(), .step_code = col.String(), .step_name = col.String(),
+                   .status = col.String(), .started_at = col.String(), .finished_at = col.String(),
+                   .node_address = col.String(), .error = col.String(), .failures = col.Int(),
+                   .attempt = col.Int()});
   }
   return out;
 }

@@ -24,12 +24,12 @@ struct EventRow {
   int priority = 0, version = 0, attempt = 0, retry_count = 0, max_retry = 0;
   std::optional<int> progress;
   std::string batch_code, trace_id;
-  std::string service;
   std::string payload;  // raw text as stored
   std::string result;   // raw JSON text, empty when none
   std::string last_error;
   std::string create_time, next_run_time, assigned_time, started_time, finished_time,
       modifier_time;  // "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC); empty when NULL
+  std::string service;
 };
 
 // The event with that code; nullopt when there is none. Throws DbError.
@@ -53,9 +53,11 @@ std::vector<EventRow> ListEvents(storage::Connection& c, const EventListFilter& 
 // An event needing attention by the rules of v_events_needing_attention: `failed`,
 // `stuck` (in flight, idle 5 minutes) or `compensation_retrying`.
 struct AttentionEntry {
-  std::string reason, code, topic, status, phase, node_address, modifier_time, last_error;
+  std::string reason, code, topic, status, phase, node_address;
   int attempt = 0, retry_count = 0;
+  std::string modifier_time;
   int64_t idle_s = 0;
+  std::string last_error;
 };
 
 // At most `limit_per_reason` events of each reason, one part per reason so that each
