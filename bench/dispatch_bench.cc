@@ -454,12 +454,10 @@ class Bench {
   static const char* ModeName(Mode m) { return m == Mode::kBacklog ? "backlog" : "steady"; }
 
   struct RunFigures {
-    int64_t assigned = 0;
+    int64_t assigned = 0, lost_races = 0;
     int cycles = 0;
-    int64_t lost_races = 0;
-    double seconds = 0;
-    double rate = 0;
-    double p50_ms = 0, p99_ms = 0, max_ms = 0;
+    double seconds = 0, rate = 0;            // of the run; events assigned per second
+    double p50_ms = 0, p99_ms = 0, max_ms = 0;  // per cycle
   };
   struct Figures {
     std::vector<RunFigures> runs;

@@ -426,7 +426,13 @@ std::string ChunkRecordText(const Image& image, const json& after) {
   for (const Row& r : image.remove) bytes += CellBytes(r) + 4 * r.size();
   out.reserve(bytes + 12 * after.size());
   auto text = [&](const std::string& s) { out += json(s).dump(); };  // escaped, UTF-8 checked
-  auto names = [&](const std::vector<std::string>& v) {
+  auto field = [&](const char* name) {  // ,"name":
+    out += ",\"";
+    out += name;
+    out += "\":";
+  };
+  auto names = [&](const char* name, const std::vector<std::string>& v) {
+    field(name);
     out += '[';
     for (size_t i = 0; i < v.size(); ++i) {
       if (i > 0) out += ',';
@@ -434,7 +440,8 @@ std::string ChunkRecordText(const Image& image, const json& after) {
     }
     out += ']';
   };
-  auto rows = [&](const std::vector<Row>& v) {
+  auto rows = [&](const char* name, const std::vector<Row>& v) {
+    field(name);
     out += '[';
     for (size_t i = 0; i < v.size(); ++i) {
       out += i > 0 ? ",[" : "[";
@@ -449,17 +456,12 @@ std::string ChunkRecordText(const Image& image, const json& after) {
   };
   out += "{\"format\":1,\"table\":";
   text(image.table);
-  out += ",\"columns\":";
-  names(image.columns);
-  out += ",\"key\":";
-  names(image.key);
-  out += ",\"binary\":";
-  names(image.binary);
-  out += ",\"restore\":";
-  rows(image.restore);
-  out += ",\"remove\":";
-  rows(image.remove);
-  out += ",\"after\":";
+  names("columns", image.columns);
+  names("key", image.key);
+  names("binary", image.binary);
+  rows("restore", image.restore);
+  rows("remove", image.remove);
+  field("after");
   out += after.dump();
   out += '}';
   return out;
