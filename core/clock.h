@@ -26,8 +26,10 @@ class Clock {
   virtual bool SleepFor(Millis d, std::stop_token stop) = 0;
   // Waits on `cv`, with `lock` held, until `done()` holds (other threads change its
   // state and notify `cv`), `d` passes on this clock, or `stop` is requested; returns
-  // done(). Every timed condition-variable wait of a component with a Clock goes
-  // through here, so a fake clock drives its timeouts too.
+  // done(). The timed condition-variable waits of loops that a clock paces (a poll
+  // loop, a pause) go through here, so a fake clock drives their timeouts too. A
+  // thread that only watches the clock (saga::DeadlineTimer) waits in real time:
+  // a fake clock lets the waited time pass at once, so it would move time itself.
   virtual bool WaitFor(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock,
                        std::stop_token stop, Millis d, const std::function<bool()>& done) = 0;
 };

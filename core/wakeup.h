@@ -60,7 +60,7 @@ std::optional<Endpoint> ParseEndpoint(std::string_view text, bool allow_port_zer
 // yet), and a result counts for the latest act. The poller folds acts that come during
 // a poll into one more poll after it (a flag), so a flood of forged wake-ups costs at
 // most two polls per `gap_after_nothing`: the act's and the one after it. Holding those
-// wake-ups until the poll reports (tried in session 9) made genuine ones wait a whole
+// wake-ups until the poll reports (tried and measured) made genuine ones wait a whole
 // interval whenever a woken dispatch cycle found the nodes still full, and cost a
 // quarter of the throughput at capacity 16 (bench/RESULTS.md).
 class WakeLimiter {

@@ -4,10 +4,10 @@
 //
 //   auto rs = c.Query("SELECT id, code, progress FROM distribute_event WHERE ...");
 //   while (rs->next()) {
-//     Columns col(*rs);
-//     e.id = col.Int64();
-//     e.code = col.String();               // NULL reads as ""
-//     e.progress = col.OptionalInt();      // NULL reads as nullopt
+//     Columns col(*rs);   // a braced list evaluates its initialisers in order
+//     out.push_back({.id = col.Int64(),
+//                    .code = col.String(),            // NULL reads as ""
+//                    .progress = col.OptionalInt()});  // NULL reads as nullopt
 //   }
 //
 // Thread safety: a Columns reads one row of one ResultSet, on that result set's thread.

@@ -193,8 +193,7 @@ std::vector<NotClaimedEvent> ReadNotClaimed(storage::Connection& c, const std::s
   std::vector<NotClaimedEvent> out;
   while (rs->next()) {
     Columns col(*rs);
-    InFlightEvent event = ReadInFlightRow(col);
-    out.push_back(NotClaimedEvent{std::move(event), col.OptionalString()});
+    out.push_back({ReadInFlightRow(col), col.OptionalString()});  // in column order
   }
   return out;
 }
