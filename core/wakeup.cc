@@ -93,6 +93,9 @@ WakeLimiter::TimePoint WakeLimiter::NextAllowed() const {
   TimePoint next{};
   if (acted_at_) next = *acted_at_ + min_gap_;
   if (wasted_at_) next = std::max(next, *wasted_at_ + gap_after_nothing_);
+  // The latest poll found nothing and the one now running has not reported: hold
+  // until it does (Result), at most one gap after it began.
+  if (awaiting_result_ && !last_found_work_) next = std::max(next, *acted_at_ + gap_after_nothing_);
   return next;
 }
 
@@ -125,6 +128,7 @@ bool WakeLimiter::TakeDue(TimePoint now) {
 void WakeLimiter::Result(bool found_work) {
   if (!awaiting_result_) return;
   awaiting_result_ = false;
+  last_found_work_ = found_work;
   if (!found_work) wasted_at_ = acted_at_;
 }
 
@@ -163,9 +167,17 @@ std::unique_ptr<WakeListener> WakeListener::Bind(const std::string& listen, cons
 }
 
 WakeListener::WakeListener(int fd, std::string address, std::string who, WakeLimiter limiter, Clock& clock)
-    : fd_(fd), address_(std::move(address)), who_(std::move(who)), clock_(clock), limiter_(limiter) {}
+    : fd_(fd),
+      notify_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      address_(std::move(address)),
+      who_(std::move(who)),
+      clock_(clock),
+      limiter_(limiter) {}
 
-WakeListener::~WakeListener() { Stop(); }
+WakeListener::~WakeListener() {
+  Stop();
+  if (notify_fd_ >= 0) close(notify_fd_);
+}
 
 void WakeListener::Start(std::function<void()> on_wake) {
   if (thread_.joinable() || fd_ < 0) return;
@@ -184,18 +196,27 @@ void WakeListener::Stop() {
   }
 }
 
+void WakeListener::Notify() {
+  uint64_t one = 1;
+  if (notify_fd_ >= 0) (void)!write(notify_fd_, &one, sizeof one);
+}
+
 void WakeListener::Result(bool found_work) {
-  std::lock_guard lock(mu_);
-  limiter_.Result(found_work);
+  bool due_now = false;
+  {
+    std::lock_guard lock(mu_);
+    limiter_.Result(found_work);
+    auto due = limiter_.due();
+    due_now = due && *due <= clock_.Now();
+  }
+  if (due_now) Notify();  // a wake-up held during that poll may act now
 }
 
 void WakeListener::Loop(std::stop_token stop) {
-  // An eventfd the stop callback writes, so Stop() does not wait out a poll timeout.
-  const int stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  std::stop_callback on_stop(stop, [stop_fd] {
-    uint64_t one = 1;
-    if (stop_fd >= 0) (void)!write(stop_fd, &one, sizeof one);
-  });
+  // notify_fd_ is written on stop, so Stop() does not wait out a poll timeout, and when
+  // a result lets a held wake-up act.
+  const int notify_fd = notify_fd_;
+  std::stop_callback on_stop(stop, [this] { Notify(); });
   char buf[64];
   while (!stop.stop_requested()) {
     int timeout_ms = 1000;
@@ -206,9 +227,13 @@ void WakeListener::Loop(std::stop_token stop) {
         timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1000));
       }
     }
-    pollfd fds[2] = {{fd_, POLLIN, 0}, {stop_fd, POLLIN, 0}};
-    const int n = poll(fds, stop_fd >= 0 ? 2 : 1, stop_fd >= 0 ? timeout_ms : std::min(timeout_ms, 100));
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {notify_fd, POLLIN, 0}};
+    const int n = poll(fds, notify_fd >= 0 ? 2 : 1, notify_fd >= 0 ? timeout_ms : std::min(timeout_ms, 100));
     if (stop.stop_requested()) break;
+    if (n > 0 && notify_fd >= 0 && (fds[1].revents & POLLIN)) {
+      uint64_t count = 0;
+      (void)!read(notify_fd, &count, sizeof count);
+    }
     bool act = false;
     if (n > 0 && (fds[0].revents & POLLIN)) {
       for (int i = 0; i < kDrainPerRound; ++i) {
@@ -236,7 +261,6 @@ void WakeListener::Loop(std::stop_token stop) {
       on_wake_();
     }
   }
-  if (stop_fd >= 0) close(stop_fd);
 }
 
 // --- WakeSender ---------------------------------------------------------------

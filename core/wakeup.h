@@ -56,13 +56,13 @@ std::optional<Endpoint> ParseEndpoint(std::string_view text, bool allow_port_zer
 // polls find work, are never held back. Acts are at least `min_gap` apart. A wake-up
 // that may not act yet is remembered, and all such coalesce into one, due at due().
 //
-// Wake-ups that arrive while a woken poll runs act at once too (its result is not in
-// yet), and a result counts for the latest act. The poller folds acts that come during
-// a poll into one more poll after it (a flag), so a flood of forged wake-ups costs at
-// most two polls per `gap_after_nothing`: the act's and the one after it. Holding those
-// wake-ups until the poll reports (tried and measured) made genuine ones wait a whole
-// interval whenever a woken dispatch cycle found the nodes still full, and cost a
-// quarter of the throughput at capacity 16 (bench/RESULTS.md).
+// Wake-ups that arrive while a woken poll runs act at once when the poll reported
+// before it found work (the poller folds them into one more poll after it: work is flowing, and
+// making them wait for the result cost a quarter of the throughput at capacity 16,
+// bench/RESULTS.md). After a poll that found nothing they wait for the running poll's
+// result: work lets them act at once, nothing holds them one gap. So a flood of forged
+// wake-ups, whose polls never find work, costs at most one poll per
+// `gap_after_nothing`.
 class WakeLimiter {
  public:
   using TimePoint = Clock::TimePoint;
@@ -87,6 +87,7 @@ class WakeLimiter {
   std::optional<TimePoint> acted_at_;   // the latest act
   std::optional<TimePoint> wasted_at_;  // the latest act whose poll found nothing
   bool awaiting_result_ = false;
+  bool last_found_work_ = false;  // what the latest reported poll found
   bool pending_ = false;
 };
 
@@ -119,8 +120,10 @@ class WakeListener {
  private:
   WakeListener(int fd, std::string address, std::string who, WakeLimiter limiter, Clock& clock);
   void Loop(std::stop_token stop);
+  void Notify();  // wakes Loop
 
   int fd_;
+  int notify_fd_;  // eventfd: Stop() and Result() wake Loop through it
   const std::string address_;
   const std::string who_;
   Clock& clock_;
