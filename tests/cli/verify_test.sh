@@ -103,6 +103,7 @@ bad "malformed --params" "${ONE[@]}" --where "grp = :g" --params '{"g": 1'
 bad "--params not an object" "${ONE[@]}" --where "grp = :g" --params '[1]'
 bad "a placeholder without a value" "${ONE[@]}" --where "grp = :g"
 bad "unknown datasource" --source env_x --target env_b --table doc --where "1 = 1"
+bad "unknown target datasource" --source env_a --target env_x --table doc --where "1 = 1"
 bad "unknown table" --source env_a --target env_b --table nosuch --where "1 = 1"
 bad "hostile table name" --source env_a --target env_b --table 'doc`; DROP TABLE doc; --' --where "1 = 1"
 bad "hostile where (statement)" "${ONE[@]}" --where "1 = 1; DROP TABLE doc"
@@ -117,6 +118,20 @@ bad "--repair without a repair topic" "${ONE[@]}" --where "1 = 1" --repair --rep
 expect_eq "$(target_state)" "$before" "bad input wrote nothing to the target"
 expect_eq "$(history_rows)" "$rows" "bad input recorded no history"
 expect_eq "$(dbq "$SRC" "SELECT COUNT(*) FROM doc")" 3001 "the source is untouched"
+# A hostile string bound to a text column is a value, not SQL: it matches no row.
+set +e; "${V[@]}" "${ONE[@]}" --where "b = :v" --params '{"v": "k'"'"' OR 1=1 -- "}' --json > "$WORK/c.json" 2> "$WORK/c.err"; rc=$?; set -e
+expect_eq "$rc" 0 "a hostile string for a text column: no error, exit 0"
+expect_eq "$(jq -c '[.equal, .tables[0].source_rows, .tables[0].target_rows]' "$WORK/c.json")" '[true,0,0]' \
+  "a hostile string for a text column matches no row"
+expect_eq "$(cat "$WORK/c.err")" "" "a hostile string for a text column: nothing on stderr"
+expect_eq "$(target_state)" "$before" "a hostile string for a text column wrote nothing"
+
+# --- C2: a datasource that cannot be reached is a runtime failure: exit 1, one line ----
+jq '.datasources.env_b = "mysql://nobody:x@127.0.0.1:1/nothing?connect_timeout_ms=500"' "$WORK/dsync.json" > "$WORK/down.json"
+set +e; "$DSYNC_BIN" verify --config "$WORK/down.json" "${ONE[@]}" --where "1 = 1" > "$WORK/down.out" 2> "$WORK/down.err"; rc=$?; set -e
+expect_eq "$rc" 1 "verify against an unreachable target exits 1 ($(cat "$WORK/down.err"))"
+expect_eq "$(wc -l < "$WORK/down.err")" 1 "the runtime failure is one line on stderr"
+[[ ! -s "$WORK/down.out" ]] || fail "the runtime failure printed a result: $(cat "$WORK/down.out")"
 
 # --- D: sync then verify, the verify fails, the saga is compensated ----------------------
 start_bg all "$DSYNC_BIN" all --config "$WORK/dsync.json" --node-address 127.0.0.1:$(free_port)
