@@ -77,6 +77,18 @@ set +e; "${V[@]}" "${ONE[@]}" --where "a BETWEEN :lo AND :hi" --params '{"lo": 1
 expect_eq "$rc" 3 "a filter with params over part of the differences exits 3"
 cat "$WORK/a3.txt"
 grep -q 'different: *\[10,"k"\] \[11,"k"\] ... (3 in all)' "$WORK/a3.txt" || fail "human output lists the first keys and the total"
+# --json with --max-keys below the differences: each list holds at most the cap, each
+# *_total the real count; every key of the issue's contract is there, of its type.
+set +e; "${V[@]}" "${ONE[@]}" --where "1 = 1" --max-keys 2 --json > "$WORK/a4.json"; rc=$?; set -e
+expect_eq "$rc" 3 "a capped --json verify exits 3"
+expect_eq "$(jq -c '.tables[0] | [(.missing_in_target | length), .missing_in_target_total, (.extra_in_target | length),
+    .extra_in_target_total, (.different | length), .different_total]' "$WORK/a4.json")" '[2,2,1,1,2,6]' \
+  "--max-keys 2: the lists are capped at 2, the totals are the real counts (2, 1, 6)"
+expect_eq "$(jq -c '.tables[0].different' "$WORK/a4.json")" '[[10,"k"],[11,"k"]]' "the capped list holds the first keys"
+expect_eq "$(jq -c '[(.equal | type), (.tables | length), (.tables[0] | {table, source_rows, target_rows,
+    missing_in_target, extra_in_target, different, chunks, chunks_differing} | map_values(type))]' "$WORK/a4.json")" \
+  '["boolean",1,{"table":"string","source_rows":"number","target_rows":"number","missing_in_target":"array","extra_in_target":"array","different":"array","chunks":"number","chunks_differing":"number"}]' \
+  "--json has every key of the contract"
 
 # --- B: --plan writes nothing -----------------------------------------------------------
 before=$(target_state)
