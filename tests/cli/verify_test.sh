@@ -21,7 +21,7 @@ port=$(free_port)
 write_config verify '{
   "SYNC": { "steps": [ { "name": "docs", "type": "table_sync", "source": "env_a", "target": "env_b",
                          "table": "doc", "where": "grp = :g", "delete_missing": true } ] },
-  "SYNC_THEN_VERIFY": { "max_retry": 1, "backoff_base_ms": 100, "steps": [
+  "SYNC_THEN_VERIFY": { "max_retry": 3, "backoff_base_ms": 100, "steps": [
       { "name": "titles", "type": "table_sync", "source": "env_a", "target": "env_b",
         "table": "doc", "where": "grp = :g", "columns": ["a", "b", "grp", "txt"] },
       { "name": "check", "type": "table_verify", "source": "env_a", "target": "env_b",
@@ -156,6 +156,11 @@ sql "SELECT step_name, status, LEFT(error_details, 200) FROM distribute_event_st
   fail "the verify step's error does not say the tables differ"
 expect_eq "$(sql "SELECT status FROM distribute_event_step WHERE job_code = 'stv-1' AND step_name = 'titles'")" COMPENSATED \
   "the sync step was compensated"
+# A difference fails the verify step permanently: no retry although max_retry is 3.
+expect_eq "$(sql "SELECT retry_count FROM distribute_event WHERE code = 'stv-1'")" 0 "the failing table_verify was not retried"
+expect_eq "$(sql "SELECT SUM(j.to_status = 'PENDING'), SUM(j.to_status = 'COMPENSATED') FROM distribute_event e,
+                 JSON_TABLE(e.process_log, '\$[*]' COLUMNS (to_status VARCHAR(32) PATH '\$.to')) j WHERE e.code = 'stv-1'")" "0	1" \
+  "the process log has no retry (back to PENDING), and one move to COMPENSATED"
 expect_eq "$(target_state)" "$before" "the target is exactly as before the saga"
 expect_eq "$(saga_violations)" 0 "saga order holds"
 
