@@ -172,11 +172,17 @@ expect_eq "$(jq -c '.tables[0] | [.step, .missing_in_target_total, .extra_in_tar
 set +e; "${V[@]}" --topic SYNC --payload '{"g": 1}' --repair --timeout-ms 60000 > "$WORK/repair.txt" 2>&1; rc=$?; set -e
 cat "$WORK/repair.txt"
 expect_eq "$rc" 0 "--repair then re-verify exits 0"
+expect_eq "$(sql "SELECT COUNT(*), MIN(data_id) FROM distribute_event WHERE topic = 'dsync_repair'")" "1	doc" \
+  "one repair event for the one differing table"
 code=$(sql "SELECT code FROM distribute_event WHERE topic = 'dsync_repair'")
 expect_eq "$(event_status "$code")" SUCCESS "the repair event succeeded"
+expect_eq "$(sql "SELECT payload FROM distribute_event WHERE code = '$code'" | jq -c '.keys')" \
+  '[[5,"k"],[7,"b"],[10,"k"],[11,"k"],[12,"k"],[13,"k"],[14,"k"],[15,"k"],[500,"zz"]]' \
+  "the repair event carries exactly the 9 differing keys (missing, different, extra)"
 out=$(sql "SELECT output FROM distribute_event_step WHERE job_code = '$code'")
 echo "repair step output: $out"
-expect_eq "$(jq -c '[.inserted, .updated, .deleted]' <<<"$out")" '[2,6,1]' "the repair wrote exactly the differing keys"
+expect_eq "$(jq -c '[.rows, .unchanged, .inserted, .updated, .deleted]' <<<"$out")" '[8,0,2,6,1]' \
+  "the repair read only the 8 differing source rows (none unchanged) and wrote exactly the differing keys"
 "${V[@]}" --topic SYNC --payload '{"g": 1}' > /dev/null || fail "verify after repair: exit $?"
 pass "verify after the repair exits 0"
 expect_eq "$(dbq "$SRC" "SELECT COUNT(*) FROM \`$SRC\`.doc s JOIN \`$TGT\`.doc t USING (a, b) WHERE BINARY s.txt <=> BINARY t.txt AND s.opt <=> t.opt AND s.bin <=> t.bin AND s.at <=> t.at")" \
