@@ -9,9 +9,10 @@
 #     values): one line on stderr, exit 2, nothing written (not even history);
 #  D. a plan "table_sync, then table_verify" whose verify fails is compensated: the
 #     target is back as it was;
-#  E. --topic verify, --repair (a table_repair event syncing exactly the differing
-#     keys), re-verify exit 0; history rows and v_verify_latest; POST /v1/verify and
-#     /metrics.
+#  E. --topic verify, --repair (one table_repair event syncing exactly the differing
+#     keys), re-verify exit 0; history rows and v_verify_latest (one row per filter);
+#     POST /v1/verify and /metrics; --repair --no-wait; a topic verify reads the
+#     step's filter and columns; a datasource that cannot be reached exits 1.
 source "$(dirname "$0")/lib.sh"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, topic, status, last_error FROM distribute_event" >&2 || true; tail -n 20 "$WORK"/*.log >&2 || true; exit 1; }
@@ -199,11 +200,50 @@ expect_eq "$(jq -c '[.equal, .tables[0].source_rows, .tables[0].target_rows]' <<
 status=$(curl -sS -o "$WORK/api.err" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
   "http://127.0.0.1:$port/v1/verify" -d '{"source": "env_a", "target": "env_b", "table": "doc", "where": "1 = 1; DROP TABLE doc"}')
 expect_eq "$status" 400 "POST /v1/verify with a hostile where: 400 ($(cat "$WORK/api.err"))"
+# v_verify_latest keeps one row per filter of the same table and target, each with its
+# own latest result: "1 = 1" differed three times and is now equal; the BETWEEN
+# filter's one run (before the repair) differed.
+"${V[@]}" "${ONE[@]}" --where "1 = 1" > /dev/null || fail "verify of the whole table after the repair: exit $?"
+expect_eq "$(sql "SELECT COUNT(*) FROM dsync_verify_result WHERE subject_kind = 'table' AND subject = 'doc' AND filter_text = '1 = 1 {}'")" 3 \
+  "three runs of the filter 1 = 1 in the history"
+expect_eq "$(sql "SELECT filter_text, is_equal FROM v_verify_latest WHERE subject_kind = 'table' AND subject = 'doc' AND target_ds = 'env_b'" | LC_ALL=C sort)" \
+  "$(printf '%s\t%s\n' '1 = 1 {}' 1 'a <= :n {"n":100}' 1 'a > 500 {}' 1 'a BETWEEN :lo AND :hi {"hi":12,"lo":1}' 0 \
+     'b = :v {"v":"k'"'"' OR 1=1 -- "}' 1)" \
+  "v_verify_latest: one row per filter of table doc, each with its latest result"
 metrics=$(curl -sS "http://127.0.0.1:$port/metrics")
 grep -q '^dsync_verify_last_equal{subject="SYNC",kind="topic",table="doc",target="env_b"} 1' <<<"$metrics" ||
   fail "metrics: $(grep verify <<<"$metrics")"
 grep -q '^dsync_verify_last_age_seconds{subject="doc",kind="table"' <<<"$metrics" || fail "metrics: no age"
 pass "metrics export the last result and its age"
+
+# --- E2: --repair --no-wait ---------------------------------------------------------------
+dbq "$TGT" "UPDATE doc SET txt = 'after the repair' WHERE a = 20"
+set +e; "${V[@]}" --topic SYNC --payload '{"g": 1}' --repair --no-wait > "$WORK/nowait.txt" 2>&1; rc=$?; set -e
+cat "$WORK/nowait.txt"
+expect_eq "$rc" 3 "--repair --no-wait exits 3 (the differences are not yet repaired)"
+line=$(grep -E '^repair event repair-[0-9a-f]{16} for doc \(1 keys\)$' "$WORK/nowait.txt") || fail "no line names the repair event"
+grep -q '^after repair' "$WORK/nowait.txt" && fail "--no-wait re-verified"
+code=$(awk '{print $3}' <<<"$line")
+expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE code = '$code' AND topic = 'dsync_repair'")" 1 "the named repair event exists"
+wait_for '[[ $(event_status '"$code"') =~ ^(SUCCESS|FAILED|COMPENSATED)$ ]]' 60 "the --no-wait repair event finished"
+expect_eq "$(event_status "$code")" SUCCESS "the --no-wait repair event succeeded"
+"${V[@]}" --topic SYNC --payload '{"g": 1}' > /dev/null || fail "verify after the --no-wait repair: exit $?"
+pass "verify after the --no-wait repair exits 0"
+
+# --- E3: a topic verify reads the step's filter and columns --------------------------------
+# SYNC_THEN_VERIFY's sync step copies a, b, grp, txt of group :g. Planted: a difference
+# in a column it does not copy (30), one in a column it copies (31), and one outside
+# its filter (9000, group 2).
+dbq "$TGT" "UPDATE doc SET opt = 'not synced' WHERE a = 30; UPDATE doc SET txt = 'synced' WHERE a = 31;
+            INSERT INTO doc VALUES (9000, 'k', 2, 'target', NULL, NULL, NULL)"
+dbq "$SRC" "INSERT INTO doc VALUES (9000, 'k', 2, 'source', NULL, NULL, NULL)"
+set +e; "${V[@]}" --topic SYNC_THEN_VERIFY --payload '{"g": 1}' --json > "$WORK/cols.json"; rc=$?; set -e
+expect_eq "$rc" 3 "topic verify with a columns list exits 3"
+expect_eq "$(jq -c '.tables | map([.step, .missing_in_target, .extra_in_target, .different])' "$WORK/cols.json")" \
+  '[["titles",[],[],[[31,"k"]]]]' "topic verify: only the copied column's difference in the step's group"
+set +e; "${V[@]}" "${ONE[@]}" --where "1 = 1" --json > "$WORK/all.json"; rc=$?; set -e
+expect_eq "$(jq -c '.tables[0].different' "$WORK/all.json")" '[[30,"k"],[31,"k"],[9000,"k"]]' \
+  "the whole table, every column: all three differences"
 
 # --- F: two independent servers ----------------------------------------------------------
 second=$(bash "$DSYNC_SOURCE_DIR/scripts/mariadb.sh" start)
