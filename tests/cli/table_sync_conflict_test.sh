@@ -4,7 +4,8 @@
 #     the sync is compensated; a production write to a synced row in between is a
 #     conflict. on_conflict fail: the event ends FAILED, listed in
 #     v_events_needing_attention with the key; skip: that row is left, the rest
-#     restored, the skipped key in the step's output; overwrite: all restored.
+#     restored, the skipped key in the step's output; overwrite: all restored. The
+#     sync step row keeps the target's schema fingerprint in its compensation data.
 #  B. heartbeat: a sync longer than its topic's max_processing_time_ms (with a longer
 #     step timeout) keeps the event's modifier_time fresh, so the sweeper does not
 #     reset it: it succeeds on its first claim.
@@ -75,6 +76,14 @@ expect_eq "$(dump)" "$(echo "$before" | sed 's/^5\t1\told 5$/5\t1\tproduction/')
 run_saga co-1 CO
 expect_eq "$(event_status co-1)" COMPENSATED "on_conflict overwrite: the event is COMPENSATED"
 expect_eq "$(dump)" "$before" "everything restored, production's write overwritten"
+# The schema preflight's fingerprint of the target (16 hex digits) and shape are kept
+# with the step row, the same for every sync of the unchanged table.
+fingerprint() { sql "SELECT JSON_VALUE(compensation_data, '$.schema_fingerprint') FROM distribute_event_step WHERE job_code = '$1' AND step_name = '$2'"; }
+fp=$(fingerprint cf-1 sync)
+[[ $fp =~ ^[0-9a-f]{16}$ ]] || fail "the sync step's compensation_data has no schema fingerprint: '$fp'"
+expect_eq "$(fingerprint co-1 sync)" "$fp" "the same fingerprint for every sync of the unchanged table ($fp)"
+expect_eq "$(sql "SELECT JSON_EXTRACT(compensation_data, '$.schema.key') FROM distribute_event_step WHERE job_code = 'cf-1' AND step_name = 'sync'")" \
+  '["id"]' "the compensation data holds the target's shape (its primary key)"
 
 # --- B. a sync longer than max_processing_time_ms --------------------------------------
 produce long-1 '{}' LONG
@@ -87,5 +96,9 @@ expect_eq "$(sql "SELECT attempt FROM distribute_event WHERE code = 'long-1'")" 
 expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE code = 'long-1' AND process_log LIKE '%max_processing_time%'")" 0 \
   "no timed-out reset in the process log"
 expect_eq "$(dbq "$TGT" "SELECT COUNT(*) FROM big")" 120000 "every row copied"
+long_fp=$(fingerprint long-1 long)
+expect_eq "$(sql "SELECT JSON_VALUE(output, '$.schema_fingerprint') FROM distribute_event_step WHERE job_code = 'long-1'")" "$long_fp" \
+  "the sync's output and compensation data carry the same fingerprint"
+[[ $long_fp =~ ^[0-9a-f]{16}$ && $long_fp != "$fp" ]] || fail "table big's fingerprint '$long_fp' (doc's: $fp)"
 expect_eq "$(saga_violations)" 0 "saga order holds"
 echo "PASS table_sync_conflict_test"

@@ -792,15 +792,20 @@ TEST_F(ConflictTest, BadOnConflictIsRefusedAtStart) {
 }
 
 // Issue 14 item 5: a column whose type, nullability or collation differs between the
-// source and the target fails the step before it writes anything, naming the column;
-// a compensation refused later explains how the table changed since the sync.
+// source and the target, a listed column the target lacks, or a primary key of other
+// columns fails the step before it writes anything, naming the column (or the key); a
+// compensation refused later explains how the table changed since the sync.
 TEST_F(TableStepsTest, SchemaPreflightFailsNamingTheColumn) {
   CreateDocs();
   FakeContext ctx(ds_, {{"space_id", 1}});
   auto step = Sync("space_id = :space_id");
+  // Without a columns list a sync copies the columns both tables have (table_steps.h),
+  // so a column the target lacks fails only a step that lists it.
+  auto listed = Sync("space_id = :space_id", {{"columns", {"id", "space_id", "kind", "title"}}});
   struct Case {
     const char* alter;
     const char* error;
+    bool with_columns = false;  // run `listed` instead of `step`
   };
   const Case cases[] = {
       {"ALTER TABLE kb_doc MODIFY title VARCHAR(100) NULL",
@@ -815,12 +820,17 @@ TEST_F(TableStepsTest, SchemaPreflightFailsNamingTheColumn) {
       {"ALTER TABLE kb_doc MODIFY price DECIMAL(30,9) NULL",
        "schema preflight of step 'docs': column `price` is decimal(30,10) NULL in env_a.kb_doc but decimal(30,9) "
        "NULL in env_b.kb_doc"},
+      {"ALTER TABLE kb_doc DROP COLUMN title", "column `title` of step 'docs' is missing from env_b.kb_doc",
+       /*with_columns=*/true},
+      {"ALTER TABLE kb_doc DROP PRIMARY KEY, ADD PRIMARY KEY (id, space_id)",
+       "schema preflight of step 'docs': the primary key is (`id`) in env_a.kb_doc but (`id`, `space_id`) in "
+       "env_b.kb_doc"},
   };
   for (const Case& k : cases) {
     tgt_.Exec("DROP TABLE kb_doc");
     tgt_.Exec(kDocTable);
     tgt_.Exec(k.alter);
-    StepResult r = step->Execute(ctx);
+    StepResult r = (k.with_columns ? listed : step)->Execute(ctx);
     EXPECT_EQ(r.kind, StepResult::Kind::kPermanent) << k.alter;
     EXPECT_EQ(r.error, k.error);
     EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc"), 0) << k.alter;
