@@ -21,7 +21,7 @@ write_config claims '{
              "steps": [ { "name": "s1", "type": "demo" } ] },
   "OTHER": { "max_retry": 3, "backoff_base_ms": 100, "ordered": false,
              "steps": [ { "name": "o1", "type": "demo" } ] }
-}' '{"registry": {"offline_timeout_ms": 5000}}'
+}' '{"registry": {"offline_timeout_ms": 8000}}'
 dsync() { "$DSYNC_BIN" "$@" --config "$WORK/dsync.json"; }
 count() { sql "SELECT COUNT(*) FROM distribute_event WHERE $1"; }
 dsync migrate >/dev/null
@@ -42,12 +42,12 @@ wait_for '[[ $(count "code LIKE '"'a%'"' AND node_address = '"'127.0.0.1:7402'"'
 # n1's row says it is full (1 of 1 busy): the sweeper leaves events assigned to it alone.
 wait_for '[[ $(sql "SELECT JSON_VALUE(metadata, '"'\$.processing_count'"') FROM distribute_node_registry WHERE node_address = '"'127.0.0.1:7402'"'") == 1 ]]' 10 "n1 reports 1 of 1 busy"
 kill9 "$PID_n1"
-# The registry row of 7402 locked for 2.5 s: the new process's first heartbeat (its own
+# The registry row of 7402 locked for 4 s: the new process's first heartbeat (its own
 # thread) waits for it, so the row keeps n1's metadata (serves DEMO, full, live under
-# the 5 s offline timeout) while the new process already polls. A named lock tells
+# the 8 s offline timeout) while the new process already polls. A named lock tells
 # when the row lock is held.
 start_bg rowlock sql "BEGIN; SELECT id FROM distribute_node_registry WHERE node_address = '127.0.0.1:7402' FOR UPDATE;
-  SELECT GET_LOCK('$SCHEMA.rowlock', 10); SELECT SLEEP(2.5); COMMIT"
+  SELECT GET_LOCK('$SCHEMA.rowlock', 10); SELECT SLEEP(4); COMMIT"
 wait_for '[[ $(sql "SELECT IS_USED_LOCK('"'$SCHEMA.rowlock'"') IS NOT NULL") == 1 ]]' 10 "registry row of 7402 locked"
 start_bg n1b "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7402 --topics OTHER
 # Its start hands the 4 back; the dispatcher, reading n1's metadata (and 0 events in
