@@ -238,6 +238,12 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "retention.batch_pause_ms",
      .field = Field<&Settings::retention, &RetentionSettings::batch_pause>(),
      .doc = "Least pause between two batches of a pass; the pause is also at least 3 times what the last batch took, so a pass keeps the database busy at most a quarter of the time and backs off when it is slow."},
+    {.path = "retention.busy_pause_ms",
+     .field = Field<&Settings::retention, &RetentionSettings::busy_pause>(),
+     .doc = "Least pause between two batches of a pass while the dispatcher is assigning events: "
+            "a queue that is never idle is purged at most batch_size / busy_pause events per "
+            "second (500 / 2 s = 250/s by default). Lower it (or raise batch_size) when more "
+            "events finish per second than that, so retention keeps up."},
 
     // consumer
     {.path = "consumer.poll_interval_ms",

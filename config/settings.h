@@ -60,6 +60,7 @@ struct RetentionSettings {
   int batch_size = 500;                             // retention.batch_size: events per transaction
   Millis interval{60000};                           // retention.interval_ms: between passes
   Millis batch_pause{20};                           // retention.batch_pause_ms: between batches of a pass
+  Millis busy_pause{2000};                          // retention.busy_pause_ms: between batches while the dispatcher assigns
 };
 
 struct ConsumerSettings {

@@ -56,16 +56,22 @@ BatchCheckReport BatchCompleter::CheckOnce(const std::function<bool()>& keep_goi
     for (const events::BatchCompletionRow& b : open) {
       if (!keep_going()) break;
       ++report.open;
+      // Complete when every event of the batch is terminal (and, when the batch says how
+      // many it has, all of them are there).
+      auto complete = [&](const std::map<std::string, int64_t>& counts) {
+        int64_t total = 0;
+        bool all_terminal = true;
+        for (const auto& [status, n] : counts) {
+          total += n;
+          all_terminal = all_terminal && events::IsTerminalStatus(status);
+        }
+        return total > 0 && all_terminal && total >= b.expected_events.value_or(1);
+      };
+      // The cheap look first, outside any transaction (most open batches are not done).
       auto by_status = pool_.Run("batch progress", [&](storage::Connection& c) {
         return events::CountBatchByStatus(c, b.batch_code);
       });
-      int64_t total = 0;
-      bool all_terminal = true;
-      for (const auto& [status, n] : by_status) {
-        total += n;
-        all_terminal = all_terminal && events::IsTerminalStatus(status);
-      }
-      if (total == 0 || !all_terminal || total < b.expected_events.value_or(1)) continue;
+      if (!complete(by_status)) continue;
 
       events::NewEventRow e;
       e.service = b.service;
@@ -79,12 +85,20 @@ BatchCheckReport BatchCompleter::CheckOnce(const std::function<bool()>& keep_goi
       const TopicSettings& t = topic == topics_.end() ? defaults : topic->second;
       e.max_retry = t.max_retry;
       e.priority = t.priority;
-      e.payload = CompletionPayload(b.payload, b.batch_code, by_status).dump();
-      nlohmann::json counts(by_status);
+      // Counted again inside the completing transaction, with the batch's row locked: an
+      // event added to the batch since the look above (still PENDING, or terminal but not
+      // yet counted) either keeps the batch open or is in the payload's counts; the
+      // counts written are the ones that decided the completion.
       const bool done = pool_.Transact("complete batch", [&](storage::Connection& c) {
-        return events::CompleteBatch(c, b.batch_code, e, counts.dump());
+        if (!events::LockOpenBatch(c, b.batch_code)) return false;
+        by_status = events::CountBatchByStatus(c, b.batch_code);
+        if (!complete(by_status)) return false;
+        e.payload = CompletionPayload(b.payload, b.batch_code, by_status).dump();
+        return events::CompleteBatch(c, b.batch_code, e, nlohmann::json(by_status).dump());
       });
       if (done) {
+        int64_t total = 0;
+        for (const auto& [status, n] : by_status) total += n;
         ++report.completed;
         ++completed_;
         spdlog::info("BATCH_COMPLETED batch={} event={} topic={} total={} by_status={}", b.batch_code, e.code,

@@ -1,8 +1,10 @@
 // The leader's batch completion check (events/batches.h, V012 distribute_batch): every
 // dispatcher.batch_check_interval_ms, for each OPEN batch, one GROUP BY status over the
 // batch's events (idx_batch_code); when the batch has events (at least its
-// expected_events, when set) and all are terminal, one transaction produces its
-// completion event and marks it COMPLETED. Logged:
+// expected_events, when set) and all are terminal, one transaction locks the batch's
+// row, counts again (the counts that decide are the ones in the payload: an event
+// added meanwhile keeps the batch open or is counted), produces its completion event
+// and marks it COMPLETED. Logged:
 //   BATCH_COMPLETED batch=<code> event=<completion code> topic=<topic> total=<n> by_status=SUCCESS:<n>,...
 //
 // The completion event: code events::CompletionCode(batch), topic and tenant_id from

@@ -24,7 +24,7 @@ Retention::Retention(storage::ConnectionPool& pool, Clock& clock, std::string se
 events::PurgeCounts Retention::Purge(storage::ConnectionPool& pool, Clock& clock, events::Purger& purger,
                                      const events::PurgeSelector& selector, Millis pause, int pause_per_work,
                                      std::stop_token stop, const std::function<bool()>& keep_going,
-                                     const std::function<bool()>& busy) {
+                                     const std::function<bool()>& busy, Millis busy_pause) {
   events::PurgeCounts total;
   events::PurgeCursor cursor =
       pool.Run("retention bound", [&](storage::Connection& c) { return purger.Begin(c, selector); });
@@ -39,7 +39,7 @@ events::PurgeCounts Retention::Purge(storage::ConnectionPool& pool, Clock& clock
     });
     const Millis worked = std::chrono::duration_cast<Millis>(clock.Now() - started);
     Millis wait = std::max(pause, worked * pause_per_work);
-    if (busy && busy()) wait = std::max(wait, kBusyPause);
+    if (busy && busy()) wait = std::max(wait, busy_pause);
     if (!cursor.done && wait.count() > 0 && !clock.SleepFor(wait, stop)) break;
   }
   return total;
@@ -50,9 +50,9 @@ events::PurgeCounts Retention::RunPass(std::stop_token stop, const std::function
   events::PurgeCounts total;
   try {
     total += Purge(pool_, clock_, purger_, {{"SUCCESS", "COMPENSATED"}, settings_.finished_after, service_},
-                   settings_.batch_pause, kPausePerWork, stop, keep_going, busy);
+                   settings_.batch_pause, kPausePerWork, stop, keep_going, busy, settings_.busy_pause);
     total += Purge(pool_, clock_, purger_, {{"FAILED"}, settings_.failed_after, service_}, settings_.batch_pause,
-                   kPausePerWork, stop, keep_going, busy);
+                   kPausePerWork, stop, keep_going, busy, settings_.busy_pause);
   } catch (...) {
     ++failures_;
     events_ += static_cast<uint64_t>(total.events);

@@ -3,10 +3,11 @@
 // batches, so a pass never holds a lock longer than one small transaction and leaves
 // the database to dispatch in between (at least retention.batch_pause_ms, and at least
 // three times as long as the batch took: the pass backs off when the database is busy),
-// and while the dispatcher is assigning events (`busy`) at least kBusyPause: a busy
-// queue then loses at most one small batch's work every 2 s to retention (measured by
-// `bash scripts/bench.sh purge`), and a queue that is never idle is still purged
-// (batch_size / 2 s, 250 events/s at the default 500).
+// and while the dispatcher is assigning events (`busy`) at least retention.busy_pause_ms
+// (2 s): a busy queue then loses at most one small batch's work per busy pause to
+// retention (measured by `bash scripts/bench.sh purge`), and a queue that is never idle
+// is still purged, at most batch_size / busy_pause events per second (250/s at the
+// defaults 500 and 2 s).
 //
 //   dispatcher::Retention retention(pool, clock, settings.service, settings.retention);
 //   events::PurgeCounts removed = retention.RunPass(stop, [&] { return locker.is_leader(); },
@@ -55,13 +56,13 @@ class Retention {
   // (RunPass: retention.batch_pause_ms and 3, so a pass keeps the database busy at
   // most a quarter of the time and slows down by itself when the database is slow;
   // `dsync purge`: 0 and 0, full speed). Throws DbError.
-  // With `busy` (asked after each batch), the pause is at least kBusyPause while it
-  // says true.
+  // With `busy` (asked after each batch), the pause is at least `busy_pause`
+  // (RunPass: retention.busy_pause_ms) while it says true.
   static events::PurgeCounts Purge(storage::ConnectionPool& pool, Clock& clock, events::Purger& purger,
                                    const events::PurgeSelector& selector, Millis pause, int pause_per_work,
                                    std::stop_token stop, const std::function<bool()>& keep_going,
-                                   const std::function<bool()>& busy = {});
-  static constexpr Millis kBusyPause{2000};
+                                   const std::function<bool()>& busy = {},
+                                   Millis busy_pause = RetentionSettings{}.busy_pause);
 
   const RetentionSettings& settings() const { return settings_; }
   RetentionStats stats() const;

@@ -68,10 +68,14 @@ std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const st
   return out;
 }
 
+bool LockOpenBatch(storage::Connection& c, const std::string& batch_code) {
+  auto status = c.QueryString(kLockBatch, batch_code);
+  return status && *status == "OPEN";
+}
+
 bool CompleteBatch(storage::Connection& c, const std::string& batch_code, const NewEventRow& event,
                    const std::string& counts_json) {
-  auto status = c.QueryString(kLockBatch, batch_code);
-  if (!status || *status != "OPEN") return false;
+  if (!LockOpenBatch(c, batch_code)) return false;
   InsertEvent(c, event);  // false: produced before (a leader that died after its insert
                           // could not have committed it without the update below)
   return c.Execute(kMarkCompleted, event.code, counts_json, batch_code) == 1;

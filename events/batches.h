@@ -48,6 +48,12 @@ void InsertBatchCompletion(storage::Connection& c, const BatchCompletionRow& row
 std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const std::string& service,
                                                 const std::string& after, int limit);
 
+// Locks the batch's row (FOR UPDATE) and tells whether it is still OPEN: taken before
+// the count that decides a completion, so that count and the completion are one
+// transaction and no other completer interleaves. REQUIRES: inside the caller's
+// transaction. Throws DbError.
+bool LockOpenBatch(storage::Connection& c, const std::string& batch_code);
+
 // Produces `event` and marks the batch COMPLETED with `counts_json`, if it is still
 // OPEN. True when this call completed it (false: someone else did). REQUIRES: inside
 // the caller's transaction. Throws DbError.

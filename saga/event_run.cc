@@ -5,6 +5,15 @@
 #include <spdlog/spdlog.h>
 
 namespace dsync::saga::run {
+namespace {
+
+// Most step rows the engine loads for one event: far above any plan (a plan's steps
+// and their children), and what the API shows of one event (api/event_store.cc). An
+// event with more (rows written by hand) fails at its claim instead of being read into
+// memory whole.
+constexpr int64_t kMaxStepRows = 10000;
+
+}  // namespace
 
 EngineContext::EngineContext(EventRun& run, const StepState& step, bool compensating,
                              Clock::TimePoint deadline, std::stop_token stop, int progress)
@@ -261,7 +270,13 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
     return Claim::kRejected;
   }
   bool first_marked = false;
-  LoadOrInsertSteps(c, phase_ == kForward && !poison, first_marked);
+  if (!LoadOrInsertSteps(c, phase_ == kForward && !poison, first_marked)) {
+    failed_at_claim_ = "more than " + std::to_string(kMaxStepRows) + " step rows; the event cannot run";
+    fence_ = Held(events::FailEvent(c, fence_, d_.node, nlohmann::json{{"error", failed_at_claim_}}.dump(),
+                                    failed_at_claim_),
+                  "reject event");
+    return Claim::kRejected;
+  }
 
   if (poison) {
     size_t failing = NextNotSucceeded(0);
@@ -314,7 +329,7 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
   return Claim::kRun;
 }
 
-void EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing,
+bool EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing,
                                  bool& first_marked) {
   const auto& plan_steps = plan_->steps;
   auto new_row = [&](size_t i, bool executing) { return PlanRow(*plan_, ev_, i, executing); };
@@ -327,12 +342,14 @@ void EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executi
     if (events::InsertSteps(c, rows, d_.node, attempt_) == rows.size()) {
       for (size_t i = 0; i < rows.size(); ++i) steps_.push_back(state_of(rows[i], i));
       first_marked = mark_first_executing;
-      return;
+      return true;
     }
     // Rows of this code existed already (e.g. an event re-produced under an old
     // code): their recorded state wins.
   }
-  steps_ = FromRows(events::LoadSteps(c, ev_.code));
+  std::vector<events::StepRow> rows = events::LoadSteps(c, ev_.code, kMaxStepRows + 1);
+  if (static_cast<int64_t>(rows.size()) > kMaxStepRows) return false;
+  steps_ = FromRows(rows);
   // Plan positions without a row (the plan grew since): add them PENDING.
   std::vector<bool> present(plan_steps.size(), false);
   for (const StepState& s : steps_) {
@@ -352,6 +369,7 @@ void EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executi
     std::sort(steps_.begin(), steps_.end(),
               [](const StepState& a, const StepState& b) { return a.key < b.key; });
   }
+  return true;
 }
 
 std::vector<StepState> EventRun::FromRows(const std::vector<events::StepRow>& rows) const {

@@ -350,7 +350,9 @@ class EventRun {
   // nullopt only with a success staged for EndStep).
   std::optional<Outcome> RerunClaimed(const std::string& why);
   // REQUIRES: inside the claim's transaction (`c`), after the claim's fenced UPDATE.
-  void LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing, bool& first_marked);
+  // Returns false, steps_ left empty, when the event has more than kMaxStepRows step
+  // rows (only rows written by hand can be so many): the claim then fails the event.
+  bool LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing, bool& first_marked);
   std::vector<StepState> FromRows(const std::vector<events::StepRow>& rows) const;
   // In the caller's transaction, after a fenced write: RUNNING -> COMPENSATING with
   // the original failure, a step left EXECUTING by a lost owner settled FAILED, then
@@ -420,7 +422,7 @@ class EventRun {
   std::string phase_ = kForward;
   int retry_count_ = 0;  // the event's forward retries at the claim
   bool compensation_started_at_claim_ = false;  // the poison guard turned it COMPENSATING
-  std::string failed_at_claim_;  // why the claim failed the event (a poison compensation)
+  std::string failed_at_claim_;  // why the claim failed the event (a poison compensation, too many steps)
   std::vector<StepState> steps_;  // in forward (tree) order
   // RunForward / BeginStep / EndStep.
   size_t next_ = 0;           // the step to run next

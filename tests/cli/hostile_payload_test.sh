@@ -26,6 +26,14 @@ produce other '{}'
 sql "INSERT INTO distribute_event_step (tenant_id, job_code, code, step_type, step_name, status, sort, output, compensation_data)
      VALUES ('t1', 'other', 'other#1', 'demo', 's1', 'SUCCESS', 1, $DEEP, $DEEP)"
 sql "UPDATE distribute_event SET status = 'FAILED', result = $DEEP, process_log = $DEEP WHERE code = 'other'"
+# Oversized rows: a FAILED event whose result is a flat 2 MiB JSON string, and an event
+# with 10,001 step rows (written by hand: no plan has so many), due for a retry.
+sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, status, result)
+     VALUES ('t1', 'big', 'big', 'DEMO', '{}', 'FAILED', CONCAT('\"', REPEAT('x', 2097152), '\"'))"
+sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, attempt)
+     VALUES ('t1', 'many', 'many', 'DEMO', '{}', 1)"
+sql "INSERT INTO distribute_event_step (tenant_id, job_code, code, step_type, step_name, status, sort)
+     SELECT 't1', 'many', CONCAT('many#', seq), 'demo', CONCAT('s', seq), 'PENDING', seq FROM seq_1_to_10001"
 # A node row (offline: no work goes there) with hostile heartbeat metadata (TEXT holds 30,000 levels).
 sql "INSERT INTO distribute_node_registry (service_name, node_address, status, last_heartbeat_time, metadata)
      VALUES ('hostile', '10.0.0.9:1', 0, NOW(3), CONCAT(REPEAT('[', 30000), REPEAT(']', 30000)))"
@@ -72,6 +80,13 @@ pass "nodes: hostile metadata reported invalid"
 expect_eq "$(api /metrics)" 200 "GET /metrics answers"
 alive "$PID_serve" serve
 
+expect_eq "$(api /v1/events/big)" 200 "GET /v1/events/big (2 MiB result) answers"
+expect_eq "$(jq -r '[.result, .result_error] | @json' "$WORK/body")" \
+  '[null,"result is 2097154 bytes (more than 1048576); not rendered"]' "big: result not rendered, with its marker"
+expect_eq "$(api /v1/events/many)" 200 "GET /v1/events/many (10,001 steps) answers"
+expect_eq "$(jq -r '[(.steps | length), .steps_truncated] | @json' "$WORK/body")" \
+  '[10000,"only the first 10000 steps and timeline entries are shown"]' "many: 10,000 steps shown and the truncation marker"
+
 # --- CLI ---------------------------------------------------------------------
 dsync events --json >"$WORK/out" || fail "dsync events --json failed: $(head -c 300 "$WORK/out")"
 expect_eq "$(jq -r '.events[] | select(.code == "deep") | .payload_error' "$WORK/out")" "payload $MARKER; not rendered" "dsync events --json: marker"
@@ -105,9 +120,29 @@ expect_eq "$(sql "SELECT CONCAT(retry_count, '/', attempt <= 1) FROM distribute_
 [[ $(sql "SELECT last_error FROM distribute_event WHERE code = 'deep'") == "payload $MARKER; the event cannot run" ]] \
   || fail "last_error: $(sql "SELECT last_error FROM distribute_event WHERE code = 'deep'")"
 pass "last_error names the reason"
+wait_for '[[ $(event_status many) == FAILED ]]' 30 "'many' (10,001 step rows) FAILED (is \$(event_status many))"
+expect_eq "$(sql "SELECT last_error FROM distribute_event WHERE code = 'many'")" \
+  "more than 10000 step rows; the event cannot run" "many: last_error names the reason"
+alive "$PID_node" node
 produce after '{}'
 wait_for '[[ $(event_status after) == SUCCESS ]]' 30 "a normal event after it SUCCESS"
 pass "the node keeps working"
+# An event turned to compensation whose SUCCESS step saved hostile compensation data and
+# output: the engine hands the data on as a string (saga/event_run.h ParseOrString),
+# never parsed deep; demo's compensation does not read it, so the event ends
+# COMPENSATED, and the node lives on.
+sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, phase, attempt, last_error)
+     VALUES ('t1', 'undo', 'u1', 'DEMO', '{}', 'COMPENSATE', 1, 'step s2 failed (written by hand)')"
+sql "INSERT INTO distribute_event_step (tenant_id, job_code, code, step_type, step_name, status, sort, output, compensation_data)
+     VALUES ('t1', 'undo', 'undo#1', 'demo', 's1', 'SUCCESS', 1, $DEEP, $DEEP),
+            ('t1', 'undo', 'undo#2', 'demo', 's2', 'FAILED', 2, NULL, NULL)"
+wait_for '[[ $(event_status undo) == COMPENSATED ]]' 30 "'undo' COMPENSATED (is \$(event_status undo))"
+expect_eq "$(sql "SELECT GROUP_CONCAT(CONCAT(step_name, ':', status) ORDER BY sort) FROM distribute_event_step WHERE job_code = 'undo'")" \
+  "s1:COMPENSATED,s2:FAILED" "undo: s1 compensated despite its hostile compensation data"
+expect_eq "$(sql "SELECT JSON_UNQUOTE(JSON_EXTRACT(process_log, CONCAT('\$[', JSON_LENGTH(process_log) - 1, '].why'))) FROM distribute_event WHERE code = 'undo'")" \
+  "every completed step compensated" "undo: process_log says why it ended"
+expect_eq "$(api /v1/events/undo)" 200 "GET /v1/events/undo answers"
+alive "$PID_node" node
 curl -s -N --max-time 5 "http://127.0.0.1:$port/v1/events/deep/stream" >"$WORK/stream" || true
 grep -q '^event: end' "$WORK/stream" || fail "stream of FAILED 'deep' did not end"
 pass "stream ends once it is FAILED"

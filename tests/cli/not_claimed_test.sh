@@ -4,7 +4,13 @@
 # (version-fenced, process_log entry with the reason, metrics counter) and done by
 # another node; the node is noted in `dsync nodes` / GET /v1/nodes.
 #  A: a node restarted under its address with other --topics while holding ASSIGNED
-#     events (kill -9, restart): they go back and another node runs them.
+#     events (kill -9, restart). Its start hands them back ("reset: node restarted");
+#     the dispatcher, still reading the old incarnation's metadata (serves DEMO, row
+#     live), gives them straight back to the address, where the new process never
+#     claims them: only the not-claimed hand-back frees them, and another node runs
+#     them. The moment in which the dispatcher acts on the old metadata (before the
+#     new process's first heartbeat replaces it) is widened deterministically by
+#     holding the registry row's lock over the restart, which delays that heartbeat.
 #  B: events assigned to a live node for a topic it does not serve (what a dispatcher
 #     with the node's old metadata does in the moment after such a restart; here by
 #     plain SQL, deterministically): the node leaves them, the sweeper hands them back.
@@ -15,7 +21,7 @@ write_config claims '{
              "steps": [ { "name": "s1", "type": "demo" } ] },
   "OTHER": { "max_retry": 3, "backoff_base_ms": 100, "ordered": false,
              "steps": [ { "name": "o1", "type": "demo" } ] }
-}'
+}' '{"registry": {"offline_timeout_ms": 8000}}'
 dsync() { "$DSYNC_BIN" "$@" --config "$WORK/dsync.json"; }
 count() { sql "SELECT COUNT(*) FROM distribute_event WHERE $1"; }
 dsync migrate >/dev/null
@@ -33,11 +39,35 @@ start_bg n1 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0
 wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE node_address = '"'127.0.0.1:7402'"' AND status = 1") == 1 ]]' 10 "n1 online"
 for i in 1 2 3 4; do produce "a$i" '{"demo": {"sleep_ms": 1500}}'; done
 wait_for '[[ $(count "code LIKE '"'a%'"' AND node_address = '"'127.0.0.1:7402'"' AND status = '"'ASSIGNED'"'") -ge 2 ]]' 15 "n1 holds ASSIGNED events"
+# n1's row says it is full (1 of 1 busy): the sweeper leaves events assigned to it alone.
+wait_for '[[ $(sql "SELECT JSON_VALUE(metadata, '"'\$.processing_count'"') FROM distribute_node_registry WHERE node_address = '"'127.0.0.1:7402'"'") == 1 ]]' 10 "n1 reports 1 of 1 busy"
 kill9 "$PID_n1"
+# The registry row of 7402 locked for 4 s: the new process's first heartbeat (its own
+# thread) waits for it, so the row keeps n1's metadata (serves DEMO, full, live under
+# the 8 s offline timeout) while the new process already polls. A named lock tells
+# when the row lock is held.
+start_bg rowlock sql "BEGIN; SELECT id FROM distribute_node_registry WHERE node_address = '127.0.0.1:7402' FOR UPDATE;
+  SELECT GET_LOCK('$SCHEMA.rowlock', 10); SELECT SLEEP(4); COMMIT"
+wait_for '[[ $(sql "SELECT IS_USED_LOCK('"'$SCHEMA.rowlock'"') IS NOT NULL") == 1 ]]' 10 "registry row of 7402 locked"
 start_bg n1b "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7402 --topics OTHER
+# Its start hands the 4 back; the dispatcher, reading n1's metadata (and 0 events in
+# flight there now), assigns them to 7402 again: the only DEMO node it knows.
+wait_for '[[ $(count "code LIKE '"'a%'"' AND status = '"'ASSIGNED'"' AND node_address = '"'127.0.0.1:7402'"'
+                      AND process_log LIKE '"'%reset: node restarted%'"'") == 4 ]]' 10 \
+  "A: the 4 handed back at start and assigned to 7402 again"
+wait "$PID_rowlock" || fail "A: the row-lock session failed"
 start_bg n2 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7403 --topics DEMO
 wait_for '[[ $(count "code LIKE '"'a%'"' AND status = '"'SUCCESS'"'") == 4 ]]' 40 "the 4 events SUCCESS"
 expect_eq "$(count "code LIKE 'a%' AND status = 'SUCCESS' AND node_address = '127.0.0.1:7403'")" 4 "A: all done by n2"
+# What freed them from 7402 was the not-claimed hand-back: each one's history has it,
+# after the start hand-back.
+expect_eq "$(count "code LIKE 'a%' AND LOCATE('reset: node restarted', process_log) > 0
+  AND LOCATE('reset: node restarted', process_log) < LOCATE('reset: not claimed by node 127.0.0.1:7402 for ', process_log)
+  AND process_log LIKE '%(claim_timeout_ms 1500; it does not serve topic DEMO)%'")" 4 \
+  "A: the 4 handed back as not claimed by the restarted node, after its start hand-back (process_log)"
+grep -qE 'EVENT_RESET event=a[1-4] node=127.0.0.1:7402 reason=not_claimed' "$WORK/all.log" \
+  || fail "A: no EVENT_RESET reason=not_claimed for an a% event"
+pass "A: EVENT_RESET reason=not_claimed logged for the a% events"
 
 # --- B: ASSIGNED to a live node that does not serve the topic -----------------
 # Written ASSIGNED to n1b directly, as a dispatcher reading n1's previous metadata would.
@@ -60,11 +90,10 @@ expect_eq "$(sql "SELECT retry_count FROM distribute_event WHERE code = 'b1'")" 
 grep -q 'EVENT_RESET event=b1 node=127.0.0.1:7402 reason=not_claimed' "$WORK/all.log" || fail "B: no EVENT_RESET log line"
 pass "B: EVENT_RESET reason=not_claimed logged"
 
-# The node is noted, and the leader counted the hand-backs: the 3 of B, plus any of
-# A that the dispatcher gave back to 7402 in the moment before n1b's first heartbeat
-# replaced n1's metadata (the race this hand-back exists for).
+# The node is noted, and the leader counted the hand-backs: the 4 of A and the 3 of B
+# (and any a% event the dispatcher gave 7402 once more in the moment after a hand-back).
 noted=$(sql "SELECT not_claimed_count FROM distribute_node_registry WHERE node_address = '127.0.0.1:7402'")
-(( noted >= 3 )) || fail "n1b noted $noted times, expected at least 3"
+(( noted >= 7 )) || fail "n1b noted $noted times, expected at least 7 (4 of A, 3 of B)"
 pass "n1b noted $noted times in the registry"
 dsync nodes >"$WORK/nodes"
 grep -q "did not claim $noted event(s)" "$WORK/nodes" || fail "dsync nodes does not note n1b: $(cat "$WORK/nodes")"

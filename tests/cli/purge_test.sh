@@ -35,7 +35,8 @@ sql "INSERT INTO distribute_node_registry (service_name, node_address, status, l
 
 checksum() {
   sql "SELECT CONCAT((SELECT COUNT(*) FROM distribute_event), ':', (SELECT COUNT(*) FROM distribute_event_step), ':',
-       (SELECT COUNT(*) FROM distribute_event_archive), ':', (SELECT COUNT(*) FROM distribute_node_registry), ':',
+       (SELECT COUNT(*) FROM distribute_event_archive), ':', (SELECT COUNT(*) FROM distribute_event_step_archive), ':',
+       (SELECT COUNT(*) FROM distribute_node_registry), ':',
        (SELECT SUM(CRC32(CONCAT_WS('|', code, status, version))) FROM distribute_event))"
 }
 before=$(checksum)
@@ -63,6 +64,9 @@ expect_eq "$(checksum)" "$before" "bad input wrote nothing"
 out=$("$DSYNC_BIN" purge --config "$WORK/dsync.json" --older-than 1d --dry-run)
 expect_eq "$out" "would delete events=63 steps=63 by_status=COMPENSATED:3,FAILED:10,SUCCESS:50 registry_rows=1" "dry run counts"
 expect_eq "$(checksum)" "$before" "dry run wrote nothing"
+out=$("$DSYNC_BIN" purge --config "$WORK/dsync.json" --older-than 1d --archive --dry-run)
+expect_eq "$out" "would archive events=63 steps=63 by_status=COMPENSATED:3,FAILED:10,SUCCESS:50 registry_rows=1" "archive dry run counts"
+expect_eq "$(checksum)" "$before" "archive dry run wrote nothing (live and archive tables)"
 
 # --archive, FAILED only.
 out=$("$DSYNC_BIN" purge --config "$WORK/dsync.json" --older-than 5d --status FAILED --archive)

@@ -369,5 +369,39 @@ TEST(DispatcherSweeperTest, AssignedEventsALiveNodeDoesNotClaimAreHandedBack) {
   EXPECT_EQ(sweeper.SweepOnce().reset_not_claimed, 0u);
 }
 
+// The hand-back is fenced like every reset: an event its node claimed between the
+// sweeper's read and its write (RUNNING, version + 1) is left alone and the node is not
+// noted. modifier_time is kept old, so only the (version, status) fence can refuse it.
+TEST(DispatcherSweeperTest, NotClaimedHandBackOfAnEventClaimedMeanwhileDoesNothing) {
+  TestSchema db;
+  LogCapture log;
+  Settings s = TestSettings();
+  s.topics["T"].claim_timeout = 10s;
+  AddNode(db, {.address = "room:1", .capacity = 4, .topics = {"T"}, .processing_count = 1});
+  int64_t id = AddEvent(db, {.code = "claimed-late", .topic = "T", .status = "ASSIGNED", .node = "room:1", .version = 2});
+  AssignedAgo(db, id, 20);
+
+  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(s));
+  std::vector<ResetCandidate> found = sweeper.FindNotClaimed(10);
+  ASSERT_EQ(found.size(), 1u);
+  ASSERT_EQ(found[0].id, id);
+  ASSERT_EQ(found[0].version, 2);
+  ASSERT_EQ(found[0].status, "ASSIGNED");
+
+  // The node's claim, after the read.
+  db.Exec("UPDATE distribute_event SET status = 'RUNNING', version = version + 1, "
+          "modifier_time = NOW(3) - INTERVAL 20 SECOND WHERE id = " + std::to_string(id) + " AND version = 2");
+  EXPECT_FALSE(sweeper.Reset(found[0]));
+  EXPECT_EQ(StatusOf(db, id), "RUNNING");
+  EXPECT_EQ(VersionOf(db, id), 3);
+  EXPECT_EQ(NodeOf(db, id), "room:1");
+  EXPECT_EQ(Field(db, id, "last_error"), "NULL");
+  EXPECT_EQ(db.QueryInt("SELECT not_claimed_count FROM distribute_node_registry WHERE node_address = 'room:1'"), 0);
+  EXPECT_EQ(sweeper.stats().resets_not_claimed, 0u);
+  EXPECT_EQ(sweeper.stats().reset_races, 1u);
+  EXPECT_NE(log.text().find("EVENT_RESET_SKIPPED event=claimed-late node=room:1 reason=not_claimed"), std::string::npos)
+      << log.text();
+}
+
 }  // namespace
 }  // namespace dsync::dispatcher

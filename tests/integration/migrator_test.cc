@@ -179,3 +179,35 @@ TEST(Migrator, PlainInsertFromNonUtcSessionIsDueAtOnce) {
 
 }  // namespace
 }  // namespace dsync
+
+namespace dsync {
+namespace {
+
+// The archive tables keep the live tables' columns (V011 built them LIKE the live ones;
+// every later column must reach both): same names, types and nullability, in the same
+// order, so a query written for a live table runs on its archive unchanged.
+TEST(Migrator, ArchiveTablesHaveTheLiveTablesColumnsInOrder) {
+  testing::TestSchema db;
+  auto columns = [&](const std::string& table) {
+    return db.pool().Run("columns", [&](storage::Connection& c) {
+      c.Execute("SET SESSION group_concat_max_len = 65536");  // the default 1024 would cut the list
+      return c.QueryString(
+                  "SELECT GROUP_CONCAT(CONCAT_WS(' ', column_name, column_type, is_nullable) "
+                  "ORDER BY ordinal_position SEPARATOR ', ') "
+                  "FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?",
+                  table)
+          .value_or("");
+    });
+  };
+  for (const auto& [live, archive] : {std::pair<std::string, std::string>{"distribute_event", "distribute_event_archive"},
+                                      {"distribute_event_step", "distribute_event_step_archive"}}) {
+    SCOPED_TRACE(live);
+    const std::string live_columns = columns(live);
+    EXPECT_NE(live_columns.find("code varchar"), std::string::npos) << live_columns;  // read at all
+    EXPECT_EQ(columns(archive), live_columns);
+  }
+  EXPECT_NE(columns("distribute_event_archive").find("service varchar"), std::string::npos);  // V014's column too
+}
+
+}  // namespace
+}  // namespace dsync

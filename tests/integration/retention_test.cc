@@ -106,8 +106,9 @@ TEST(RetentionTest, PurgeRemovesOnlyTerminalEventsOlderThanTheBoundWithTheirStep
   EXPECT_EQ(Steps(db), 8);
 }
 
-// While the dispatcher is busy the pass pauses at least kBusyPause between batches
-// (on an injected clock); idle, it pauses only as configured.
+// While the dispatcher is busy the pass pauses at least the busy pause
+// (retention.busy_pause_ms) between batches (on an injected clock); idle, it pauses only
+// as configured.
 TEST(RetentionTest, APassPausesLongerBetweenBatchesWhileTheDispatcherIsBusy) {
   TestSchema db;
   for (int i = 0; i < 8; ++i) Seed(db, "old-" + std::to_string(i), "SUCCESS", 10);  // batches of 3, 3, 2
@@ -116,11 +117,11 @@ TEST(RetentionTest, APassPausesLongerBetweenBatchesWhileTheDispatcherIsBusy) {
   events::PurgeSelector selector{events::TerminalStatuses(), kDay};
   int asked = 0;
   events::PurgeCounts busy = Retention::Purge(db.pool(), clock, purger, selector, Millis(20), 0, std::stop_token(),
-                                              [] { return true; }, [&] { return ++asked > 0; });
+                                              [] { return true; }, [&] { return ++asked > 0; }, Millis(700));
   EXPECT_EQ(busy.events, 8);
   EXPECT_EQ(busy.batches, 3);
   EXPECT_GE(asked, 2);
-  EXPECT_EQ(clock.total_slept(), 2 * Retention::kBusyPause);  // between the 3 batches, none after the last
+  EXPECT_EQ(clock.total_slept(), 2 * Millis(700));  // between the 3 batches, none after the last
 
   for (int i = 0; i < 8; ++i) Seed(db, "again-" + std::to_string(i), "SUCCESS", 10);
   FakeClock idle_clock;

@@ -78,6 +78,11 @@ TEST(SettingsTest, DefaultsWhenOnlyTopicsGiven) {
   EXPECT_EQ(s.api.listen, "127.0.0.1:8080");
   EXPECT_EQ(s.api.token, "");
   EXPECT_EQ(s.api.max_body_bytes, 1048576);
+  EXPECT_TRUE(s.retention.enabled);
+  EXPECT_EQ(s.retention.finished_after, Millis(604800000));  // 7 days
+  EXPECT_EQ(s.retention.failed_after, Millis(2592000000));   // 30 days
+  EXPECT_FALSE(s.retention.archive);
+  EXPECT_EQ(s.retention.busy_pause, Millis(2000));
   ASSERT_EQ(s.topics.size(), 1u);
   const TopicSettings& t = s.topics.at("T");
   EXPECT_EQ(t.max_retry, 3);
@@ -470,6 +475,7 @@ std::map<std::string, EnvProbe> EnvProbes() {
       {"retention.batch_size", {"100", [](const Settings& s) { return std::to_string(s.retention.batch_size); }}},
       {"retention.interval_ms", {"5000", [=](const Settings& s) { return ms(s.retention.interval); }}},
       {"retention.batch_pause_ms", {"5", [=](const Settings& s) { return ms(s.retention.batch_pause); }}},
+      {"retention.busy_pause_ms", {"500", [=](const Settings& s) { return ms(s.retention.busy_pause); }}},
       {"consumer.poll_interval_ms", {"99", [=](const Settings& s) { return ms(s.consumer.poll_interval); }}},
       {"consumer.drain_timeout_ms", {"1500", [=](const Settings& s) { return ms(s.consumer.drain_timeout); }}},
       {"consumer.capacity", {"16", [](const Settings& s) { return std::to_string(s.consumer.capacity); }}},
