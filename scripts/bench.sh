@@ -81,11 +81,12 @@
 #             of two equal copies of the 100k table vs CHECKSUM TABLE of both
 #   purge     issue 16 retention: DSYNC_BENCH_PURGE_ROWS (1,000,000) finished events of
 #             10 days ago, one step each, built by INSERT ... SELECT from a seq table;
-#             then a 1-step burn-down of DSYNC_BENCH_EVENTS events (1 dispatcher + 4 nodes,
-#             as e2e) without retention, and again with the leader's retention pass
-#             deleting those rows in batches (retention.batch_size 500,
-#             batch_pause_ms 20) during the whole burn-down: both events/s, their
-#             ratio (target >= 0.90), and the rows the purge removed meanwhile
+#             then a 1-step burn-down of DSYNC_BENCH_PURGE_EVENTS (100,000) events (1
+#             dispatcher + 4 nodes, as e2e) without retention, and again with the
+#             leader's retention pass deleting those rows in batches (retention.batch_size
+#             500, busy_pause_ms DSYNC_BENCH_PURGE_BUSY_PAUSE_MS (2000)) during the whole
+#             burn-down: both events/s, their ratio (target >= 0.90), and the rows the
+#             purge removed meanwhile (count and per second)
 #   pgboss    the peer: pg-boss (bench/pgboss, pinned) on a throwaway PostgreSQL with
 #             fsync and synchronous_commit on, 20,000 no-op jobs, 4 workers, batch fetch +
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
@@ -691,7 +692,7 @@ purge_burndown() {
   new_work
   write_config "$work/dsync.json"
   # The retention keys, and a pass every second (each pass runs until no old row is left).
-  sed -i "s|\"topics\": {|\"retention\": { \"enabled\": $enabled, \"finished_after_ms\": 86400000, \"interval_ms\": 1000 },\n  \"topics\": {|" "$work/dsync.json"
+  sed -i "s|\"topics\": {|\"retention\": { \"enabled\": $enabled, \"finished_after_ms\": 86400000, \"interval_ms\": 1000, \"busy_pause_ms\": $purge_busy_pause_ms },\n  \"topics\": {|" "$work/dsync.json"
   start_cluster 4
   sleep 1
   if [[ $mode == on ]]; then
@@ -700,13 +701,14 @@ purge_burndown() {
   fi
   left0=$(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'old-%'")
   sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
-       SELECT 'bench', CONCAT('p$mode$r-', seq), CONCAT('d-', seq), 'E2E_1', '{}' FROM seq_1_to_$events"
-  wait_sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'p$mode$r-%' AND status = 'SUCCESS'" "$events" 900 0.5
+       SELECT 'bench', CONCAT('p$mode$r-', seq), CONCAT('d-', seq), 'E2E_1', '{}' FROM seq_1_to_$purge_events"
+  wait_sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'p$mode$r-%' AND status = 'SUCCESS'" "$purge_events" 900 0.5
   left1=$(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'old-%'")
   secs=$(sql "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(create_time), MAX(finished_time)) / 1e6
               FROM distribute_event WHERE code LIKE 'p$mode$r-%'")
-  purge_rate=$(awk -v n="$events" -v s="$secs" 'BEGIN { printf "%.0f", n / s }')
+  purge_rate=$(awk -v n="$purge_events" -v s="$secs" 'BEGIN { printf "%.0f", n / s }')
   purge_removed=$((left0 - left1))
+  purge_removed_per_s=$(awk -v n="$purge_removed" -v s="$secs" 'BEGIN { printf "%.0f", n / s }')
   if [[ $mode == on ]]; then
     ((left1 > 0)) || echo "bench.sh: purge: the purge finished before the burn-down did (raise DSYNC_BENCH_PURGE_ROWS)" >&2
     grep -h RETENTION_PASS "$work"/dispatcher.log | tail -1 || true
@@ -715,10 +717,14 @@ purge_burndown() {
 }
 
 purge_rows=${DSYNC_BENCH_PURGE_ROWS:-1000000}
+# A burn-down long enough for the busy purge to run many batches (one per
+# busy_pause_ms while the dispatcher assigns).
+purge_events=${DSYNC_BENCH_PURGE_EVENTS:-100000}
+purge_busy_pause_ms=${DSYNC_BENCH_PURGE_BUSY_PAUSE_MS:-2000}
 section_purge() {
-  echo "== purge: $purge_rows finished events (1 step each) purged in batches during a 1-step burn-down of $events events"
+  echo "== purge: $purge_rows finished events (1 step each) purged in batches during a 1-step burn-down of $purge_events events (retention.busy_pause_ms $purge_busy_pause_ms)"
   echo "   machine load before: $(uptime)"
-  local r t0 t1 offs=() ons=() removed=() ratio_runs=() mode
+  local r t0 t1 offs=() ons=() removed=() removed_rates=() ratio_runs=() mode
   root_sql "SET GLOBAL max_allowed_packet = 268435456"
   for r in $(seq 1 "$runs"); do
     new_schema "purge_$r"
@@ -745,7 +751,8 @@ section_purge() {
       else
         ons+=("$purge_rate")
         removed+=("$purge_removed")
-        echo "   run $r: with purge $purge_rate events/s; the purge removed $purge_removed events meanwhile" \
+        removed_rates+=("$purge_removed_per_s")
+        echo "   run $r: with purge $purge_rate events/s; the purge removed $purge_removed events meanwhile ($purge_removed_per_s/s)" \
              "(left: $(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'old-%'"))"
       fi
     done
@@ -755,9 +762,9 @@ section_purge() {
   local off on
   off=$(printf '%s\n' "${offs[@]}" | median)
   on=$(printf '%s\n' "${ons[@]}" | median)
-  result purge "rows=$purge_rows events=$events without_purge_events_per_s=$off with_purge_events_per_s=$on" \
+  result purge "rows=$purge_rows events=$purge_events busy_pause_ms=$purge_busy_pause_ms without_purge_events_per_s=$off with_purge_events_per_s=$on" \
     "ratio=$(awk -v a="$on" -v b="$off" 'BEGIN { printf "%.2f", a / b }') ratio_runs=$(IFS=,; echo "${ratio_runs[*]}")" \
-    "purged_during_burndown=$(IFS=,; echo "${removed[*]}") runs=$runs load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+    "purged_during_burndown=$(IFS=,; echo "${removed[*]}") purged_per_s=$(IFS=,; echo "${removed_rates[*]}") runs=$runs load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 }
 
 # -- failover: kill -9 of a node holding 50 RUNNING events --
