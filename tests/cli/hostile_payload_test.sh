@@ -131,11 +131,12 @@ pass "the node keeps working"
 # output: the engine hands the data on as a string (saga/event_run.h ParseOrString),
 # never parsed deep; demo's compensation does not read it, so the event ends
 # COMPENSATED, and the node lives on.
-sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, phase, attempt, last_error)
-     VALUES ('t1', 'undo', 'u1', 'DEMO', '{}', 'COMPENSATE', 1, 'step s2 failed (written by hand)')"
+# The steps first: the running node may claim the event the moment it exists.
 sql "INSERT INTO distribute_event_step (tenant_id, job_code, code, step_type, step_name, status, sort, output, compensation_data)
      VALUES ('t1', 'undo', 'undo#1', 'demo', 's1', 'SUCCESS', 1, $DEEP, $DEEP),
             ('t1', 'undo', 'undo#2', 'demo', 's2', 'FAILED', 2, NULL, NULL)"
+sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, phase, attempt, last_error)
+     VALUES ('t1', 'undo', 'u1', 'DEMO', '{}', 'COMPENSATE', 1, 'step s2 failed (written by hand)')"
 wait_for '[[ $(event_status undo) == COMPENSATED ]]' 30 "'undo' COMPENSATED (is \$(event_status undo))"
 expect_eq "$(sql "SELECT GROUP_CONCAT(CONCAT(step_name, ':', status) ORDER BY sort) FROM distribute_event_step WHERE job_code = 'undo'")" \
   "s1:COMPENSATED,s2:FAILED" "undo: s1 compensated despite its hostile compensation data"
