@@ -57,12 +57,12 @@ std::optional<Endpoint> ParseEndpoint(std::string_view text, bool allow_port_zer
 // that may not act yet is remembered, and all such coalesce into one, due at due().
 //
 // Wake-ups that arrive while a woken poll runs act at once when the poll reported
-// before it found work (the poller folds them into one more poll after it: work is flowing, and
-// making them wait for the result cost a quarter of the throughput at capacity 16,
-// bench/RESULTS.md). After a poll that found nothing they wait for the running poll's
-// result: work lets them act at once, nothing holds them one gap. So a flood of forged
-// wake-ups, whose polls never find work, costs at most one poll per
-// `gap_after_nothing`.
+// before it found work: work is flowing, and the poller folds them into one more poll
+// after it. After a poll that found nothing they wait for the running poll's result
+// (at most one gap): work lets them act at once, nothing holds them one gap. So a
+// flood of forged wake-ups, whose polls never find work, costs at most one poll per
+// `gap_after_nothing`. (Holding them after work too cost a quarter of the throughput
+// at capacity 16; this rule measured no cost: bench/RESULTS.md.)
 class WakeLimiter {
  public:
   using TimePoint = Clock::TimePoint;

@@ -1,5 +1,8 @@
 #include "dispatcher/batch_completer.h"
 
+#include <map>
+#include <optional>
+
 #include <spdlog/spdlog.h>
 
 #include "core/json_limits.h"
@@ -16,6 +19,19 @@ constexpr int kMaxPayloadDepth = 64;
 
 // Nesting depth of JSON text, counted without parsing (strings skipped); stops
 // counting past `limit`.
+// The batch's event count when it is complete: it has events, every one terminal,
+// and (when the batch says how many it has) all of them; nullopt otherwise.
+std::optional<int64_t> CompleteTotal(const std::map<std::string, int64_t>& by_status,
+                                     std::optional<int64_t> expected_events) {
+  int64_t total = 0;
+  for (const auto& [status, n] : by_status) {
+    if (!events::IsTerminalStatus(status)) return std::nullopt;
+    total += n;
+  }
+  if (total == 0 || total < expected_events.value_or(1)) return std::nullopt;
+  return total;
+}
+
 }  // namespace
 
 nlohmann::json CompletionPayload(const std::string& stored_payload, const std::string& batch_code,
@@ -56,22 +72,11 @@ BatchCheckReport BatchCompleter::CheckOnce(const std::function<bool()>& keep_goi
     for (const events::BatchCompletionRow& b : open) {
       if (!keep_going()) break;
       ++report.open;
-      // Complete when every event of the batch is terminal (and, when the batch says how
-      // many it has, all of them are there).
-      auto complete = [&](const std::map<std::string, int64_t>& counts) {
-        int64_t total = 0;
-        bool all_terminal = true;
-        for (const auto& [status, n] : counts) {
-          total += n;
-          all_terminal = all_terminal && events::IsTerminalStatus(status);
-        }
-        return total > 0 && all_terminal && total >= b.expected_events.value_or(1);
-      };
       // The cheap look first, outside any transaction (most open batches are not done).
       auto by_status = pool_.Run("batch progress", [&](storage::Connection& c) {
         return events::CountBatchByStatus(c, b.batch_code);
       });
-      if (!complete(by_status)) continue;
+      if (!CompleteTotal(by_status, b.expected_events)) continue;
 
       events::NewEventRow e;
       e.service = b.service;
@@ -89,20 +94,20 @@ BatchCheckReport BatchCompleter::CheckOnce(const std::function<bool()>& keep_goi
       // event added to the batch since the look above (still PENDING, or terminal but not
       // yet counted) either keeps the batch open or is in the payload's counts; the
       // counts written are the ones that decided the completion.
+      std::optional<int64_t> total;
       const bool done = pool_.Transact("complete batch", [&](storage::Connection& c) {
         if (!events::LockOpenBatch(c, b.batch_code)) return false;
         by_status = events::CountBatchByStatus(c, b.batch_code);
-        if (!complete(by_status)) return false;
+        total = CompleteTotal(by_status, b.expected_events);
+        if (!total) return false;
         e.payload = CompletionPayload(b.payload, b.batch_code, by_status).dump();
         return events::CompleteBatch(c, b.batch_code, e, nlohmann::json(by_status).dump());
       });
       if (done) {
-        int64_t total = 0;
-        for (const auto& [status, n] : by_status) total += n;
         ++report.completed;
         ++completed_;
         spdlog::info("BATCH_COMPLETED batch={} event={} topic={} total={} by_status={}", b.batch_code, e.code,
-                     e.topic, total, FormatByStatus(by_status));
+                     e.topic, *total, FormatByStatus(by_status));
       }
     }
     if (static_cast<int>(open.size()) < kPage) break;

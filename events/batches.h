@@ -54,9 +54,9 @@ std::vector<BatchCompletionRow> ReadOpenBatches(storage::Connection& c, const st
 // transaction. Throws DbError.
 bool LockOpenBatch(storage::Connection& c, const std::string& batch_code);
 
-// Produces `event` and marks the batch COMPLETED with `counts_json`, if it is still
-// OPEN. True when this call completed it (false: someone else did). REQUIRES: inside
-// the caller's transaction. Throws DbError.
+// Produces `event` and marks the batch COMPLETED with `counts_json`. True when this
+// call completed it. REQUIRES: inside the caller's transaction, after LockOpenBatch
+// returned true in it. Throws DbError.
 bool CompleteBatch(storage::Connection& c, const std::string& batch_code, const NewEventRow& event,
                    const std::string& counts_json);
 

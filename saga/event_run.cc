@@ -182,7 +182,7 @@ std::optional<Outcome> EventRun::ClaimAndRerun(const std::string& why) {
   staged_.reset();
   claim_ = ClaimState::kClaimed;  // from here on, the usual rules
   Claim claim = d_.pool.Transact("claim event", [&](storage::Connection& c) { return ClaimTx(c, ""); });
-  if (std::optional<Outcome> done = Claimed(claim, "")) return done;
+  if (std::optional<Outcome> done = Claimed(claim)) return done;
   if (phase_ == kCompensate) return RunCompensation();
   BeginForward();
   return std::nullopt;
@@ -197,11 +197,11 @@ Outcome EventRun::Go() {
   Claim claim = d_.pool.Transact("claim event", [&](storage::Connection& c) {
     return ClaimTx(c, reject);
   });
-  if (std::optional<Outcome> done = Claimed(claim, reject)) return *done;
+  if (std::optional<Outcome> done = Claimed(claim)) return *done;
   return phase_ == kForward ? RunForward() : RunCompensation();
 }
 
-std::optional<Outcome> EventRun::Claimed(Claim claim, const std::string& reject) {
+std::optional<Outcome> EventRun::Claimed(Claim claim) {
   if (claim != Claim::kNotClaimed) {
     if (ev_.assigned_age.count() >= 0) {
       d_.stats.claim_latency.Observe(ev_.assigned_age + (d_.clock.Now() - ev_.polled_at));
@@ -218,7 +218,7 @@ std::optional<Outcome> EventRun::Claimed(Claim claim, const std::string& reject)
       d_.stats.claimed++;
       d_.stats.failed++;
       spdlog::warn("EVENT_FAILED event={} node={} trace={} steps=0 ms={} reason=\"{}\"", ev_.code,
-                   d_.node, trace_, ElapsedMs(), reject.empty() ? failed_at_claim_ : reject);
+                   d_.node, trace_, ElapsedMs(), failed_at_claim_);
       return Outcome::kFailed;
     case Claim::kSettled:  // nothing was left to run: settled inside the claim
       d_.stats.claimed++;
@@ -264,18 +264,18 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
       events::ClaimEvent(c, assigned, d_.node, phase_, to, "claimed, attempt " + std::to_string(attempt_));
   if (!claimed) return Claim::kNotClaimed;
   fence_ = *claimed;
-  if (!reject.empty()) {
-    fence_ = Held(events::FailEvent(c, fence_, d_.node, nlohmann::json{{"error", reject}}.dump(), reject),
-                  "reject event");
-    return Claim::kRejected;
-  }
-  bool first_marked = false;
-  if (!LoadOrInsertSteps(c, phase_ == kForward && !poison, first_marked)) {
-    failed_at_claim_ = "more than " + std::to_string(kMaxStepRows) + " step rows; the event cannot run";
+  // Fails the event inside the claim: a payload the plan rejects, or too many step rows.
+  auto fail_at_claim = [&](std::string why) {
+    failed_at_claim_ = std::move(why);
     fence_ = Held(events::FailEvent(c, fence_, d_.node, nlohmann::json{{"error", failed_at_claim_}}.dump(),
                                     failed_at_claim_),
                   "reject event");
     return Claim::kRejected;
+  };
+  if (!reject.empty()) return fail_at_claim(reject);
+  bool first_marked = false;
+  if (!LoadOrInsertSteps(c, phase_ == kForward && !poison, first_marked)) {
+    return fail_at_claim("more than " + std::to_string(kMaxStepRows) + " step rows; the event cannot run");
   }
 
   if (poison) {

@@ -341,7 +341,7 @@ class EventRun {
   Claim ClaimTx(storage::Connection& c, const std::string& reject);
   // After the claim transaction: the outcome when it left nothing to run (stats and
   // log as Go reports them), else nullopt (claimed; steps_ and phase_ are set).
-  std::optional<Outcome> Claimed(Claim claim, const std::string& reject);
+  std::optional<Outcome> Claimed(Claim claim);
   // A deferred claim that cannot wait (its first step failed, or its group rolled
   // back): the event is claimed on its own with the full rules (ClaimTx), and the run
   // goes on from its first step not yet SUCCESS, which runs again under the claim.
@@ -422,7 +422,7 @@ class EventRun {
   std::string phase_ = kForward;
   int retry_count_ = 0;  // the event's forward retries at the claim
   bool compensation_started_at_claim_ = false;  // the poison guard turned it COMPENSATING
-  std::string failed_at_claim_;  // why the claim failed the event (a poison compensation, too many steps)
+  std::string failed_at_claim_;  // why the claim failed the event (rejected, too many steps, a poison compensation)
   std::vector<StepState> steps_;  // in forward (tree) order
   // RunForward / BeginStep / EndStep.
   size_t next_ = 0;           // the step to run next
