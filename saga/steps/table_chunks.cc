@@ -1,6 +1,7 @@
 #include "saga/steps/table_chunks.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace dsync::saga::table {
@@ -110,6 +111,53 @@ std::vector<Row> ReadRange(storage::Connection& c, const std::string& table, con
   if (for_update) sql += " FOR UPDATE";
   auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
   return cols.ReadAll(*rs);
+}
+
+std::optional<KeySpan> DenseSpan(const ColumnSet& key, const std::vector<Row>& keys) {
+  if (keys.empty() || !SingleIntegerKey(key)) return std::nullopt;
+  const Column& column = key.at(0);
+  auto span = [&](auto zero) -> std::optional<KeySpan> {
+    using T = decltype(zero);
+    T lo = std::numeric_limits<T>::max(), hi = std::numeric_limits<T>::min();
+    for (const Row& k : keys) {
+      if (k.size() != 1 || !k[0]) return std::nullopt;
+      std::optional<T> v = ParseInt<T>(*k[0]);
+      if (!v) return std::nullopt;
+      lo = std::min(lo, *v);
+      hi = std::max(hi, *v);
+    }
+    // hi - lo in unsigned arithmetic: exact for any pair of T.
+    const uint64_t width = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
+    if (width >= 2 * static_cast<uint64_t>(keys.size()) + 64) return std::nullopt;
+    return KeySpan{ToSqlValue(column, std::to_string(lo)), ToSqlValue(column, std::to_string(hi))};
+  };
+  return column.kind == ColumnKind::kSigned ? span(int64_t{0}) : span(uint64_t{0});
+}
+
+namespace {
+std::string SpanWhere(const ColumnSet& key) { return Quoted(key.at(0).name) + " BETWEEN ? AND ?"; }
+}  // namespace
+
+// SELECT <cols> FROM t WHERE <key> BETWEEN lo AND hi [FOR UPDATE]
+std::vector<Row> ReadSpan(storage::Connection& c, const std::string& table, const ColumnSet& cols,
+                          const ColumnSet& key, const KeySpan& span, bool for_update) {
+  auto rs = c.Query("SELECT " + cols.SelectList() + " FROM " + Quoted(table) + " WHERE " + SpanWhere(key) +
+                        (for_update ? " FOR UPDATE" : ""),
+                    span.lo, span.hi);
+  return cols.ReadAll(*rs);
+}
+
+// SELECT <key>, <row hash> FROM t WHERE <key> BETWEEN lo AND hi
+std::unordered_map<std::string, uint32_t> HashesInSpan(storage::Connection& c, const std::string& table,
+                                                       const ColumnSet& cols, const ColumnSet& key,
+                                                       const KeySpan& span) {
+  std::unordered_map<std::string, uint32_t> out;
+  auto rs = c.Query("SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Quoted(table) + " WHERE " +
+                        SpanWhere(key),
+                    span.lo, span.hi);
+  const auto hash_col = static_cast<uint32_t>(key.size() + 1);
+  while (rs->next()) out[EncodeKey(key.ReadRow(*rs))] = static_cast<uint32_t>(rs->getUInt64(hash_col));
+  return out;
 }
 
 ChunkSizer::ChunkSizer(size_t max_rows, Options options)

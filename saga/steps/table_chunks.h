@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "saga/steps/table_sql.h"
@@ -94,6 +95,28 @@ std::optional<Row> NthKeyAfter(storage::Connection& c, const std::string& table,
 std::vector<Row> ReadRange(storage::Connection& c, const std::string& table, const ColumnSet& cols,
                            const ColumnSet& key, const BoundFilter& filter, const KeyRange& range, size_t limit,
                            bool for_update);
+
+// An inclusive range [lo, hi] of a key of one integer column (SingleIntegerKey) that
+// holds every key of `keys` and at most about twice as many keys in all (hi - lo <
+// 2 * keys + 64); nullopt when `keys` is empty, sparser than that, or not integers.
+// A chunk's target rows are then read by one range scan instead of by matching each
+// key: a long IN list costs the server's range optimiser plus one index lookup per key,
+// most of a full copy's server time on narrow rows. Integer text is canonical, so a row
+// of the span whose key is not among `keys` as text is a row those keys do not touch
+// (text keys could match in SQL but not as text under a case-insensitive collation).
+struct KeySpan {
+  SqlValue lo, hi;
+};
+std::optional<KeySpan> DenseSpan(const ColumnSet& key, const std::vector<Row>& keys);
+
+// Every row (`cols`) of `span`, in no particular order; FOR UPDATE locks the span.
+std::vector<Row> ReadSpan(storage::Connection& c, const std::string& table, const ColumnSet& cols,
+                          const ColumnSet& key, const KeySpan& span, bool for_update);
+
+// The row hash over `cols` of every row of `span`, by EncodeKey of its key.
+std::unordered_map<std::string, uint32_t> HashesInSpan(storage::Connection& c, const std::string& table,
+                                                       const ColumnSet& cols, const ColumnSet& key,
+                                                       const KeySpan& span);
 
 // The number of rows of the next chunk: starts at min(max_rows, start_rows) and
 // adapts toward `target` time per chunk from the rate the last chunk achieved (at most

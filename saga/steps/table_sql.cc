@@ -327,6 +327,14 @@ size_t PaddedCount(size_t n, size_t cap) {
   return std::min(p, cap);
 }
 
+WriteBatch NextWriteBatch(size_t n, size_t cap) {
+  const size_t padded = PaddedCount(n, cap);
+  if ((padded - n) * 8 <= padded) return {std::min(n, padded), padded};
+  size_t p = 1;
+  while (p * 4 <= n) p *= 4;
+  return {p, p};
+}
+
 nlohmann::json Image::ToJson() const {
   return nlohmann::json{{"format", 1},          {"table", table},
                         {"columns", columns},   {"key", key},

@@ -324,7 +324,8 @@ size_t RowsPerStatement(size_t params_per_row, int chunk_size) {
 }
 
 // Rows per statement as a power of four (at most `cap`): full statements of that
-// size, the last one padded (table::PaddedCount), so a connection prepares few texts.
+// size, the last ones padded or split (table::PaddedCount, NextWriteBatch), so a
+// connection prepares few texts.
 size_t StatementRows(size_t cap) {
   size_t p = 1;
   while (p * 4 <= cap) p *= 4;
@@ -403,10 +404,13 @@ std::vector<Row> EntryKeys(const Image& image, const std::vector<int>& key_pos) 
 // `image` (EntryKeys order), the row hash over the image's columns of the target row
 // with that key as it is now, or null where there is none. Recorded as the chunk
 // commits, and compared with the same read when it is compensated.
+// `span`: a DenseSpan holding every entry's key, read whole instead of key by key.
 json AfterState(Connection& c, const std::string& table, const ColumnSet& cols, const ColumnSet& key,
-                const std::vector<int>& key_pos, const Image& image, int chunk_size, bool for_update) {
+                const std::vector<int>& key_pos, const Image& image, int chunk_size, bool for_update,
+                const std::optional<table::KeySpan>& span = std::nullopt) {
   const std::vector<Row> keys = EntryKeys(image, key_pos);
-  const auto hashes = HashesByKeys(c, table, cols, key, keys, chunk_size, for_update);
+  const auto hashes = span && !for_update ? table::HashesInSpan(c, table, cols, key, *span)
+                                          : HashesByKeys(c, table, cols, key, keys, chunk_size, for_update);
   json out = json::array();
   for (const Row& k : keys) {
     auto it = hashes.find(table::EncodeKey(k));
@@ -481,9 +485,10 @@ void Upsert(Connection& c, const std::string& table, const ColumnSet& cols, cons
   const size_t per = StatementRows(
       std::min(RowsPerStatement(cols.size(), chunk_size), std::max<size_t>(1, kStatementBytes / avg)));
   const std::string tuple = cols.ValuesTuple();
-  for (size_t begin = 0; begin < rows.size(); begin += per) {
-    size_t n = std::min(per, rows.size() - begin);
-    size_t padded = table::PaddedCount(n, per);
+  for (size_t begin = 0, n = 0; begin < rows.size(); begin += n) {
+    const table::WriteBatch batch = table::NextWriteBatch(rows.size() - begin, per);
+    n = batch.rows;
+    const size_t padded = batch.padded;
     std::vector<SqlValue> params;
     params.reserve(padded * cols.size());
     std::string sql = "INSERT INTO " + Backticked(table) + " (" + cols.NameList() + ") VALUES ";
@@ -1188,18 +1193,40 @@ class TableSyncStep final : public TableStep {
     bool by_hash = false;       // compare by row hashes without a range checksum first
     // The source's checksum of the range after a key, read ahead (single integer keys).
     std::optional<std::pair<std::optional<Row>, table::NextChecksum>> next_checksum;
+    // While copying, the source's next range is read while the target commits this one.
+    struct Prefetch {
+      std::optional<Row> lo;
+      size_t size = 0;
+      std::future<std::vector<Row>> rows;
+    };
+    std::optional<Prefetch> prefetch;
+    auto read_source = [&](const std::optional<Row>& after, size_t n) {
+      return src.Run(What("read source"), [&](Connection& c) {
+        return table::ReadRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {after, std::nullopt}, n,
+                                false);
+      });
+    };
     while (!done) {
       CheckStop(ctx);
       const auto started = std::chrono::steady_clock::now();
-      const size_t size = sizer.next();
+      const size_t planned = sizer.next();
+      size_t size = planned;
       ChunkWork w;
       w.range.lo = lo;
+      if (compare) prefetch.reset();
       if (!compare) {
-        w.rows = src.Run(What("read source"), [&](Connection& c) {
-          return table::ReadRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {lo, std::nullopt}, size,
-                                  false);
-        });
-        if (w.rows.size() == size) w.range.hi = table::Project(w.rows.back(), plan.sync_key_pos);
+        // A prefetched range has the size planned one chunk earlier.
+        if (prefetch && prefetch->lo == lo) {
+          size = prefetch->size;
+          w.rows = prefetch->rows.get();
+        } else {
+          w.rows = read_source(lo, size);
+        }
+        prefetch.reset();
+        if (w.rows.size() == size) {
+          w.range.hi = table::Project(w.rows.back(), plan.sync_key_pos);
+          prefetch = Prefetch{w.range.hi, planned, std::async(std::launch::async, read_source, *w.range.hi, planned)};
+        }
         w.rows_read = static_cast<int64_t>(w.rows.size());
         counts.rows_fetched += w.rows_read;
         if (cfg_.delete_missing) AddDeleteCandidates(src, tgt, plan, src_filter, tgt_filter, w);
@@ -1482,13 +1509,13 @@ class TableSyncStep final : public TableStep {
                           " meanwhile; target changes rolled back");
       }
       Image image = EmptyImage(plan);
-      ApplyChunk(tc, plan, w, image, delta);
+      const std::optional<table::KeySpan> span = ApplyChunk(tc, plan, w, image, delta);
       const bool changed = !image.restore.empty() || !image.remove.empty();
       std::optional<std::string> image_text;
       if (changed) {
         image_text = ChunkRecordText(image, AfterState(tc, cfg_.table, plan.tgt_image, plan.tgt_key,
                                                        plan.image_key_pos, image, cfg_.chunk_size,
-                                                       /*for_update=*/false));
+                                                       /*for_update=*/false, span));
       }
       if (image_text && packet > 0 && static_cast<int64_t>(image_text->size()) + 4096 > packet) {
         throw ChunkTooBig("step '" + cfg_.step + "': a chunk's before-image (" +
@@ -1521,15 +1548,19 @@ class TableSyncStep final : public TableStep {
 
   // Upserts the chunk's source rows that differ from the target and deletes its delete
   // keys, after recording the target's before-state of those keys (locked FOR UPDATE).
-  void ApplyChunk(Connection& tc, const Plan& plan, const ChunkWork& w, Image& image, Counts& counts) const {
+  // Returns the DenseSpan it read them by, if any.
+  std::optional<table::KeySpan> ApplyChunk(Connection& tc, const Plan& plan, const ChunkWork& w, Image& image,
+                                    Counts& counts) const {
     std::vector<Row> keys;
     keys.reserve(w.rows.size() + w.delete_keys.size());
     for (const Row& r : w.rows) keys.push_back(table::Project(r, plan.sync_key_pos));
     const size_t upsert_keys = keys.size();
     for (const Row& k : w.delete_keys) keys.push_back(k);
-    if (keys.empty()) return;
+    if (keys.empty()) return std::nullopt;
+    const std::optional<table::KeySpan> span = table::DenseSpan(plan.tgt_key, keys);
     std::vector<Row> before =
-        ReadByKeys(tc, cfg_.table, plan.tgt_image, plan.tgt_key, keys, cfg_.chunk_size, /*for_update=*/true);
+        span ? table::ReadSpan(tc, cfg_.table, plan.tgt_image, plan.tgt_key, *span, /*for_update=*/true)
+             : ReadByKeys(tc, cfg_.table, plan.tgt_image, plan.tgt_key, keys, cfg_.chunk_size, /*for_update=*/true);
     std::unordered_map<std::string, size_t> by_key;
     for (size_t i = 0; i < before.size(); ++i) {
       by_key.emplace(table::EncodeKey(table::Project(before[i], plan.image_key_pos)), i);
@@ -1575,13 +1606,15 @@ class TableSyncStep final : public TableStep {
       gone.push_back(keys[k]);
     }
     // A target row whose key matched in SQL but not as text (a case-insensitive
-    // collation): the upsert rewrites it, so it is restored too.
-    for (size_t i = 0; i < before.size(); ++i) {
+    // collation): the upsert rewrites it, so it is restored too. (A span's rows that
+    // match no key are rows the chunk does not touch.)
+    for (size_t i = 0; i < before.size() && !span; ++i) {
       if (!matched[i]) restore(before[i]);
     }
     Upsert(tc, cfg_.table, plan.tgt_cols, writes, cfg_.chunk_size);
     DeleteKeys(tc, cfg_.table, plan.tgt_key, gone, cfg_.chunk_size);
     counts.deleted += static_cast<int64_t>(gone.size());
+    return span;
   }
 
   // Rows changed by someone else since the sync: their count and the first keys.

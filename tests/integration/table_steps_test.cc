@@ -295,6 +295,52 @@ TEST_F(TableStepsTest, CompensationRestoresTheBeforeImageByteForByte) {
   EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
 }
 
+// A chunk whose integer keys are dense reads the target's rows by one key range
+// (table::DenseSpan) instead of key by key. The range also holds rows the chunk does
+// not touch (another group's, between its keys): they are not in its before-image, a
+// later write to one is no conflict, and compensation leaves them as they are.
+TEST_F(TableStepsTest, ADenseChunkRecordsAndRestoresOnlyTheRowsItTouches) {
+  CreateInBoth("CREATE TABLE kv (id INT PRIMARY KEY, grp INT NOT NULL, note VARCHAR(40)) DEFAULT CHARSET=utf8mb4");
+  src_.Exec("INSERT INTO kv SELECT seq, seq % 2, CONCAT('src ', seq) FROM seq_1_to_200");
+  // The target: the even rows (group 0, not synced) and one odd row, stale.
+  tgt_.Exec("INSERT INTO kv SELECT seq, 0, CONCAT('mine ', seq) FROM seq_2_to_200_step_2");
+  tgt_.Exec("INSERT INTO kv VALUES (7, 1, 'stale')");
+  const auto before_synced = Dump(tgt_, "kv", "id", "grp = 1");
+
+  auto step = Sync("grp = :grp", json::object(), "kv");
+  FakeContext ctx(ds_, {{"grp", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 100}, {"inserted", 99}, {"updated", 1}, {"unchanged", 0}}));
+  EXPECT_EQ(Dump(tgt_, "kv", "id", "grp = 1"), Dump(src_, "kv", "id", "grp = 1"));
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kv WHERE grp = 0 AND note = CONCAT('mine ', id)"), 100);
+  json image = ChunkImage(1);
+  EXPECT_EQ(image["restore"], (json{{"7", "1", "stale"}}));
+  EXPECT_EQ(image["remove"].size(), 99u);
+  ASSERT_EQ(image["after"].size(), 100u);
+  for (const json& h : image["after"]) EXPECT_TRUE(h.is_number_unsigned()) << image["after"].dump();
+
+  tgt_.Exec("UPDATE kv SET note = 'later' WHERE id = 8");
+  ctx.compensation = *r.compensation_data;
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  EXPECT_EQ(c.output, (json{{"chunks", 1}, {"removed", 99}, {"restored", 1}, {"on_conflict", "fail"}, {"conflicts", 0}}));
+  EXPECT_EQ(Dump(tgt_, "kv", "id", "grp = 1"), before_synced);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kv WHERE grp = 0 AND note = CONCAT('mine ', id)"), 99);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kv WHERE id = 8 AND note = 'later'"), 1);
+
+  // Synced again, then a production write to a synced row of the range: a conflict,
+  // named by its key.
+  FakeContext again(ds_, {{"grp", 1}}, "EV-2#0");
+  StepResult r2 = step->Execute(again);
+  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  tgt_.Exec("UPDATE kv SET note = 'production' WHERE id = 9");
+  again.compensation = *r2.compensation_data;
+  StepResult c2 = step->Compensate(again);
+  EXPECT_EQ(c2.kind, StepResult::Kind::kPermanent);
+  EXPECT_NE(c2.error.find("[\"9\"]"), std::string::npos) << c2.error;
+}
+
 TEST_F(TableStepsTest, ReRunAfterACommitResumesAndKeepsTheOriginalBeforeImage) {
   CreateDocs();
   tgt_.Exec(kDocRows);

@@ -1,6 +1,7 @@
 // Unit tests (no database) of the table steps' start-time validation: the params of
 // table_sync / table_delete, and the `where` grammar that keeps payload values bound.
 #include <chrono>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ namespace {
 using nlohmann::json;
 using table::CompileWhere;
 using table::WhereError;
+using table::SqlValue;
 
 // A step named docs (the name the messages quote).
 StepSpec Spec(const std::string& type, json params) { return testing::Step("docs", type, std::move(params)); }
@@ -254,6 +256,50 @@ TEST(TableChunks, SizerAdaptsTowardTheTargetTimeWithinBounds) {
   EXPECT_EQ(small.next(), 300u);
 }
 
+// A chunk's keys, dense enough, are read as one key range; anything else key by key.
+TEST(TableChunks, DenseSpanOnlyForDenseIntegerKeys) {
+  auto schema = [](table::ColumnKind kind, std::vector<std::string> key) {
+    table::TableSchema t;
+    t.label = "env_b.t";
+    t.table = "t";
+    t.columns = {{"id", kind, "int", 0, 0, false}, {"k", table::ColumnKind::kText, "varchar(8)", 0, 0, false}};
+    t.key = std::move(key);
+    return t;
+  };
+  auto keys = [](std::vector<std::string> v) {
+    std::vector<table::Row> out;
+    for (auto& s : v) out.push_back({std::move(s)});
+    return out;
+  };
+  const table::TableSchema ints = schema(table::ColumnKind::kSigned, {"id"});
+  const table::ColumnSet key(ints, {"id"});
+  auto span = table::DenseSpan(key, keys({"7", "3", "5"}));
+  ASSERT_TRUE(span.has_value());
+  EXPECT_EQ(span->lo, SqlValue{int64_t{3}});
+  EXPECT_EQ(span->hi, SqlValue{int64_t{7}});
+  // 3 keys: a width below 2 * 3 + 64 = 70 is dense, 70 is not.
+  EXPECT_TRUE(table::DenseSpan(key, keys({"0", "1", "69"})).has_value());
+  EXPECT_FALSE(table::DenseSpan(key, keys({"0", "1", "70"})).has_value());
+  EXPECT_FALSE(table::DenseSpan(key, {}).has_value());
+  EXPECT_FALSE(table::DenseSpan(key, {{std::nullopt}}).has_value());
+  EXPECT_FALSE(table::DenseSpan(key, keys({"1", "x"})).has_value());
+  // The ends of the type, no overflow either way.
+  EXPECT_FALSE(table::DenseSpan(key, keys({"-9223372036854775808", "9223372036854775807"})).has_value());
+  span = table::DenseSpan(key, keys({"-9223372036854775808", "-9223372036854775807"}));
+  ASSERT_TRUE(span.has_value());
+  EXPECT_EQ(span->lo, SqlValue{std::numeric_limits<int64_t>::min()});
+  const table::TableSchema unsigned_ints = schema(table::ColumnKind::kUnsigned, {"id"});
+  span = table::DenseSpan(table::ColumnSet(unsigned_ints, {"id"}), keys({"18446744073709551615", "18446744073709551600"}));
+  ASSERT_TRUE(span.has_value());
+  EXPECT_EQ(span->hi, SqlValue{std::numeric_limits<uint64_t>::max()});
+  EXPECT_FALSE(table::DenseSpan(table::ColumnSet(unsigned_ints, {"id"}), keys({"-1"})).has_value());
+  // Text and composite keys: never (a case-insensitive key matches in SQL, not as text).
+  const table::TableSchema text = schema(table::ColumnKind::kText, {"k"});
+  EXPECT_FALSE(table::DenseSpan(table::ColumnSet(text, {"k"}), keys({"1", "2"})).has_value());
+  const table::TableSchema both = schema(table::ColumnKind::kSigned, {"id", "k"});
+  EXPECT_FALSE(table::DenseSpan(table::ColumnSet(both, {"id", "k"}), {{std::string("1"), std::string("a")}}).has_value());
+}
+
 TEST(TableWhere, ErrorsAreOneLine) {
   try {
     CompileWhere("a = \n:b\n AND");
@@ -270,6 +316,37 @@ TEST(TableSql, PadsStatementsToFewShapes) {
   EXPECT_EQ(table::PaddedCount(257, 500), 500u);
   EXPECT_EQ(table::PaddedCount(500, 500), 500u);
   EXPECT_EQ(table::PaddedCount(17, 20), 20u);
+}
+
+// Upserts pad a statement only while the repeated rows are at most an eighth of it.
+TEST(TableSql, WriteBatchesSplitRatherThanPadMuch) {
+  auto plan = [](size_t n, size_t cap) {
+    std::vector<std::pair<size_t, size_t>> out;
+    for (size_t left = n; left > 0;) {
+      table::WriteBatch b = table::NextWriteBatch(left, cap);
+      EXPECT_GE(b.padded, b.rows);
+      EXPECT_GT(b.rows, 0u);
+      out.emplace_back(b.rows, b.padded);
+      left -= b.rows;
+    }
+    return out;
+  };
+  using V = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(plan(10000, 4096),
+            (V{{4096, 4096}, {4096, 4096}, {1024, 1024}, {256, 256}, {256, 256}, {256, 256}, {16, 16}}));
+  EXPECT_EQ(plan(1000, 4096), (V{{1000, 1024}}));  // 24 repeats of 1,024: padded
+  EXPECT_EQ(plan(5, 4096), (V{{4, 4}, {1, 1}}));
+  EXPECT_EQ(plan(15, 16), (V{{15, 16}}));
+  EXPECT_EQ(plan(1, 1), (V{{1, 1}}));
+  for (size_t n = 1; n <= 5000; ++n) {
+    size_t sent = 0, statements = 0;
+    for (auto [rows, padded] : plan(n, 1024)) {
+      sent += padded;
+      ++statements;
+    }
+    EXPECT_LE(sent * 7, n * 8) << n;                 // repeats at most an eighth of what is sent
+    EXPECT_LE(statements, n / 1024 + 3 * 5 + 1) << n;  // a few statements past the full ones
+  }
 }
 
 TEST(TableSql, BeforeImageRoundTripsAndRejectsOtherShapes) {
