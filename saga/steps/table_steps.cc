@@ -978,6 +978,44 @@ std::string NullableJson(const std::optional<Row>& key) {
   return key ? table::KeyToJson(*key).dump() : std::string();
 }
 
+// A range of the source read ahead on another thread, while the chunk before it is
+// worked on (source and target are different servers).
+//   ReadAhead<Row> ahead;
+//   rows = ahead.Take(lo, size, read);            // read ahead from lo, else read(lo, size) now
+//   if (rows.size() == size) ahead.Start(hi, next_size, read);
+// Take sets `size` to the size the rows were read with (a range read ahead has the size
+// planned one chunk earlier), so "fewer rows than asked: the end" still holds.
+// Dropping it (Drop, a Take from another key, destruction) waits for the read.
+template <class T>
+class ReadAhead {
+ public:
+  template <class Read>
+  std::vector<T> Take(const std::optional<Row>& lo, size_t& size, Read&& read) {
+    if (ahead_ && ahead_->lo == lo) {
+      Ahead a = std::move(*ahead_);
+      ahead_.reset();
+      size = a.size;
+      return a.rows.get();
+    }
+    ahead_.reset();
+    return read(lo, size);
+  }
+  template <class Read>
+  void Start(const Row& lo, size_t size, Read& read) {
+    ahead_.reset();
+    ahead_ = Ahead{lo, size, std::async(std::launch::async, [&read, lo, size] { return read(lo, size); })};
+  }
+  void Drop() { ahead_.reset(); }
+
+ private:
+  struct Ahead {
+    std::optional<Row> lo;
+    size_t size = 0;
+    std::future<std::vector<T>> rows;
+  };
+  std::optional<Ahead> ahead_;
+};
+
 class TableSyncStep final : public TableStep {
  public:
   using TableStep::TableStep;
@@ -1193,19 +1231,22 @@ class TableSyncStep final : public TableStep {
     bool by_hash = false;       // compare by row hashes without a range checksum first
     // The source's checksum of the range after a key, read ahead (single integer keys).
     std::optional<std::pair<std::optional<Row>, table::NextChecksum>> next_checksum;
-    // While copying, the source's next range is read while the target commits this one.
-    struct Prefetch {
-      std::optional<Row> lo;
-      size_t size = 0;
-      std::future<std::vector<Row>> rows;
-    };
-    std::optional<Prefetch> prefetch;
     auto read_source = [&](const std::optional<Row>& after, size_t n) {
       return src.Run(What("read source"), [&](Connection& c) {
         return table::ReadRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {after, std::nullopt}, n,
                                 false);
       });
     };
+    auto source_hashes = [&](const std::optional<Row>& after, size_t n) {
+      return src.Run(What("row hashes source"), [&](Connection& c) {
+        return table::RowHashes(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {after, std::nullopt}, n);
+      });
+    };
+    // The source's next range, read while the target works on this one: its rows while
+    // copying, its row hashes while comparing by row hashes. (After the reads they
+    // call: destroyed first, waiting for a read under way.)
+    ReadAhead<Row> rows_ahead;
+    ReadAhead<table::KeyHash> hashes_ahead;
     while (!done) {
       CheckStop(ctx);
       const auto started = std::chrono::steady_clock::now();
@@ -1213,30 +1254,26 @@ class TableSyncStep final : public TableStep {
       size_t size = planned;
       ChunkWork w;
       w.range.lo = lo;
-      if (compare) prefetch.reset();
+      if (compare) rows_ahead.Drop();
+      if (!compare || !by_hash) hashes_ahead.Drop();
       if (!compare) {
-        // A prefetched range has the size planned one chunk earlier.
-        if (prefetch && prefetch->lo == lo) {
-          size = prefetch->size;
-          w.rows = prefetch->rows.get();
-        } else {
-          w.rows = read_source(lo, size);
-        }
-        prefetch.reset();
+        w.rows = rows_ahead.Take(lo, size, read_source);
         if (w.rows.size() == size) {
           w.range.hi = table::Project(w.rows.back(), plan.sync_key_pos);
-          prefetch = Prefetch{w.range.hi, planned, std::async(std::launch::async, read_source, *w.range.hi, planned)};
+          rows_ahead.Start(*w.range.hi, planned, read_source);
         }
         w.rows_read = static_cast<int64_t>(w.rows.size());
         counts.rows_fetched += w.rows_read;
         if (cfg_.delete_missing) AddDeleteCandidates(src, tgt, plan, src_filter, tgt_filter, w);
       } else if (by_hash) {
         // The source's row hashes of the next `size` rows give the range's end too: one
-        // pass over the source instead of a boundary, a checksum and the hashes.
-        std::vector<table::KeyHash> sh = src.Run(What("row hashes source"), [&](Connection& c) {
-          return table::RowHashes(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {lo, std::nullopt}, size);
-        });
-        if (sh.size() == size) w.range.hi = sh.back().key;
+        // pass over the source instead of a boundary, a checksum and the hashes. The
+        // next range's are read while the target's of this one are.
+        std::vector<table::KeyHash> sh = hashes_ahead.Take(lo, size, source_hashes);
+        if (sh.size() == size) {
+          w.range.hi = sh.back().key;
+          hashes_ahead.Start(*w.range.hi, planned, source_hashes);
+        }
         DiffByRowHash(src, tgt, plan, src_filter, tgt_filter, w, counts, &sh);
         if (w.equal_by_hash == w.rows_read && w.rows.empty() && w.delete_keys.empty()) {
           w.equal = true;
