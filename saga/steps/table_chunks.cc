@@ -177,6 +177,11 @@ void ChunkSizer::Observe(size_t rows, std::chrono::nanoseconds took, size_t held
     const double per_row = static_cast<double>(held_bytes) / static_cast<double>(std::max(rows, held_rows));
     want = std::min(want, static_cast<double>(options_.max_bytes) / per_row);
   }
+  // The same for the count of rows held.
+  if (held_rows > 0 && options_.max_held_rows > 0) {
+    want = std::min(want, static_cast<double>(options_.max_held_rows) * static_cast<double>(std::max(rows, held_rows)) /
+                              static_cast<double>(held_rows));
+  }
   const double lo = std::max(1.0, static_cast<double>(next_) / 4);
   const double hi = static_cast<double>(next_) * 4;
   want = std::clamp(want, lo, hi);

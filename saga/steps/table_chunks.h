@@ -121,13 +121,16 @@ std::unordered_map<std::string, uint32_t> HashesInSpan(storage::Connection& c, c
 // The number of rows of the next chunk: starts at min(max_rows, start_rows) and
 // adapts toward `target` time per chunk from the rate the last chunk achieved (at most
 // 4x larger or smaller per step, within [1, max_rows]), and keeps the rows it holds in
-// memory under `max_bytes` (pt-table-checksum's --chunk-time idea).
+// memory under `max_bytes` and `max_held_rows` (0: max_rows) (pt-table-checksum's
+// --chunk-time idea). A chunk may cover more rows than it holds (a compare chunk holds
+// only the rows that differ).
 class ChunkSizer {
  public:
   struct Options {
     size_t start_rows = 1000;
     std::chrono::nanoseconds target = std::chrono::milliseconds(500);
     size_t max_bytes = 2u << 20;
+    size_t max_held_rows = 0;
   };
   explicit ChunkSizer(size_t max_rows) : ChunkSizer(max_rows, Options{}) {}
   ChunkSizer(size_t max_rows, Options options);

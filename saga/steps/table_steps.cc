@@ -45,7 +45,8 @@ using table::TableSchema;
 
 constexpr int kDefaultChunkSize = 500;
 constexpr int kMaxChunkSize = 100000;
-constexpr int kDefaultSyncChunkSize = 10000;  // table_sync: the largest chunk
+constexpr int kDefaultSyncChunkSize = 10000;  // table_sync: the largest chunk that holds its rows
+constexpr size_t kCompareSpan = 4;            // a compare chunk covers up to this many times as many
 constexpr int kDefaultUndoRetentionDays = 7;
 // The server refuses statements with more than 65535 placeholders.
 constexpr size_t kMaxParamsPerStatement = 60000;
@@ -1224,7 +1225,16 @@ class TableSyncStep final : public TableStep {
     const int64_t packet = tgt.Run(What("max_allowed_packet"), [](Connection& c) {
       return c.QueryInt(kMaxPacketSql).value_or(0);
     });
-    table::ChunkSizer sizer(static_cast<size_t>(cfg_.chunk_size));
+    // A copy chunk holds every row it covers: at most chunk_size. A compare chunk holds
+    // a key and a hash per row it covers and only the rows that differ, so it may cover
+    // kCompareSpan times as many (fewer transactions and round trips while few rows
+    // differ); one that would hold more than chunk_size differing rows is retried at a
+    // quarter of its size.
+    const auto max_held = static_cast<size_t>(cfg_.chunk_size);
+    table::ChunkSizer copy_sizer(max_held);
+    table::ChunkSizer::Options compare_options;
+    compare_options.max_held_rows = max_held;
+    table::ChunkSizer compare_sizer(max_held * kCompareSpan, compare_options);
     auto last_record = std::chrono::steady_clock::now();
     auto last_progress = last_record;
     bool recorded_last = true;  // the latest range processed is in the chunk table
@@ -1250,6 +1260,7 @@ class TableSyncStep final : public TableStep {
     while (!done) {
       CheckStop(ctx);
       const auto started = std::chrono::steady_clock::now();
+      table::ChunkSizer& sizer = compare ? compare_sizer : copy_sizer;
       const size_t planned = sizer.next();
       size_t size = planned;
       ChunkWork w;
@@ -1274,7 +1285,10 @@ class TableSyncStep final : public TableStep {
           w.range.hi = sh.back().key;
           hashes_ahead.Start(*w.range.hi, planned, source_hashes);
         }
-        DiffByRowHash(src, tgt, plan, src_filter, tgt_filter, w, counts, &sh);
+        if (!DiffByRowHash(src, tgt, plan, src_filter, tgt_filter, w, counts, max_held, &sh)) {
+          sizer.Shrink();
+          continue;  // the same range start again, smaller
+        }
         if (w.equal_by_hash == w.rows_read && w.rows.empty() && w.delete_keys.empty()) {
           w.equal = true;
           ++counts.chunks_equal;
@@ -1328,15 +1342,20 @@ class TableSyncStep final : public TableStep {
           ++counts.chunks_equal;
         } else if (b.rows == 0 && !HasAnyRow(tgt, plan, w.range)) {
           // Nothing on the target in this range: copy it (and read the next ranges
-          // whole too, until a chunk meets target rows).
+          // whole too, until a chunk meets target rows), at most a copy chunk's rows of it.
           w.rows = src.Run(What("read source"), [&](Connection& c) {
-            return table::ReadRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range, 0, false);
+            return table::ReadRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range, max_held,
+                                    false);
           });
+          if (w.rows.size() == max_held && a.rows > static_cast<int64_t>(max_held)) {
+            w.range.hi = table::Project(w.rows.back(), plan.sync_key_pos);
+          }
           w.rows_read = static_cast<int64_t>(w.rows.size());
           counts.rows_fetched += w.rows_read;
           compare = false;
-        } else {
-          DiffByRowHash(src, tgt, plan, src_filter, tgt_filter, w, counts);
+        } else if (!DiffByRowHash(src, tgt, plan, src_filter, tgt_filter, w, counts, max_held)) {
+          sizer.Shrink();
+          continue;
         }
       }
       const bool last = !w.range.hi.has_value();
@@ -1432,9 +1451,11 @@ class TableSyncStep final : public TableStep {
 
   // A differing range: the rows whose hashes differ or that the target lacks are
   // fetched from the source; target rows the source lacks are delete candidates.
-  // `source_hashes`: the source's hashes of the range, already read.
-  void DiffByRowHash(ConnectionPool& src, ConnectionPool& tgt, const Plan& plan, const table::BoundFilter& src_filter,
-                     const table::BoundFilter& tgt_filter, ChunkWork& w, Counts& counts,
+  // `source_hashes`: the source's hashes of the range, already read. Returns false,
+  // having fetched nothing, when more than `max_held` rows differ (the range is then
+  // retried smaller).
+  bool DiffByRowHash(ConnectionPool& src, ConnectionPool& tgt, const Plan& plan, const table::BoundFilter& src_filter,
+                     const table::BoundFilter& tgt_filter, ChunkWork& w, Counts& counts, size_t max_held,
                      std::vector<table::KeyHash>* source_hashes = nullptr) const {
     auto target_hashes = [&] {
       return tgt.Run(What("row hashes target"), [&](Connection& c) {
@@ -1469,6 +1490,13 @@ class TableSyncStep final : public TableStep {
       }
       if (cfg_.delete_missing) in_source.insert(std::move(enc));
     }
+    std::vector<Row> candidates;
+    if (cfg_.delete_missing) {
+      for (const table::KeyHash& k : th) {
+        if (in_source.count(table::EncodeKey(k.key)) == 0) candidates.push_back(k.key);
+      }
+    }
+    if (fetch.size() + candidates.size() > max_held && sh.size() > 1) return false;
     w.rows_read = static_cast<int64_t>(sh.size());
     if (!fetch.empty()) {
       w.rows = src.Run(What("read source rows"), [&](Connection& c) {
@@ -1476,13 +1504,8 @@ class TableSyncStep final : public TableStep {
       });
       counts.rows_fetched += static_cast<int64_t>(w.rows.size());
     }
-    if (cfg_.delete_missing) {
-      std::vector<Row> candidates;
-      for (const table::KeyHash& k : th) {
-        if (in_source.count(table::EncodeKey(k.key)) == 0) candidates.push_back(k.key);
-      }
-      w.delete_keys = ConfirmMissing(src, plan, src_filter, candidates);
-    }
+    w.delete_keys = ConfirmMissing(src, plan, src_filter, candidates);
+    return true;
   }
 
   // Copy chunks with delete_missing: target rows of the range matching the filter

@@ -26,8 +26,9 @@
 //               parameter, never spliced. "1 = 1" matches every row. One level of
 //               `column [NOT] IN (SELECT column FROM table [WHERE ...])` selects a child
 //               table through its parent; on the target it reads the target's tables.
-//   chunk_size  optional, 1..100000: table_sync: the largest chunk in rows (default
-//               10000; chunks start at min(1000, chunk_size) and adapt, below);
+//   chunk_size  optional, 1..100000: table_sync: the most rows a chunk holds and
+//               writes (default 10000; chunks start at min(1000, chunk_size) and
+//               adapt, below; a chunk that compares covers up to 4x as many);
 //               table_delete: rows per read and write statement (default 500)
 //   columns     table_sync only, optional: the columns to copy (must include the
 //               primary key); default: every column present in both tables
@@ -79,7 +80,15 @@
 //   Chunk size adapts toward 0.5 s per chunk (at most 4x per step, 1..chunk_size rows)
 //   and keeps the rows a chunk holds under 2 MiB, so a node's memory is bounded by a
 //   few chunks whatever the table's size; a chunk whose before-image would exceed the
-//   target's max_allowed_packet is retried at a quarter of its size.
+//   target's max_allowed_packet is retried at a quarter of its size. A chunk that
+//   compares (checksums, then row hashes) holds a key and a hash per row it covers and
+//   only the rows that differ, so it covers up to 4x chunk_size rows; one in which more
+//   than chunk_size rows differ is retried at a quarter of its size.
+//   Speed: while copying, the source's next range is read while the target commits
+//   this one (and while comparing by row hashes, the source's next hashes while the
+//   target's are read); a chunk whose keys are one integer column and dense (the key
+//   range holds at most about twice its keys) reads the target's rows and after-image
+//   hashes by that key range instead of key by key (table::DenseSpan).
 //   Output: {"rows", "inserted", "updated", "unchanged", ["deleted",] "chunks",
 //   "chunks_equal", "chunks_written", "rows_fetched", "chunk_records"
 //   [, "resumed_after_chunk", "resumed_rows_written"]}; while it runs, the same with

@@ -341,6 +341,48 @@ TEST_F(TableStepsTest, ADenseChunkRecordsAndRestoresOnlyTheRowsItTouches) {
   EXPECT_NE(c2.error.find("[\"9\"]"), std::string::npos) << c2.error;
 }
 
+// A chunk that compares covers up to 4x chunk_size rows but holds (fetches and
+// writes) at most chunk_size; a range with more differing rows is retried smaller.
+TEST_F(TableStepsTest, CompareChunksCoverMoreRowsThanTheyHold) {
+  CreateInBoth("CREATE TABLE kv (id INT PRIMARY KEY, grp INT NOT NULL, note VARCHAR(40)) DEFAULT CHARSET=utf8mb4");
+  src_.Exec("INSERT INTO kv SELECT seq, 1, CONCAT('n ', seq) FROM seq_1_to_6000");
+  tgt_.Exec("INSERT INTO kv SELECT * FROM `" + src_.url().schema + "`.kv");
+  // Ids 1-3000: one row in 100 differs; 3001-6000: one in 3 (more than a quarter of a
+  // 400-row range).
+  tgt_.Exec("UPDATE kv SET note = 'stale' WHERE (id <= 3000 AND id % 100 = 0) OR (id > 3000 AND id % 3 = 0)");
+  auto step = Sync("grp = :grp", {{"chunk_size", 100}}, "kv");
+  FakeContext ctx(ds_, {{"grp", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 6000}, {"inserted", 0}, {"updated", 30 + 1000}, {"unchanged", 4970}}));
+  EXPECT_EQ(r.output["rows_fetched"], 1030);
+  EXPECT_EQ(Dump(tgt_, "kv", "id"), Dump(src_, "kv", "id"));
+  auto chunks = [&](const std::string& what) {
+    return tgt_.QueryInt("SELECT " + what + " FROM dsync_sync_chunk WHERE step_code = 'EV-1#0' AND chunk_no > 0");
+  };
+  EXPECT_EQ(chunks("MAX(rows_read)"), 400);      // a compare chunk covered 4x chunk_size
+  EXPECT_LE(chunks("MAX(rows_written)"), 100);   // and wrote at most chunk_size
+  EXPECT_EQ(chunks("SUM(rows_written)"), 1030);
+  EXPECT_LT(chunks("COUNT(*)"), 6000 / 100);     // fewer transactions than chunks of chunk_size
+}
+
+// A compare chunk of 4x chunk_size that finds the target's range empty copies at most
+// chunk_size rows of it.
+TEST_F(TableStepsTest, AnEmptyTargetRangeFoundByALargeCompareChunkIsCopiedInChunksOfChunkSize) {
+  CreateInBoth("CREATE TABLE kv (id INT PRIMARY KEY, grp INT NOT NULL, note VARCHAR(40)) DEFAULT CHARSET=utf8mb4");
+  src_.Exec("INSERT INTO kv SELECT seq, 1, CONCAT('n ', seq) FROM seq_1_to_1000");
+  tgt_.Exec("INSERT INTO kv SELECT * FROM `" + src_.url().schema + "`.kv WHERE id <= 400");
+  auto step = Sync("grp = :grp", {{"chunk_size", 100}}, "kv");
+  FakeContext ctx(ds_, {{"grp", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 1000}, {"inserted", 600}, {"updated", 0}, {"unchanged", 400}}));
+  EXPECT_EQ(r.output["chunks_equal"], 1);  // ids 1-400, one compare chunk
+  EXPECT_EQ(Dump(tgt_, "kv", "id"), Dump(src_, "kv", "id"));
+  EXPECT_EQ(tgt_.QueryInt("SELECT MAX(rows_written) FROM dsync_sync_chunk WHERE step_code = 'EV-1#0'"), 100);
+  EXPECT_EQ(tgt_.QueryInt("SELECT SUM(rows_written) FROM dsync_sync_chunk WHERE step_code = 'EV-1#0'"), 600);
+}
+
 TEST_F(TableStepsTest, ReRunAfterACommitResumesAndKeepsTheOriginalBeforeImage) {
   CreateDocs();
   tgt_.Exec(kDocRows);
@@ -649,7 +691,8 @@ TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseC
   ASSERT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM d WHERE x = 0.3e0"), 1);
   ASSERT_NE(Dump(tgt_, "d", "id"), Dump(src_, "d", "id"));
 
-  auto step = Sync("1 = 1", {{"chunk_size", 100}}, "d");
+  // Compare chunks of 100 rows: 4x chunk_size.
+  auto step = Sync("1 = 1", {{"chunk_size", 25}}, "d");
   FakeContext ctx(ds_, json::object());
   StepResult r = step->Execute(ctx);
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;

@@ -254,6 +254,18 @@ TEST(TableChunks, SizerAdaptsTowardTheTargetTimeWithinBounds) {
   EXPECT_EQ(one.next(), 1u);
   table::ChunkSizer small(300);
   EXPECT_EQ(small.next(), 300u);
+  // A compare sizer: covers up to 40,000 rows, holds at most 10,000 of them.
+  table::ChunkSizer::Options held;
+  held.max_held_rows = 10000;
+  table::ChunkSizer compare(40000, held);
+  compare.Observe(1000, milliseconds(10), 10u << 10, 10);  // 1 % held: 4x larger
+  EXPECT_EQ(compare.next(), 4000u);
+  compare.Observe(4000, milliseconds(40), 40u << 10, 40);
+  EXPECT_EQ(compare.next(), 16000u);
+  compare.Observe(16000, milliseconds(100), 8000u << 2, 8000);  // half held: 20,000 would hold 10,000
+  EXPECT_EQ(compare.next(), 20000u);
+  compare.Observe(20000, milliseconds(100), 80u << 10, 20000);  // all held: at most 10,000
+  EXPECT_EQ(compare.next(), 10000u);
 }
 
 // A chunk's keys, dense enough, are read as one key range; anything else key by key.
