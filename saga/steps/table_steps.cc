@@ -1043,6 +1043,7 @@ class TableSyncStep final : public TableStep {
     std::vector<int> sync_key_pos;   // key within synced columns
     std::vector<int> image_key_pos;  // key within image columns
     std::vector<int> sync_in_image;  // each synced column within image columns
+    std::vector<std::string> not_in_target;  // source columns not synced: the target lacks them
   };
 
   struct Counts {
@@ -1102,10 +1103,16 @@ class TableSyncStep final : public TableStep {
         if (s.Find(n) != nullptr) names.push_back(n);
       }
     }
+    std::vector<std::string> not_in_target;
+    if (cfg_.columns.empty()) {
+      for (const table::Column& c : s.columns) {
+        if (!c.generated && t.Find(c.name) == nullptr) not_in_target.push_back(c.name);
+      }
+    }
     RequireFilterColumns(s);
     if (cfg_.delete_missing) RequireFilterColumns(t);
     Plan p{ColumnSet(s, names), ColumnSet(s, t.key), ColumnSet(t, names), ColumnSet(t, t.key),
-           ColumnSet(t, t.WritableColumns()), {}, {}, {}};
+           ColumnSet(t, t.WritableColumns()), {}, {}, {}, std::move(not_in_target)};
     p.sync_key_pos = Positions(p.src_cols, t.key);
     p.image_key_pos = Positions(p.tgt_image, t.key);
     p.sync_in_image = Positions(p.tgt_image, names);
@@ -1406,6 +1413,9 @@ class TableSyncStep final : public TableStep {
     }
     json out = Progress(counts, resume, last_chunk, true);
     out["schema_fingerprint"] = shape.Fingerprint();
+    // Without `columns`, the columns both tables have are synced; the source's others
+    // are named here, so a column dropped or renamed on one side is visible.
+    if (!plan.not_in_target.empty()) out["source_columns_not_in_target"] = plan.not_in_target;
     spdlog::debug("TABLE_SYNC step={} code={} result={}", cfg_.step, step_code, out.dump());
     json ref = {{"format", 2},
                 {"undo", "dsync_sync_chunk"},

@@ -32,7 +32,8 @@
 //               table_delete: rows per read and write statement (default 500)
 //   columns     table_sync only, optional: the columns to copy (must include the
 //               primary key); default: every column present in both tables
-//               (generated columns of the target excluded)
+//               (generated columns of the target excluded; the source's others are
+//               named in the output, "source_columns_not_in_target")
 //   delete_missing  table_sync only, optional, default false: also delete the target
 //               rows that match the filter but whose key no longer matches it in the
 //               source (a mirror instead of a merge); they are in the before-image too
@@ -91,7 +92,9 @@
 //   hashes by that key range instead of key by key (table::DenseSpan).
 //   Output: {"rows", "inserted", "updated", "unchanged", ["deleted",] "chunks",
 //   "chunks_equal", "chunks_written", "rows_fetched", "chunk_records"
-//   [, "resumed_after_chunk", "resumed_rows_written"]}; while it runs, the same with
+//   [, "resumed_after_chunk", "resumed_rows_written"], "schema_fingerprint"
+//   [, "source_columns_not_in_target": the source's columns the target lacks, not
+//   synced (without `columns`)]}; while it runs, the same with
 //   "running": true is the step row's output (ctx.ReportProgress, about once a second).
 //   A re-run of the step (the next owner after a crash, with the same idempotency key)
 //   resumes after the last committed chunk; a range already committed is never read

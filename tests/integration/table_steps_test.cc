@@ -224,6 +224,7 @@ TEST_F(TableStepsTest, SyncCopiesMatchingRowsExactly) {
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
   EXPECT_EQ(Classic(r.output), (json{{"rows", 5}, {"inserted", 5}, {"updated", 0}, {"unchanged", 0}}));
   EXPECT_EQ(r.output["chunks_written"], 1);
+  EXPECT_FALSE(r.output.contains("source_columns_not_in_target")) << r.output.dump();
   EXPECT_EQ(ctx.owner_checks, 1);
 
   auto source = Dump(src_, "kb_doc", "id", "space_id = 1");
@@ -381,6 +382,27 @@ TEST_F(TableStepsTest, AnEmptyTargetRangeFoundByALargeCompareChunkIsCopiedInChun
   EXPECT_EQ(Dump(tgt_, "kv", "id"), Dump(src_, "kv", "id"));
   EXPECT_EQ(tgt_.QueryInt("SELECT MAX(rows_written) FROM dsync_sync_chunk WHERE step_code = 'EV-1#0'"), 100);
   EXPECT_EQ(tgt_.QueryInt("SELECT SUM(rows_written) FROM dsync_sync_chunk WHERE step_code = 'EV-1#0'"), 600);
+}
+
+// Without `columns`, the columns both tables have are synced and the source's others
+// are named in the output; with `columns`, nothing is named.
+TEST_F(TableStepsTest, SourceColumnsTheTargetLacksAreNamedInTheOutput) {
+  src_.Exec("CREATE TABLE kv (id INT PRIMARY KEY, grp INT NOT NULL, note VARCHAR(40), secret VARCHAR(40), "
+            "twice INT AS (grp * 2) VIRTUAL)");
+  tgt_.Exec("CREATE TABLE kv (id INT PRIMARY KEY, grp INT NOT NULL, note VARCHAR(40), kept INT DEFAULT 7)");
+  src_.Exec("INSERT INTO kv (id, grp, note, secret) VALUES (1, 1, 'a', 's1'), (2, 1, 'b', 's2')");
+  auto step = Sync("grp = :grp", json::object(), "kv");
+  FakeContext ctx(ds_, {{"grp", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["source_columns_not_in_target"], json::array({"secret"}));  // generated ones are computed
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kv WHERE kept = 7 AND note IN ('a', 'b')"), 2);
+
+  auto listed = Sync("grp = :grp", {{"columns", {"id", "grp", "note"}}}, "kv");
+  FakeContext again(ds_, {{"grp", 1}}, "EV-2#0");
+  StepResult r2 = listed->Execute(again);
+  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  EXPECT_FALSE(r2.output.contains("source_columns_not_in_target")) << r2.output.dump();
 }
 
 TEST_F(TableStepsTest, ReRunAfterACommitResumesAndKeepsTheOriginalBeforeImage) {
