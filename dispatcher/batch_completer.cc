@@ -17,8 +17,6 @@ namespace {
 constexpr int kPage = 200;         // open batches read per query
 constexpr int kMaxPayloadDepth = 64;
 
-// Nesting depth of JSON text, counted without parsing (strings skipped); stops
-// counting past `limit`.
 // The batch's event count when it is complete: it has events, every one terminal,
 // and (when the batch says how many it has) all of them; nullopt otherwise.
 std::optional<int64_t> CompleteTotal(const std::map<std::string, int64_t>& by_status,

@@ -78,14 +78,12 @@ std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table,
   if (limit > 0) sql += " LIMIT " + std::to_string(limit);
   auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
   std::vector<KeyHash> out;
-  const auto hash_col = static_cast<uint32_t>(key.size() + 1);
-  while (rs->next()) {
-    KeyHash kh;
-    kh.key = key.ReadRow(*rs);
-    kh.hash = static_cast<uint32_t>(rs->getUInt64(hash_col));
-    out.push_back(std::move(kh));
-  }
+  while (rs->next()) out.push_back(ReadKeyHash(*rs, key));
   return out;
+}
+
+KeyHash ReadKeyHash(const storage::ResultSet& rs, const ColumnSet& key) {
+  return KeyHash{key.ReadRow(rs), static_cast<uint32_t>(rs.getUInt64(static_cast<int>(key.size() + 1)))};
 }
 
 // SELECT <key> FROM t WHERE <filter> AND <key > lo> ORDER BY <key> LIMIT 1 OFFSET n-1
@@ -155,8 +153,10 @@ std::unordered_map<std::string, uint32_t> HashesInSpan(storage::Connection& c, c
   auto rs = c.Query("SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Quoted(table) + " WHERE " +
                         SpanWhere(key),
                     span.lo, span.hi);
-  const auto hash_col = static_cast<uint32_t>(key.size() + 1);
-  while (rs->next()) out[EncodeKey(key.ReadRow(*rs))] = static_cast<uint32_t>(rs->getUInt64(hash_col));
+  while (rs->next()) {
+    KeyHash kh = ReadKeyHash(*rs, key);
+    out[EncodeKey(kh.key)] = kh.hash;
+  }
   return out;
 }
 

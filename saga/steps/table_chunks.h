@@ -80,6 +80,9 @@ struct KeyHash {
   uint32_t hash = 0;
 };
 
+// The (key, hash) row `rs` is on, from a SELECT of key.SelectList() then a row hash.
+KeyHash ReadKeyHash(const storage::ResultSet& rs, const ColumnSet& key);
+
 // Each row's key and hash over `cols`, in key order; at most `limit` (0: all).
 std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table, const ColumnSet& cols,
                                const ColumnSet& key, const BoundFilter& filter, const KeyRange& range,

@@ -384,10 +384,12 @@ std::unordered_map<std::string, uint32_t> HashesByKeys(Connection& c, const std:
   std::unordered_map<std::string, uint32_t> out;
   const std::string head = "SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Backticked(table) +
                            " WHERE ";
-  const auto hash_col = static_cast<uint32_t>(key.size() + 1);
   ForKeyBatches(key, keys, chunk_size, {}, [&](size_t padded, const std::vector<SqlValue>& params) {
     auto rs = c.Query(head + key.MatchKeys(padded) + (for_update ? " FOR UPDATE" : ""), Bind(params));
-    while (rs->next()) out[table::EncodeKey(key.ReadRow(*rs))] = static_cast<uint32_t>(rs->getUInt64(hash_col));
+    while (rs->next()) {
+      table::KeyHash kh = table::ReadKeyHash(*rs, key);
+      out[table::EncodeKey(kh.key)] = kh.hash;
+    }
   });
   return out;
 }
