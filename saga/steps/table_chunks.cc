@@ -86,6 +86,41 @@ KeyHash ReadKeyHash(const storage::ResultSet& rs, const ColumnSet& key) {
   return KeyHash{key.ReadRow(rs), static_cast<uint32_t>(rs.getUInt64(static_cast<int>(key.size() + 1)))};
 }
 
+HashDiff DiffHashes(const std::vector<KeyHash>& source, const std::vector<KeyHash>& target) {
+  HashDiff d;
+  auto compare = [&d](size_t i, uint32_t source_hash, uint32_t target_hash) {
+    if (source_hash == target_hash) {
+      ++d.equal;
+    } else {
+      d.different.push_back(i);
+    }
+  };
+  // Keys are unique on each side, so the keys after the aligned prefix are not in it.
+  size_t aligned = 0;
+  while (aligned < source.size() && aligned < target.size() && source[aligned].key == target[aligned].key) {
+    compare(aligned, source[aligned].hash, target[aligned].hash);
+    ++aligned;
+  }
+  if (aligned == source.size() && aligned == target.size()) return d;
+  std::unordered_map<std::string, size_t> in_target;
+  in_target.reserve(target.size() - aligned);
+  for (size_t j = aligned; j < target.size(); ++j) in_target.emplace(EncodeKey(target[j].key), j);
+  std::vector<bool> matched(target.size(), false);
+  for (size_t i = aligned; i < source.size(); ++i) {
+    auto it = in_target.find(EncodeKey(source[i].key));
+    if (it == in_target.end()) {
+      d.missing.push_back(i);
+      continue;
+    }
+    matched[it->second] = true;
+    compare(i, source[i].hash, target[it->second].hash);
+  }
+  for (size_t j = aligned; j < target.size(); ++j) {
+    if (!matched[j]) d.extra.push_back(j);
+  }
+  return d;
+}
+
 // SELECT <key> FROM t WHERE <filter> AND <key > lo> ORDER BY <key> LIMIT 1 OFFSET n-1
 std::optional<Row> NthKeyAfter(storage::Connection& c, const std::string& table, const ColumnSet& key,
                                const BoundFilter& filter, const std::optional<Row>& lo, size_t n) {

@@ -88,6 +88,19 @@ std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table,
                                const ColumnSet& key, const BoundFilter& filter, const KeyRange& range,
                                size_t limit = 0);
 
+// How the (key, hash) lists of one range on two sides differ; each list in its own
+// side's key order, keys compared as text (EncodeKey). Positions index the lists.
+struct HashDiff {
+  std::vector<size_t> missing;    // source rows whose key the target lacks
+  std::vector<size_t> different;  // source rows whose target row hashes differently
+  std::vector<size_t> extra;      // target rows whose key the source lacks
+  size_t equal = 0;               // source rows the target holds with the same hash
+};
+// While both lists hold the same keys at the same positions (a range where rows only
+// changed) they are walked side by side; from the first position where they part, the
+// rest is matched by key. Either way the result is the same.
+HashDiff DiffHashes(const std::vector<KeyHash>& source, const std::vector<KeyHash>& target);
+
 // The key of the n-th row (n >= 1) after `lo` matching `filter`; nullopt when fewer
 // rows follow (the range (lo, end) then holds them all).
 std::optional<Row> NthKeyAfter(storage::Connection& c, const std::string& table, const ColumnSet& key,

@@ -12,7 +12,7 @@ namespace {
 //   param: table name
 constexpr const char* kDescribeColumnsSql = R"(
 SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE), COALESCE(NUMERIC_PRECISION, 0),
-       COALESCE(NUMERIC_SCALE, 0), COALESCE(GENERATION_EXPRESSION, '')
+       COALESCE(NUMERIC_SCALE, 0), COALESCE(GENERATION_EXPRESSION, ''), IS_NULLABLE = 'YES'
 FROM information_schema.COLUMNS
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
 ORDER BY ORDINAL_POSITION)";
@@ -181,6 +181,7 @@ std::optional<TableSchema> DescribeTable(storage::Connection& c, const std::stri
       col.precision = static_cast<int>(rs->getInt64(4));
       col.scale = static_cast<int>(rs->getInt64(5));
       col.generated = !std::string(rs->getString(6)).empty();
+      col.nullable = rs->getInt64(7) != 0;
       col.kind = KindOf(data_type, col.column_type);
       schema.columns.push_back(std::move(col));
     }
@@ -271,10 +272,32 @@ std::string ColumnSet::RowHashExpr() const {
   std::string values, nulls;
   for (const Column& c : columns_) {
     values += plain_text_hash_ ? ", " + Quoted(c.name) : ", CAST(" + Quoted(c.name) + " AS BINARY)";
-    nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + Quoted(c.name) + ")";
   }
-  return std::string("CRC32(CONCAT_WS(") + (plain_text_hash_ ? "_binary'|'" : "'|'") + values + ", CONCAT(" + nulls +
-         ")))";
+  if (!null_marks_) {
+    for (const Column& c : columns_) {
+      nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + Quoted(c.name) + ")";
+    }
+    nulls = ", CONCAT(" + nulls + ")";
+  } else {
+    // ", ISNULL(`a`) + 2 * ISNULL(`b`) + ...": one BIGINT per 62 marked columns.
+    int bit = 0;
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      if (!(*null_marks_)[i]) continue;
+      if (bit == 62) bit = 0;
+      nulls += (bit == 0 ? ", " : " + ") + (bit == 0 ? "" : std::to_string(uint64_t{1} << bit) + " * ") +
+               "ISNULL(" + Quoted(columns_[i].name) + ")";
+      ++bit;
+    }
+  }
+  return std::string("CRC32(CONCAT_WS(") + (plain_text_hash_ ? "_binary'|'" : "'|'") + values + nulls + "))";
+}
+
+void ShareNullMarks(ColumnSet& a, ColumnSet& b) {
+  if (a.names() != b.names()) throw std::logic_error("ShareNullMarks: different columns");
+  std::vector<bool> marks;
+  for (size_t i = 0; i < a.size(); ++i) marks.push_back(a.at(i).nullable || b.at(i).nullable);
+  a.set_null_marks(marks);
+  b.set_null_marks(std::move(marks));
 }
 
 void ColumnSet::AppendAfterKeyValues(const Row& last, std::vector<SqlValue>& out) const {

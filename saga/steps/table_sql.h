@@ -40,6 +40,7 @@ struct Column {
   int precision = 0;        // decimal
   int scale = 0;            // decimal
   bool generated = false;   // virtual/stored generated: never written
+  bool nullable = true;     // information_schema IS_NULLABLE
 };
 
 struct TableSchema {
@@ -101,8 +102,17 @@ class ColumnSet {
   // CRC32 of a byte-exact encoding of the row's columns (each cast to binary, so
   // case-, pad- and accent-insensitive collations do not hide differences, joined by
   // '|', then one ISNULL flag per column so NULL, '' and 'NULL' differ). An unsigned
-  // 32-bit integer; the same text on every datasource for the same column names.
+  // 32-bit integer; the same text on every datasource for the same column names
+  // (unless set_null_marks or set_plain_text_hash changed it: then for the same calls).
   std::string RowHashExpr() const;
+  // With `nullable` (one flag per column), RowHashExpr marks NULLs only in the flagged
+  // columns, as one integer per 62 of them (bit i: the i-th flagged column is NULL)
+  // instead of a '0'/'1' per column, and not at all when none is flagged: a third less
+  // server CPU per row hash on narrow rows (measured, 1M rows of 5 columns: 0.37 ->
+  // 0.26 s). Both datasources must hash with the same flags: ShareNullMarks. Unset,
+  // RowHashExpr keeps one flag per column, the form of the after-image hashes stored in
+  // chunk records (so records written by earlier versions still compare).
+  void set_null_marks(std::vector<bool> nullable) { null_marks_ = std::move(nullable); }
   // With `plain`, RowHashExpr hashes the same bytes without a CAST per column: right
   // only when the text columns share one collation of an ASCII-compatible character
   // set on both datasources (PlainTextHashable in table_preflight.h), so CONCAT_WS
@@ -115,7 +125,12 @@ class ColumnSet {
   std::vector<Column> columns_;
   std::vector<std::string> names_;
   bool plain_text_hash_ = false;
+  std::optional<std::vector<bool>> null_marks_;
 };
+
+// Sets the same null marks on two column sets of the same names (source and target):
+// a column is marked where it is nullable on either side.
+void ShareNullMarks(ColumnSet& a, ColumnSet& b);
 
 // `s` as a T when it is exactly a canonical integer of T's range (all of it, no sign
 // for unsigned T, no spaces); nullopt otherwise.

@@ -981,24 +981,25 @@ std::string NullableJson(const std::optional<Row>& key) {
   return key ? table::KeyToJson(*key).dump() : std::string();
 }
 
-// A range of the source read ahead on another thread, while the chunk before it is
-// worked on (source and target are different servers).
-//   ReadAhead<Row> ahead;
+// A range read ahead on another thread, while the chunk before it is worked on
+// (source and target are different servers). `Result` is what a read gives: the
+// range's rows, or both sides' row hashes of it.
+//   ReadAhead<std::vector<Row>> ahead;
 //   rows = ahead.Take(lo, size, read);            // read ahead from lo, else read(lo, size) now
 //   if (rows.size() == size) ahead.Start(hi, next_size, read);
-// Take sets `size` to the size the rows were read with (a range read ahead has the size
+// Take sets `size` to the size the range was read with (a range read ahead has the size
 // planned one chunk earlier), so "fewer rows than asked: the end" still holds.
 // Dropping it (Drop, a Take from another key, destruction) waits for the read.
-template <class T>
+template <class Result>
 class ReadAhead {
  public:
   template <class Read>
-  std::vector<T> Take(const std::optional<Row>& lo, size_t& size, Read&& read) {
+  Result Take(const std::optional<Row>& lo, size_t& size, Read&& read) {
     if (ahead_ && ahead_->lo == lo) {
       Ahead a = std::move(*ahead_);
       ahead_.reset();
       size = a.size;
-      return a.rows.get();
+      return a.result.get();
     }
     ahead_.reset();
     return read(lo, size);
@@ -1014,9 +1015,14 @@ class ReadAhead {
   struct Ahead {
     std::optional<Row> lo;
     size_t size = 0;
-    std::future<std::vector<T>> rows;
+    std::future<Result> result;
   };
   std::optional<Ahead> ahead_;
+};
+
+// Both sides' (key, row hash) lists of one range.
+struct RangeHashes {
+  std::vector<table::KeyHash> source, target;
 };
 
 class TableSyncStep final : public TableStep {
@@ -1124,7 +1130,8 @@ class TableSyncStep final : public TableStep {
   // Schema preflight (table_steps.h): the synced columns and the primary key agree on
   // both sides, else a permanent failure naming the column. Returns the target's shape
   // over the before-image columns, kept with the step. Sets the synced columns' row
-  // hashes plain (no CAST per column) when both sides allow it.
+  // hashes plain (no CAST per column) when both sides allow it, and their NULL marks
+  // to the columns that can hold NULL.
   table::TableShape Preflight(ConnectionPool& src, ConnectionPool& tgt, Plan& plan, const TableSchema& s,
                               const TableSchema& t) const {
     auto [a, b] = Both(
@@ -1149,6 +1156,7 @@ class TableSyncStep final : public TableStep {
     const bool plain = table::PlainTextHashable(a) && table::PlainTextHashable(synced);
     plan.src_cols.set_plain_text_hash(plain);
     plan.tgt_cols.set_plain_text_hash(plain);
+    table::ShareNullMarks(plan.src_cols, plan.tgt_cols);
     return b;
   }
 
@@ -1264,8 +1272,8 @@ class TableSyncStep final : public TableStep {
     // The source's next range, read while the target works on this one: its rows while
     // copying, its row hashes while comparing by row hashes. (After the reads they
     // call: destroyed first, waiting for a read under way.)
-    ReadAhead<Row> rows_ahead;
-    ReadAhead<table::KeyHash> hashes_ahead;
+    ReadAhead<std::vector<Row>> rows_ahead;
+    ReadAhead<std::vector<table::KeyHash>> hashes_ahead;
     while (!done) {
       CheckStop(ctx);
       const auto started = std::chrono::steady_clock::now();
@@ -1288,7 +1296,9 @@ class TableSyncStep final : public TableStep {
       } else if (by_hash) {
         // The source's row hashes of the next `size` rows give the range's end too: one
         // pass over the source instead of a boundary, a checksum and the hashes. The
-        // next range's are read while the target's of this one are.
+        // next range's are read while the target's of this one are (reading the
+        // target's ahead too, after the source's, measured slower: the two reads then
+        // run one after the other).
         std::vector<table::KeyHash> sh = hashes_ahead.Take(lo, size, source_hashes);
         if (sh.size() == size) {
           w.range.hi = sh.back().key;
@@ -1474,12 +1484,12 @@ class TableSyncStep final : public TableStep {
         return table::RowHashes(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
       });
     };
-    std::vector<table::KeyHash> sh, th;
+    RangeHashes h;
     if (source_hashes != nullptr) {
-      sh = std::move(*source_hashes);
-      th = target_hashes();
+      h.source = std::move(*source_hashes);
+      h.target = target_hashes();
     } else {
-      std::tie(sh, th) = Both(
+      std::tie(h.source, h.target) = Both(
           [&] {
             return src.Run(What("row hashes source"), [&](Connection& c) {
               return table::RowHashes(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range);
@@ -1487,29 +1497,19 @@ class TableSyncStep final : public TableStep {
           },
           target_hashes);
     }
-    std::unordered_map<std::string, uint32_t> target;
-    target.reserve(th.size());
-    for (const table::KeyHash& k : th) target.emplace(table::EncodeKey(k.key), k.hash);
+    const table::HashDiff d = table::DiffHashes(h.source, h.target);
+    w.equal_by_hash += static_cast<int64_t>(d.equal);
+    std::vector<size_t> differ = d.missing;  // in the source's key order
+    differ.insert(differ.end(), d.different.begin(), d.different.end());
+    std::sort(differ.begin(), differ.end());
     std::vector<Row> fetch;
-    std::unordered_set<std::string> in_source;
-    for (const table::KeyHash& k : sh) {
-      std::string enc = table::EncodeKey(k.key);
-      auto it = target.find(enc);
-      if (it != target.end() && it->second == k.hash) {
-        ++w.equal_by_hash;
-      } else {
-        fetch.push_back(k.key);
-      }
-      if (cfg_.delete_missing) in_source.insert(std::move(enc));
-    }
+    for (size_t i : differ) fetch.push_back(h.source[i].key);
     std::vector<Row> candidates;
     if (cfg_.delete_missing) {
-      for (const table::KeyHash& k : th) {
-        if (in_source.count(table::EncodeKey(k.key)) == 0) candidates.push_back(k.key);
-      }
+      for (size_t j : d.extra) candidates.push_back(h.target[j].key);
     }
-    if (fetch.size() + candidates.size() > max_held && sh.size() > 1) return false;
-    w.rows_read = static_cast<int64_t>(sh.size());
+    if (fetch.size() + candidates.size() > max_held && h.source.size() > 1) return false;
+    w.rows_read = static_cast<int64_t>(h.source.size());
     if (!fetch.empty()) {
       w.rows = src.Run(What("read source rows"), [&](Connection& c) {
         return ReadByKeys(c, cfg_.table, plan.src_cols, plan.src_key, fetch, cfg_.chunk_size, false, &src_filter);

@@ -6,7 +6,6 @@
 #include <future>
 #include <map>
 #include <set>
-#include <unordered_map>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -172,21 +171,10 @@ void Keep(std::vector<Row>& list, int64_t& total, const Row& key, size_t keep) {
 void DiffRange(const Side& src, const Side& tgt, const std::string& table_name, const table::KeyRange& range,
                const VerifyOptions& options, TableDiff& d) {
   auto [sh, th] = Both([&] { return Hashes(src, table_name, range); }, [&] { return Hashes(tgt, table_name, range); });
-  std::unordered_map<std::string, uint32_t> target;
-  target.reserve(th.size());
-  for (const table::KeyHash& k : th) target.emplace(table::EncodeKey(k.key), k.hash);
-  std::unordered_map<std::string, bool> in_source;
-  in_source.reserve(sh.size());
-  for (const table::KeyHash& k : sh) {
-    std::string enc = table::EncodeKey(k.key);
-    auto it = target.find(enc);
-    if (it == target.end()) Keep(d.missing, d.missing_total, k.key, options.keep_keys);
-    else if (it->second != k.hash) Keep(d.different, d.different_total, k.key, options.keep_keys);
-    in_source.emplace(std::move(enc), true);
-  }
-  for (const table::KeyHash& k : th) {
-    if (in_source.count(table::EncodeKey(k.key)) == 0) Keep(d.extra, d.extra_total, k.key, options.keep_keys);
-  }
+  const table::HashDiff hd = table::DiffHashes(sh, th);
+  for (size_t i : hd.missing) Keep(d.missing, d.missing_total, sh[i].key, options.keep_keys);
+  for (size_t i : hd.different) Keep(d.different, d.different_total, sh[i].key, options.keep_keys);
+  for (size_t j : hd.extra) Keep(d.extra, d.extra_total, th[j].key, options.keep_keys);
 }
 
 // ---------------------------------------------------------------------------
@@ -506,6 +494,7 @@ TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const 
   // Both sides hash alike (the same expression) unless both qualify for the fast one.
   src_cols.set_plain_text_hash(src_uniform && tgt_uniform);
   tgt_cols.set_plain_text_hash(src_uniform && tgt_uniform);
+  table::ShareNullMarks(src_cols, tgt_cols);
   const Side src_side{src, src_cols, src_key, src_filter};
   const Side tgt_side{tgt, tgt_cols, tgt_key, tgt_filter};
 

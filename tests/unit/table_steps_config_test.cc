@@ -1,7 +1,10 @@
 // Unit tests (no database) of the table steps' start-time validation: the params of
 // table_sync / table_delete, and the `where` grammar that keeps payload values bound.
+#include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -310,6 +313,127 @@ TEST(TableChunks, DenseSpanOnlyForDenseIntegerKeys) {
   EXPECT_FALSE(table::DenseSpan(table::ColumnSet(text, {"k"}), keys({"1", "2"})).has_value());
   const table::TableSchema both = schema(table::ColumnKind::kSigned, {"id", "k"});
   EXPECT_FALSE(table::DenseSpan(table::ColumnSet(both, {"id", "k"}), {{std::string("1"), std::string("a")}}).has_value());
+}
+
+// DiffHashes against matching every key through a map, on lists that stay aligned,
+// part at the start, in the middle or at the end, and hold NULL keys and keys that
+// differ only in case (text keys compare as text).
+TEST(TableChunks, DiffHashesFindsWhatAMapByKeyFinds) {
+  using table::KeyHash;
+  auto kh = [](std::optional<std::string> k, uint32_t h) { return KeyHash{{std::move(k)}, h}; };
+  auto sorted = [](table::HashDiff d) {
+    std::sort(d.missing.begin(), d.missing.end());
+    std::sort(d.different.begin(), d.different.end());
+    std::sort(d.extra.begin(), d.extra.end());
+    return d;
+  };
+  auto by_map = [](const std::vector<KeyHash>& s, const std::vector<KeyHash>& t) {
+    table::HashDiff d;
+    std::map<std::string, size_t> in_t;
+    for (size_t j = 0; j < t.size(); ++j) in_t[table::EncodeKey(t[j].key)] = j;
+    std::set<std::string> in_s;
+    for (size_t i = 0; i < s.size(); ++i) {
+      in_s.insert(table::EncodeKey(s[i].key));
+      auto it = in_t.find(table::EncodeKey(s[i].key));
+      if (it == in_t.end()) d.missing.push_back(i);
+      else if (t[it->second].hash != s[i].hash) d.different.push_back(i);
+      else ++d.equal;
+    }
+    for (size_t j = 0; j < t.size(); ++j) {
+      if (in_s.count(table::EncodeKey(t[j].key)) == 0) d.extra.push_back(j);
+    }
+    return d;
+  };
+  auto expect_same = [&](const std::vector<KeyHash>& s, const std::vector<KeyHash>& t) {
+    const table::HashDiff got = sorted(table::DiffHashes(s, t));
+    const table::HashDiff want = by_map(s, t);
+    EXPECT_EQ(got.missing, want.missing);
+    EXPECT_EQ(got.different, want.different);
+    EXPECT_EQ(got.extra, want.extra);
+    EXPECT_EQ(got.equal, want.equal);
+  };
+
+  // Aligned: only hashes differ.
+  table::HashDiff d = table::DiffHashes({kh("1", 10), kh("2", 20), kh("3", 30)}, {kh("1", 10), kh("2", 21), kh("3", 30)});
+  EXPECT_EQ(d.different, (std::vector<size_t>{1}));
+  EXPECT_TRUE(d.missing.empty());
+  EXPECT_TRUE(d.extra.empty());
+  EXPECT_EQ(d.equal, 2u);
+  // Parting in the middle: the source has 3, the target has 4 instead.
+  d = table::DiffHashes({kh("1", 1), kh("3", 3), kh("5", 5)}, {kh("1", 1), kh("4", 4), kh("5", 6)});
+  EXPECT_EQ(d.missing, (std::vector<size_t>{1}));
+  EXPECT_EQ(d.different, (std::vector<size_t>{2}));
+  EXPECT_EQ(d.extra, (std::vector<size_t>{1}));
+  EXPECT_EQ(d.equal, 1u);
+  // Empty sides, NULL keys, case.
+  expect_same({}, {});
+  expect_same({kh("a", 1)}, {});
+  expect_same({}, {kh("a", 1)});
+  expect_same({kh(std::nullopt, 1), kh("a", 2)}, {kh("", 1), kh("A", 2), kh("a", 2)});
+  // Random lists: each key of 0..199 on either side or both, same or other hash, and
+  // the target's order sometimes shuffled (a collation that sorts otherwise).
+  std::mt19937 rng(7);
+  for (int round = 0; round < 300; ++round) {
+    std::vector<KeyHash> s, t;
+    const int p_only = static_cast<int>(rng() % 20);
+    for (int k = 0; k < 200; ++k) {
+      const int r = static_cast<int>(rng() % 100);
+      const uint32_t h = rng() % 4;
+      if (r >= p_only) s.push_back(kh(std::to_string(k), h));
+      if (r < p_only || r >= 2 * p_only) t.push_back(kh(std::to_string(k), rng() % 50 == 0 ? h + 1 : h));
+    }
+    if (round % 5 == 0) std::shuffle(t.begin(), t.end(), rng);
+    expect_same(s, t);
+  }
+}
+
+// The row hash's NULL marks: one flag per column by default (the form of stored
+// after-image hashes, unchanged); with ShareNullMarks only the columns nullable on
+// either side, as integers of at most 62 bits, and none when no column can be NULL.
+TEST(TableSql, RowHashMarksNullsOnlyWhereEitherSideCanHoldThem) {
+  auto schema = [](std::vector<bool> nullable) {
+    table::TableSchema t;
+    t.label = "env.t";
+    t.table = "t";
+    for (size_t i = 0; i < nullable.size(); ++i) {
+      table::Column c{"c" + std::to_string(i), table::ColumnKind::kText, "varchar(8)", 0, 0, false};
+      c.nullable = nullable[i];
+      t.columns.push_back(c);
+    }
+    return t;
+  };
+  auto names = [](size_t n) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n; ++i) out.push_back("c" + std::to_string(i));
+    return out;
+  };
+  const table::TableSchema a = schema({false, true, false}), b = schema({false, false, true});
+  table::ColumnSet sa(a, names(3)), sb(b, names(3));
+  EXPECT_EQ(sa.RowHashExpr(),
+            "CRC32(CONCAT_WS('|', CAST(`c0` AS BINARY), CAST(`c1` AS BINARY), CAST(`c2` AS BINARY), "
+            "CONCAT(ISNULL(`c0`), ISNULL(`c1`), ISNULL(`c2`))))");
+  table::ShareNullMarks(sa, sb);
+  const std::string marked =
+      "CRC32(CONCAT_WS('|', CAST(`c0` AS BINARY), CAST(`c1` AS BINARY), CAST(`c2` AS BINARY), "
+      "ISNULL(`c1`) + 2 * ISNULL(`c2`)))";
+  EXPECT_EQ(sa.RowHashExpr(), marked);
+  EXPECT_EQ(sb.RowHashExpr(), marked);
+  const table::TableSchema none = schema({false, false});
+  table::ColumnSet na(none, names(2)), nb(none, names(2));
+  table::ShareNullMarks(na, nb);
+  na.set_plain_text_hash(true);
+  EXPECT_EQ(na.RowHashExpr(), "CRC32(CONCAT_WS(_binary'|', `c0`, `c1`))");
+  // 64 nullable columns: bits 0..61 in one integer (2^61 < 2^63: no overflow), the
+  // last two in a second.
+  const table::TableSchema wide = schema(std::vector<bool>(64, true));
+  table::ColumnSet wa(wide, names(64)), wb(wide, names(64));
+  table::ShareNullMarks(wa, wb);
+  const std::string w = wa.RowHashExpr();
+  EXPECT_NE(w.find(", ISNULL(`c0`) + 2 * ISNULL(`c1`) + 4 * ISNULL(`c2`)"), std::string::npos) << w;
+  EXPECT_NE(w.find(" + 2305843009213693952 * ISNULL(`c61`), ISNULL(`c62`) + 2 * ISNULL(`c63`)))"), std::string::npos)
+      << w;
+  table::ColumnSet other(a, {"c1", "c0"});
+  EXPECT_THROW(table::ShareNullMarks(sa, other), std::logic_error);
 }
 
 TEST(TableWhere, ErrorsAreOneLine) {
