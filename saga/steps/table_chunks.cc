@@ -78,6 +78,7 @@ std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table,
   if (limit > 0) sql += " LIMIT " + std::to_string(limit);
   auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
   std::vector<KeyHash> out;
+  out.reserve(std::min<size_t>(limit, 1u << 20));
   while (rs->next()) out.push_back(ReadKeyHash(*rs, key));
   return out;
 }
