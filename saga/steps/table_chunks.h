@@ -12,9 +12,10 @@
 // The checksum of a range is (COUNT(*), BIT_XOR of each row's CRC32 times an odd
 // 32-bit constant: a plain BIT_XOR of CRC32s, as pt-table-checksum computes it, lets
 // rows changed by the same bit pattern cancel in pairs), the row hash the
-// CRC32 of a byte-exact encoding (ColumnSet::RowHashExpr): NULL, '' and 'NULL' differ,
-// 'a' and 'A' or 'x' and 'x ' differ under any collation, binary columns and
-// fractional seconds count. 32 bits per row: a changed row escapes with probability
+// CRC32 of a byte-exact encoding (ColumnSet::RowHashExpr, in its compare form): NULL, ''
+// and 'NULL' differ, 'a' and 'A' or 'x' and 'x ' differ under any collation, binary
+// columns and fractional seconds count, and so does a '|' moved from one column to the
+// next. 32 bits per row: a changed row escapes with probability
 // 2^-32 (measured: an MD5-based 64-bit hash costs about 1.4x as much server CPU, which
 // is the whole cost of re-syncing unchanged data, so CRC32 it is; the rows fetched for
 // a differing chunk are then compared exactly). Column values must encode alike on both

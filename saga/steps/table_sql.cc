@@ -273,31 +273,41 @@ std::string ColumnSet::RowHashExpr() const {
   for (const Column& c : columns_) {
     values += plain_text_hash_ ? ", " + Quoted(c.name) : ", CAST(" + Quoted(c.name) + " AS BINARY)";
   }
-  if (!null_marks_) {
+  if (!compare_hash_) {
     for (const Column& c : columns_) {
       nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + Quoted(c.name) + ")";
     }
-    nulls = ", CONCAT(" + nulls + ")";
-  } else {
-    // ", ISNULL(`a`) + 2 * ISNULL(`b`) + ...": one BIGINT per 62 marked columns.
-    int bit = 0;
-    for (size_t i = 0; i < columns_.size(); ++i) {
-      if (!(*null_marks_)[i]) continue;
-      if (bit == 62) bit = 0;
-      nulls += (bit == 0 ? ", " : " + ") + (bit == 0 ? "" : std::to_string(uint64_t{1} << bit) + " * ") +
-               "ISNULL(" + Quoted(columns_[i].name) + ")";
-      ++bit;
+    return std::string("CRC32(CONCAT_WS(") + (plain_text_hash_ ? "_binary'|'" : "'|'") + values + ", CONCAT(" +
+           nulls + ")))";
+  }
+  // ", ISNULL(`a`) + 2 * ISNULL(`b`) + ...": one BIGINT per 62 marked columns.
+  int bit = 0;
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    if (!(*compare_hash_)[i]) continue;
+    if (bit == 62) bit = 0;
+    nulls += (bit == 0 ? ", " : " + ") + (bit == 0 ? "" : std::to_string(uint64_t{1} << bit) + " * ") + "ISNULL(" +
+             Quoted(columns_[i].name) + ")";
+    ++bit;
+  }
+  // ", LENGTH(`a`), ...": the columns whose bytes may hold '|', but the last of them.
+  std::vector<const Column*> open;
+  for (const Column& c : columns_) {
+    if (c.kind == ColumnKind::kText || c.kind == ColumnKind::kBinary || c.kind == ColumnKind::kBit) {
+      open.push_back(&c);
     }
   }
-  return std::string("CRC32(CONCAT_WS(") + (plain_text_hash_ ? "_binary'|'" : "'|'") + values + nulls + "))";
+  std::string lengths;
+  for (size_t i = 0; i + 1 < open.size(); ++i) lengths += ", LENGTH(" + Quoted(open[i]->name) + ")";
+  return std::string("CRC32(CONCAT_WS(") + (plain_text_hash_ ? "_binary'|'" : "'|'") + values + nulls + lengths +
+         "))";
 }
 
-void ShareNullMarks(ColumnSet& a, ColumnSet& b) {
-  if (a.names() != b.names()) throw std::logic_error("ShareNullMarks: different columns");
-  std::vector<bool> marks;
-  for (size_t i = 0; i < a.size(); ++i) marks.push_back(a.at(i).nullable || b.at(i).nullable);
-  a.set_null_marks(marks);
-  b.set_null_marks(std::move(marks));
+void UseCompareHash(ColumnSet& a, ColumnSet& b) {
+  if (a.names() != b.names()) throw std::logic_error("UseCompareHash: different columns");
+  std::vector<bool> nullable;
+  for (size_t i = 0; i < a.size(); ++i) nullable.push_back(a.at(i).nullable || b.at(i).nullable);
+  a.set_compare_hash(nullable);
+  b.set_compare_hash(std::move(nullable));
 }
 
 void ColumnSet::AppendAfterKeyValues(const Row& last, std::vector<SqlValue>& out) const {

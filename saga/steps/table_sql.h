@@ -103,16 +103,19 @@ class ColumnSet {
   // case-, pad- and accent-insensitive collations do not hide differences, joined by
   // '|', then one ISNULL flag per column so NULL, '' and 'NULL' differ). An unsigned
   // 32-bit integer; the same text on every datasource for the same column names
-  // (unless set_null_marks or set_plain_text_hash changed it: then for the same calls).
+  // (unless set_compare_hash or set_plain_text_hash changed it: then for the same calls).
   std::string RowHashExpr() const;
-  // With `nullable` (one flag per column), RowHashExpr marks NULLs only in the flagged
-  // columns, as one integer per 62 of them (bit i: the i-th flagged column is NULL)
-  // instead of a '0'/'1' per column, and not at all when none is flagged: a third less
-  // server CPU per row hash on narrow rows (measured, 1M rows of 5 columns: 0.37 ->
-  // 0.26 s). Both datasources must hash with the same flags: ShareNullMarks. Unset,
-  // RowHashExpr keeps one flag per column, the form of the after-image hashes stored in
-  // chunk records (so records written by earlier versions still compare).
-  void set_null_marks(std::vector<bool> nullable) { null_marks_ = std::move(nullable); }
+  // The form of RowHashExpr for comparing two datasources as they are now (table_sync's
+  // diff, verify); set on both sides alike by UseCompareHash. `nullable` (one flag per
+  // column): NULLs are marked only in the flagged columns, as one integer per 62 of them
+  // (bit i: the i-th flagged column is NULL), not at all when none is flagged: a third
+  // less server CPU per row hash on narrow rows (measured, 1M rows of 5 columns: 0.37 ->
+  // 0.26 s). And the byte length of every column that can hold the separator (text,
+  // binary, bit) but the last is hashed too, so no '|' can move from one column to
+  // another unseen (('a|', 'b') and ('a', '|b') join to the same text). Unset:
+  // RowHashExpr keeps the form of the after-image hashes stored in chunk records (one
+  // flag per column, no lengths), so records written by earlier versions still compare.
+  void set_compare_hash(std::vector<bool> nullable) { compare_hash_ = std::move(nullable); }
   // With `plain`, RowHashExpr hashes the same bytes without a CAST per column: right
   // only when the text columns share one collation of an ASCII-compatible character
   // set on both datasources (PlainTextHashable in table_preflight.h), so CONCAT_WS
@@ -125,12 +128,12 @@ class ColumnSet {
   std::vector<Column> columns_;
   std::vector<std::string> names_;
   bool plain_text_hash_ = false;
-  std::optional<std::vector<bool>> null_marks_;
+  std::optional<std::vector<bool>> compare_hash_;
 };
 
-// Sets the same null marks on two column sets of the same names (source and target):
-// a column is marked where it is nullable on either side.
-void ShareNullMarks(ColumnSet& a, ColumnSet& b);
+// Sets the compare form of the row hash on two column sets of the same names (source
+// and target) alike: a column's NULLs are marked where it is nullable on either side.
+void UseCompareHash(ColumnSet& a, ColumnSet& b);
 
 // `s` as a T when it is exactly a canonical integer of T's range (all of it, no sign
 // for unsigned T, no spaces); nullopt otherwise.

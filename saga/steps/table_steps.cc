@@ -1130,8 +1130,8 @@ class TableSyncStep final : public TableStep {
   // Schema preflight (table_steps.h): the synced columns and the primary key agree on
   // both sides, else a permanent failure naming the column. Returns the target's shape
   // over the before-image columns, kept with the step. Sets the synced columns' row
-  // hashes plain (no CAST per column) when both sides allow it, and their NULL marks
-  // to the columns that can hold NULL.
+  // hashes plain (no CAST per column) when both sides allow it, and in their compare
+  // form (ColumnSet::set_compare_hash).
   table::TableShape Preflight(ConnectionPool& src, ConnectionPool& tgt, Plan& plan, const TableSchema& s,
                               const TableSchema& t) const {
     auto [a, b] = Both(
@@ -1156,7 +1156,7 @@ class TableSyncStep final : public TableStep {
     const bool plain = table::PlainTextHashable(a) && table::PlainTextHashable(synced);
     plan.src_cols.set_plain_text_hash(plain);
     plan.tgt_cols.set_plain_text_hash(plain);
-    table::ShareNullMarks(plan.src_cols, plan.tgt_cols);
+    table::UseCompareHash(plan.src_cols, plan.tgt_cols);
     return b;
   }
 

@@ -494,7 +494,7 @@ TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const 
   // Both sides hash alike (the same expression) unless both qualify for the fast one.
   src_cols.set_plain_text_hash(src_uniform && tgt_uniform);
   tgt_cols.set_plain_text_hash(src_uniform && tgt_uniform);
-  table::ShareNullMarks(src_cols, tgt_cols);
+  table::UseCompareHash(src_cols, tgt_cols);
   const Side src_side{src, src_cols, src_key, src_filter};
   const Side tgt_side{tgt, tgt_cols, tgt_key, tgt_filter};
 

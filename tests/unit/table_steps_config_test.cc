@@ -387,16 +387,17 @@ TEST(TableChunks, DiffHashesFindsWhatAMapByKeyFinds) {
   }
 }
 
-// The row hash's NULL marks: one flag per column by default (the form of stored
-// after-image hashes, unchanged); with ShareNullMarks only the columns nullable on
-// either side, as integers of at most 62 bits, and none when no column can be NULL.
-TEST(TableSql, RowHashMarksNullsOnlyWhereEitherSideCanHoldThem) {
-  auto schema = [](std::vector<bool> nullable) {
+// The row hash's compare form (UseCompareHash): NULL marks only for the columns
+// nullable on either side, as integers of at most 62 bits, none when no column can be
+// NULL; and the lengths of the columns that may hold '|' but the last. Without it, the
+// form of stored after-image hashes, unchanged: one flag per column.
+TEST(TableSql, RowHashCompareFormMarksNullsWhereNeededAndFixesColumnBounds) {
+  auto schema = [](std::vector<bool> nullable, table::ColumnKind kind = table::ColumnKind::kSigned) {
     table::TableSchema t;
     t.label = "env.t";
     t.table = "t";
     for (size_t i = 0; i < nullable.size(); ++i) {
-      table::Column c{"c" + std::to_string(i), table::ColumnKind::kText, "varchar(8)", 0, 0, false};
+      table::Column c{"c" + std::to_string(i), kind, "int", 0, 0, false};
       c.nullable = nullable[i];
       t.columns.push_back(c);
     }
@@ -412,7 +413,7 @@ TEST(TableSql, RowHashMarksNullsOnlyWhereEitherSideCanHoldThem) {
   EXPECT_EQ(sa.RowHashExpr(),
             "CRC32(CONCAT_WS('|', CAST(`c0` AS BINARY), CAST(`c1` AS BINARY), CAST(`c2` AS BINARY), "
             "CONCAT(ISNULL(`c0`), ISNULL(`c1`), ISNULL(`c2`))))");
-  table::ShareNullMarks(sa, sb);
+  table::UseCompareHash(sa, sb);
   const std::string marked =
       "CRC32(CONCAT_WS('|', CAST(`c0` AS BINARY), CAST(`c1` AS BINARY), CAST(`c2` AS BINARY), "
       "ISNULL(`c1`) + 2 * ISNULL(`c2`)))";
@@ -420,20 +421,29 @@ TEST(TableSql, RowHashMarksNullsOnlyWhereEitherSideCanHoldThem) {
   EXPECT_EQ(sb.RowHashExpr(), marked);
   const table::TableSchema none = schema({false, false});
   table::ColumnSet na(none, names(2)), nb(none, names(2));
-  table::ShareNullMarks(na, nb);
+  table::UseCompareHash(na, nb);
   na.set_plain_text_hash(true);
   EXPECT_EQ(na.RowHashExpr(), "CRC32(CONCAT_WS(_binary'|', `c0`, `c1`))");
+  // Text columns: every one's length but the last's.
+  table::TableSchema mixed = schema({false, false, false, false});
+  mixed.columns[1].kind = table::ColumnKind::kText;
+  mixed.columns[2].kind = table::ColumnKind::kBinary;
+  mixed.columns[3].kind = table::ColumnKind::kBit;
+  table::ColumnSet ma(mixed, names(4)), mb(mixed, names(4));
+  table::UseCompareHash(ma, mb);
+  ma.set_plain_text_hash(true);
+  EXPECT_EQ(ma.RowHashExpr(), "CRC32(CONCAT_WS(_binary'|', `c0`, `c1`, `c2`, `c3`, LENGTH(`c1`), LENGTH(`c2`)))");
   // 64 nullable columns: bits 0..61 in one integer (2^61 < 2^63: no overflow), the
   // last two in a second.
   const table::TableSchema wide = schema(std::vector<bool>(64, true));
   table::ColumnSet wa(wide, names(64)), wb(wide, names(64));
-  table::ShareNullMarks(wa, wb);
+  table::UseCompareHash(wa, wb);
   const std::string w = wa.RowHashExpr();
   EXPECT_NE(w.find(", ISNULL(`c0`) + 2 * ISNULL(`c1`) + 4 * ISNULL(`c2`)"), std::string::npos) << w;
   EXPECT_NE(w.find(" + 2305843009213693952 * ISNULL(`c61`), ISNULL(`c62`) + 2 * ISNULL(`c63`)))"), std::string::npos)
       << w;
   table::ColumnSet other(a, {"c1", "c0"});
-  EXPECT_THROW(table::ShareNullMarks(sa, other), std::logic_error);
+  EXPECT_THROW(table::UseCompareHash(sa, other), std::logic_error);
 }
 
 TEST(TableWhere, ErrorsAreOneLine) {
