@@ -475,8 +475,12 @@ std::string ChunkRecordText(const Image& image, const json& after) {
 }
 
 // Multi-row INSERT ... ON DUPLICATE KEY UPDATE of every column, in batches.
+// INSERT ... ON DUPLICATE KEY UPDATE of `rows`, or with `insert_only` a plain INSERT
+// (rows whose keys the target does not hold: a duplicate key is then an error, not
+// an update of whichever row holds it). Statements of a power of four rows; upserts
+// pad the last one with repeats of its last row (NextWriteBatch), inserts cannot.
 void Upsert(Connection& c, const std::string& table, const ColumnSet& cols, const std::vector<const Row*>& rows,
-            int chunk_size) {
+            int chunk_size, bool insert_only = false) {
   if (rows.empty()) return;
   std::string update;
   for (const std::string& n : cols.names()) {
@@ -489,7 +493,12 @@ void Upsert(Connection& c, const std::string& table, const ColumnSet& cols, cons
       std::min(RowsPerStatement(cols.size(), chunk_size), std::max<size_t>(1, kStatementBytes / avg)));
   const std::string tuple = cols.ValuesTuple();
   for (size_t begin = 0, n = 0; begin < rows.size(); begin += n) {
-    const table::WriteBatch batch = table::NextWriteBatch(rows.size() - begin, per);
+    table::WriteBatch batch = table::NextWriteBatch(rows.size() - begin, per);
+    if (insert_only && batch.padded > batch.rows) {
+      size_t p = 1;
+      while (p * 4 <= batch.rows) p *= 4;
+      batch = {p, p};
+    }
     n = batch.rows;
     const size_t padded = batch.padded;
     std::vector<SqlValue> params;
@@ -499,7 +508,7 @@ void Upsert(Connection& c, const std::string& table, const ColumnSet& cols, cons
       sql += (i > 0 ? ", " : "") + tuple;
       cols.AppendValues(*rows[begin + std::min(i, n - 1)], params);
     }
-    sql += " ON DUPLICATE KEY UPDATE " + update;
+    if (!insert_only) sql += " ON DUPLICATE KEY UPDATE " + update;
     c.Execute(sql, Bind(params));
   }
 }
@@ -1646,13 +1655,13 @@ class TableSyncStep final : public TableStep {
       }
     };
     std::vector<bool> matched(before.size(), false);
-    std::vector<const Row*> writes;
+    std::vector<const Row*> inserts, updates;
     for (size_t r = 0; r < w.rows.size(); ++r) {
       auto it = by_key.find(table::EncodeKey(keys[r]));
       if (it == by_key.end()) {
         ++counts.inserted;
         if (covered.insert(table::EncodeKey(keys[r])).second) image.remove.push_back(keys[r]);
-        writes.push_back(&w.rows[r]);
+        inserts.push_back(&w.rows[r]);
         continue;
       }
       matched[it->second] = true;
@@ -1667,7 +1676,7 @@ class TableSyncStep final : public TableStep {
       }
       ++counts.updated;
       restore(b);
-      writes.push_back(&w.rows[r]);
+      updates.push_back(&w.rows[r]);
     }
     std::vector<Row> gone;
     for (size_t k = upsert_keys; k < keys.size(); ++k) {
@@ -1680,10 +1689,36 @@ class TableSyncStep final : public TableStep {
     // A target row whose key matched in SQL but not as text (a case-insensitive
     // collation): the upsert rewrites it, so it is restored too. (A span's rows that
     // match no key are rows the chunk does not touch.)
+    bool sql_only_match = false;
     for (size_t i = 0; i < before.size() && !span; ++i) {
-      if (!matched[i]) restore(before[i]);
+      if (!matched[i]) {
+        restore(before[i]);
+        sql_only_match = true;
+      }
     }
-    Upsert(tc, cfg_.table, plan.tgt_cols, writes, cfg_.chunk_size);
+    // Keys the locked read found no row for are inserted, not upserted: an upsert of a
+    // key the target lacks would, on a clash with another row over a secondary unique
+    // key, update that other row, which the before-image does not hold. (Under
+    // REPEATABLE READ the read's gap locks keep such keys free until COMMIT; under READ
+    // COMMITTED a row inserted meanwhile makes the INSERT fail, and the chunk is rolled
+    // back and run again.) When a row matched a key in SQL only, every row is upserted.
+    if (sql_only_match) {
+      updates.insert(updates.end(), inserts.begin(), inserts.end());
+      inserts.clear();
+    }
+    Upsert(tc, cfg_.table, plan.tgt_cols, updates, cfg_.chunk_size);
+    try {
+      Upsert(tc, cfg_.table, plan.tgt_cols, inserts, cfg_.chunk_size, /*insert_only=*/true);
+    } catch (const DbError& e) {
+      if (e.kind() != DbError::Kind::kDuplicateKey) throw;
+      if (std::string(e.what()).find("PRIMARY") != std::string::npos) {
+        throw Interrupted("a target row was inserted into the chunk's key range while it ran (" +
+                          std::string(e.what()) + "); target changes rolled back");
+      }
+      throw PermanentStepError("step '" + cfg_.step + "': a source row clashes with another row of " + cfg_.target +
+                               "." + cfg_.table + " over a unique key (" + e.what() +
+                               "); target changes rolled back");
+    }
     DeleteKeys(tc, cfg_.table, plan.tgt_key, gone, cfg_.chunk_size);
     counts.deleted += static_cast<int64_t>(gone.size());
     return span;

@@ -735,6 +735,36 @@ TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseC
   EXPECT_EQ(r2.output["rows_fetched"], 0);
 }
 
+// A source row whose key the target lacks but whose secondary unique value another
+// target row holds: an upsert would rewrite that other row (id 1 -> 2), which no
+// before-image holds, so compensation could never bring it back. The chunk fails
+// permanently naming the clash and writes nothing; the rows the target does hold are
+// still updated in place when nothing clashes.
+TEST_F(TableStepsTest, AClashOnASecondaryUniqueKeyFailsAndTouchesNoOtherRow) {
+  CreateInBoth("CREATE TABLE u (id INT PRIMARY KEY, email VARCHAR(40) NOT NULL, v VARCHAR(10), UNIQUE KEY uk_email (email))");
+  src_.Exec("INSERT INTO u VALUES (2, 'ann@x', 'new'), (3, 'bob@x', 'new')");
+  tgt_.Exec("INSERT INTO u VALUES (1, 'ann@x', 'old'), (3, 'bob@x', 'old')");
+  const auto before = Dump(tgt_, "u", "id");
+  auto step = Sync("1 = 1", json::object(), "u");
+  FakeContext ctx(ds_, json::object());
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kPermanent) << r.error;
+  EXPECT_NE(r.error.find("step 'docs': a source row clashes with another row of env_b.u over a unique key"),
+            std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("uk_email"), std::string::npos) << r.error;
+  EXPECT_EQ(Dump(tgt_, "u", "id"), before);  // row 1 is still there, row 3 still old
+
+  // Without the clash the same step syncs: 2 inserted, 3 updated, 1 left alone.
+  tgt_.Exec("UPDATE u SET email = 'ann@old' WHERE id = 1");
+  r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["inserted"], 1);
+  EXPECT_EQ(r.output["updated"], 1);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM u WHERE id = 1 AND email = 'ann@old' AND v = 'old'"), 1);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM u WHERE id IN (2, 3) AND v = 'new'"), 2);
+}
+
 // Rows changed by the same bit pattern at the same place (n: 2 -> 3 in two rows of
 // equal length) cancel in a plain BIT_XOR of CRC32s; the range checksum still sees them.
 TEST_F(TableStepsTest, ChecksumSeesIdenticalChangesInPairs) {
