@@ -1409,9 +1409,13 @@ class TableSyncStep final : public TableStep {
         counts.updated += delta.updated;
         counts.unchanged += delta.unchanged;
         counts.deleted += delta.deleted;
-        // Copy while most rows change, compare while most are equal.
-        if (!compare && delta.unchanged * 2 > w.rows_read) compare = true;
-        if (compare && !w.equal && w.equal_by_hash * 2 < w.rows_read) compare = false;
+        // Copy while most rows change, compare while most are equal. (One or the other:
+        // a copy chunk has no row hashes, so the second test would undo the first.)
+        if (!compare) {
+          if (delta.unchanged * 2 > w.rows_read) compare = true;
+        } else if (!w.equal && w.equal_by_hash * 2 < w.rows_read) {
+          compare = false;
+        }
       } else {
         recorded_last = false;
       }

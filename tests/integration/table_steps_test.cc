@@ -384,6 +384,24 @@ TEST_F(TableStepsTest, AnEmptyTargetRangeFoundByALargeCompareChunkIsCopiedInChun
   EXPECT_EQ(tgt_.QueryInt("SELECT SUM(rows_written) FROM dsync_sync_chunk WHERE step_code = 'EV-1#0'"), 600);
 }
 
+// A copy that reaches rows the target already holds goes back to comparing: ids 1-400
+// are new (copied), 401-1000 are equal; after the first copy chunk that finds its rows
+// unchanged, the rest is compared by checksums and no row of it is read whole.
+TEST_F(TableStepsTest, ACopyThatMeetsEqualRowsGoesBackToComparing) {
+  CreateInBoth("CREATE TABLE kv (id INT PRIMARY KEY, grp INT NOT NULL, note VARCHAR(40)) DEFAULT CHARSET=utf8mb4");
+  src_.Exec("INSERT INTO kv SELECT seq, 1, CONCAT('n ', seq) FROM seq_1_to_1000");
+  tgt_.Exec("INSERT INTO kv SELECT * FROM `" + src_.url().schema + "`.kv WHERE id > 400");
+  auto step = Sync("grp = :grp", {{"chunk_size", 100}}, "kv");
+  FakeContext ctx(ds_, {{"grp", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 1000}, {"inserted", 400}, {"updated", 0}, {"unchanged", 600}}));
+  EXPECT_EQ(Dump(tgt_, "kv", "id"), Dump(src_, "kv", "id"));
+  // 400 copied, then one copy chunk of 100 equal rows; the other 500 only compared.
+  EXPECT_EQ(r.output["rows_fetched"], 500);
+  EXPECT_GE(r.output["chunks_equal"], 1);
+}
+
 // Without `columns`, the columns both tables have are synced and the source's others
 // are named in the output; with `columns`, nothing is named.
 TEST_F(TableStepsTest, SourceColumnsTheTargetLacksAreNamedInTheOutput) {
