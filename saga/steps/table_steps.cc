@@ -474,8 +474,7 @@ std::string ChunkRecordText(const Image& image, const json& after) {
   return out;
 }
 
-// Multi-row INSERT ... ON DUPLICATE KEY UPDATE of every column, in batches.
-// INSERT ... ON DUPLICATE KEY UPDATE of `rows`, or with `insert_only` a plain INSERT
+// Multi-row INSERT ... ON DUPLICATE KEY UPDATE of `rows`, or with `insert_only` a plain INSERT
 // (rows whose keys the target does not hold: a duplicate key is then an error, not
 // an update of whichever row holds it). Statements of a power of four rows; upserts
 // pad the last one with repeats of its last row (NextWriteBatch), inserts cannot.
@@ -990,9 +989,9 @@ std::string NullableJson(const std::optional<Row>& key) {
   return key ? table::KeyToJson(*key).dump() : std::string();
 }
 
-// A range read ahead on another thread, while the chunk before it is worked on
-// (source and target are different servers). `Result` is what a read gives: the
-// range's rows, or both sides' row hashes of it.
+// A range of the source read ahead on another thread, while the chunk before it is
+// worked on (source and target are different servers). `Result` is what a read gives:
+// the range's rows, or their row hashes.
 //   ReadAhead<std::vector<Row>> ahead;
 //   rows = ahead.Take(lo, size, read);            // read ahead from lo, else read(lo, size) now
 //   if (rows.size() == size) ahead.Start(hi, next_size, read);
@@ -1029,7 +1028,7 @@ class ReadAhead {
   std::optional<Ahead> ahead_;
 };
 
-// Both sides' (key, row hash) lists of one range.
+// Both sides' (key, row hash) lists of one range, as DiffByRowHash compares them.
 struct RangeHashes {
   std::vector<table::KeyHash> source, target;
 };
@@ -1704,8 +1703,9 @@ class TableSyncStep final : public TableStep {
     // key the target lacks would, on a clash with another row over a secondary unique
     // key, update that other row, which the before-image does not hold. (Under
     // REPEATABLE READ the read's gap locks keep such keys free until COMMIT; under READ
-    // COMMITTED a row inserted meanwhile makes the INSERT fail, and the chunk is rolled
-    // back and run again.) When a row matched a key in SQL only, every row is upserted.
+    // COMMITTED a row inserted meanwhile makes the INSERT fail: the chunk rolls back
+    // and the step runs again from its checkpoint.) When a row matched a key in SQL
+    // only, every row is upserted as before.
     if (sql_only_match) {
       updates.insert(updates.end(), inserts.begin(), inserts.end());
       inserts.clear();
