@@ -53,9 +53,16 @@
 //   - Database errors: deadlocks, lock waits and lost connections propagate (the
 //     engine retries the step); a missing table, unknown column, duplicate value of a
 //     secondary unique key or a value the target column refuses is permanent.
-//   - Secondary unique keys of the target must not conflict with the synced rows: an
-//     upsert that collides on one updates that other row (MySQL semantics), which
-//     the before-image does not cover.
+//   - Keys the chunk's locked read finds absent are inserted, not upserted: a source
+//     row that collides with another target row over a secondary unique key fails the
+//     step permanently (naming the key) and writes nothing of the chunk, where an
+//     upsert would have updated that other row (MySQL semantics), which no before-image
+//     covers. A primary-key collision (a row inserted meanwhile, possible at READ
+//     COMMITTED) rolls the chunk back; the step runs again. Rows the target holds are
+//     upserted (the primary key is checked first, so only that row is updated).
+//     Still upserted as before: every row of a chunk whose read matched a key in SQL
+//     only (text keys under a case-insensitive collation), and compensation's restore
+//     rows.
 //
 // Chunks (table_sync). The rows matching the filter are taken in primary-key order, a
 // key range (lo, hi] at a time. For each range:
