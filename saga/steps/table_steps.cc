@@ -824,11 +824,49 @@ class TableStep : public StepHandler {
     ColumnSet key(*t, image.key);
     DeleteKeys(c, cfg_.table, key, image.remove, cfg_.chunk_size);
     CheckStop(ctx);
-    std::vector<const Row*> rows;
-    rows.reserve(image.restore.size());
-    for (const Row& r : image.restore) rows.push_back(&r);
-    Upsert(c, cfg_.table, cols, rows, cfg_.chunk_size);
+    // As a sync chunk writes (ApplyChunk): rows whose key the target holds now are
+    // upserted back, the others inserted, so a clash over a secondary unique key with
+    // a row written since fails instead of overwriting that row. When a row matched a
+    // key in SQL only (a case-insensitive collation), every row is upserted.
+    const std::vector<int> key_pos = Positions(cols, image.key);
+    std::vector<Row> keys;
+    keys.reserve(image.restore.size());
+    for (const Row& r : image.restore) keys.push_back(table::Project(r, key_pos));
+    std::unordered_set<std::string> wanted, present;
+    for (const Row& k : keys) wanted.insert(table::EncodeKey(k));
+    bool sql_only_match = false;
+    for (const Row& k : ReadByKeys(c, cfg_.table, key, key, keys, cfg_.chunk_size, /*for_update=*/true)) {
+      std::string enc = table::EncodeKey(k);
+      sql_only_match = sql_only_match || wanted.count(enc) == 0;
+      present.insert(std::move(enc));
+    }
+    std::vector<const Row*> updates, inserts;
+    for (size_t i = 0; i < image.restore.size(); ++i) {
+      const bool held = sql_only_match || present.count(table::EncodeKey(keys[i])) > 0;
+      (held ? updates : inserts).push_back(&image.restore[i]);
+    }
+    Upsert(c, cfg_.table, cols, updates, cfg_.chunk_size);
+    InsertAbsent(c, cols, inserts, "compensation of step '" + cfg_.step + "'");
     return {static_cast<int64_t>(image.remove.size()), static_cast<int64_t>(image.restore.size())};
+  }
+
+  // Inserts rows whose keys a locked read found absent (Upsert with insert_only). A
+  // clash over the primary key (a row inserted meanwhile, at READ COMMITTED) is
+  // Interrupted: rolled back, run again. One over another unique key is permanent,
+  // named, `who` leading the message.
+  void InsertAbsent(Connection& c, const ColumnSet& cols, const std::vector<const Row*>& rows,
+                    const std::string& who) const {
+    try {
+      Upsert(c, cfg_.table, cols, rows, cfg_.chunk_size, /*insert_only=*/true);
+    } catch (const DbError& e) {
+      if (e.kind() != DbError::Kind::kDuplicateKey) throw;
+      if (std::string(e.what()).find("PRIMARY") != std::string::npos) {
+        throw Interrupted("a target row was inserted into the key range while " + who + " ran (" +
+                          std::string(e.what()) + "); target changes rolled back");
+      }
+      throw PermanentStepError(who + ": a row clashes with another row of " + cfg_.target + "." + cfg_.table +
+                               " over a unique key (" + e.what() + "); target changes rolled back");
+    }
   }
 
   // Locks the undo row; returns the before-image earlier runs recorded (none after a
@@ -1711,18 +1749,7 @@ class TableSyncStep final : public TableStep {
       inserts.clear();
     }
     Upsert(tc, cfg_.table, plan.tgt_cols, updates, cfg_.chunk_size);
-    try {
-      Upsert(tc, cfg_.table, plan.tgt_cols, inserts, cfg_.chunk_size, /*insert_only=*/true);
-    } catch (const DbError& e) {
-      if (e.kind() != DbError::Kind::kDuplicateKey) throw;
-      if (std::string(e.what()).find("PRIMARY") != std::string::npos) {
-        throw Interrupted("a target row was inserted into the chunk's key range while it ran (" +
-                          std::string(e.what()) + "); target changes rolled back");
-      }
-      throw PermanentStepError("step '" + cfg_.step + "': a source row clashes with another row of " + cfg_.target +
-                               "." + cfg_.table + " over a unique key (" + e.what() +
-                               "); target changes rolled back");
-    }
+    InsertAbsent(tc, plan.tgt_cols, inserts, "step '" + cfg_.step + "'");
     DeleteKeys(tc, cfg_.table, plan.tgt_key, gone, cfg_.chunk_size);
     counts.deleted += static_cast<int64_t>(gone.size());
     return span;

@@ -60,9 +60,11 @@
 //     covers. A primary-key collision (a row inserted meanwhile, possible at READ
 //     COMMITTED) rolls the chunk back; the step runs again. Rows the target holds are
 //     upserted (the primary key is checked first, so only that row is updated).
-//     Still upserted as before: every row of a chunk whose read matched a key in SQL
-//     only (text keys under a case-insensitive collation), and compensation's restore
-//     rows.
+//     Compensation restores the same way: rows whose key the target holds now are
+//     upserted back, the others inserted (a clash with a row written since fails it,
+//     naming the key, and restores nothing of that chunk). Still upserted as before:
+//     every row of a chunk (or restore) whose locked read matched a key in SQL only
+//     (text keys under a case-insensitive collation).
 //
 // Chunks (table_sync). The rows matching the filter are taken in primary-key order, a
 // key range (lo, hi] at a time. For each range:

@@ -767,7 +767,7 @@ TEST_F(TableStepsTest, AClashOnASecondaryUniqueKeyFailsAndTouchesNoOtherRow) {
   FakeContext ctx(ds_, json::object());
   StepResult r = step->Execute(ctx);
   ASSERT_EQ(r.kind, StepResult::Kind::kPermanent) << r.error;
-  EXPECT_NE(r.error.find("step 'docs': a source row clashes with another row of env_b.u over a unique key"),
+  EXPECT_NE(r.error.find("step 'docs': a row clashes with another row of env_b.u over a unique key"),
             std::string::npos)
       << r.error;
   EXPECT_NE(r.error.find("uk_email"), std::string::npos) << r.error;
@@ -781,6 +781,35 @@ TEST_F(TableStepsTest, AClashOnASecondaryUniqueKeyFailsAndTouchesNoOtherRow) {
   EXPECT_EQ(r.output["updated"], 1);
   EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM u WHERE id = 1 AND email = 'ann@old' AND v = 'old'"), 1);
   EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM u WHERE id IN (2, 3) AND v = 'new'"), 2);
+}
+
+// Compensation restores a row the sync deleted (delete_missing) by inserting it: when
+// a row written since holds its unique value, compensation fails naming the key and
+// restores nothing, where an upsert would have turned that other row into the
+// restored one (id 5 -> 1, its data gone).
+TEST_F(TableStepsTest, CompensationDoesNotOverwriteARowThatTookARestoredUniqueValue) {
+  CreateInBoth("CREATE TABLE u (id INT PRIMARY KEY, email VARCHAR(40) NOT NULL, v VARCHAR(10), UNIQUE KEY uk_email (email))");
+  src_.Exec("INSERT INTO u VALUES (3, 'bob@x', 'new')");
+  tgt_.Exec("INSERT INTO u VALUES (1, 'ann@x', 'old'), (3, 'bob@x', 'old')");
+  const auto before = Dump(tgt_, "u", "id");
+  auto step = Sync("1 = 1", {{"delete_missing", true}}, "u");
+  FakeContext ctx(ds_, json::object());
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["deleted"], 1);
+  tgt_.Exec("INSERT INTO u VALUES (5, 'ann@x', 'third')");  // someone else, since
+  const auto written_since = Dump(tgt_, "u", "id");
+
+  ctx.compensation = *r.compensation_data;
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kPermanent) << c.error;
+  EXPECT_NE(c.error.find("a row clashes with another row of env_b.u over a unique key"), std::string::npos) << c.error;
+  EXPECT_NE(c.error.find("uk_email"), std::string::npos) << c.error;
+  EXPECT_EQ(Dump(tgt_, "u", "id"), written_since);  // row 5 kept, nothing restored
+
+  // Once that row is gone, compensation restores the before-image exactly.
+  tgt_.Exec("DELETE FROM u WHERE id = 5");
+  ExpectCompensationRestores(*step, ctx, r, "u", "id", before);
 }
 
 // Rows changed by the same bit pattern at the same place (n: 2 -> 3 in two rows of
