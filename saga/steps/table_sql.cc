@@ -360,9 +360,10 @@ size_t PaddedCount(size_t n, size_t cap) {
   return std::min(p, cap);
 }
 
-WriteBatch NextWriteBatch(size_t n, size_t cap) {
+WriteBatch NextWriteBatch(size_t n, size_t cap, bool may_pad) {
+  if (n >= cap) return {cap, cap};
   const size_t padded = PaddedCount(n, cap);
-  if ((padded - n) * 8 <= padded) return {std::min(n, padded), padded};
+  if (may_pad && (padded - n) * 8 <= padded) return {n, padded};
   size_t p = 1;
   while (p * 4 <= n) p *= 4;
   return {p, p};

@@ -160,14 +160,15 @@ std::string EncodeKey(const Row& key);
 size_t PaddedCount(size_t n, size_t cap);
 
 // The next multi-row write of `n` rows left (n >= 1), at most `cap` (a power of four):
-// {rows, padded}. Padded as PaddedCount only while the repeats are at most an eighth
-// of the statement, else the largest power of four that fits, unpadded: a repeated
-// row in an upsert is a duplicate key the server reads and compares again (a chunk of
-// 10,000 rows at 4,096 per statement sent 12,288).
+// {rows, padded}. Padded as PaddedCount only while `may_pad` and the repeats are at
+// most an eighth of the statement, else the largest power of four that fits, unpadded:
+// a repeated row in an upsert is a duplicate key the server reads and compares again
+// (a chunk of 10,000 rows at 4,096 per statement sent 12,288), and in a plain INSERT
+// it is an error.
 struct WriteBatch {
   size_t rows = 0, padded = 0;
 };
-WriteBatch NextWriteBatch(size_t n, size_t cap);
+WriteBatch NextWriteBatch(size_t n, size_t cap, bool may_pad = true);
 
 // The before-image of one step: what compensation needs to restore the target
 // exactly. JSON form (the step's compensation_data and dsync_step_undo.before_image):

@@ -492,12 +492,7 @@ void Upsert(Connection& c, const std::string& table, const ColumnSet& cols, cons
       std::min(RowsPerStatement(cols.size(), chunk_size), std::max<size_t>(1, kStatementBytes / avg)));
   const std::string tuple = cols.ValuesTuple();
   for (size_t begin = 0, n = 0; begin < rows.size(); begin += n) {
-    table::WriteBatch batch = table::NextWriteBatch(rows.size() - begin, per);
-    if (insert_only && batch.padded > batch.rows) {
-      size_t p = 1;
-      while (p * 4 <= batch.rows) p *= 4;
-      batch = {p, p};
-    }
+    const table::WriteBatch batch = table::NextWriteBatch(rows.size() - begin, per, /*may_pad=*/!insert_only);
     n = batch.rows;
     const size_t padded = batch.padded;
     std::vector<SqlValue> params;

@@ -466,11 +466,15 @@ TEST(TableSql, PadsStatementsToFewShapes) {
 
 // Upserts pad a statement only while the repeated rows are at most an eighth of it.
 TEST(TableSql, WriteBatchesSplitRatherThanPadMuch) {
-  auto plan = [](size_t n, size_t cap) {
+  auto plan = [](size_t n, size_t cap, bool may_pad = true) {
     std::vector<std::pair<size_t, size_t>> out;
     for (size_t left = n; left > 0;) {
-      table::WriteBatch b = table::NextWriteBatch(left, cap);
+      table::WriteBatch b = table::NextWriteBatch(left, cap, may_pad);
       EXPECT_GE(b.padded, b.rows);
+      EXPECT_LE(b.padded, cap) << n << " rows, cap " << cap;
+      if (!may_pad) {
+        EXPECT_EQ(b.padded, b.rows);
+      }
       EXPECT_GT(b.rows, 0u);
       out.emplace_back(b.rows, b.padded);
       left -= b.rows;
@@ -484,6 +488,11 @@ TEST(TableSql, WriteBatchesSplitRatherThanPadMuch) {
   EXPECT_EQ(plan(5, 4096), (V{{4, 4}, {1, 1}}));
   EXPECT_EQ(plan(15, 16), (V{{15, 16}}));
   EXPECT_EQ(plan(1, 1), (V{{1, 1}}));
+  // More rows than the cap: statements of the cap (they were the largest power of four
+  // below n, 4,096 rows where the byte bound allowed 1,024).
+  EXPECT_EQ(plan(5000, 1024), (V{{1024, 1024}, {1024, 1024}, {1024, 1024}, {1024, 1024}, {904, 1024}}));
+  EXPECT_EQ(plan(1000, 4096, false), (V{{256, 256}, {256, 256}, {256, 256}, {64, 64}, {64, 64}, {64, 64}, {16, 16},
+                                        {16, 16}, {4, 4}, {4, 4}}));
   for (size_t n = 1; n <= 5000; ++n) {
     size_t sent = 0, statements = 0;
     for (auto [rows, padded] : plan(n, 1024)) {
