@@ -269,16 +269,16 @@ std::string ColumnSet::AfterKey() const { return KeyBound(columns_, " > ", " > "
 std::string ColumnSet::AtOrBeforeKey() const { return KeyBound(columns_, " < ", " <= "); }
 
 std::string ColumnSet::RowHashExpr() const {
-  std::string values, nulls;
+  std::string head = std::string("CRC32(CONCAT_WS(") + (plain_text_hash_ ? "_binary'|'" : "'|'");
   for (const Column& c : columns_) {
-    values += plain_text_hash_ ? ", " + Quoted(c.name) : ", CAST(" + Quoted(c.name) + " AS BINARY)";
+    head += plain_text_hash_ ? ", " + Quoted(c.name) : ", CAST(" + Quoted(c.name) + " AS BINARY)";
   }
+  std::string nulls;
   if (!compare_hash_) {
     for (const Column& c : columns_) {
       nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + Quoted(c.name) + ")";
     }
-    return std::string("CRC32(CONCAT_WS(") + (plain_text_hash_ ? "_binary'|'" : "'|'") + values + ", CONCAT(" +
-           nulls + ")))";
+    return head + ", CONCAT(" + nulls + ")))";
   }
   // ", ISNULL(`a`) + 2 * ISNULL(`b`) + ...": one BIGINT per 62 marked columns.
   int bit = 0;
@@ -298,8 +298,7 @@ std::string ColumnSet::RowHashExpr() const {
   }
   std::string lengths;
   for (size_t i = 0; i + 1 < open.size(); ++i) lengths += ", LENGTH(" + Quoted(open[i]->name) + ")";
-  return std::string("CRC32(CONCAT_WS(") + (plain_text_hash_ ? "_binary'|'" : "'|'") + values + nulls + lengths +
-         "))";
+  return head + nulls + lengths + "))";
 }
 
 void UseCompareHash(ColumnSet& a, ColumnSet& b) {

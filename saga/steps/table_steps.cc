@@ -1061,11 +1061,6 @@ class ReadAhead {
   std::optional<Ahead> ahead_;
 };
 
-// Both sides' (key, row hash) lists of one range, as DiffByRowHash compares them.
-struct RangeHashes {
-  std::vector<table::KeyHash> source, target;
-};
-
 class TableSyncStep final : public TableStep {
  public:
   using TableStep::TableStep;
@@ -1529,12 +1524,12 @@ class TableSyncStep final : public TableStep {
         return table::RowHashes(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
       });
     };
-    RangeHashes h;
+    std::vector<table::KeyHash> sh, th;
     if (source_hashes != nullptr) {
-      h.source = std::move(*source_hashes);
-      h.target = target_hashes();
+      sh = std::move(*source_hashes);
+      th = target_hashes();
     } else {
-      std::tie(h.source, h.target) = Both(
+      std::tie(sh, th) = Both(
           [&] {
             return src.Run(What("row hashes source"), [&](Connection& c) {
               return table::RowHashes(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range);
@@ -1542,19 +1537,19 @@ class TableSyncStep final : public TableStep {
           },
           target_hashes);
     }
-    const table::HashDiff d = table::DiffHashes(h.source, h.target);
+    const table::HashDiff d = table::DiffHashes(sh, th);
     w.equal_by_hash += static_cast<int64_t>(d.equal);
     std::vector<size_t> differ = d.missing;  // in the source's key order
     differ.insert(differ.end(), d.different.begin(), d.different.end());
     std::sort(differ.begin(), differ.end());
     std::vector<Row> fetch;
-    for (size_t i : differ) fetch.push_back(h.source[i].key);
+    for (size_t i : differ) fetch.push_back(sh[i].key);
     std::vector<Row> candidates;
     if (cfg_.delete_missing) {
-      for (size_t j : d.extra) candidates.push_back(h.target[j].key);
+      for (size_t j : d.extra) candidates.push_back(th[j].key);
     }
-    if (fetch.size() + candidates.size() > max_held && h.source.size() > 1) return false;
-    w.rows_read = static_cast<int64_t>(h.source.size());
+    if (fetch.size() + candidates.size() > max_held && sh.size() > 1) return false;
+    w.rows_read = static_cast<int64_t>(sh.size());
     if (!fetch.empty()) {
       w.rows = src.Run(What("read source rows"), [&](Connection& c) {
         return ReadByKeys(c, cfg_.table, plan.src_cols, plan.src_key, fetch, cfg_.chunk_size, false, &src_filter);
