@@ -24,7 +24,8 @@
 // Retries, all bounded by RetryPolicy.max_attempts with jittered exponential sleep:
 //   - Run: a lost connection is retried on a fresh connection. `fn` must be safe to
 //     run twice (a read, an upsert, a fenced conditional UPDATE).
-//   - Transact: deadlock (1213, also Galera's certification failure, at any
+//   - Transact: an optional Isolation for that transaction only (SET TRANSACTION
+//     before BEGIN); deadlock (1213, also Galera's certification failure, at any
 //     statement including COMMIT: nothing applied), lock-wait timeout (1205) and a
 //     connection lost before COMMIT are retried from BEGIN. A connection lost *during* COMMIT is not
 //     retried: it throws DbError{kCommitUnknown}, since the commit may have applied.
@@ -78,6 +79,11 @@ struct PoolStats {
 // storage/pool_metrics.cc.
 void WriteMetrics(const PoolStats& stats, metrics::TextWriter& w);
 
+// A transaction's isolation level: the session's (the server default, REPEATABLE READ
+// unless configured), or READ COMMITTED (no gap locks: concurrent transactions that
+// insert into one gap, like two key ranges of an empty table, do not block each other).
+enum class Isolation { kSession, kReadCommitted };
+
 struct PoolOptions {
   int max_size = 0;                 // 0: the URL's pool_size
   Millis borrow_timeout{10000};     // then DbError{kPoolExhausted}
@@ -122,13 +128,17 @@ class ConnectionPool {
   auto Transact(std::string_view what, F&& fn) -> std::invoke_result_t<F&, Connection&> {
     return WithRetry(what, /*transaction=*/true, fn);
   }
+  template <class F>
+  auto Transact(std::string_view what, Isolation isolation, F&& fn) -> std::invoke_result_t<F&, Connection&> {
+    return WithRetry(what, /*transaction=*/true, fn, isolation);
+  }
 
   const DbUrl& url() const { return url_; }
   PoolStats stats();
 
  private:
   template <class F>
-  auto WithRetry(std::string_view what, bool transaction, F& fn)
+  auto WithRetry(std::string_view what, bool transaction, F& fn, Isolation isolation = Isolation::kSession)
       -> std::invoke_result_t<F&, Connection&> {
     for (int attempt = 1;; ++attempt) {
       try {
@@ -143,6 +153,9 @@ class ConnectionPool {
         }
         Transaction tx(*c, std::string(what));  // rolls back unless committed
         try {
+          if (isolation == Isolation::kReadCommitted) {
+            c->ExecuteDdl("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+          }
           tx.Begin();
           if constexpr (std::is_void_v<std::invoke_result_t<F&, Connection&>>) {
             fn(*c);

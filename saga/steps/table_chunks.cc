@@ -54,8 +54,9 @@ bool SingleIntegerKey(const ColumnSet& key) {
 // SELECT COUNT(*), BIT_XOR(h * K), MAX(k) FROM
 //   (SELECT <key> AS k, <row hash> AS h FROM t WHERE <after lo> ORDER BY <key> LIMIT n) x
 NextChecksum ChecksumNext(storage::Connection& c, const std::string& table, const ColumnSet& cols,
-                          const ColumnSet& key, const BoundFilter& filter, const std::optional<Row>& lo, size_t n) {
-  const KeyRange range{lo, std::nullopt};
+                          const ColumnSet& key, const BoundFilter& filter, const std::optional<Row>& lo, size_t n,
+                          const std::optional<Row>& end) {
+  const KeyRange range{lo, end};
   const std::string k = Quoted(key.at(0).name);
   const std::string sql = "SELECT " + ChecksumAggregate("h") + ", MAX(k) FROM (SELECT " + k +
                           " AS k, " + cols.RowHashExpr() + " AS h FROM " + Quoted(table) + " WHERE " +
@@ -232,6 +233,45 @@ nlohmann::json KeyToJson(const Row& key) {
     if (cell) out.push_back(*cell);
     else out.push_back(nullptr);
   }
+  return out;
+}
+
+IntKey IntKey::Of(const std::string& text) {
+  size_t i = 0;
+  const bool negative = !text.empty() && text[0] == '-';
+  if (negative) ++i;
+  if (i == text.size() || text.size() - i > 20) throw std::invalid_argument("'" + text + "' is not an integer key");
+  __int128 v = 0;
+  for (; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') throw std::invalid_argument("'" + text + "' is not an integer key");
+    v = v * 10 + (text[i] - '0');
+  }
+  return IntKey(negative ? -v : v);
+}
+
+IntKey IntKey::Of(const Row& key) {
+  if (key.size() != 1 || !key[0]) throw std::invalid_argument("a key of one integer column has one non-null cell");
+  return Of(*key[0]);
+}
+
+Row IntKey::ToRow() const {
+  unsigned __int128 m = v_ < 0 ? static_cast<unsigned __int128>(-v_) : static_cast<unsigned __int128>(v_);
+  std::string digits;
+  do {
+    digits.push_back(static_cast<char>('0' + static_cast<int>(m % 10)));
+    m /= 10;
+  } while (m > 0);
+  if (v_ < 0) digits.push_back('-');
+  return Row{std::string(digits.rbegin(), digits.rend())};
+}
+
+std::vector<Row> EvenSplits(const std::string& lo, const std::string& hi, int lanes, int64_t min_keys) {
+  const __int128 first = IntKey::Of(lo).value();
+  const __int128 span = IntKey::Of(hi).value() - first + 1;  // keys in [lo, hi]
+  if (min_keys < 1 || span <= 0) return {};
+  const __int128 n = std::min<__int128>(lanes, span / min_keys);
+  std::vector<Row> out;
+  for (__int128 i = 1; i < n; ++i) out.push_back(IntKey(first + span * i / n - 1).ToRow());
   return out;
 }
 

@@ -66,15 +66,17 @@ RangeChecksum ChecksumRange(storage::Connection& c, const std::string& table, co
 
 // The checksum of the next `n` rows after `lo` matching `filter` (what ChecksumRange
 // gives for (lo, hi]) and hi, the last of them (nullopt when fewer than n follow: the
-// range then runs to the end), in one pass over those rows. Only for a key of one
-// integer column (SingleIntegerKey), whose MAX is its last key.
+// range then runs to `end`, inclusive, or to the table's end), in one pass over those
+// rows. Only for a key of one integer column (SingleIntegerKey), whose MAX is its last
+// key.
 struct NextChecksum {
   RangeChecksum sum;
   std::optional<Row> hi;
 };
 bool SingleIntegerKey(const ColumnSet& key);
 NextChecksum ChecksumNext(storage::Connection& c, const std::string& table, const ColumnSet& cols,
-                          const ColumnSet& key, const BoundFilter& filter, const std::optional<Row>& lo, size_t n);
+                          const ColumnSet& key, const BoundFilter& filter, const std::optional<Row>& lo, size_t n,
+                          const std::optional<Row>& end = std::nullopt);
 
 struct KeyHash {
   Row key;
@@ -165,6 +167,27 @@ class ChunkSizer {
   Options options_;
   size_t next_;
 };
+
+// A key of one integer column (SingleIntegerKey), signed or unsigned 64-bit, as a
+// number: lanes are split and their checkpoints placed by it.
+class IntKey {
+ public:
+  // Throws std::invalid_argument unless `key` is one cell of integer text.
+  static IntKey Of(const Row& key);
+  static IntKey Of(const std::string& text);
+  explicit IntKey(__int128 v = 0) : v_(v) {}
+  __int128 value() const { return v_; }
+  Row ToRow() const;
+  auto operator<=>(const IntKey&) const = default;
+
+ private:
+  __int128 v_;
+};
+
+// Split keys for up to `lanes` key ranges of [lo, hi] (integer texts) of at least
+// `min_keys` keys each: s1 < s2 < ..., the ranges being (-inf, s1], (s1, s2], ...,
+// (s_last, +inf). Empty (one range) when [lo, hi] holds fewer than 2 * min_keys keys.
+std::vector<Row> EvenSplits(const std::string& lo, const std::string& hi, int lanes, int64_t min_keys);
 
 // Key cells as JSON (strings and nulls) and back, for checkpoints.
 nlohmann::json KeyToJson(const Row& key);

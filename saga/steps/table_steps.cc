@@ -1,8 +1,10 @@
 #include "saga/steps/table_steps.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
+#include <exception>
 #include <future>
 #include <tuple>
 #include <map>
@@ -48,6 +50,11 @@ constexpr int kMaxChunkSize = 100000;
 constexpr int kDefaultSyncChunkSize = 10000;  // table_sync: the largest chunk that holds its rows
 constexpr size_t kCompareSpan = 4;            // a compare chunk covers up to this many times as many
 constexpr int kDefaultUndoRetentionDays = 7;
+// table_sync lanes: key ranges of one step worked at once, each with its own target
+// transaction (table_steps.h "Lanes"); a lane spans at least kMinLaneKeys keys.
+constexpr int kDefaultLanes = 2;
+constexpr int kMaxLanes = 16;
+constexpr int64_t kMinLaneKeys = 20000;
 // The server refuses statements with more than 65535 placeholders.
 constexpr size_t kMaxParamsPerStatement = 60000;
 constexpr const char* kUndoTable = "dsync_step_undo";
@@ -104,6 +111,12 @@ class Interrupted : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A lane stopped because another lane of its step failed (that failure is the step's).
+class LaneStopped : public Interrupted {
+ public:
+  using Interrupted::Interrupted;
+};
+
 // A chunk whose before-image would not fit in one statement: retried smaller.
 class ChunkTooBig : public std::runtime_error {
  public:
@@ -137,6 +150,7 @@ struct Config {
   bool delete_missing = false;
   OnConflict on_conflict = OnConflict::kFail;
   int undo_retention_days = kDefaultUndoRetentionDays;
+  int lanes = kDefaultLanes;  // table_sync: key ranges worked at once
 
   // "table_sync <step>: <action>": a unit of work's name in errors and logs.
   std::string What(std::string_view action) const { return type + " " + step + ": " + std::string(action); }
@@ -252,7 +266,7 @@ Config ParseConfig(const StepSpec& spec, bool sync) {
   ConfigReader r(spec, type);
   if (sync) {
     r.CheckKeys({"source", "target", "table", "where", "chunk_size", "columns", "delete_missing",
-                 "on_conflict", "undo_retention_days"});
+                 "on_conflict", "undo_retention_days", "lanes"});
   } else {
     r.CheckKeys({"target", "table", "where", "chunk_size", "undo_retention_days"});
   }
@@ -271,6 +285,7 @@ Config ParseConfig(const StepSpec& spec, bool sync) {
     c.columns = r.Columns("columns");
     c.delete_missing = r.Bool("delete_missing", false);
     c.on_conflict = r.Conflict("on_conflict");
+    c.lanes = r.Int("lanes", kDefaultLanes, 1, kMaxLanes);
   }
   return c;
 }
@@ -923,7 +938,7 @@ CREATE TABLE IF NOT EXISTS dsync_sync_chunk (
   table_name     VARCHAR(64)  NOT NULL,
   attempt        INT          NOT NULL DEFAULT 0 COMMENT 'claim attempt of the run that committed the chunk',
   lo_key         LONGTEXT     NULL COMMENT 'JSON key cells, exclusive lower end; NULL: the start',
-  hi_key         LONGTEXT     NULL COMMENT 'JSON key cells, inclusive upper end (the checkpoint); NULL: the end',
+  hi_key         LONGTEXT     NULL COMMENT 'JSON key cells, inclusive upper end (the checkpoint); NULL: the end. Row 0: the lanes'' split keys',
   before_image   LONGTEXT     NULL COMMENT 'JSON before-image of the rows the chunk changed; NULL: none',
   rows_read      BIGINT       NOT NULL DEFAULT 0,
   rows_written   BIGINT       NOT NULL DEFAULT 0,
@@ -946,7 +961,7 @@ ON DUPLICATE KEY UPDATE step_code = step_code)";
 // first write; a chunk or compensation transaction of an older attempt then finds it
 // higher and rolls back (table_steps.h "Fencing").   params: step_code
 constexpr const char* kReadFenceSql = R"(
-SELECT attempt FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = 0)";
+SELECT attempt FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = 0 FOR UPDATE)";
 
 // Raises the token to the caller's attempt.   params: attempt, step_code, attempt
 constexpr const char* kRaiseFenceSql = R"(
@@ -961,6 +976,25 @@ FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no > 0)";
 // The step's compensated mark (row 0).   params: step_code
 constexpr const char* kStepCompensatedSql = R"(
 SELECT compensated_at IS NOT NULL FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = 0)";
+
+// The newest chunk record (under the step lock: its number + 1 is the next chunk's).
+//   params: step_code
+constexpr const char* kNewestChunkSql = R"(
+SELECT chunk_no, attempt FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no > 0
+ORDER BY chunk_no DESC LIMIT 1 FOR UPDATE)";
+
+// The lanes' split keys (row 0's hi_key: a JSON array of keys; NULL: one lane).
+//   params: step_code
+constexpr const char* kReadLanesSql = R"(
+SELECT hi_key FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = 0)";
+
+// Records them, once (at the step's first run).   params: splits, step_code
+constexpr const char* kRecordLanesSql = R"(
+UPDATE dsync_sync_chunk SET hi_key = ? WHERE step_code = ? AND chunk_no = 0 AND hi_key IS NULL)";
+
+// Every chunk's upper end, oldest first (each lane's checkpoint).   params: step_code
+constexpr const char* kChunkEndsSql = R"(
+SELECT hi_key IS NULL, hi_key FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no > 0 ORDER BY chunk_no)";
 
 // A chunk's upper end.   params: step_code, chunk_no
 constexpr const char* kChunkHiSql = R"(
@@ -1005,9 +1039,10 @@ UPDATE dsync_sync_chunk SET compensated_at = NOW(3) WHERE step_code = ? AND comp
 constexpr const char* kPurgeChunksSql = R"(
 DELETE FROM dsync_sync_chunk WHERE created_at < NOW(3) - INTERVAL ? DAY LIMIT 1000)";
 
-// Any target row after the checkpoint (decides copy vs compare for the first chunk).
-std::string AnyRowAfterSql(const std::string& table, const ColumnSet& key, bool after) {
-  return "SELECT 1 FROM " + Backticked(table) + (after ? " WHERE " + key.AfterKey() : "") + " LIMIT 1";
+// The lowest and highest key of a table of one integer key column.
+std::string KeyBoundsSql(const std::string& table, const ColumnSet& key) {
+  const std::string k = Backticked(key.at(0).name);
+  return "SELECT MIN(" + k + "), MAX(" + k + ") FROM " + Backticked(table);
 }
 
 // Runs f and g at once (source and target are different servers), returns both.
@@ -1100,6 +1135,7 @@ class TableSyncStep final : public TableStep {
     int last_chunk = 0;           // highest chunk_no (0: none)
     std::optional<Row> checkpoint;  // its hi_key
     bool finished = false;        // its hi_key is the end
+    int64_t records = 0;          // chunk records
     int64_t rows_written = 0;
   };
 
@@ -1204,6 +1240,7 @@ class TableSyncStep final : public TableStep {
       if (rs->next()) {
         r.last_chunk = static_cast<int>(rs->getInt64(1));
         count = rs->getInt64(2);
+        r.records = count;
         compensated = rs->getInt64(3);
         r.rows_written = rs->getInt64(4);
       }
@@ -1236,6 +1273,112 @@ class TableSyncStep final : public TableStep {
     return r;
   }
 
+  // A key range of the step, worked through chunk by chunk on its own thread with its
+  // own checkpoint (table_steps.h "Lanes").
+  struct Lane {
+    int index = 0;
+    std::optional<Row> end;  // inclusive upper end; nullopt: the table's end
+    std::optional<Row> lo;   // the checkpoint: the last key done (the lane's start if none)
+    bool done = false;
+  };
+
+  // What the lanes of one run share.
+  struct SyncRun {
+    SyncRun(StepContext& c, ConnectionPool& s, ConnectionPool& t, const Plan& p, const table::BoundFilter& sf,
+            const table::BoundFilter& tf, const std::string& code, const Resume& r)
+        : ctx(c), src(s), tgt(t), plan(p), src_filter(sf), tgt_filter(tf), step_code(code), resume(r) {}
+    StepContext& ctx;
+    ConnectionPool& src;
+    ConnectionPool& tgt;
+    const Plan& plan;
+    const table::BoundFilter& src_filter;
+    const table::BoundFilter& tgt_filter;
+    const std::string& step_code;
+    const Resume& resume;
+    int64_t packet = 0;
+    storage::Isolation isolation = storage::Isolation::kSession;
+    std::atomic<bool> failed{false};  // a lane failed: the others stop
+    // Guards what follows, and ctx (one thread at a time: its StillOwner, ReportProgress).
+    std::mutex mu;
+    std::vector<Counts> counts;  // per lane
+    int64_t records = 0;         // the step's chunk records, earlier runs' included
+    std::chrono::steady_clock::time_point last_progress;
+  };
+
+  // The step's lanes. Their split keys are chosen at the step's first run and kept in
+  // row 0's hi_key, so a run that resumes works the same ranges; a lane's checkpoint
+  // is the upper end of its newest chunk record. Without recorded splits (a small
+  // table, `lanes` 1, a key that is not one integer column, or records of an earlier
+  // version) there is one lane over the whole table.
+  std::vector<Lane> PlanLanes(StepContext& ctx, ConnectionPool& src, ConnectionPool& tgt, const Plan& plan,
+                              const std::string& step_code, const Resume& resume) {
+    auto read_splits = [&] {
+      return tgt.Run(What("read lanes"), [&](Connection& c) { return c.QueryString(kReadLanesSql, step_code); });
+    };
+    std::optional<std::string> stored = read_splits();
+    if (!stored && resume.records == 0 && cfg_.lanes > 1 && table::SingleIntegerKey(plan.src_key)) {
+      std::vector<Row> splits = src.Run(What("key bounds"), [&](Connection& c) {
+        auto rs = c.Query(KeyBoundsSql(cfg_.table, plan.src_key));
+        if (!rs->next() || rs->isNull(1)) return std::vector<Row>{};
+        return table::EvenSplits(rs->getString(1), rs->getString(2), cfg_.lanes,
+                                 std::max<int64_t>(kMinLaneKeys, int64_t{4} * cfg_.chunk_size));
+      });
+      if (!splits.empty()) {
+        json j = json::array();
+        for (const Row& k : splits) j.push_back(table::KeyToJson(k));
+        tgt.Transact(What("record lanes"), [&](Connection& c) {
+          c.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
+          CheckFence(c, ctx, step_code);
+          c.Execute(kRecordLanesSql, j.dump(), step_code);
+        });
+        stored = read_splits();
+      }
+    }
+    std::vector<Lane> lanes(1);
+    if (!stored) {
+      lanes[0].lo = resume.checkpoint;
+      lanes[0].done = resume.finished;
+      return lanes;
+    }
+    std::vector<table::IntKey> ends;  // each lane's end but the last's
+    try {
+      const json j = ParseJsonBounded(*stored, "the lanes");
+      if (!j.is_array() || j.empty()) throw std::invalid_argument("not a non-empty array of keys");
+      for (const json& k : j) {
+        lanes.back().end = table::KeyFromJson(k);
+        ends.push_back(table::IntKey::Of(*lanes.back().end));
+        lanes.emplace_back();
+        lanes.back().index = static_cast<int>(lanes.size()) - 1;
+      }
+    } catch (const std::exception& e) {
+      throw PermanentStepError("the lanes of step '" + cfg_.step + "' in " + cfg_.target +
+                               ".dsync_sync_chunk are not integer keys: " + e.what());
+    }
+    for (size_t i = 1; i < lanes.size(); ++i) lanes[i].lo = lanes[i - 1].end;  // the lane's start
+    // Each record belongs to the lane its upper end falls in; records come oldest first.
+    tgt.Run(What("read checkpoints"), [&](Connection& c) {
+      auto rs = c.Query(kChunkEndsSql, step_code);
+      while (rs->next()) {
+        if (rs->getBoolean(1)) {
+          lanes.back().done = true;
+          continue;
+        }
+        try {
+          Row hi = table::KeyFromJson(ParseJsonBounded(std::string(rs->getString(2)), "a checkpoint"));
+          const table::IntKey h = table::IntKey::Of(hi);
+          size_t l = 0;
+          while (l < ends.size() && ends[l] < h) ++l;
+          lanes[l].done = l < ends.size() && h == ends[l];
+          lanes[l].lo = std::move(hi);
+        } catch (const std::exception& e) {
+          throw PermanentStepError("a checkpoint of step '" + cfg_.step + "' in " + cfg_.target +
+                                   ".dsync_sync_chunk is not an integer key: " + e.what());
+        }
+      }
+    });
+    return lanes;
+  }
+
   StepResult Sync(StepContext& ctx) {
     ConnectionPool& src = ctx.datasources().Get(cfg_.source);
     ConnectionPool& tgt = ctx.datasources().Get(cfg_.target);
@@ -1260,24 +1403,81 @@ class TableSyncStep final : public TableStep {
 
     const Resume resume = tgt.Run(What("read checkpoint"), [&](Connection& c) { return ReadResume(c, step_code); });
     TakeOver(ctx, tgt, step_code);
-    Counts counts;
-    int last_chunk = resume.last_chunk;
-    std::optional<Row> lo = resume.checkpoint;
-    bool done = resume.finished;
-    bool compare = !done && tgt.Run(What("probe target"), [&](Connection& c) {
-      std::vector<SqlValue> params;
-      if (lo) plan.tgt_key.AppendAfterKeyValues(*lo, params);
-      auto rs = c.Query(AnyRowAfterSql(cfg_.table, plan.tgt_key, lo.has_value()), Bind(params));
-      return rs->next();
-    });
+    std::vector<Lane> lanes = PlanLanes(ctx, src, tgt, plan, step_code, resume);
     if (resume.last_chunk > 0) {
-      spdlog::info("TABLE_SYNC_RESUME step={} code={} after_chunk={} finished={}", cfg_.step, step_code,
-                   resume.last_chunk, resume.finished);
+      spdlog::info("TABLE_SYNC_RESUME step={} code={} after_chunk={} finished={} lanes={}", cfg_.step, step_code,
+                   resume.last_chunk, std::all_of(lanes.begin(), lanes.end(), [](const Lane& l) { return l.done; }),
+                   lanes.size());
     }
 
-    const int64_t packet = tgt.Run(What("max_allowed_packet"), [](Connection& c) {
+    SyncRun run(ctx, src, tgt, plan, src_filter, tgt_filter, step_code, resume);
+    run.packet = tgt.Run(What("max_allowed_packet"), [](Connection& c) {
       return c.QueryInt(kMaxPacketSql).value_or(0);
     });
+    // Lanes' chunk transactions run at once: READ COMMITTED, so two lanes of a range the
+    // target has no rows in yet do not lock the same gap (table_steps.h "Lanes").
+    run.isolation = lanes.size() > 1 ? storage::Isolation::kReadCommitted : storage::Isolation::kSession;
+    run.counts.resize(lanes.size());
+    run.records = resume.records;
+    run.last_progress = std::chrono::steady_clock::now();
+    std::vector<std::exception_ptr> errors(lanes.size());
+    auto work = [&](size_t i) {
+      try {
+        RunLane(run, lanes[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        run.failed = true;
+      }
+    };
+    {
+      std::vector<std::future<void>> others;
+      for (size_t i = 1; i < lanes.size(); ++i) others.push_back(std::async(std::launch::async, work, i));
+      work(0);
+      for (std::future<void>& f : others) f.get();
+    }
+    // The lane that failed first (the others stopped because it did).
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const std::exception_ptr& e : errors) {
+        if (!e) continue;
+        try {
+          std::rethrow_exception(e);
+        } catch (const LaneStopped&) {
+          if (pass == 1) throw;
+        }
+      }
+    }
+
+    const Counts counts = Total(run.counts);
+    json out = Progress(counts, resume, run.records, lanes.size(), true);
+    out["schema_fingerprint"] = shape.Fingerprint();
+    // Without `columns`, the columns both tables have are synced; the source's others
+    // are named here, so a column dropped or renamed on one side is visible.
+    if (!plan.not_in_target.empty()) out["source_columns_not_in_target"] = plan.not_in_target;
+    spdlog::debug("TABLE_SYNC step={} code={} result={}", cfg_.step, step_code, out.dump());
+    json ref = {{"format", 2},
+                {"undo", "dsync_sync_chunk"},
+                {"target", cfg_.target},
+                {"table", cfg_.table},
+                {"step_code", step_code},
+                {"chunks", run.records},
+                {"schema_fingerprint", shape.Fingerprint()},
+                {"schema", shape.ToJson()}};
+    return StepResult::Ok(std::move(out), std::move(ref));
+  }
+
+  // One lane's chunks, in key order, from its checkpoint to its end.
+  void RunLane(SyncRun& run, Lane& lane) {
+    StepContext& ctx = run.ctx;
+    ConnectionPool& src = run.src;
+    ConnectionPool& tgt = run.tgt;
+    const Plan& plan = run.plan;
+    const table::BoundFilter& src_filter = run.src_filter;
+    const table::BoundFilter& tgt_filter = run.tgt_filter;
+    const std::optional<Row> end = lane.end;
+    Counts counts;
+    std::optional<Row> lo = lane.lo;
+    bool done = lane.done;
+    bool compare = !done && HasAnyRow(tgt, plan, table::KeyRange{lo, end});
     // A copy chunk holds every row it covers: at most chunk_size. A compare chunk holds
     // a key and a hash per row it covers and only the rows that differ, so it may cover
     // kCompareSpan times as many (fewer transactions and round trips while few rows
@@ -1289,20 +1489,18 @@ class TableSyncStep final : public TableStep {
     compare_options.max_held_rows = max_held;
     table::ChunkSizer compare_sizer(max_held * kCompareSpan, compare_options);
     auto last_record = std::chrono::steady_clock::now();
-    auto last_progress = last_record;
     bool recorded_last = true;  // the latest range processed is in the chunk table
     bool by_hash = false;       // compare by row hashes without a range checksum first
     // The source's checksum of the range after a key, read ahead (single integer keys).
     std::optional<std::pair<std::optional<Row>, table::NextChecksum>> next_checksum;
     auto read_source = [&](const std::optional<Row>& after, size_t n) {
       return src.Run(What("read source"), [&](Connection& c) {
-        return table::ReadRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {after, std::nullopt}, n,
-                                false);
+        return table::ReadRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {after, end}, n, false);
       });
     };
     auto source_hashes = [&](const std::optional<Row>& after, size_t n) {
       return src.Run(What("row hashes source"), [&](Connection& c) {
-        return table::RowHashes(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {after, std::nullopt}, n);
+        return table::RowHashes(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {after, end}, n);
       });
     };
     // The source's next range, read while the target works on this one: its rows while
@@ -1312,6 +1510,7 @@ class TableSyncStep final : public TableStep {
     ReadAhead<std::vector<table::KeyHash>> hashes_ahead;
     while (!done) {
       CheckStop(ctx);
+      if (run.failed) throw LaneStopped("another lane of step '" + cfg_.step + "' failed");
       const auto started = std::chrono::steady_clock::now();
       table::ChunkSizer& sizer = compare ? compare_sizer : copy_sizer;
       const size_t planned = sizer.next();
@@ -1322,10 +1521,9 @@ class TableSyncStep final : public TableStep {
       if (!compare || !by_hash) hashes_ahead.Drop();
       if (!compare) {
         w.rows = rows_ahead.Take(lo, size, read_source);
-        if (w.rows.size() == size) {
-          w.range.hi = table::Project(w.rows.back(), plan.sync_key_pos);
-          rows_ahead.Start(*w.range.hi, planned, read_source);
-        }
+        // Fewer rows than asked: the range runs to the lane's end.
+        w.range.hi = w.rows.size() == size ? table::Project(w.rows.back(), plan.sync_key_pos) : end;
+        if (w.range.hi != end) rows_ahead.Start(*w.range.hi, planned, read_source);
         w.rows_read = static_cast<int64_t>(w.rows.size());
         counts.rows_fetched += w.rows_read;
         if (cfg_.delete_missing) AddDeleteCandidates(src, tgt, plan, src_filter, tgt_filter, w);
@@ -1336,10 +1534,8 @@ class TableSyncStep final : public TableStep {
         // target's ahead too, after the source's, measured slower: the two reads then
         // run one after the other).
         std::vector<table::KeyHash> sh = hashes_ahead.Take(lo, size, source_hashes);
-        if (sh.size() == size) {
-          w.range.hi = sh.back().key;
-          hashes_ahead.Start(*w.range.hi, planned, source_hashes);
-        }
+        w.range.hi = sh.size() == size ? sh.back().key : end;
+        if (w.range.hi != end) hashes_ahead.Start(*w.range.hi, planned, source_hashes);
         if (!DiffByRowHash(src, tgt, plan, src_filter, tgt_filter, w, counts, max_held, &sh)) {
           sizer.Shrink();
           continue;  // the same range start again, smaller
@@ -1363,15 +1559,15 @@ class TableSyncStep final : public TableStep {
           next_checksum.reset();
           if (!here) {
             here = src.Run(What("checksum source"), [&](Connection& c) {
-              return table::ChecksumNext(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, lo, size);
+              return table::ChecksumNext(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, lo, size, end);
             });
           }
           a = here->sum;
-          w.range.hi = here->hi;
-          if (w.range.hi) {
+          w.range.hi = here->hi ? here->hi : end;
+          if (w.range.hi != end) {
             auto [tb, ahead] = Both(target_checksum, [&, hi = *w.range.hi] {
               return src.Run(What("checksum source"), [&](Connection& c) {
-                return table::ChecksumNext(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, hi, size);
+                return table::ChecksumNext(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, hi, size, end);
               });
             });
             b = tb;
@@ -1380,6 +1576,8 @@ class TableSyncStep final : public TableStep {
             b = target_checksum();
           }
         } else {
+          // (Lanes split single integer keys only: a key of other types has one lane,
+          // whose end is the table's.)
           w.range.hi = src.Run(What("chunk boundary"), [&](Connection& c) {
             return table::NthKeyAfter(c, cfg_.table, plan.src_key, src_filter, lo, size);
           });
@@ -1413,7 +1611,7 @@ class TableSyncStep final : public TableStep {
           continue;
         }
       }
-      const bool last = !w.range.hi.has_value();
+      const bool last = w.range.hi == end;
       const bool need_write = !w.rows.empty() || !w.delete_keys.empty();
       // Equal ranges need no transaction; a checkpoint of them is written every
       // kCheckpointEvery (so a re-run does not compare them all again) and at the end.
@@ -1422,13 +1620,12 @@ class TableSyncStep final : public TableStep {
       if (need_write || checkpoint_due) {
         Counts delta;
         try {
-          delta = CommitChunk(ctx, tgt, plan, step_code, last_chunk, w, packet);
+          delta = CommitChunk(run, w);
         } catch (const ChunkTooBig& e) {
           if (size <= 1) throw PermanentStepError(e.what());
           sizer.Shrink();
           continue;  // the same range start again, smaller
         }
-        ++last_chunk;
         recorded_last = true;
         last_record = std::chrono::steady_clock::now();
         if (delta.inserted + delta.updated + delta.deleted > 0) ++counts.chunks_written;
@@ -1458,36 +1655,45 @@ class TableSyncStep final : public TableStep {
                     std::chrono::steady_clock::now() - started, RowBytes(w.rows), w.rows.size());
       lo = w.range.hi;
       done = last;
-      if (std::chrono::steady_clock::now() - last_progress >= kProgressEvery) {
-        last_progress = std::chrono::steady_clock::now();
-        ctx.ReportProgress(Progress(counts, resume, last_chunk, false));
-      }
+      Publish(run, lane.index, counts);
     }
-    json out = Progress(counts, resume, last_chunk, true);
-    out["schema_fingerprint"] = shape.Fingerprint();
-    // Without `columns`, the columns both tables have are synced; the source's others
-    // are named here, so a column dropped or renamed on one side is visible.
-    if (!plan.not_in_target.empty()) out["source_columns_not_in_target"] = plan.not_in_target;
-    spdlog::debug("TABLE_SYNC step={} code={} result={}", cfg_.step, step_code, out.dump());
-    json ref = {{"format", 2},
-                {"undo", "dsync_sync_chunk"},
-                {"target", cfg_.target},
-                {"table", cfg_.table},
-                {"step_code", step_code},
-                {"chunks", last_chunk},
-                {"schema_fingerprint", shape.Fingerprint()},
-                {"schema", shape.ToJson()}};
-    return StepResult::Ok(std::move(out), std::move(ref));
   }
 
-  json Progress(const Counts& c, const Resume& resume, int last_chunk, bool final) const {
+  // A lane's counts so far into the run's; about every kProgressEvery the step row gets
+  // the progress of all lanes.
+  void Publish(SyncRun& run, int lane, const Counts& counts) const {
+    std::lock_guard<std::mutex> lock(run.mu);
+    run.counts[static_cast<size_t>(lane)] = counts;
+    if (std::chrono::steady_clock::now() - run.last_progress < kProgressEvery) return;
+    run.last_progress = std::chrono::steady_clock::now();
+    run.ctx.ReportProgress(Progress(Total(run.counts), run.resume, run.records, run.counts.size(), false));
+  }
+
+  static Counts Total(const std::vector<Counts>& lanes) {
+    Counts t;
+    for (const Counts& c : lanes) {
+      t.rows += c.rows;
+      t.inserted += c.inserted;
+      t.updated += c.updated;
+      t.unchanged += c.unchanged;
+      t.deleted += c.deleted;
+      t.chunks += c.chunks;
+      t.chunks_equal += c.chunks_equal;
+      t.chunks_written += c.chunks_written;
+      t.rows_fetched += c.rows_fetched;
+    }
+    return t;
+  }
+
+  json Progress(const Counts& c, const Resume& resume, int64_t records, size_t lanes, bool final) const {
     json out = {{"rows", c.rows}, {"inserted", c.inserted}, {"updated", c.updated}, {"unchanged", c.unchanged}};
     if (cfg_.delete_missing) out["deleted"] = c.deleted;
     out["chunks"] = c.chunks;
     out["chunks_equal"] = c.chunks_equal;
     out["chunks_written"] = c.chunks_written;
     out["rows_fetched"] = c.rows_fetched;
-    out["chunk_records"] = last_chunk;
+    out["chunk_records"] = records;
+    if (lanes > 1) out["lanes"] = lanes;
     if (resume.last_chunk > 0) {
       out["resumed_after_chunk"] = resume.last_chunk;
       out["resumed_rows_written"] = resume.rows_written;
@@ -1605,21 +1811,17 @@ class TableSyncStep final : public TableStep {
     return strict;
   }
 
-  // One chunk's target transaction: the step lock, the checkpoint check, the
-  // before-image of the keys it touches (FOR UPDATE), the writes, the chunk record,
-  // the ownership check, COMMIT. Returns its counts.
-  Counts CommitChunk(StepContext& ctx, ConnectionPool& tgt, const Plan& plan, const std::string& step_code,
-                     int last_chunk, const ChunkWork& w, int64_t packet) {
+  // One chunk's target transaction: the before-image of the keys it touches (FOR
+  // UPDATE), the writes, then the step lock, the fencing and ownership checks and the
+  // chunk record, COMMIT. The step lock comes last, so the chunk transactions of a
+  // step's lanes overlap up to it; what is read under it is read with locking reads
+  // (a plain read would see the snapshot the writes began). Returns its counts.
+  Counts CommitChunk(SyncRun& run, const ChunkWork& w) {
+    StepContext& ctx = run.ctx;
+    const Plan& plan = run.plan;
     Counts delta;
-    tgt.Transact(What("sync chunk"), [&](Connection& tc) {
+    run.tgt.Transact(What("sync chunk"), run.isolation, [&](Connection& tc) {
       delta = Counts{};
-      tc.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
-      CheckFence(tc, ctx, step_code);
-      const int committed = static_cast<int>(tc.QueryInt(kStepStateSql, step_code).value_or(0));
-      if (committed != last_chunk) {
-        throw Interrupted("another run of step '" + cfg_.step + "' committed chunk " + std::to_string(committed) +
-                          " meanwhile; target changes rolled back");
-      }
       Image image = EmptyImage(plan);
       const std::optional<table::KeySpan> span = ApplyChunk(tc, plan, w, image, delta);
       const bool changed = !image.restore.empty() || !image.remove.empty();
@@ -1629,21 +1831,38 @@ class TableSyncStep final : public TableStep {
                                                        plan.image_key_pos, image, cfg_.chunk_size,
                                                        /*for_update=*/false, span));
       }
-      if (image_text && packet > 0 && static_cast<int64_t>(image_text->size()) + 4096 > packet) {
+      if (image_text && run.packet > 0 && static_cast<int64_t>(image_text->size()) + 4096 > run.packet) {
         throw ChunkTooBig("step '" + cfg_.step + "': a chunk's before-image (" +
                           std::to_string(image_text->size()) + " bytes) exceeds max_allowed_packet of " +
-                          cfg_.target + " (" + std::to_string(packet) + " bytes)");
+                          cfg_.target + " (" + std::to_string(run.packet) + " bytes)");
       }
       CheckStop(ctx);
-      tc.Execute(kInsertChunkSql, step_code, last_chunk + 1, cfg_.step, cfg_.table, ctx.attempt(),
-                 w.range.lo ? std::optional<std::string>(NullableJson(w.range.lo)) : std::nullopt,
+      tc.Execute(kLockStepSql, run.step_code, cfg_.step, cfg_.table);
+      CheckFence(tc, ctx, run.step_code);
+      int64_t newest = 0, newest_attempt = 0;
+      {
+        auto rs = tc.Query(kNewestChunkSql, run.step_code);
+        if (rs->next()) {
+          newest = rs->getInt64(1);
+          newest_attempt = rs->getInt64(2);
+        }
+      }
+      if (newest > run.resume.last_chunk && newest_attempt != ctx.attempt()) {
+        throw Interrupted("another run of step '" + cfg_.step + "' committed chunk " + std::to_string(newest) +
+                          " meanwhile; target changes rolled back");
+      }
+      tc.Execute(kInsertChunkSql, run.step_code, static_cast<long long>(newest + 1), cfg_.step, cfg_.table,
+                 ctx.attempt(), w.range.lo ? std::optional<std::string>(NullableJson(w.range.lo)) : std::nullopt,
                  w.range.hi ? std::optional<std::string>(NullableJson(w.range.hi)) : std::nullopt, image_text,
                  static_cast<long long>(w.rows_read),
                  static_cast<long long>(delta.inserted + delta.updated + delta.deleted));
       // Last, right before COMMIT: the window in which a node that loses the event can
       // still commit a chunk is one round trip (at-least-once, table_steps.h).
+      std::lock_guard<std::mutex> lock(run.mu);
       CheckStillOwner(ctx);
     });
+    std::lock_guard<std::mutex> lock(run.mu);
+    ++run.records;
     return delta;
   }
 

@@ -40,6 +40,8 @@
 //   on_conflict table_sync only, optional: "fail" (default), "skip" or "overwrite":
 //               see "Conflict-safe compensation"
 //   undo_retention_days  optional, 1..3650, default 7: see "Undo records"
+//   lanes       table_sync only, optional, 1..16, default 2: key ranges of the table
+//               worked at once, each on its own target connection; see "Lanes"
 //
 // Run time:
 //   - A payload field a placeholder needs is missing, or is an object or array:
@@ -76,17 +78,18 @@
 //     differing range the key and row hash of each row are compared and only the rows
 //     that differ (or that the target lacks) are read from the source. A range whose
 //     target side is empty switches back to copy mode.
-//   Then, in ONE target transaction per chunk: the step's lock row, a check that no
-//   other run committed a chunk meanwhile, the target rows of the chunk's keys read
-//   FOR UPDATE (the chunk's before-image), an exact comparison, the upserts (and
-//   deletes with delete_missing), the chunk's undo record with its key range (the
-//   checkpoint), ctx.StillOwner(), COMMIT. So data, undo record and checkpoint cannot
+//   Then, in ONE target transaction per chunk: the target rows of the chunk's keys
+//   read FOR UPDATE (the chunk's before-image), an exact comparison, the upserts (and
+//   deletes with delete_missing), then the step's lock row, the fencing token and a
+//   check that no other run committed a chunk meanwhile (locking reads), the chunk's
+//   undo record with its key range (the checkpoint; numbered after the newest
+//   record), ctx.StillOwner(), COMMIT. So data, undo record and checkpoint cannot
 //   disagree, and a node that lost the event commits no further chunk once the new
 //   owner has taken the step over (see "Fencing"). A chunk that was inside its
 //   transaction at that instant commits first, whole and consistent (it checked the
-//   checkpoint under the step lock), and the new owner, finding a chunk it did not
-//   expect, stops with a transient error and resumes after it. Equal ranges
-//   are recorded as a checkpoint-only row every 2 s and at the end.
+//   token under the step lock), and the new owner, finding a chunk it did not expect,
+//   stops with a transient error and resumes after it. Equal ranges are recorded as a
+//   checkpoint-only row every 2 s and at the end.
 //   Chunk size adapts toward 0.5 s per chunk (at most 4x per step, 1..chunk_size rows)
 //   and keeps the rows a chunk holds under 2 MiB, so a node's memory is bounded by a
 //   few chunks whatever the table's size; a chunk whose before-image would exceed the
@@ -100,14 +103,33 @@
 //   range holds at most about twice its keys) reads the target's rows and after-image
 //   hashes by that key range instead of key by key (table::DenseSpan).
 //   Output: {"rows", "inserted", "updated", "unchanged", ["deleted",] "chunks",
-//   "chunks_equal", "chunks_written", "rows_fetched", "chunk_records"
+//   "chunks_equal", "chunks_written", "rows_fetched", "chunk_records" [, "lanes"]
 //   [, "resumed_after_chunk", "resumed_rows_written"], "schema_fingerprint"
 //   [, "source_columns_not_in_target": the source's columns the target lacks, not
 //   synced (without `columns`)]}; while it runs, the same with
 //   "running": true is the step row's output (ctx.ReportProgress, about once a second).
 //   A re-run of the step (the next owner after a crash, with the same idempotency key)
-//   resumes after the last committed chunk; a range already committed is never read
-//   or written again, so the first before-image of every row is the one kept.
+//   resumes after the last committed chunk (of each lane); a range already committed
+//   is never read or written again, so the first before-image of every row is the one
+//   kept.
+//
+// Lanes (table_sync). A table whose primary key is one integer column is split, at the
+// step's first run, into up to `lanes` key ranges of equal key spans, from the source's
+// lowest and highest key (unfiltered): (-inf, s1], (s1, s2], ..., (s_last, +inf). Each
+// lane is a loop of the chunks above on its own thread, with its own source reads,
+// target transaction and checkpoint, so the target's INSERT path (about one core per
+// connection on narrow rows) is used by several connections at once. Lanes span at
+// least 20,000 keys (and 4 chunk_size): a smaller table, `lanes` 1, or a key of other
+// types has one lane. The split keys are kept in row 0's hi_key (a JSON array of keys;
+// NULL: one lane), so a run that resumes works the same ranges; a chunk record belongs
+// to the lane its hi_key falls in, and a lane resumes after its newest record. Records
+// are numbered in commit order across lanes (compensation, last first, restores them in
+// reverse commit order; lanes never share a key). With more than one lane the chunk
+// transactions run at READ COMMITTED: at REPEATABLE READ two lanes reading a key range
+// the target has no rows in lock the same gap, and each one's inserts would wait for
+// the other's. The step lock is taken last in each chunk transaction, so lanes overlap
+// up to their commit. A lane that fails stops the others; the step's error is the
+// first lane's.
 //
 // Schema preflight (table_sync, before its first write): source and target must agree
 // on each synced column's COLUMN_TYPE, nullability and collation, and on the primary
@@ -162,9 +184,9 @@
 //                    created_at, compensated_at)   PRIMARY KEY (step_code, chunk_no)
 //
 // created on first use (CREATE TABLE IF NOT EXISTS; the datasource user needs the
-// CREATE privilege). chunk_no 0 is the step's row: every chunk transaction and
-// compensation locks it first, so runs of one step serialise, and its compensated_at
-// marks the step compensated. The compensation_data the engine keeps is only a
+// CREATE privilege). chunk_no 0 is the step's row: every chunk transaction (before
+// its record) and compensation (first) locks it, so commits of one step serialise; its
+// compensated_at marks the step compensated and its hi_key holds the lanes' split keys. The compensation_data the engine keeps is only a
 // reference ({"format": 2, "undo": "dsync_sync_chunk", "target", "table",
 // "step_code", "chunks"}), never the image, so no step approaches max_allowed_packet
 // of the framework database. Compensate walks the chunks in reverse and restores each

@@ -483,6 +483,77 @@ TEST_F(TableStepsTest, InterruptedRunResumesFromTheCheckpoint) {
   EXPECT_EQ(step->Compensate(next).output, (json{{"already_compensated", true}}));
 }
 
+// Lanes (table_steps.h "Lanes"): a table of one integer key is split into key ranges
+// worked at once, each with its own checkpoint. Interrupted, each lane resumes from its
+// own; together they cover every key once, rows the target alone holds below and above
+// the source's keys included (delete_missing), and compensation restores exactly.
+TEST_F(TableStepsTest, LanesResumeEachFromItsOwnCheckpointAndCompensateExactly) {
+  CreateInBoth(kNumberedTable);
+  src_.Exec("INSERT INTO n SELECT seq, CONCAT('v', seq), 1 FROM seq_1_to_100000");
+  tgt_.Exec("INSERT INTO n SELECT seq, 'old', 1 FROM seq_1_to_100000 WHERE seq % 3 = 0");
+  tgt_.Exec("INSERT INTO n VALUES (-5, 'target only', 1), (100500, 'target only', 1)");
+  const auto before = Dump(tgt_, "n", "id");
+  auto step = Sync("g = :g", {{"chunk_size", 1000}, {"delete_missing", true}, {"lanes", 2}}, "n");
+  FakeContext ctx(ds_, {{"g", 1}});
+  ctx.owner_checks_left = 10;
+  StepResult r = step->Execute(ctx);
+  EXPECT_EQ(r.kind, StepResult::Kind::kTransient);
+  EXPECT_NE(r.error.find("lost ownership"), std::string::npos) << r.error;
+  // Split at the middle of the source's keys; both lanes committed chunks.
+  EXPECT_EQ(tgt_.QueryInt(R"(SELECT hi_key = '[["50000"]]' FROM dsync_sync_chunk WHERE chunk_no = 0)"), 1);
+  const int64_t records = tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0");
+  EXPECT_EQ(records, 10);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0 AND lo_key IS NULL"), 1);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0 AND lo_key = '[\"50000\"]'"), 1);
+  EXPECT_EQ(tgt_.QueryInt("SELECT MAX(chunk_no) FROM dsync_sync_chunk"), records);  // numbered as committed
+  const int64_t read_first = tgt_.QueryInt("SELECT SUM(rows_read) FROM dsync_sync_chunk WHERE chunk_no > 0");
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM n WHERE id = -5"), 0);  // by the first lane's first chunk
+
+  FakeContext next(ds_, {{"g", 1}});  // the next owner, same step code
+  next.attempt_no = 2;
+  StepResult r2 = step->Execute(next);
+  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  EXPECT_EQ(r2.output["lanes"], 2);
+  EXPECT_EQ(r2.output["resumed_after_chunk"], records);
+  EXPECT_EQ(r2.output["rows"], 100000 - read_first);  // only the ranges after each lane's checkpoint
+  EXPECT_EQ(r2.output["deleted"], 1);  // above the last lane's last source key
+  EXPECT_EQ(Dump(tgt_, "n", "id"), Dump(src_, "n", "id"));
+  // Every chunk starts where another ended (or at the start), and no two start alike.
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk a WHERE a.chunk_no > 0 AND a.lo_key IS NOT NULL "
+                          "AND NOT EXISTS (SELECT 1 FROM dsync_sync_chunk b WHERE b.chunk_no > 0 "
+                          "AND b.hi_key = a.lo_key)"),
+            0);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) - COUNT(DISTINCT COALESCE(lo_key, '')) FROM dsync_sync_chunk "
+                          "WHERE chunk_no > 0"),
+            0);
+  EXPECT_EQ(tgt_.QueryInt("SELECT SUM(rows_read) FROM dsync_sync_chunk WHERE chunk_no > 0"), 100000);
+
+  StepResult c = ExpectCompensationRestores(*step, next, r2, "n", "id", before);
+  EXPECT_EQ(c.output["removed"], 100000 - 33333);
+  EXPECT_EQ(c.output["restored"], 33333 + 2);
+}
+
+// A table too small for two lanes of kMinLaneKeys keys, `lanes` 1, or a key that is not
+// one integer column: one lane, as before lanes (row 0 records no split).
+TEST_F(TableStepsTest, SmallTablesAndOtherKeysRunInOneLane) {
+  CreateInBoth(kNumberedTable);
+  src_.Exec("INSERT INTO n SELECT seq, CONCAT('v', seq), 1 FROM seq_1_to_39999");
+  auto step = Sync("g = :g", {{"chunk_size", 1000}}, "n");
+  FakeContext ctx(ds_, {{"g", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_FALSE(r.output.contains("lanes"));
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no = 0 AND hi_key IS NULL"), 1);
+
+  src_.Exec("INSERT INTO n SELECT seq, CONCAT('v', seq), 1 FROM seq_40000_to_100000");
+  auto one = Sync("g = :g", {{"chunk_size", 1000}, {"lanes", 1}}, "n");
+  FakeContext ctx2(ds_, {{"g", 1}}, "EV-2#0");
+  StepResult r2 = one->Execute(ctx2);
+  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  EXPECT_FALSE(r2.output.contains("lanes"));
+  EXPECT_EQ(Dump(tgt_, "n", "id"), Dump(src_, "n", "id"));
+}
+
 TEST_F(TableStepsTest, CompensationWithoutUndoRecordsFailsNamingThem) {
   CreateDocs();
   tgt_.Exec(kDocRows);

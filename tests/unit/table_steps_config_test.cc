@@ -122,6 +122,10 @@ TEST(TableStepsConfig, RejectsWrongTypes) {
   EXPECT_HAS(SyncError(With(SyncParams(), "columns", json{"id", "id"})), "lists 'id' twice");
   EXPECT_HAS(SyncError(With(SyncParams(), "undo_retention_days", 0)), "'undo_retention_days' must be an integer");
   EXPECT_HAS(SyncError(With(SyncParams(), "target", "env_a")), "'source' and 'target' are the same");
+  EXPECT_HAS(SyncError(With(SyncParams(), "lanes", 0)), "'lanes' must be an integer from 1 to 16, got 0");
+  EXPECT_HAS(SyncError(With(SyncParams(), "lanes", 17)), "'lanes' must be an integer from 1 to 16");
+  EXPECT_HAS(DeleteError({{"target", "env_b"}, {"table", "t"}, {"where", "1 = 1"}, {"lanes", 2}}),
+             "unknown key 'lanes'");
 }
 
 TEST(TableStepsConfig, RejectsNonIdentifierNames) {
@@ -272,6 +276,40 @@ TEST(TableChunks, SizerAdaptsTowardTheTargetTimeWithinBounds) {
 }
 
 // A chunk's keys, dense enough, are read as one key range; anything else key by key.
+// Lanes split a key of one integer column into ranges of about equal key counts, each
+// at least min_keys keys; the full signed and unsigned 64-bit ranges work.
+TEST(TableChunks, EvenSplitsCoverTheKeySpanInEqualRanges) {
+  auto texts = [](const std::vector<table::Row>& rows) {
+    std::vector<std::string> out;
+    for (const table::Row& r : rows) out.push_back(*r.at(0));
+    return out;
+  };
+  using V = std::vector<std::string>;
+  // [1, 1000000] in two: (-inf, 500000], (500000, +inf).
+  EXPECT_EQ(texts(table::EvenSplits("1", "1000000", 2, 20000)), (V{"500000"}));
+  EXPECT_EQ(texts(table::EvenSplits("1", "1000000", 4, 20000)), (V{"250000", "500000", "750000"}));
+  // Too few keys for more than one lane of min_keys: no split, or fewer lanes.
+  EXPECT_TRUE(table::EvenSplits("1", "39999", 2, 20000).empty());
+  EXPECT_EQ(texts(table::EvenSplits("1", "40000", 2, 20000)), (V{"20000"}));
+  EXPECT_EQ(texts(table::EvenSplits("1", "60000", 16, 20000)), (V{"20000", "40000"}));
+  EXPECT_TRUE(table::EvenSplits("5", "5", 2, 1).empty());
+  EXPECT_TRUE(table::EvenSplits("9", "1", 2, 1).empty());  // an empty table's bounds
+  EXPECT_EQ(texts(table::EvenSplits("-100", "99", 2, 10)), (V{"-1"}));
+  EXPECT_EQ(texts(table::EvenSplits("-9223372036854775808", "9223372036854775807", 2, 20000)), (V{"-1"}));
+  EXPECT_EQ(texts(table::EvenSplits("0", "18446744073709551615", 2, 20000)), (V{"9223372036854775807"}));
+  EXPECT_THROW(table::EvenSplits("1", "x", 2, 1), std::invalid_argument);
+
+  EXPECT_LT(table::IntKey::Of("-5"), table::IntKey::Of("3"));
+  EXPECT_LT(table::IntKey::Of("9223372036854775807"), table::IntKey::Of("18446744073709551615"));
+  EXPECT_EQ(table::IntKey::Of(table::Row{std::string("42")}), table::IntKey::Of("42"));
+  EXPECT_EQ(*table::IntKey::Of("-9223372036854775808").ToRow().at(0), "-9223372036854775808");
+  EXPECT_THROW(table::IntKey::Of(""), std::invalid_argument);
+  EXPECT_THROW(table::IntKey::Of("-"), std::invalid_argument);
+  EXPECT_THROW(table::IntKey::Of("1.5"), std::invalid_argument);
+  EXPECT_THROW(table::IntKey::Of(table::Row{std::nullopt}), std::invalid_argument);
+  EXPECT_THROW(table::IntKey::Of(table::Row{std::string("1"), std::string("2")}), std::invalid_argument);
+}
+
 TEST(TableChunks, DenseSpanOnlyForDenseIntegerKeys) {
   auto schema = [](table::ColumnKind kind, std::vector<std::string> key) {
     table::TableSchema t;
