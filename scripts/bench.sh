@@ -77,7 +77,8 @@
 #             step's time (step row started_at -> executed_at, database clock), the
 #             server's Bytes_sent during it, and the node's peak RSS (VmHWM, a fresh
 #             node per case); pt-table-sync (percona-toolkit) as the peer for the
-#             unchanged and 1 % cases of the 100k table; and (issue 14) `dsync verify`
+#             unchanged and 1 % cases of the 100k table (DSYNC_BENCH_SYNC_LANES: the
+#             step's `lanes`, default its own); and (issue 14) `dsync verify`
 #             of two equal copies of the 100k table vs CHECKSUM TABLE of both
 #   purge     issue 16 retention: DSYNC_BENCH_PURGE_ROWS (1,000,000) finished events of
 #             10 days ago, one step each, built by INSERT ... SELECT from a seq table;
@@ -1046,10 +1047,12 @@ section_galera() {
 # ---- sync (issue 13) ------------------------------------------------------------------
 sync_rows=${DSYNC_BENCH_SYNC_ROWS:-100000}
 sync_big_rows=${DSYNC_BENCH_SYNC_BIG_ROWS:-1000000}
+sync_lanes=${DSYNC_BENCH_SYNC_LANES:-}  # the step's `lanes` (default: the step's default)
 
 # write_sync_config FILE: one topic SYNC with one table_sync step of table $sync_table.
 write_sync_config() {
-  local base=${url%/*}
+  local base=${url%/*} lanes_param=""
+  [[ -n $sync_lanes ]] && lanes_param=", \"lanes\": $sync_lanes"
   cat > "$1" <<JSON
 {
   "database": "$schema_url",
@@ -1061,7 +1064,7 @@ write_sync_config() {
   "topics": {
     "SYNC": { "max_retry": 3, "max_processing_time_ms": 3600000,
               "steps": [ { "name": "s", "type": "table_sync", "source": "env_a", "target": "env_b",
-                           "table": "$sync_table", "where": "grp = :g" } ] }
+                           "table": "$sync_table", "where": "grp = :g"$lanes_param } ] }
   }
 }
 JSON

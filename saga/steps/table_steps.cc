@@ -1483,9 +1483,13 @@ class TableSyncStep final : public TableStep {
     // kCompareSpan times as many (fewer transactions and round trips while few rows
     // differ); one that would hold more than chunk_size differing rows is retried at a
     // quarter of its size.
-    const auto max_held = static_cast<size_t>(cfg_.chunk_size);
-    table::ChunkSizer copy_sizer(max_held);
-    table::ChunkSizer::Options compare_options;
+    // Lanes share those bounds (rows and bytes held), so a step holds what one lane would.
+    const size_t lanes = run.counts.size();
+    const auto max_held = std::max<size_t>(1, static_cast<size_t>(cfg_.chunk_size) / lanes);
+    table::ChunkSizer::Options copy_options;
+    copy_options.max_bytes /= lanes;
+    table::ChunkSizer copy_sizer(max_held, copy_options);
+    table::ChunkSizer::Options compare_options = copy_options;
     compare_options.max_held_rows = max_held;
     table::ChunkSizer compare_sizer(max_held * kCompareSpan, compare_options);
     auto last_record = std::chrono::steady_clock::now();
