@@ -1008,7 +1008,10 @@ INSERT INTO dsync_sync_chunk (step_code, chunk_no, step_name, table_name, attemp
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(3)))";
 
 // A forward run after a full compensation starts over.   params: step_code
-constexpr const char* kForgetStepSql = "DELETE FROM dsync_sync_chunk WHERE step_code = ?";
+// (Row 0 stays, its fencing token raised by this run; its marks are cleared.)
+constexpr const char* kForgetChunksSql = "DELETE FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no > 0";
+constexpr const char* kForgetStepSql = R"(
+UPDATE dsync_sync_chunk SET compensated_at = NULL, hi_key = NULL WHERE step_code = ? AND chunk_no = 0)";
 
 // Chunks left to restore, last first.   params: step_code
 constexpr const char* kChunksToRestoreSql = R"(
@@ -1248,6 +1251,7 @@ class TableSyncStep final : public TableStep {
     bool step_compensated = c.QueryInt(kStepCompensatedSql, step_code).value_or(0) != 0;
     if (step_compensated || (count > 0 && compensated == count)) {
       // Compensated before: this forward run starts a new record.
+      c.Execute(kForgetChunksSql, step_code);
       c.Execute(kForgetStepSql, step_code);
       return Resume{};
     }
@@ -1401,8 +1405,11 @@ class TableSyncStep final : public TableStep {
                       : table::BoundFilter{};
     const std::string step_code = ctx.idempotency_key();
 
-    const Resume resume = tgt.Run(What("read checkpoint"), [&](Connection& c) { return ReadResume(c, step_code); });
+    // The fence first: what is read after it is every chunk an earlier claim will ever
+    // commit (one committing at that instant committed before the fence was raised).
     TakeOver(ctx, tgt, step_code);
+    const Resume resume =
+        tgt.Transact(What("read checkpoint"), [&](Connection& c) { return ReadResume(c, step_code); });
     std::vector<Lane> lanes = PlanLanes(ctx, src, tgt, plan, step_code, resume);
     if (resume.last_chunk > 0) {
       spdlog::info("TABLE_SYNC_RESUME step={} code={} after_chunk={} finished={} lanes={}", cfg_.step, step_code,
