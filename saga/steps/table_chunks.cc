@@ -237,16 +237,9 @@ nlohmann::json KeyToJson(const Row& key) {
 }
 
 IntKey IntKey::Of(const std::string& text) {
-  size_t i = 0;
-  const bool negative = !text.empty() && text[0] == '-';
-  if (negative) ++i;
-  if (i == text.size() || text.size() - i > 20) throw std::invalid_argument("'" + text + "' is not an integer key");
-  __int128 v = 0;
-  for (; i < text.size(); ++i) {
-    if (text[i] < '0' || text[i] > '9') throw std::invalid_argument("'" + text + "' is not an integer key");
-    v = v * 10 + (text[i] - '0');
-  }
-  return IntKey(negative ? -v : v);
+  if (auto v = ParseInt<int64_t>(text)) return IntKey(*v);
+  if (auto u = ParseInt<uint64_t>(text)) return IntKey(*u);
+  throw std::invalid_argument("'" + text + "' is not an integer key");
 }
 
 IntKey IntKey::Of(const Row& key) {
@@ -255,14 +248,7 @@ IntKey IntKey::Of(const Row& key) {
 }
 
 Row IntKey::ToRow() const {
-  unsigned __int128 m = v_ < 0 ? static_cast<unsigned __int128>(-v_) : static_cast<unsigned __int128>(v_);
-  std::string digits;
-  do {
-    digits.push_back(static_cast<char>('0' + static_cast<int>(m % 10)));
-    m /= 10;
-  } while (m > 0);
-  if (v_ < 0) digits.push_back('-');
-  return Row{std::string(digits.rbegin(), digits.rend())};
+  return Row{v_ < 0 ? std::to_string(static_cast<int64_t>(v_)) : std::to_string(static_cast<uint64_t>(v_))};
 }
 
 std::vector<Row> EvenSplits(const std::string& lo, const std::string& hi, int lanes, int64_t min_keys) {

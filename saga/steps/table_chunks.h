@@ -172,7 +172,8 @@ class ChunkSizer {
 // number: lanes are split and their checkpoints placed by it.
 class IntKey {
  public:
-  // Throws std::invalid_argument unless `key` is one cell of integer text.
+  // Throws std::invalid_argument unless `key` is one cell of canonical integer text
+  // (table::ParseInt) of the int64 or uint64 range, the range ToRow writes.
   static IntKey Of(const Row& key);
   static IntKey Of(const std::string& text);
   explicit IntKey(__int128 v = 0) : v_(v) {}

@@ -973,9 +973,10 @@ SELECT COALESCE(MAX(chunk_no), 0), COUNT(*), COALESCE(SUM(compensated_at IS NOT 
        COALESCE(SUM(rows_written), 0)
 FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no > 0)";
 
-// The step's compensated mark (row 0).   params: step_code
-constexpr const char* kStepCompensatedSql = R"(
-SELECT compensated_at IS NOT NULL FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = 0)";
+// The step's row 0: its compensated mark, its lanes' split keys (a JSON array of keys;
+// NULL: one lane).   params: step_code
+constexpr const char* kStepRowSql = R"(
+SELECT compensated_at IS NOT NULL, hi_key FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = 0)";
 
 // The newest chunk record (under the step lock: its number + 1 is the next chunk's).
 //   params: step_code
@@ -983,14 +984,14 @@ constexpr const char* kNewestChunkSql = R"(
 SELECT chunk_no, attempt FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no > 0
 ORDER BY chunk_no DESC LIMIT 1 FOR UPDATE)";
 
-// The lanes' split keys (row 0's hi_key: a JSON array of keys; NULL: one lane).
-//   params: step_code
-constexpr const char* kReadLanesSql = R"(
-SELECT hi_key FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = 0)";
-
-// Records them, once (at the step's first run).   params: splits, step_code
+// Records the lanes' split keys in row 0, once (at the step's first run).
+//   params: splits, step_code
 constexpr const char* kRecordLanesSql = R"(
 UPDATE dsync_sync_chunk SET hi_key = ? WHERE step_code = ? AND chunk_no = 0 AND hi_key IS NULL)";
+
+// What row 0 holds then, under the step lock.   params: step_code
+constexpr const char* kLockedLanesSql = R"(
+SELECT hi_key FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = 0 FOR UPDATE)";
 
 // Every chunk's upper end, oldest first (each lane's checkpoint).   params: step_code
 constexpr const char* kChunkEndsSql = R"(
@@ -1131,6 +1132,12 @@ class TableSyncStep final : public TableStep {
   struct Counts {
     int64_t rows = 0, inserted = 0, updated = 0, unchanged = 0, deleted = 0;
     int64_t chunks = 0, chunks_equal = 0, chunks_written = 0, rows_fetched = 0;
+    Counts& operator+=(const Counts& o) {
+      rows += o.rows, inserted += o.inserted, updated += o.updated, unchanged += o.unchanged;
+      deleted += o.deleted, chunks += o.chunks, chunks_equal += o.chunks_equal;
+      chunks_written += o.chunks_written, rows_fetched += o.rows_fetched;
+      return *this;
+    }
   };
 
   // What earlier runs of the step committed.
@@ -1140,6 +1147,7 @@ class TableSyncStep final : public TableStep {
     bool finished = false;        // its hi_key is the end
     int64_t records = 0;          // chunk records
     int64_t rows_written = 0;
+    std::optional<std::string> lanes;  // row 0's split keys (JSON), if recorded
   };
 
   // One chunk's work, decided before its target transaction.
@@ -1248,7 +1256,14 @@ class TableSyncStep final : public TableStep {
         r.rows_written = rs->getInt64(4);
       }
     }
-    bool step_compensated = c.QueryInt(kStepCompensatedSql, step_code).value_or(0) != 0;
+    bool step_compensated = false;
+    {
+      auto rs = c.Query(kStepRowSql, step_code);
+      if (rs->next()) {
+        step_compensated = rs->getBoolean(1);
+        if (!rs->isNull(2)) r.lanes = std::string(rs->getString(2));
+      }
+    }
     if (step_compensated || (count > 0 && compensated == count)) {
       // Compensated before: this forward run starts a new record.
       c.Execute(kForgetChunksSql, step_code);
@@ -1304,6 +1319,7 @@ class TableSyncStep final : public TableStep {
     std::atomic<bool> failed{false};  // a lane failed: the others stop
     // Guards what follows, and ctx (one thread at a time: its StillOwner, ReportProgress).
     std::mutex mu;
+    std::exception_ptr failure;  // the first lane's error: the step's
     std::vector<Counts> counts;  // per lane
     int64_t records = 0;         // the step's chunk records, earlier runs' included
     std::chrono::steady_clock::time_point last_progress;
@@ -1316,10 +1332,7 @@ class TableSyncStep final : public TableStep {
   // version) there is one lane over the whole table.
   std::vector<Lane> PlanLanes(StepContext& ctx, ConnectionPool& src, ConnectionPool& tgt, const Plan& plan,
                               const std::string& step_code, const Resume& resume) {
-    auto read_splits = [&] {
-      return tgt.Run(What("read lanes"), [&](Connection& c) { return c.QueryString(kReadLanesSql, step_code); });
-    };
-    std::optional<std::string> stored = read_splits();
+    std::optional<std::string> stored = resume.lanes;
     if (!stored && resume.records == 0 && cfg_.lanes > 1 && table::SingleIntegerKey(plan.src_key)) {
       std::vector<Row> splits = src.Run(What("key bounds"), [&](Connection& c) {
         auto rs = c.Query(KeyBoundsSql(cfg_.table, plan.src_key));
@@ -1330,12 +1343,12 @@ class TableSyncStep final : public TableStep {
       if (!splits.empty()) {
         json j = json::array();
         for (const Row& k : splits) j.push_back(table::KeyToJson(k));
-        tgt.Transact(What("record lanes"), [&](Connection& c) {
+        stored = tgt.Transact(What("record lanes"), [&](Connection& c) {
           c.Execute(kLockStepSql, step_code, cfg_.step, cfg_.table);
           CheckFence(c, ctx, step_code);
           c.Execute(kRecordLanesSql, j.dump(), step_code);
+          return c.QueryString(kLockedLanesSql, step_code);
         });
-        stored = read_splits();
       }
     }
     std::vector<Lane> lanes(1);
@@ -1427,12 +1440,14 @@ class TableSyncStep final : public TableStep {
     run.counts.resize(lanes.size());
     run.records = resume.records;
     run.last_progress = std::chrono::steady_clock::now();
-    std::vector<std::exception_ptr> errors(lanes.size());
     auto work = [&](size_t i) {
       try {
         RunLane(run, lanes[i]);
+      } catch (const LaneStopped&) {
+        // stopped because another lane failed: that lane's error is the step's
       } catch (...) {
-        errors[i] = std::current_exception();
+        std::lock_guard<std::mutex> lock(run.mu);
+        if (!run.failure) run.failure = std::current_exception();
         run.failed = true;
       }
     };
@@ -1442,17 +1457,7 @@ class TableSyncStep final : public TableStep {
       work(0);
       for (std::future<void>& f : others) f.get();
     }
-    // The lane that failed first (the others stopped because it did).
-    for (int pass = 0; pass < 2; ++pass) {
-      for (const std::exception_ptr& e : errors) {
-        if (!e) continue;
-        try {
-          std::rethrow_exception(e);
-        } catch (const LaneStopped&) {
-          if (pass == 1) throw;
-        }
-      }
-    }
+    if (run.failure) std::rethrow_exception(run.failure);
 
     const Counts counts = Total(run.counts);
     json out = Progress(counts, resume, run.records, lanes.size(), true);
@@ -1640,10 +1645,7 @@ class TableSyncStep final : public TableStep {
         recorded_last = true;
         last_record = std::chrono::steady_clock::now();
         if (delta.inserted + delta.updated + delta.deleted > 0) ++counts.chunks_written;
-        counts.inserted += delta.inserted;
-        counts.updated += delta.updated;
-        counts.unchanged += delta.unchanged;
-        counts.deleted += delta.deleted;
+        counts += delta;  // (a chunk's delta counts rows written and unchanged only)
         // Copy while most rows change, compare while most are equal. (One or the other:
         // a copy chunk has no row hashes, so the second test would undo the first.)
         if (!compare) {
@@ -1682,17 +1684,7 @@ class TableSyncStep final : public TableStep {
 
   static Counts Total(const std::vector<Counts>& lanes) {
     Counts t;
-    for (const Counts& c : lanes) {
-      t.rows += c.rows;
-      t.inserted += c.inserted;
-      t.updated += c.updated;
-      t.unchanged += c.unchanged;
-      t.deleted += c.deleted;
-      t.chunks += c.chunks;
-      t.chunks_equal += c.chunks_equal;
-      t.chunks_written += c.chunks_written;
-      t.rows_fetched += c.rows_fetched;
-    }
+    for (const Counts& c : lanes) t += c;
     return t;
   }
 
@@ -2024,7 +2016,7 @@ class TableSyncStep final : public TableStep {
       std::vector<int> todo;
       auto rs = c.Query(kChunksToRestoreSql, step_code);
       while (rs->next()) todo.push_back(static_cast<int>(rs->getInt64(1)));
-      bool step_compensated = c.QueryInt(kStepCompensatedSql, step_code).value_or(0) != 0;
+      bool step_compensated = c.QueryInt(kStepRowSql, step_code).value_or(0) != 0;
       int64_t records = 0;
       auto st = c.Query(kStepStateSql, step_code);
       if (st->next()) records = st->getInt64(2);
