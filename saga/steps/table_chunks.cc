@@ -51,26 +51,6 @@ bool SingleIntegerKey(const ColumnSet& key) {
   return key.size() == 1 && (key.at(0).kind == ColumnKind::kSigned || key.at(0).kind == ColumnKind::kUnsigned);
 }
 
-// SELECT COUNT(*), BIT_XOR(h * K), MAX(k) FROM
-//   (SELECT <key> AS k, <row hash> AS h FROM t WHERE <after lo> ORDER BY <key> LIMIT n) x
-NextChecksum ChecksumNext(storage::Connection& c, const std::string& table, const ColumnSet& cols,
-                          const ColumnSet& key, const BoundFilter& filter, const std::optional<Row>& lo, size_t n,
-                          const std::optional<Row>& end) {
-  const KeyRange range{lo, end};
-  const std::string k = Quoted(key.at(0).name);
-  const std::string sql = "SELECT " + ChecksumAggregate("h") + ", MAX(k) FROM (SELECT " + k +
-                          " AS k, " + cols.RowHashExpr() + " AS h FROM " + Quoted(table) + " WHERE " +
-                          RangeWhere(key, filter, range) + " ORDER BY " + k + " LIMIT " + std::to_string(n) + ") x";
-  auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
-  NextChecksum out;
-  if (rs->next()) {
-    out.sum.rows = rs->getInt64(1);
-    out.sum.crc_xor = rs->getUInt64(2);
-    if (out.sum.rows == static_cast<int64_t>(n) && !rs->isNull(3)) out.hi = Row{std::string(rs->getString(3))};
-  }
-  return out;
-}
-
 // SELECT <key>, <row hash> FROM t WHERE <range> ORDER BY <key>
 std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table, const ColumnSet& cols,
                                const ColumnSet& key, const BoundFilter& filter, const KeyRange& range, size_t limit) {
@@ -249,6 +229,24 @@ IntKey IntKey::Of(const Row& key) {
 
 Row IntKey::ToRow() const {
   return Row{v_ < 0 ? std::to_string(static_cast<int64_t>(v_)) : std::to_string(static_cast<uint64_t>(v_))};
+}
+
+std::optional<Row> KeySpanRanges::End(const std::optional<Row>& lo, size_t rows, const std::optional<Row>& end) const {
+  // keys_per_row_ stays within [1, 2^66], rows within size_t: the product fits an __int128.
+  const auto keys = std::max<__int128>(1, static_cast<__int128>(static_cast<double>(rows) * keys_per_row_));
+  const __int128 hi = From(lo).value() + keys;
+  if (end) {
+    if (hi >= IntKey::Of(*end).value()) return end;
+  } else if (hi >= last_.value()) {
+    return std::nullopt;
+  }
+  return IntKey(hi).ToRow();
+}
+
+void KeySpanRanges::Observe(const std::optional<Row>& lo, const Row& hi, int64_t rows) {
+  const auto keys = static_cast<double>(IntKey::Of(hi).value() - From(lo).value());
+  keys_per_row_ = rows > 0 ? keys / static_cast<double>(rows) : keys_per_row_ * 4;
+  keys_per_row_ = std::clamp(keys_per_row_, 1.0, 0x1p66);
 }
 
 std::vector<Row> EvenSplits(const std::string& lo, const std::string& hi, int lanes, int64_t min_keys) {

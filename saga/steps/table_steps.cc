@@ -1049,6 +1049,14 @@ std::string KeyBoundsSql(const std::string& table, const ColumnSet& key) {
   return "SELECT MIN(" + k + "), MAX(" + k + ") FROM " + Backticked(table);
 }
 
+// The lowest and highest key of a table of one integer key column; nullopt when empty.
+using KeyBounds = std::pair<table::IntKey, table::IntKey>;
+std::optional<KeyBounds> ReadKeyBounds(Connection& c, const std::string& table, const ColumnSet& key) {
+  auto rs = c.Query(KeyBoundsSql(table, key));
+  if (!rs->next() || rs->isNull(1)) return std::nullopt;
+  return KeyBounds(table::IntKey::Of(std::string(rs->getString(1))), table::IntKey::Of(std::string(rs->getString(2))));
+}
+
 // Runs f and g at once (source and target are different servers), returns both.
 template <class F, class G>
 auto Both(F&& f, G&& g) {
@@ -1323,6 +1331,9 @@ class TableSyncStep final : public TableStep {
     std::vector<Counts> counts;  // per lane
     int64_t records = 0;         // the step's chunk records, earlier runs' included
     std::chrono::steady_clock::time_point last_progress;
+    // The lowest and highest key of either side (single integer keys; nullopt when
+    // both are empty): where compare ranges by key span begin and end.
+    std::optional<KeyBounds> key_bounds;
   };
 
   // The step's lanes. Their split keys are chosen at the step's first run and kept in
@@ -1330,16 +1341,14 @@ class TableSyncStep final : public TableStep {
   // is the upper end of its newest chunk record. Without recorded splits (a small
   // table, `lanes` 1, a key that is not one integer column, or records of an earlier
   // version) there is one lane over the whole table.
-  std::vector<Lane> PlanLanes(StepContext& ctx, ConnectionPool& src, ConnectionPool& tgt, const Plan& plan,
+  // `src_bounds`: the source's lowest and highest key (single integer keys).
+  std::vector<Lane> PlanLanes(StepContext& ctx, ConnectionPool& tgt, const std::optional<KeyBounds>& src_bounds,
                               const std::string& step_code, const Resume& resume) {
     std::optional<std::string> stored = resume.lanes;
-    if (!stored && resume.records == 0 && cfg_.lanes > 1 && table::SingleIntegerKey(plan.src_key)) {
-      std::vector<Row> splits = src.Run(What("key bounds"), [&](Connection& c) {
-        auto rs = c.Query(KeyBoundsSql(cfg_.table, plan.src_key));
-        if (!rs->next() || rs->isNull(1)) return std::vector<Row>{};
-        return table::EvenSplits(rs->getString(1), rs->getString(2), cfg_.lanes,
-                                 std::max<int64_t>(kMinLaneKeys, int64_t{4} * cfg_.chunk_size));
-      });
+    if (!stored && resume.records == 0 && cfg_.lanes > 1 && src_bounds) {
+      const std::vector<Row> splits =
+          table::EvenSplits(*src_bounds->first.ToRow().at(0), *src_bounds->second.ToRow().at(0), cfg_.lanes,
+                            std::max<int64_t>(kMinLaneKeys, int64_t{4} * cfg_.chunk_size));
       if (!splits.empty()) {
         json j = json::array();
         for (const Row& k : splits) j.push_back(table::KeyToJson(k));
@@ -1423,7 +1432,21 @@ class TableSyncStep final : public TableStep {
     TakeOver(ctx, tgt, step_code);
     const Resume resume =
         tgt.Transact(What("read checkpoint"), [&](Connection& c) { return ReadResume(c, step_code); });
-    std::vector<Lane> lanes = PlanLanes(ctx, src, tgt, plan, step_code, resume);
+    // Single integer keys: each side's lowest and highest key, for the lanes' split and
+    // the compare ranges by key span.
+    std::optional<KeyBounds> src_bounds, tgt_bounds;
+    if (table::SingleIntegerKey(plan.src_key)) {
+      std::tie(src_bounds, tgt_bounds) = Both(
+          [&] {
+            return src.Run(What("key bounds"),
+                           [&](Connection& c) { return ReadKeyBounds(c, cfg_.table, plan.src_key); });
+          },
+          [&] {
+            return tgt.Run(What("key bounds"),
+                           [&](Connection& c) { return ReadKeyBounds(c, cfg_.table, plan.tgt_key); });
+          });
+    }
+    std::vector<Lane> lanes = PlanLanes(ctx, tgt, src_bounds, step_code, resume);
     if (resume.last_chunk > 0) {
       spdlog::info("TABLE_SYNC_RESUME step={} code={} after_chunk={} finished={} lanes={}", cfg_.step, step_code,
                    resume.last_chunk, std::all_of(lanes.begin(), lanes.end(), [](const Lane& l) { return l.done; }),
@@ -1438,6 +1461,11 @@ class TableSyncStep final : public TableStep {
     // target has no rows in yet do not lock the same gap (table_steps.h "Lanes").
     run.isolation = lanes.size() > 1 ? storage::Isolation::kReadCommitted : storage::Isolation::kSession;
     run.counts.resize(lanes.size());
+    run.key_bounds = src_bounds ? src_bounds : tgt_bounds;
+    if (src_bounds && tgt_bounds) {
+      run.key_bounds->first = std::min(src_bounds->first, tgt_bounds->first);
+      run.key_bounds->second = std::max(src_bounds->second, tgt_bounds->second);
+    }
     run.records = resume.records;
     run.last_progress = std::chrono::steady_clock::now();
     auto work = [&](size_t i) {
@@ -1507,8 +1535,10 @@ class TableSyncStep final : public TableStep {
     auto last_record = std::chrono::steady_clock::now();
     bool recorded_last = true;  // the latest range processed is in the chunk table
     bool by_hash = false;       // compare by row hashes without a range checksum first
-    // The source's checksum of the range after a key, read ahead (single integer keys).
-    std::optional<std::pair<std::optional<Row>, table::NextChecksum>> next_checksum;
+    // Compare ranges by key span (single integer keys, from the lowest and highest key
+    // of either side; table::KeySpanRanges), else ending at the source's N-th key.
+    std::optional<table::KeySpanRanges> spans;
+    if (run.key_bounds) spans.emplace(run.key_bounds->first, run.key_bounds->second);
     auto read_source = [&](const std::optional<Row>& after, size_t n) {
       return src.Run(What("read source"), [&](Connection& c) {
         return table::ReadRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, {after, end}, n, false);
@@ -1561,49 +1591,33 @@ class TableSyncStep final : public TableStep {
           ++counts.chunks_equal;
         }
       } else {
-        auto target_checksum = [&] {
-          return tgt.Run(What("checksum target"), [&](Connection& c) {
-            return table::ChecksumRange(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
-          });
-        };
-        table::RangeChecksum a, b;
-        if (table::SingleIntegerKey(plan.src_key)) {
-          // One source pass gives the range's checksum and its end; the target's
-          // checksum of this range runs beside the source's pass over the next one.
-          std::optional<table::NextChecksum> here;
-          if (next_checksum && next_checksum->first == lo) here = std::move(next_checksum->second);
-          next_checksum.reset();
-          if (!here) {
-            here = src.Run(What("checksum source"), [&](Connection& c) {
-              return table::ChecksumNext(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, lo, size, end);
-            });
-          }
-          a = here->sum;
-          w.range.hi = here->hi ? here->hi : end;
-          if (w.range.hi != end) {
-            auto [tb, ahead] = Both(target_checksum, [&, hi = *w.range.hi] {
-              return src.Run(What("checksum source"), [&](Connection& c) {
-                return table::ChecksumNext(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, hi, size, end);
-              });
-            });
-            b = tb;
-            next_checksum.emplace(w.range.hi, std::move(ahead));
-          } else {
-            b = target_checksum();
-          }
+        if (spans) {
+          w.range.hi = spans->End(lo, size, end);
         } else {
           // (Lanes split single integer keys only: a key of other types has one lane,
           // whose end is the table's.)
           w.range.hi = src.Run(What("chunk boundary"), [&](Connection& c) {
             return table::NthKeyAfter(c, cfg_.table, plan.src_key, src_filter, lo, size);
           });
-          std::tie(a, b) = Both(
-              [&] {
-                return src.Run(What("checksum source"), [&](Connection& c) {
-                  return table::ChecksumRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range);
-                });
-              },
-              target_checksum);
+        }
+        const auto [a, b] = Both(
+            [&] {
+              return src.Run(What("checksum source"), [&](Connection& c) {
+                return table::ChecksumRange(c, cfg_.table, plan.src_cols, plan.src_key, src_filter, w.range);
+              });
+            },
+            [&] {
+              return tgt.Run(What("checksum target"), [&](Connection& c) {
+                return table::ChecksumRange(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
+              });
+            });
+        const int64_t covered = std::max(a.rows, b.rows);
+        if (spans && w.range.hi) {
+          spans->Observe(lo, *w.range.hi, covered);
+          // A range denser than the ones before, with more rows than a compare chunk
+          // covers: the same start again, shorter (at the density just seen; a range
+          // of one key holds one row).
+          if (a != b && covered > static_cast<int64_t>(max_held * kCompareSpan)) continue;
         }
         w.rows_read = a.rows;
         if (a == b) {

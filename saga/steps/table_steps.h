@@ -77,7 +77,13 @@
 //     both databases at once; equal ranges are skipped without reading a row; in a
 //     differing range the key and row hash of each row are compared and only the rows
 //     that differ (or that the target lacks) are read from the source. A range whose
-//     target side is empty switches back to copy mode.
+//     target side is empty switches back to copy mode. With a key of one integer
+//     column a compare range is a key span (table::KeySpanRanges): its end is its start
+//     plus the keys that held the rows asked for in the ranges before, from the lowest
+//     key of either side to past the highest (the last range is open above), so each
+//     side's checksum is one plain range scan; a differing range that turns out to hold
+//     more rows than a compare chunk covers is taken again, shorter. Other keys end a
+//     range at the source's N-th key after its start.
 //   Then, in ONE target transaction per chunk: the target rows of the chunk's keys
 //   read FOR UPDATE (the chunk's before-image), an exact comparison, the upserts (and
 //   deletes with delete_missing), then the step's lock row, the fencing token and a

@@ -820,8 +820,51 @@ TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseC
   FakeContext again(ds_, json::object(), "EV-2#0");
   StepResult r2 = step->Execute(again);
   ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
-  EXPECT_EQ(r2.output["chunks_equal"], 11);
+  // (Compared by key span, table::KeySpanRanges: the range reaching the highest key
+  // is the last, open above, so no empty range follows it.)
+  EXPECT_EQ(r2.output["chunks"], 10);
+  EXPECT_EQ(r2.output["chunks_equal"], 10);
   EXPECT_EQ(r2.output["rows_fetched"], 0);
+}
+
+// Compare ranges by key span follow the key density: sparse keys (one in 1000), then a
+// dense run, then a gap. A range sized for the sparse keys that lands in the dense run
+// and differs there holds far more rows than a compare chunk covers: it is taken
+// again, shorter, so the differing rows are found with at most a chunk's row hashes.
+TEST_F(TableStepsTest, KeySpanCompareRangesFollowSparseAndDenseKeys) {
+  CreateInBoth("CREATE TABLE ks (id BIGINT PRIMARY KEY, v VARCHAR(20) NOT NULL)");
+  src_.Exec("INSERT INTO ks SELECT seq * 1000, 'sparse' FROM seq_1_to_1000");
+  src_.Exec("INSERT INTO ks SELECT 2000000 + seq, 'dense' FROM seq_1_to_20000");
+  src_.Exec("INSERT INTO ks SELECT 9000000000 + seq * 7, 'far' FROM seq_1_to_300");
+  tgt_.Exec("INSERT INTO ks SELECT * FROM `" + src_.url().schema + "`.ks");
+  tgt_.Exec("UPDATE ks SET v = 'old' WHERE id IN (5000, 2000001, 2010000, 2019999, 9000000007)");
+  tgt_.Exec("DELETE FROM ks WHERE id = 2015000");
+  tgt_.Exec("INSERT INTO ks VALUES (2500000, 'target only')");  // in a gap: kept (no delete_missing)
+  auto step = Sync("1 = 1", {{"chunk_size", 25}, {"lanes", 1}}, "ks");
+  FakeContext ctx(ds_, json::object());
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 21300}, {"inserted", 1}, {"updated", 5}, {"unchanged", 21294}}));
+  EXPECT_EQ(r.output["rows_fetched"], 6);  // only the differing rows were read whole
+  EXPECT_EQ(Dump(tgt_, "ks", "id", "id <> 2500000"), Dump(src_, "ks", "id"));
+  // The records follow in key order, and the last range is open above.
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk c JOIN dsync_sync_chunk p "
+                          "ON p.step_code = c.step_code AND p.chunk_no = c.chunk_no - 1 "
+                          "WHERE c.step_code = 'EV-1#0' AND c.chunk_no > 1 AND "
+                          "CAST(JSON_VALUE(c.lo_key, '$[0]') AS SIGNED) < CAST(JSON_VALUE(p.hi_key, '$[0]') AS SIGNED)"),
+            0);
+  EXPECT_EQ(tgt_.QueryInt("SELECT hi_key IS NULL FROM dsync_sync_chunk WHERE step_code = 'EV-1#0' "
+                          "ORDER BY chunk_no DESC LIMIT 1"),
+            1);
+
+  FakeContext again(ds_, json::object(), "EV-2#0");
+  StepResult r2 = step->Execute(again);
+  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  // Every range equal but the one holding the target-only row (no delete_missing).
+  EXPECT_EQ(r2.output["chunks_equal"].get<int>(), r2.output["chunks"].get<int>() - 1);
+  EXPECT_EQ(r2.output["rows_fetched"], 0);
+  // A few ranges over 9 billion keys, not one per compare chunk of keys.
+  EXPECT_LT(r2.output["chunks"].get<int>(), 400);
 }
 
 // A source row whose key the target lacks but whose secondary unique value another

@@ -310,6 +310,41 @@ TEST(TableChunks, EvenSplitsCoverTheKeySpanInEqualRanges) {
   EXPECT_THROW(table::IntKey::Of(table::Row{std::string("1"), std::string("2")}), std::invalid_argument);
 }
 
+// Compare ranges by key span: a range ends at its start plus the keys that held the
+// rows asked for at the last density seen; it stops at the lane's end, and the last
+// lane's last range is open (keys above the table's highest at the start included).
+TEST(TableChunks, KeySpanRangesFollowTheDensitySeen) {
+  auto key = [](const char* text) { return std::optional<table::Row>(table::Row{std::string(text)}); };
+  auto text = [](const std::optional<table::Row>& k) { return k ? *k->at(0) : std::string("(end)"); };
+  table::KeySpanRanges r(table::IntKey::Of("1"), table::IntKey::Of("1000000"));
+  // One key per row to begin with; the first range starts below the lowest key.
+  EXPECT_EQ(text(r.End(std::nullopt, 1000, std::nullopt)), "1000");
+  EXPECT_EQ(text(r.End(key("1000"), 5000, std::nullopt)), "6000");
+  // 5000 keys held 500 rows: 10 keys a row from now on.
+  r.Observe(key("1000"), *key("6000"), 500);
+  EXPECT_DOUBLE_EQ(r.keys_per_row(), 10);
+  EXPECT_EQ(text(r.End(key("6000"), 1000, std::nullopt)), "16000");
+  // An empty range: the next ones 4x as long. Denser than a key a row cannot be.
+  r.Observe(key("6000"), *key("16000"), 0);
+  EXPECT_EQ(text(r.End(key("16000"), 1000, std::nullopt)), "56000");
+  r.Observe(key("16000"), *key("17000"), 5000);
+  EXPECT_DOUBLE_EQ(r.keys_per_row(), 1);
+  // The lane's end, then the table's: the range reaching or passing them ends there.
+  EXPECT_EQ(text(r.End(key("17000"), 1000, key("17500"))), "17500");
+  EXPECT_EQ(text(r.End(key("17000"), 1000, key("18000"))), "18000");
+  EXPECT_EQ(text(r.End(key("17000"), 1000, key("18001"))), "18000");
+  EXPECT_EQ(text(r.End(key("999000"), 1000, std::nullopt)), "(end)");
+  EXPECT_EQ(text(r.End(key("998999"), 1000, std::nullopt)), "999999");
+  // Nothing asked: still a key. The 64-bit ends.
+  EXPECT_EQ(text(r.End(key("5"), 0, std::nullopt)), "6");
+  table::KeySpanRanges wide(table::IntKey::Of("-9223372036854775808"), table::IntKey::Of("18446744073709551615"));
+  EXPECT_EQ(text(wide.End(std::nullopt, 10, std::nullopt)), "-9223372036854775799");
+  wide.Observe(std::nullopt, *key("-9223372036854775799"), 0);
+  for (int i = 0; i < 40; ++i) wide.Observe(key("0"), *key("1"), 0);  // the density's bound
+  EXPECT_EQ(text(wide.End(key("0"), 100000, std::nullopt)), "(end)");
+  EXPECT_EQ(text(wide.End(key("0"), 1, key("100"))), "100");
+}
+
 TEST(TableChunks, DenseSpanOnlyForDenseIntegerKeys) {
   auto schema = [](table::ColumnKind kind, std::vector<std::string> key) {
     table::TableSchema t;
