@@ -789,7 +789,8 @@ TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseC
   src_.Exec("INSERT INTO d SELECT seq, 'a', 'x', 0x0102, '2024-01-01 00:00:00.123456', 0.1e0 + 0.2e0 "
             "FROM seq_1_to_1000");
   tgt_.Exec("INSERT INTO d SELECT * FROM `" + src_.url().schema + "`.d");
-  // One difference per chunk of 100 rows, each of another kind; chunks 3 and 6 stay equal.
+  // One difference per chunk of 100 rows, each of another kind (chunk 10 two); chunks 3
+  // and 6 stay equal.
   src_.Exec("UPDATE d SET ci = NULL WHERE id = 50");      // NULL vs 'a'...
   tgt_.Exec("UPDATE d SET ci = '' WHERE id = 50");        // ... target '': NULL vs ''
   src_.Exec("UPDATE d SET ci = 'NULL' WHERE id = 150");   // the string 'NULL' vs NULL
@@ -801,6 +802,8 @@ TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseC
   tgt_.Exec("UPDATE d SET x = 0.3e0 WHERE id = 950");     // the last bit of a double
   src_.Exec("UPDATE d SET ci = 'a|', pad = 'b' WHERE id = 650");  // a separator moved from
   tgt_.Exec("UPDATE d SET ci = 'a', pad = '|b' WHERE id = 650");  // one column to the next
+  src_.Exec("UPDATE d SET ci = NULL, pad = 'a' WHERE id = 960");  // a NULL moved from one
+  tgt_.Exec("UPDATE d SET ci = 'a', pad = NULL WHERE id = 960");  // column to the next
   ASSERT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM d WHERE x = 0.3e0"), 1);
   ASSERT_NE(Dump(tgt_, "d", "id"), Dump(src_, "d", "id"));
 
@@ -809,11 +812,11 @@ TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseC
   FakeContext ctx(ds_, json::object());
   StepResult r = step->Execute(ctx);
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
-  EXPECT_EQ(Classic(r.output), (json{{"rows", 1000}, {"inserted", 0}, {"updated", 8}, {"unchanged", 992}}));
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 1000}, {"inserted", 0}, {"updated", 9}, {"unchanged", 991}}));
   EXPECT_EQ(r.output["chunks"], 11);  // 10 of 100 rows, and the empty range after the last key
   EXPECT_EQ(r.output["chunks_equal"], 3);
   EXPECT_EQ(r.output["chunks_written"], 8);
-  EXPECT_EQ(r.output["rows_fetched"], 8);  // only the differing rows were read whole
+  EXPECT_EQ(r.output["rows_fetched"], 9);  // only the differing rows were read whole
   EXPECT_EQ(Dump(tgt_, "d", "id"), Dump(src_, "d", "id"));
 
   // Nothing differs any more: a re-sync (another event) reads no row.

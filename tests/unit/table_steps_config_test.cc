@@ -487,9 +487,12 @@ TEST(TableSql, RowHashCompareFormMarksNullsWhereNeededAndFixesColumnBounds) {
             "CRC32(CONCAT_WS('|', CAST(`c0` AS BINARY), CAST(`c1` AS BINARY), CAST(`c2` AS BINARY), "
             "CONCAT(ISNULL(`c0`), ISNULL(`c1`), ISNULL(`c2`))))");
   table::UseCompareHash(sa, sb);
+  // The marked columns first. A row without NULLs takes the CONCAT, whose bytes are the
+  // CONCAT_WS's with its marker 0; a NULL makes the CONCAT NULL and the CONCAT_WS count.
   const std::string marked =
-      "CRC32(CONCAT_WS('|', CAST(`c0` AS BINARY), CAST(`c1` AS BINARY), CAST(`c2` AS BINARY), "
-      "ISNULL(`c1`) + 2 * ISNULL(`c2`)))";
+      "CRC32(COALESCE(CONCAT(CAST(`c1` AS BINARY), '|', CAST(`c2` AS BINARY), '|', CAST(`c0` AS BINARY), '|0'), "
+      "CONCAT_WS('|', CAST(`c1` AS BINARY), CAST(`c2` AS BINARY), CAST(`c0` AS BINARY), "
+      "ISNULL(`c1`) + 2 * ISNULL(`c2`))))";
   EXPECT_EQ(sa.RowHashExpr(), marked);
   EXPECT_EQ(sb.RowHashExpr(), marked);
   const table::TableSchema none = schema({false, false});
@@ -506,6 +509,15 @@ TEST(TableSql, RowHashCompareFormMarksNullsWhereNeededAndFixesColumnBounds) {
   table::UseCompareHash(ma, mb);
   ma.set_plain_text_hash(true);
   EXPECT_EQ(ma.RowHashExpr(), "CRC32(CONCAT_WS(_binary'|', `c0`, `c1`, `c2`, `c3`, LENGTH(`c1`), LENGTH(`c2`)))");
+  // With a nullable text column: it comes first, and the lengths follow that order.
+  mixed.columns[3].nullable = true;
+  table::ColumnSet xa(mixed, names(4)), xb(mixed, names(4));
+  table::UseCompareHash(xa, xb);
+  xa.set_plain_text_hash(true);
+  EXPECT_EQ(xa.RowHashExpr(),
+            "CRC32(COALESCE(CONCAT(`c3`, _binary'|', `c0`, _binary'|', `c1`, _binary'|', `c2`, _binary'|0', "
+            "_binary'|', LENGTH(`c3`), _binary'|', LENGTH(`c1`)), "
+            "CONCAT_WS(_binary'|', `c3`, `c0`, `c1`, `c2`, ISNULL(`c3`), LENGTH(`c3`), LENGTH(`c1`))))");
   // 64 nullable columns: bits 0..61 in one integer (2^61 < 2^63: no overflow), the
   // last two in a second.
   const table::TableSchema wide = schema(std::vector<bool>(64, true));
