@@ -187,6 +187,14 @@ class TableStepsTest : public ::testing::Test {
     src_.Exec(kDocRows);
   }
 
+  // The step run again by another event (its own chunk records): a re-sync.
+  StepResult RunAsAnotherEvent(StepHandler& step, json payload) {
+    FakeContext again(ds_, std::move(payload), "EV-2#0");
+    StepResult r = step.Execute(again);
+    EXPECT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+    return r;
+  }
+
   // Compensates the run that returned `r` as the engine would (with the run's
   // compensation data): that must succeed and leave the target's `table` (ordered by
   // `order`) as it was `before` the run. Returns the compensation's result.
@@ -257,9 +265,7 @@ TEST_F(TableStepsTest, SyncCopiesMatchingRowsExactly) {
   EXPECT_EQ(image["binary"], json{"data"});
 
   // Running again changes nothing.
-  FakeContext again(ds_, {{"space_id", 1}}, "EV-2#0");
-  StepResult r2 = step->Execute(again);
-  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  StepResult r2 = RunAsAnotherEvent(*step, {{"space_id", 1}});
   EXPECT_EQ(Classic(r2.output), (json{{"rows", 5}, {"inserted", 0}, {"updated", 0}, {"unchanged", 5}}));
   EXPECT_EQ(r2.output["chunks_equal"], 1);  // the checksums matched: no row was read
   EXPECT_EQ(r2.output["rows_fetched"], 0);
@@ -417,9 +423,7 @@ TEST_F(TableStepsTest, SourceColumnsTheTargetLacksAreNamedInTheOutput) {
   EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kv WHERE kept = 7 AND note IN ('a', 'b')"), 2);
 
   auto listed = Sync("grp = :grp", {{"columns", {"id", "grp", "note"}}}, "kv");
-  FakeContext again(ds_, {{"grp", 1}}, "EV-2#0");
-  StepResult r2 = listed->Execute(again);
-  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  StepResult r2 = RunAsAnotherEvent(*listed, {{"grp", 1}});
   EXPECT_FALSE(r2.output.contains("source_columns_not_in_target")) << r2.output.dump();
 }
 
@@ -820,9 +824,7 @@ TEST_F(TableStepsTest, ChecksumDiffFindsEveryKindOfDifferenceAndCopiesOnlyThoseC
   EXPECT_EQ(Dump(tgt_, "d", "id"), Dump(src_, "d", "id"));
 
   // Nothing differs any more: a re-sync (another event) reads no row.
-  FakeContext again(ds_, json::object(), "EV-2#0");
-  StepResult r2 = step->Execute(again);
-  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  StepResult r2 = RunAsAnotherEvent(*step, json::object());
   // (Compared by key span, table::KeySpanRanges: the range reaching the highest key
   // is the last, open above, so no empty range follows it.)
   EXPECT_EQ(r2.output["chunks"], 10);
@@ -860,9 +862,7 @@ TEST_F(TableStepsTest, KeySpanCompareRangesFollowSparseAndDenseKeys) {
                           "ORDER BY chunk_no DESC LIMIT 1"),
             1);
 
-  FakeContext again(ds_, json::object(), "EV-2#0");
-  StepResult r2 = step->Execute(again);
-  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  StepResult r2 = RunAsAnotherEvent(*step, json::object());
   // Every range equal but the one holding the target-only row (no delete_missing).
   EXPECT_EQ(r2.output["chunks_equal"].get<int>(), r2.output["chunks"].get<int>() - 1);
   EXPECT_EQ(r2.output["rows_fetched"], 0);
@@ -887,9 +887,7 @@ TEST_F(TableStepsTest, ZerofillIntegerKeysSyncInLanesAndCompensateExactly) {
   EXPECT_EQ(r.output["inserted"], 50000 / 9 + 1);
   EXPECT_EQ(Dump(tgt_, "zf", "id"), Dump(src_, "zf", "id"));
 
-  FakeContext again(ds_, json::object(), "EV-2#0");
-  StepResult r2 = step->Execute(again);
-  ASSERT_EQ(r2.kind, StepResult::Kind::kOk) << r2.error;
+  StepResult r2 = RunAsAnotherEvent(*step, json::object());
   EXPECT_EQ(r2.output["unchanged"], 50000);
   EXPECT_EQ(r2.output["rows_fetched"], 0);
 
