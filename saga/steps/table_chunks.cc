@@ -231,6 +231,19 @@ Row IntKey::ToRow() const {
   return Row{v_ < 0 ? std::to_string(static_cast<int64_t>(v_)) : std::to_string(static_cast<uint64_t>(v_))};
 }
 
+// SELECT MIN(k), MAX(k) FROM t
+std::optional<KeyBounds> ReadKeyBounds(storage::Connection& c, const std::string& table, const ColumnSet& key) {
+  const std::string k = Quoted(key.at(0).name);
+  auto rs = c.Query("SELECT MIN(" + k + "), MAX(" + k + ") FROM " + Quoted(table));
+  if (!rs->next() || rs->isNull(1)) return std::nullopt;
+  return KeyBounds(IntKey::Of(std::string(rs->getString(1))), IntKey::Of(std::string(rs->getString(2))));
+}
+
+std::optional<KeyBounds> Union(const std::optional<KeyBounds>& a, const std::optional<KeyBounds>& b) {
+  if (!a || !b) return a ? a : b;
+  return KeyBounds(std::min(a->first, b->first), std::max(a->second, b->second));
+}
+
 std::optional<Row> KeySpanRanges::End(const std::optional<Row>& lo, size_t rows, const std::optional<Row>& end) const {
   // keys_per_row_ stays within [1, 2^66], rows within size_t: the product fits an __int128.
   const auto keys = std::max<__int128>(1, static_cast<__int128>(static_cast<double>(rows) * keys_per_row_));

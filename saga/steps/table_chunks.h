@@ -173,6 +173,14 @@ class IntKey {
   __int128 v_;
 };
 
+// The lowest and highest key of `table` (unfiltered) when its key is one integer
+// column (SingleIntegerKey); nullopt when the table is empty.
+using KeyBounds = std::pair<IntKey, IntKey>;
+std::optional<KeyBounds> ReadKeyBounds(storage::Connection& c, const std::string& table, const ColumnSet& key);
+// The bounds of both sides together: the lower of the lowest keys, the higher of the
+// highest.
+std::optional<KeyBounds> Union(const std::optional<KeyBounds>& a, const std::optional<KeyBounds>& b);
+
 // The ranges a compare chunk covers when the key is one integer column: a range ends
 // at its start plus the keys that should hold the rows asked for, at the density the
 // ranges before it had (1 key per row to begin with), so its checksum on each side is

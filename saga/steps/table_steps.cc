@@ -1043,19 +1043,7 @@ UPDATE dsync_sync_chunk SET compensated_at = NOW(3) WHERE step_code = ? AND comp
 constexpr const char* kPurgeChunksSql = R"(
 DELETE FROM dsync_sync_chunk WHERE created_at < NOW(3) - INTERVAL ? DAY LIMIT 1000)";
 
-// The lowest and highest key of a table of one integer key column.
-std::string KeyBoundsSql(const std::string& table, const ColumnSet& key) {
-  const std::string k = Backticked(key.at(0).name);
-  return "SELECT MIN(" + k + "), MAX(" + k + ") FROM " + Backticked(table);
-}
-
-// The lowest and highest key of a table of one integer key column; nullopt when empty.
-using KeyBounds = std::pair<table::IntKey, table::IntKey>;
-std::optional<KeyBounds> ReadKeyBounds(Connection& c, const std::string& table, const ColumnSet& key) {
-  auto rs = c.Query(KeyBoundsSql(table, key));
-  if (!rs->next() || rs->isNull(1)) return std::nullopt;
-  return KeyBounds(table::IntKey::Of(std::string(rs->getString(1))), table::IntKey::Of(std::string(rs->getString(2))));
-}
+using table::KeyBounds;
 
 // Runs f and g at once (source and target are different servers), returns both.
 template <class F, class G>
@@ -1439,11 +1427,11 @@ class TableSyncStep final : public TableStep {
       std::tie(src_bounds, tgt_bounds) = Both(
           [&] {
             return src.Run(What("key bounds"),
-                           [&](Connection& c) { return ReadKeyBounds(c, cfg_.table, plan.src_key); });
+                           [&](Connection& c) { return table::ReadKeyBounds(c, cfg_.table, plan.src_key); });
           },
           [&] {
             return tgt.Run(What("key bounds"),
-                           [&](Connection& c) { return ReadKeyBounds(c, cfg_.table, plan.tgt_key); });
+                           [&](Connection& c) { return table::ReadKeyBounds(c, cfg_.table, plan.tgt_key); });
           });
     }
     std::vector<Lane> lanes = PlanLanes(ctx, tgt, src_bounds, step_code, resume);
@@ -1461,11 +1449,7 @@ class TableSyncStep final : public TableStep {
     // target has no rows in yet do not lock the same gap (table_steps.h "Lanes").
     run.isolation = lanes.size() > 1 ? storage::Isolation::kReadCommitted : storage::Isolation::kSession;
     run.counts.resize(lanes.size());
-    run.key_bounds = src_bounds ? src_bounds : tgt_bounds;
-    if (src_bounds && tgt_bounds) {
-      run.key_bounds->first = std::min(src_bounds->first, tgt_bounds->first);
-      run.key_bounds->second = std::max(src_bounds->second, tgt_bounds->second);
-    }
+    run.key_bounds = table::Union(src_bounds, tgt_bounds);
     run.records = resume.records;
     run.last_progress = std::chrono::steady_clock::now();
     auto work = [&](size_t i) {

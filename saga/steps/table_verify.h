@@ -2,7 +2,8 @@
 // filter, and which keys differ (DESIGN.md "CONTRACT: second-round additions").
 //
 // CompareTable walks the source's rows matching the filter in primary-key order, a key
-// range (lo, hi] at a time (sized by table::ChunkSizer toward 0.5 s per range), and
+// range (lo, hi] at a time (sized by table::ChunkSizer toward 0.5 s per range; with a
+// key of one integer column the ranges are key spans, table::KeySpanRanges), and
 // for each range computes the checksum (COUNT and BIT_XOR of each row's CRC32 over a
 // byte-exact encoding, saga/steps/table_chunks.h) inside BOTH databases at once; only
 // ranges whose checksums differ are drilled into, by key and row hash on both sides.
