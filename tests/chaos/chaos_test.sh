@@ -517,7 +517,7 @@ audited=$(sql "SELECT COUNT(*) FROM demo_ledger_audit WHERE op = 'apply'")
 
 # The frozen node: it lost events while frozen, learnt so when it woke, and wrote
 # nothing for them afterwards.
-frozen_lost=0; frozen_late_writes=0; frozen_reported=0
+frozen_lost=0; frozen_late_writes=0; frozen_reported=0; frozen_unreported=""
 for held in $frozen_held; do
   code=${held%%:*}; attempt=${held##*:}
   taken=$(sql "SELECT attempt > $attempt OR node_address IS NULL OR node_address <> '${ADDR[$frozen]}'
@@ -531,6 +531,8 @@ for held in $frozen_held; do
   # frozen session's idle transaction (idle_transaction_timeout): either way it stopped.
   if grep -qE "EVENT_(LOST_OWNERSHIP|ABANDONED) event=$code " "$frozen_log"; then
     frozen_reported=$((frozen_reported + 1))
+  else
+    frozen_unreported+=" $code"
   fi
 done
 log "frozen node $frozen: held $(wc -w <<< "$frozen_held"), lost $frozen_lost, reported $frozen_reported, late writes $frozen_late_writes"
@@ -607,8 +609,19 @@ if ((GALERA)); then
 fi
 (( frozen_lost >= 1 )) || { rc=1; echo "FAIL: the frozen node lost no event while frozen (held: $frozen_held)" >&2; }
 (( frozen_late_writes == 0 )) || { rc=1; echo "FAIL: the frozen node wrote for events it had lost" >&2; }
-(( frozen_reported == frozen_lost )) \
-  || { rc=1; echo "FAIL: the frozen node reported $frozen_reported of $frozen_lost lost events" >&2; }
+if (( frozen_reported != frozen_lost )); then
+  rc=1; echo "FAIL: the frozen node reported $frozen_reported of $frozen_lost lost events" >&2
+  # What the frozen node logged about each event it lost without saying so, and its
+  # row now: the next reader of a red run sees why without the logs.
+  for code in $frozen_unreported; do
+    echo "  unreported $code: the frozen node's log lines for it:" >&2
+    grep -F "$code" "$frozen_log" | tail -n 8 | sed 's/^/    /' >&2 || true
+    echo "    row: $(sql "SELECT status, attempt, node_address, version, last_error FROM distribute_event
+                        WHERE code = '$code'")" >&2
+  done
+  echo "  the frozen node's last lines:" >&2
+  tail -n 12 "$frozen_log" | sed 's/^/    /' >&2
+fi
 # History without gaps (issue 16 item 5): every event's process_log is a whole chain.
 history_gaps=$(process_log_gaps | wc -l)
 if (( history_gaps > 0 )); then
