@@ -263,8 +263,12 @@ void KeySpanRanges::Observe(const std::optional<Row>& lo, const Row& hi, int64_t
 }
 
 std::vector<Row> EvenSplits(const std::string& lo, const std::string& hi, int lanes, int64_t min_keys) {
-  const __int128 first = IntKey::Of(lo).value();
-  const __int128 span = IntKey::Of(hi).value() - first + 1;  // keys in [lo, hi]
+  return EvenSplits(IntKey::Of(lo), IntKey::Of(hi), lanes, min_keys);
+}
+
+std::vector<Row> EvenSplits(IntKey lo, IntKey hi, int lanes, int64_t min_keys) {
+  const __int128 first = lo.value();
+  const __int128 span = hi.value() - first + 1;  // keys in [lo, hi]
   if (min_keys < 1 || span <= 0) return {};
   const __int128 n = std::min<__int128>(lanes, span / min_keys);
   std::vector<Row> out;

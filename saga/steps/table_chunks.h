@@ -206,9 +206,11 @@ class KeySpanRanges {
   double keys_per_row_ = 1;
 };
 
-// Split keys for up to `lanes` key ranges of [lo, hi] (integer texts) of at least
+// Split keys for up to `lanes` key ranges of [lo, hi] of at least
 // `min_keys` keys each: s1 < s2 < ..., the ranges being (-inf, s1], (s1, s2], ...,
 // (s_last, +inf). Empty (one range) when [lo, hi] holds fewer than 2 * min_keys keys.
+std::vector<Row> EvenSplits(IntKey lo, IntKey hi, int lanes, int64_t min_keys);
+// The same of integer texts (IntKey::Of; throws std::invalid_argument).
 std::vector<Row> EvenSplits(const std::string& lo, const std::string& hi, int lanes, int64_t min_keys);
 
 // Key cells as JSON (strings and nulls) and back, for checkpoints.

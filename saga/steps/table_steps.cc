@@ -1335,7 +1335,7 @@ class TableSyncStep final : public TableStep {
     std::optional<std::string> stored = resume.lanes;
     if (!stored && resume.records == 0 && cfg_.lanes > 1 && src_bounds) {
       const std::vector<Row> splits =
-          table::EvenSplits(*src_bounds->first.ToRow().at(0), *src_bounds->second.ToRow().at(0), cfg_.lanes,
+          table::EvenSplits(src_bounds->first, src_bounds->second, cfg_.lanes,
                             std::max<int64_t>(kMinLaneKeys, int64_t{4} * cfg_.chunk_size));
       if (!splits.empty()) {
         json j = json::array();
