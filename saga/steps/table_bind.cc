@@ -76,4 +76,25 @@ std::vector<SqlValue> BindWhereParams(const CompiledWhere& where, const nlohmann
   return out;
 }
 
+std::set<std::string> PinnedIntegers(const CompiledWhere& where, const TableSchema& a, const TableSchema& b,
+                                     const std::vector<SqlValue>& params) {
+  auto integer = [](const TableSchema& t, const std::string& name) {
+    const Column* c = t.Find(name);
+    return c != nullptr && (c->kind == ColumnKind::kSigned || c->kind == ColumnKind::kUnsigned);
+  };
+  std::set<std::string> out;
+  for (const CompiledWhere::Pin& p : where.pins) {
+    if (!integer(a, p.column) || !integer(b, p.column)) continue;
+    bool exact = false;
+    if (p.param < 0) {
+      exact = ParseInt<int64_t>(p.number).has_value() || ParseInt<uint64_t>(p.number).has_value();
+    } else if (static_cast<size_t>(p.param) < params.size()) {
+      const SqlValue& v = params[static_cast<size_t>(p.param)];
+      exact = std::holds_alternative<int64_t>(v) || std::holds_alternative<uint64_t>(v);
+    }
+    if (exact) out.insert(p.column);
+  }
+  return out;
+}
+
 }  // namespace dsync::saga::table

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,5 +40,13 @@ struct BindFailure {
 std::vector<SqlValue> BindWhereParams(const CompiledWhere& where, const nlohmann::json& values,
                                       const TableSchema& outer, const std::map<std::string, TableSchema>& inner,
                                       const std::function<void(const BindFailure&)>& fail);
+
+// The columns `where` pins (CompiledWhere::pins) to one integer on both sides: integer
+// columns (signed or unsigned) in `a` and in `b`, compared by "=" with an integer
+// literal or with a placeholder bound to an integer (`params`, as BindWhereParams
+// gives them). Every row either side's filter matches holds that very integer there,
+// so comparing it tells nothing (ColumnSet's PinCompareHash).
+std::set<std::string> PinnedIntegers(const CompiledWhere& where, const TableSchema& a, const TableSchema& b,
+                                     const std::vector<SqlValue>& params);
 
 }  // namespace dsync::saga::table

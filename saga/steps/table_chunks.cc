@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 namespace dsync::saga::table {
 namespace {
@@ -52,15 +53,15 @@ bool SingleIntegerKey(const ColumnSet& key) {
 }
 
 // SELECT <key>, <row hash> FROM t WHERE <range> ORDER BY <key>
-std::vector<KeyHash> RowHashes(storage::Connection& c, const std::string& table, const ColumnSet& cols,
-                               const ColumnSet& key, const BoundFilter& filter, const KeyRange& range, size_t limit) {
+KeyHashes RowHashes(storage::Connection& c, const std::string& table, const ColumnSet& cols, const ColumnSet& key,
+                    const BoundFilter& filter, const KeyRange& range, size_t limit) {
   std::string sql = "SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Quoted(table) +
                     " WHERE " + RangeWhere(key, filter, range) + " ORDER BY " + key.OrderBy();
   if (limit > 0) sql += " LIMIT " + std::to_string(limit);
   auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
-  std::vector<KeyHash> out;
+  KeyHashes out(key);
   out.reserve(std::min<size_t>(limit, 1u << 20));
-  while (rs->next()) out.push_back(ReadKeyHash(*rs, key));
+  while (rs->next()) out.Read(*rs, key);
   return out;
 }
 
@@ -68,7 +69,64 @@ KeyHash ReadKeyHash(const storage::ResultSet& rs, const ColumnSet& key) {
   return KeyHash{key.ReadRow(rs), static_cast<uint32_t>(rs.getUInt64(static_cast<int>(key.size() + 1)))};
 }
 
-HashDiff DiffHashes(const std::vector<KeyHash>& source, const std::vector<KeyHash>& target) {
+KeyHashes::KeyHashes(const ColumnSet& key) {
+  if (SingleIntegerKey(key) && !key.at(0).nullable) {
+    kind_ = key.at(0).kind == ColumnKind::kSigned ? Kind::kSigned : Kind::kUnsigned;
+  }
+}
+
+void KeyHashes::Read(const storage::ResultSet& rs, const ColumnSet& key) {
+  const int hash_column = static_cast<int>(key.size() + 1);
+  switch (kind_) {
+    case Kind::kRows:
+      rows_.push_back(key.ReadRow(rs));
+      break;
+    case Kind::kSigned:
+      ints_.push_back(static_cast<uint64_t>(rs.getInt64(1)));
+      break;
+    case Kind::kUnsigned:
+      ints_.push_back(rs.getUInt64(1));
+      break;
+  }
+  hashes_.push_back(static_cast<uint32_t>(rs.getUInt64(hash_column)));
+}
+
+void KeyHashes::Add(const Row& key, uint32_t hash) {
+  if (kind_ == Kind::kRows) {
+    rows_.push_back(key);
+  } else {
+    const IntKey k = IntKey::Of(key);
+    ints_.push_back(static_cast<uint64_t>(k.value()));  // two's complement for kSigned
+  }
+  hashes_.push_back(hash);
+}
+
+void KeyHashes::reserve(size_t n) {
+  (kind_ == Kind::kRows ? rows_.reserve(n) : ints_.reserve(n));
+  hashes_.reserve(n);
+}
+
+Row KeyHashes::key(size_t i) const {
+  switch (kind_) {
+    case Kind::kRows:
+      return rows_[i];
+    case Kind::kSigned:
+      return Row{std::to_string(static_cast<int64_t>(ints_[i]))};
+    case Kind::kUnsigned:
+      return Row{std::to_string(ints_[i])};
+  }
+  return {};
+}
+
+bool KeyHashes::SameKey(size_t i, const KeyHashes& o, size_t j) const {
+  if (kind_ != Kind::kRows && o.kind_ != Kind::kRows) return Number(i) == o.Number(j);
+  if (kind_ == Kind::kRows && o.kind_ == Kind::kRows) return rows_[i] == o.rows_[j];
+  return key(i) == o.key(j);
+}
+
+std::string KeyHashes::EncodedKey(size_t i) const { return EncodeKey(key(i)); }
+
+HashDiff DiffHashes(const KeyHashes& source, const KeyHashes& target) {
   HashDiff d;
   auto compare = [&d](size_t i, uint32_t source_hash, uint32_t target_hash) {
     if (source_hash == target_hash) {
@@ -79,23 +137,31 @@ HashDiff DiffHashes(const std::vector<KeyHash>& source, const std::vector<KeyHas
   };
   // Keys are unique on each side, so the keys after the aligned prefix are not in it.
   size_t aligned = 0;
-  while (aligned < source.size() && aligned < target.size() && source[aligned].key == target[aligned].key) {
-    compare(aligned, source[aligned].hash, target[aligned].hash);
+  while (aligned < source.size() && aligned < target.size() && source.SameKey(aligned, target, aligned)) {
+    compare(aligned, source.hash(aligned), target.hash(aligned));
     ++aligned;
   }
   if (aligned == source.size() && aligned == target.size()) return d;
-  std::unordered_map<std::string, size_t> in_target;
-  in_target.reserve(target.size() - aligned);
-  for (size_t j = aligned; j < target.size(); ++j) in_target.emplace(EncodeKey(target[j].key), j);
+  // The rest by key: as numbers where both sides hold numbers of one kind, else as text.
   std::vector<bool> matched(target.size(), false);
-  for (size_t i = aligned; i < source.size(); ++i) {
-    auto it = in_target.find(EncodeKey(source[i].key));
-    if (it == in_target.end()) {
-      d.missing.push_back(i);
-      continue;
+  auto match = [&](auto&& target_key, auto&& source_key) {
+    std::unordered_map<std::decay_t<decltype(target_key(size_t{0}))>, size_t> in_target;
+    in_target.reserve(target.size() - aligned);
+    for (size_t j = aligned; j < target.size(); ++j) in_target.emplace(target_key(j), j);
+    for (size_t i = aligned; i < source.size(); ++i) {
+      auto it = in_target.find(source_key(i));
+      if (it == in_target.end()) {
+        d.missing.push_back(i);
+        continue;
+      }
+      matched[it->second] = true;
+      compare(i, source.hash(i), target.hash(it->second));
     }
-    matched[it->second] = true;
-    compare(i, source[i].hash, target[it->second].hash);
+  };
+  if (source.kind_ != KeyHashes::Kind::kRows && source.kind_ == target.kind_) {
+    match([&](size_t j) { return target.ints_[j]; }, [&](size_t i) { return source.ints_[i]; });
+  } else {
+    match([&](size_t j) { return target.EncodedKey(j); }, [&](size_t i) { return source.EncodedKey(i); });
   }
   for (size_t j = aligned; j < target.size(); ++j) {
     if (!matched[j]) d.extra.push_back(j);

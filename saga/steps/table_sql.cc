@@ -294,13 +294,14 @@ std::string ColumnSet::RowHashExpr() const {
   // The compare form: the marked (nullable) columns first, then the others; one
   // BIGINT per 62 marked columns, "ISNULL(`a`) + 2 * ISNULL(`b`) + ..."; then the byte
   // length of each column that can hold '|' (text, binary, bit) but the last.
+  auto pinned = [this](size_t i) { return i < compare_pinned_.size() && compare_pinned_[i]; };
   std::vector<const Column*> order;
   for (size_t i = 0; i < columns_.size(); ++i) {
-    if ((*compare_hash_)[i]) order.push_back(&columns_[i]);
+    if ((*compare_hash_)[i] && !pinned(i)) order.push_back(&columns_[i]);
   }
   const size_t marked = order.size();
   for (size_t i = 0; i < columns_.size(); ++i) {
-    if (!(*compare_hash_)[i]) order.push_back(&columns_[i]);
+    if (!(*compare_hash_)[i] && !pinned(i)) order.push_back(&columns_[i]);
   }
   std::vector<std::string> values, markers, lengths;
   for (const Column* c : order) values.push_back(value(*c));
@@ -346,6 +347,15 @@ void UseCompareHash(ColumnSet& a, ColumnSet& b) {
   for (size_t i = 0; i < a.size(); ++i) nullable.push_back(a.at(i).nullable || b.at(i).nullable);
   a.set_compare_hash(nullable);
   b.set_compare_hash(std::move(nullable));
+}
+
+void PinCompareHash(ColumnSet& a, ColumnSet& b, const std::set<std::string>& pinned) {
+  if (a.names() != b.names()) throw std::logic_error("PinCompareHash: different columns");
+  std::vector<bool> flags;
+  for (const std::string& n : a.names()) flags.push_back(pinned.count(n) > 0);
+  if (std::find(flags.begin(), flags.end(), false) == flags.end()) return;
+  a.set_compare_pinned(flags);
+  b.set_compare_pinned(std::move(flags));
 }
 
 void ColumnSet::AppendAfterKeyValues(const Row& last, std::vector<SqlValue>& out) const {

@@ -1413,6 +1413,9 @@ class TableSyncStep final : public TableStep {
     const table::BoundFilter tgt_filter =
         target_filter ? table::BoundFilter{cfg_.where.sql, FilterValues(cfg_, ctx.payload(), t, tgt_inner.schemas)}
                       : table::BoundFilter{};
+    if (target_filter) {
+      table::PinCompareHash(plan.src_cols, plan.tgt_cols, table::PinnedIntegers(cfg_.where, s, t, src_filter.params));
+    }
     const std::string step_code = ctx.idempotency_key();
 
     // The fence first: what is read after it is every chunk an earlier claim will ever
@@ -1537,7 +1540,7 @@ class TableSyncStep final : public TableStep {
     // copying, its row hashes while comparing by row hashes. (After the reads they
     // call: destroyed first, waiting for a read under way.)
     ReadAhead<std::vector<Row>> rows_ahead;
-    ReadAhead<std::vector<table::KeyHash>> hashes_ahead;
+    ReadAhead<table::KeyHashes> hashes_ahead;
     while (!done) {
       CheckStop(ctx);
       if (run.failed) throw LaneStopped("another lane of step '" + cfg_.step + "' failed");
@@ -1563,8 +1566,8 @@ class TableSyncStep final : public TableStep {
         // next range's are read while the target's of this one are (reading the
         // target's ahead too, after the source's, measured slower: the two reads then
         // run one after the other).
-        std::vector<table::KeyHash> sh = hashes_ahead.Take(lo, size, source_hashes);
-        w.range.hi = sh.size() == size ? sh.back().key : end;
+        table::KeyHashes sh = hashes_ahead.Take(lo, size, source_hashes);
+        w.range.hi = sh.size() == size ? sh.key(sh.size() - 1) : end;
         if (w.range.hi != end) hashes_ahead.Start(*w.range.hi, planned, source_hashes);
         if (!DiffByRowHash(src, tgt, plan, src_filter, tgt_filter, w, counts, max_held, &sh)) {
           sizer.Shrink();
@@ -1725,13 +1728,13 @@ class TableSyncStep final : public TableStep {
   // retried smaller).
   bool DiffByRowHash(ConnectionPool& src, ConnectionPool& tgt, const Plan& plan, const table::BoundFilter& src_filter,
                      const table::BoundFilter& tgt_filter, ChunkWork& w, Counts& counts, size_t max_held,
-                     std::vector<table::KeyHash>* source_hashes = nullptr) const {
+                     table::KeyHashes* source_hashes = nullptr) const {
     auto target_hashes = [&] {
       return tgt.Run(What("row hashes target"), [&](Connection& c) {
         return table::RowHashes(c, cfg_.table, plan.tgt_cols, plan.tgt_key, tgt_filter, w.range);
       });
     };
-    std::vector<table::KeyHash> sh, th;
+    table::KeyHashes sh, th;
     if (source_hashes != nullptr) {
       sh = std::move(*source_hashes);
       th = target_hashes();
@@ -1750,10 +1753,10 @@ class TableSyncStep final : public TableStep {
     differ.insert(differ.end(), d.different.begin(), d.different.end());
     std::sort(differ.begin(), differ.end());
     std::vector<Row> fetch;
-    for (size_t i : differ) fetch.push_back(sh[i].key);
+    for (size_t i : differ) fetch.push_back(sh.key(i));
     std::vector<Row> candidates;
     if (cfg_.delete_missing) {
-      for (size_t j : d.extra) candidates.push_back(th[j].key);
+      for (size_t j : d.extra) candidates.push_back(th.key(j));
     }
     if (fetch.size() + candidates.size() > max_held && sh.size() > 1) return false;
     w.rows_read = static_cast<int64_t>(sh.size());

@@ -156,7 +156,7 @@ table::RangeChecksum Checksum(const Side& side, const std::string& table_name, c
   });
 }
 
-std::vector<table::KeyHash> Hashes(const Side& side, const std::string& table_name, const table::KeyRange& range) {
+table::KeyHashes Hashes(const Side& side, const std::string& table_name, const table::KeyRange& range) {
   return side.pool.Run("verify: row hashes", [&](Connection& c) {
     return table::RowHashes(c, table_name, side.cols, side.key, side.filter, range);
   });
@@ -172,9 +172,9 @@ void DiffRange(const Side& src, const Side& tgt, const std::string& table_name, 
                const VerifyOptions& options, TableDiff& d) {
   auto [sh, th] = Both([&] { return Hashes(src, table_name, range); }, [&] { return Hashes(tgt, table_name, range); });
   const table::HashDiff hd = table::DiffHashes(sh, th);
-  for (size_t i : hd.missing) Keep(d.missing, d.missing_total, sh[i].key, options.keep_keys);
-  for (size_t i : hd.different) Keep(d.different, d.different_total, sh[i].key, options.keep_keys);
-  for (size_t j : hd.extra) Keep(d.extra, d.extra_total, th[j].key, options.keep_keys);
+  for (size_t i : hd.missing) Keep(d.missing, d.missing_total, sh.key(i), options.keep_keys);
+  for (size_t i : hd.different) Keep(d.different, d.different_total, sh.key(i), options.keep_keys);
+  for (size_t j : hd.extra) Keep(d.extra, d.extra_total, th.key(j), options.keep_keys);
 }
 
 // ---------------------------------------------------------------------------
@@ -495,6 +495,8 @@ TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const 
   src_cols.set_plain_text_hash(src_uniform && tgt_uniform);
   tgt_cols.set_plain_text_hash(src_uniform && tgt_uniform);
   table::UseCompareHash(src_cols, tgt_cols);
+  // Integer columns the filter pins to one integer on both sides are left out.
+  table::PinCompareHash(src_cols, tgt_cols, table::PinnedIntegers(check.where, s, t, src_filter.params));
   const Side src_side{src, src_cols, src_key, src_filter};
   const Side tgt_side{tgt, tgt_cols, tgt_key, tgt_filter};
 

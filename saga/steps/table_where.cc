@@ -156,6 +156,7 @@ class Parser {
     if (out_.params.size() > kMaxPlaceholders) {
       Fail("has more than " + std::to_string(kMaxPlaceholders) + " placeholders");
     }
+    if (or_at_top_) out_.pins.clear();
     return std::move(out_);
   }
 
@@ -165,6 +166,7 @@ class Parser {
     std::string sql;
     std::optional<std::string> column;
     std::optional<size_t> param;  // index into out_.params
+    bool number = false;
   };
 
   const Token& Peek() const { return t_[i_]; }
@@ -200,6 +202,7 @@ class Parser {
   void Expr() {
     AndExpr();
     while (TakeKeyword("OR")) {
+      if (AtTop()) or_at_top_ = true;
       Emit("OR");
       AndExpr();
     }
@@ -214,7 +217,9 @@ class Parser {
   void NotExpr() {
     if (TakeKeyword("NOT")) {
       Emit("NOT");
+      ++nots_;
       NotExpr();
+      --nots_;
       return;
     }
     Predicate();
@@ -224,7 +229,9 @@ class Parser {
     if (Peek().kind == Tok::kLParen) {
       ++i_;
       Emit("(");
+      ++parens_;
       Expr();
+      --parens_;
       CloseParen("')'");
       return;
     }
@@ -273,9 +280,11 @@ class Parser {
       Emit("LIKE");
       operand();
     } else if (!negated && Peek().kind == Tok::kOp) {
+      const bool equals = Peek().text == "=";
       Emit(Peek().text);
       ++i_;
       operand();
+      if (equals && AtTop() && nots_ == 0) Pin(left, right[0]);
     } else {
       Unexpected(negated ? "IN, BETWEEN or LIKE after NOT" : "a comparison (=, <>, IN, IS NULL, LIKE, BETWEEN ...)");
     }
@@ -286,6 +295,21 @@ class Parser {
       }
     } else if (left.param && right.size() == 1 && right[0].column) {
       out_.param_columns[*left.param] = *right[0].column;
+    }
+  }
+
+  // Not inside parentheses or a subquery.
+  bool AtTop() const { return parens_ == 0 && !inner_; }
+  // "column = :placeholder" or "column = number", either way round.
+  void Pin(const Value& a, const Value& b) {
+    for (const auto& [column, value] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+      if (!column->column || (!value->param && !value->number)) continue;
+      if (value->param) {
+        out_.pins.push_back({*column->column, static_cast<int>(*value->param), ""});
+      } else {
+        out_.pins.push_back({*column->column, -1, value->sql});
+      }
+      return;
     }
   }
 
@@ -380,13 +404,13 @@ class Parser {
       }
       case Tok::kNumber:
         ++i_;
-        return {tok.text, std::nullopt, std::nullopt};
+        return {tok.text, std::nullopt, std::nullopt, true};
       case Tok::kMinus: {
         ++i_;
         if (Peek().kind != Tok::kNumber) Unexpected("a number after '-'");
         std::string n = "-" + Peek().text;
         ++i_;
-        return {n, std::nullopt, std::nullopt};
+        return {n, std::nullopt, std::nullopt, true};
       }
       case Tok::kString:
         ++i_;
@@ -408,6 +432,9 @@ class Parser {
   std::vector<Token> t_;
   size_t i_ = 0;
   bool inner_ = false;        // inside a subquery
+  int parens_ = 0;            // open parentheses around the predicate
+  int nots_ = 0;              // NOTs around it
+  bool or_at_top_ = false;    // an OR outside every parenthesis: no column is pinned
   std::string inner_table_;   // its table
   CompiledWhere out_;
 };

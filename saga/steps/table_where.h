@@ -64,6 +64,16 @@ struct CompiledWhere {
     std::set<std::string> columns;         // every column of `table` it reads
   };
   std::vector<Subquery> subqueries;        // in order of appearance
+  // Columns of the step's table that every row the filter matches holds one value in:
+  // a conjunct "column = :placeholder" or "column = number" (either way round) of an
+  // AND at the top (no OR at the top, no NOT or parentheses around it). `param`: the
+  // placeholder's index, or -1 for a number (its text in `number`).
+  struct Pin {
+    std::string column;
+    int param = -1;
+    std::string number;
+  };
+  std::vector<Pin> pins;
 };
 
 // Throws WhereError.

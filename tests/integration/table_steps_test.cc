@@ -967,6 +967,47 @@ TEST_F(TableStepsTest, ChecksumSeesIdenticalChangesInPairs) {
   EXPECT_EQ(Dump(tgt_, "p", "id"), Dump(src_, "p", "id"));
 }
 
+// An entity filter pins its integer column ("grp = :g", "AND n = 5"): the compare form
+// leaves it out (ColumnSet's PinCompareHash), and every difference the filter lets
+// through is still found: a changed value in a pinned row, a target row moved out of
+// the filter (the source's row is then missing there), a row only one side has;
+// rows outside the filter stay as they are. The key is pinned too in "id = :id".
+TEST_F(TableStepsTest, ColumnsPinnedByTheFilterStillSeeEveryDifference) {
+  CreateInBoth("CREATE TABLE pin (id INT PRIMARY KEY, grp INT NOT NULL, n INT NOT NULL, v VARCHAR(20) NULL)");
+  src_.Exec("INSERT INTO pin SELECT seq, seq % 3, 5, CONCAT('v', seq) FROM seq_1_to_600");
+  tgt_.Exec("INSERT INTO pin SELECT * FROM `" + src_.url().schema + "`.pin");
+  tgt_.Exec("UPDATE pin SET v = 'changed' WHERE id = 10");  // grp 1: found
+  tgt_.Exec("UPDATE pin SET grp = 2 WHERE id = 100");       // moved out of grp 1 on the target
+  tgt_.Exec("UPDATE pin SET v = NULL WHERE id = 301");      // grp 1: NULL vs 'v301'
+  tgt_.Exec("UPDATE pin SET n = 6 WHERE id = 400");         // out of "n = 5" on the target
+  tgt_.Exec("DELETE FROM pin WHERE id = 499");              // grp 1 row missing on the target
+  tgt_.Exec("UPDATE pin SET v = 'other' WHERE id = 200");   // grp 2: outside the filter, kept
+  const std::string untouched = "grp <> 1 AND id NOT IN (100, 400)";
+  const auto outside = Dump(tgt_, "pin", "id", untouched);
+
+  auto step = Sync("grp = :g AND n = 5", {{"chunk_size", 25}}, "pin");
+  FakeContext ctx(ds_, json{{"g", 1}});
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 200}, {"inserted", 1}, {"updated", 4}, {"unchanged", 195}}));
+  EXPECT_EQ(r.output["rows_fetched"], 5);
+  EXPECT_EQ(Dump(tgt_, "pin", "id", "grp = 1"), Dump(src_, "pin", "id", "grp = 1"));
+  EXPECT_EQ(Dump(tgt_, "pin", "id", untouched), outside);
+  // Nothing in the filter differs any more; a re-sync reads no row.
+  StepResult r2 = RunAsAnotherEvent(*step, json{{"g", 1}});
+  EXPECT_EQ(r2.output["rows_fetched"], 0);
+  EXPECT_EQ(r2.output["unchanged"], 200);
+
+  // The key pinned: one row, found different, then equal.
+  tgt_.Exec("UPDATE pin SET v = 'again' WHERE id = 7");
+  auto by_id = Sync("id = :id", json::object(), "pin");
+  FakeContext third(ds_, json{{"id", 7}}, "EV-3#0");
+  StepResult r3 = by_id->Execute(third);
+  ASSERT_EQ(r3.kind, StepResult::Kind::kOk) << r3.error;
+  EXPECT_EQ(r3.output["updated"], 1) << r3.output.dump();
+  EXPECT_EQ(Dump(tgt_, "pin", "id", "id = 7"), Dump(src_, "pin", "id", "id = 7"));
+}
+
 // Issue 13 item 3: customer -> orders -> order items as one saga's three steps, the
 // children selected through their parents, compensated in reverse.
 TEST_F(TableStepsTest, SubqueryFilterSyncsAnEntityGraphAndCompensatesIt) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "saga/steps/table_bind.h"
 #include "saga/steps/table_chunks.h"
 #include "saga/steps/table_sql.h"
 #include "saga/steps/table_steps.h"
@@ -180,6 +181,59 @@ TEST(TableWhere, CompilesToBoundPlaceholders) {
   auto between = CompileWhere("n BETWEEN -5 AND :hi AND (t IS NOT NULL) AND s NOT LIKE :p AND :v < x");
   EXPECT_EQ(between.sql, "`n` BETWEEN -5 AND ? AND (`t` IS NOT NULL) AND `s` NOT LIKE ? AND ? < `x`");
   EXPECT_EQ(between.param_columns, (std::vector<std::string>{"n", "s", "x"}));
+}
+
+// Pins: "column = :placeholder" or "column = number" conjuncts of an AND at the top,
+// and nothing else (OR at the top, NOT, parentheses, other operators, subqueries).
+TEST(TableWhere, PinsColumnsEqualToOneValueAtTheTop) {
+  auto pins = [](const char* where) {
+    std::vector<std::string> out;
+    for (const auto& p : CompileWhere(where).pins) {
+      out.push_back(p.column + (p.param >= 0 ? "=?" + std::to_string(p.param) : "=" + p.number));
+    }
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pins("tenant = :t AND 5 = kind AND n > :n AND :m = `m` AND x = -3"),
+            (V{"tenant=?0", "kind=5", "m=?2", "x=-3"}));
+  EXPECT_EQ(pins("a = :a OR b = 1"), V{});
+  EXPECT_EQ(pins("(a = :a OR b = 1) AND c = 2"), V{"c=2"});
+  EXPECT_EQ(pins("(a = 1) AND NOT b = 2 AND c <=> 3 AND d <> 4 AND e IN (5) AND f = 'x' AND g = h"), V{});
+  EXPECT_EQ(pins("o IN (SELECT id FROM orders WHERE customer = :c) AND t = :t"), V{"t=?1"});
+}
+
+// PinnedIntegers: integer columns on both sides, equal to an integer literal or to a
+// placeholder bound to an integer; the compare form then leaves them out.
+TEST(TableBind, PinnedIntegersAreLeftOutOfTheCompareForm) {
+  auto schema = [](table::ColumnKind b_kind) {
+    table::TableSchema t;
+    t.columns.push_back(table::Column{"id", table::ColumnKind::kSigned, "int", 0, 0, false});
+    t.columns.push_back(table::Column{"g", table::ColumnKind::kUnsigned, "int unsigned", 0, 0, false});
+    t.columns.push_back(table::Column{"b", b_kind, "x", 0, 0, false});
+    t.columns.push_back(table::Column{"d", table::ColumnKind::kSigned, "bigint", 0, 0, false});
+    for (auto& c : t.columns) c.nullable = false;
+    return t;
+  };
+  const table::TableSchema a = schema(table::ColumnKind::kSigned), text = schema(table::ColumnKind::kText);
+  const auto where = CompileWhere("g = :g AND b = :b AND d = :d AND id = 7 AND g = 1.0");
+  const std::vector<table::SqlValue> ints{uint64_t{4}, int64_t{-2}, 2.0};
+  EXPECT_EQ(table::PinnedIntegers(where, a, a, ints), (std::set<std::string>{"g", "b", "id"}));
+  // b is text on one side; d's value is a double; strings never pin.
+  EXPECT_EQ(table::PinnedIntegers(where, a, text, ints), (std::set<std::string>{"g", "id"}));
+  const std::vector<table::SqlValue> strings{std::string("4"), std::string("x"), std::string("2")};
+  EXPECT_EQ(table::PinnedIntegers(where, a, a, strings), (std::set<std::string>{"id"}));
+
+  table::ColumnSet sa(a, {"id", "g", "b"}), sb(a, {"id", "g", "b"});
+  table::UseCompareHash(sa, sb);
+  sa.set_plain_text_hash(true);
+  table::PinCompareHash(sa, sb, {"g", "not a column"});
+  EXPECT_EQ(sa.RowHashExpr(), "CRC32(CONCAT_WS(_binary'|', `id`, `b`))");
+  EXPECT_EQ(sb.RowHashExpr(), "CRC32(CONCAT_WS('|', CAST(`id` AS BINARY), CAST(`b` AS BINARY)))");
+  // Every column pinned: none is left out.
+  table::ColumnSet ea(a, {"g"}), eb(a, {"g"});
+  table::UseCompareHash(ea, eb);
+  table::PinCompareHash(ea, eb, {"g"});
+  EXPECT_EQ(ea.RowHashExpr(), "CRC32(CONCAT_WS('|', CAST(`g` AS BINARY)))");
 }
 
 // Entity graphs: one level of `column [NOT] IN (SELECT column FROM table [WHERE ...])`.
@@ -390,10 +444,26 @@ TEST(TableChunks, DenseSpanOnlyForDenseIntegerKeys) {
 
 // DiffHashes against matching every key through a map, on lists that stay aligned,
 // part at the start, in the middle or at the end, and hold NULL keys and keys that
-// differ only in case (text keys compare as text).
+// differ only in case (text keys compare as text); integer keys held as numbers on
+// both sides, on one side, or as rows, alike.
 TEST(TableChunks, DiffHashesFindsWhatAMapByKeyFinds) {
   using table::KeyHash;
   auto kh = [](std::optional<std::string> k, uint32_t h) { return KeyHash{{std::move(k)}, h}; };
+  table::TableSchema signed_schema;
+  signed_schema.columns.push_back(table::Column{"id", table::ColumnKind::kSigned, "bigint", 0, 0, false});
+  signed_schema.columns.back().nullable = false;
+  const table::ColumnSet int_key(signed_schema, {"id"});
+  // Held as rows (0), as numbers (1), or the source as numbers and the target as rows (2).
+  int held = 0;
+  auto hashes = [&](const std::vector<KeyHash>& list, bool source) {
+    table::KeyHashes out = held == 1 || (held == 2 && source) ? table::KeyHashes(int_key) : table::KeyHashes();
+    for (const KeyHash& k : list) out.Add(k.key, k.hash);
+    for (size_t i = 0; i < list.size(); ++i) EXPECT_EQ(out.key(i), list[i].key);
+    return out;
+  };
+  auto diff = [&](const std::vector<KeyHash>& s, const std::vector<KeyHash>& t) {
+    return table::DiffHashes(hashes(s, true), hashes(t, false));
+  };
   auto sorted = [](table::HashDiff d) {
     std::sort(d.missing.begin(), d.missing.end());
     std::sort(d.different.begin(), d.different.end());
@@ -418,7 +488,7 @@ TEST(TableChunks, DiffHashesFindsWhatAMapByKeyFinds) {
     return d;
   };
   auto expect_same = [&](const std::vector<KeyHash>& s, const std::vector<KeyHash>& t) {
-    const table::HashDiff got = sorted(table::DiffHashes(s, t));
+    const table::HashDiff got = sorted(diff(s, t));
     const table::HashDiff want = by_map(s, t);
     EXPECT_EQ(got.missing, want.missing);
     EXPECT_EQ(got.different, want.different);
@@ -426,26 +496,31 @@ TEST(TableChunks, DiffHashesFindsWhatAMapByKeyFinds) {
     EXPECT_EQ(got.equal, want.equal);
   };
 
+  // Empty sides, NULL keys, case (keys as rows only).
+  expect_same({}, {});
+  expect_same({kh("a", 1)}, {});
+  expect_same({}, {kh("a", 1)});
+  expect_same({kh(std::nullopt, 1), kh("a", 2)}, {kh("", 1), kh("A", 2), kh("a", 2)});
+  std::mt19937 rng(7);
+  for (held = 0; held < 3; ++held) {
+  SCOPED_TRACE("held " + std::to_string(held));
   // Aligned: only hashes differ.
-  table::HashDiff d = table::DiffHashes({kh("1", 10), kh("2", 20), kh("3", 30)}, {kh("1", 10), kh("2", 21), kh("3", 30)});
+  table::HashDiff d = diff({kh("1", 10), kh("2", 20), kh("3", 30)}, {kh("1", 10), kh("2", 21), kh("3", 30)});
   EXPECT_EQ(d.different, (std::vector<size_t>{1}));
   EXPECT_TRUE(d.missing.empty());
   EXPECT_TRUE(d.extra.empty());
   EXPECT_EQ(d.equal, 2u);
   // Parting in the middle: the source has 3, the target has 4 instead.
-  d = table::DiffHashes({kh("1", 1), kh("3", 3), kh("5", 5)}, {kh("1", 1), kh("4", 4), kh("5", 6)});
+  d = diff({kh("1", 1), kh("3", 3), kh("5", 5)}, {kh("1", 1), kh("4", 4), kh("5", 6)});
   EXPECT_EQ(d.missing, (std::vector<size_t>{1}));
   EXPECT_EQ(d.different, (std::vector<size_t>{2}));
   EXPECT_EQ(d.extra, (std::vector<size_t>{1}));
   EXPECT_EQ(d.equal, 1u);
-  // Empty sides, NULL keys, case.
-  expect_same({}, {});
-  expect_same({kh("a", 1)}, {});
-  expect_same({}, {kh("a", 1)});
-  expect_same({kh(std::nullopt, 1), kh("a", 2)}, {kh("", 1), kh("A", 2), kh("a", 2)});
+  // Negative and 64-bit keys.
+  expect_same({kh("-9223372036854775808", 1), kh("-1", 2), kh("9223372036854775807", 3)},
+              {kh("-1", 2), kh("9223372036854775807", 4), kh("0", 5)});
   // Random lists: each key of 0..199 on either side or both, same or other hash, and
   // the target's order sometimes shuffled (a collation that sorts otherwise).
-  std::mt19937 rng(7);
   for (int round = 0; round < 300; ++round) {
     std::vector<KeyHash> s, t;
     const int p_only = static_cast<int>(rng() % 20);
@@ -457,6 +532,7 @@ TEST(TableChunks, DiffHashesFindsWhatAMapByKeyFinds) {
     }
     if (round % 5 == 0) std::shuffle(t.begin(), t.end(), rng);
     expect_same(s, t);
+  }
   }
 }
 
