@@ -1,5 +1,7 @@
 #include "storage/connection_pool.h"
 
+#include <thread>
+
 #include <unistd.h>
 
 namespace dsync::storage {
@@ -85,6 +87,45 @@ ConnectionPool::Lease ConnectionPool::Borrow() {
                         std::to_string(max_size) + ")");
     }
   }
+}
+
+void ConnectionPool::Prewarm(int n) {
+  const int max_size = options_.max_size > 0 ? options_.max_size : url_.pool_size;
+  int to_open = 0;
+  size_t first = 0;
+  {
+    std::lock_guard lock(mu_);
+    to_open = std::min(n, max_size) - open_;
+    if (to_open <= 0) return;
+    open_ += to_open;
+    in_use_ += to_open;  // lent to the threads below until Return
+    first = preferred_host_;
+  }
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(to_open));
+  for (int i = 0; i < to_open; ++i) {
+    threads.emplace_back([this, first] {
+      std::unique_ptr<Connection> conn;
+      try {
+        conn = std::make_unique<Connection>(url_, first);
+      } catch (const std::exception& e) {
+        spdlog::debug("DB_PREWARM_FAILED url={} error={}", url_.Masked(), e.what());
+      }
+      if (!conn) {
+        std::lock_guard lock(mu_);
+        --open_;
+        --in_use_;
+        cv_.notify_one();
+        return;
+      }
+      {
+        std::lock_guard lock(mu_);
+        ++connects_;
+      }
+      Return(std::move(conn));  // idle, or closed if it reached another member
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 void ConnectionPool::Return(std::unique_ptr<Connection> conn) {

@@ -133,6 +133,13 @@ class ConnectionPool {
     return WithRetry(what, /*transaction=*/true, fn, isolation);
   }
 
+  // Opens connections at once, each on its own thread, until `n` are open (at most the
+  // pool's size), and keeps them idle: work about to borrow several at a time (a
+  // table_sync step's lanes) then does not connect one after another in its critical
+  // path (a connection is 1-3 ms here: TCP, authentication, session setup). Returns
+  // when they are open; a connection that fails is left to the borrow that meets it.
+  void Prewarm(int n);
+
   const DbUrl& url() const { return url_; }
   PoolStats stats();
 

@@ -1396,6 +1396,10 @@ class TableSyncStep final : public TableStep {
   StepResult Sync(StepContext& ctx) {
     ConnectionPool& src = ctx.datasources().Get(cfg_.source);
     ConnectionPool& tgt = ctx.datasources().Get(cfg_.target);
+    // Each lane compares with a connection to each side: opened while the schemas are
+    // read, not lane after lane as they start (a fresh node's pools are empty).
+    auto warm_src = std::async(std::launch::async, [&] { src.Prewarm(cfg_.lanes); });
+    auto warm_tgt = std::async(std::launch::async, [&] { tgt.Prewarm(cfg_.lanes); });
     chunk_table_.Prepare(tgt, cfg_);
     const TableSchema s = Describe(src, cfg_.source);
     const TableSchema t = Describe(tgt, cfg_.target);

@@ -252,6 +252,42 @@ TEST(Storage, BorrowIsBoundedAndTimesOut) {
   EXPECT_EQ(pool.stats().open, 2);
 }
 
+// Prewarm opens connections up to what is asked and the pool's size, idle, and the
+// borrows that follow connect no more; a server that does not answer leaves nothing
+// open and no error (the borrow that needs one reports it).
+TEST(Storage, PrewarmOpensIdleConnectionsUpToThePoolSize) {
+  testing::TestSchema db;
+  storage::PoolOptions options;
+  options.max_size = 3;
+  ConnectionPool pool(db.url(), options);
+  pool.Prewarm(2);
+  EXPECT_EQ(pool.stats().open, 2);
+  EXPECT_EQ(pool.stats().in_use, 0);
+  EXPECT_EQ(pool.stats().connects, 2u);
+  pool.Prewarm(5);  // capped by the pool's size
+  EXPECT_EQ(pool.stats().open, 3);
+  EXPECT_EQ(pool.stats().connects, 3u);
+  {
+    auto a = pool.Borrow();
+    auto b = pool.Borrow();
+    auto c = pool.Borrow();
+    EXPECT_EQ((*c).QueryInt("SELECT 1"), 1);
+    EXPECT_NE((*a).server_id(), (*b).server_id());
+  }
+  EXPECT_EQ(pool.stats().connects, 3u);
+  pool.Prewarm(3);  // already open: nothing to do
+  EXPECT_EQ(pool.stats().connects, 3u);
+
+  DbUrl closed_port = db.url();
+  closed_port.hosts = {{"127.0.0.1", 1}};
+  closed_port.connect_timeout = Millis(1000);
+  ConnectionPool unreachable(closed_port, options);
+  unreachable.Prewarm(2);
+  EXPECT_EQ(unreachable.stats().open, 0);
+  EXPECT_EQ(unreachable.stats().in_use, 0);
+  EXPECT_THROW(unreachable.Run("read", [](Connection& c) { return c.QueryInt("SELECT 1"); }), DbError);
+}
+
 TEST(Storage, PoolIsSafeUnderManyThreads) {
   testing::TestSchema db;
   storage::PoolOptions options;
