@@ -83,7 +83,10 @@
 //     key of either side to past the highest (the last range is open above), so each
 //     side's checksum is one plain range scan; a differing range that turns out to hold
 //     more rows than a compare chunk covers is taken again, shorter. Other keys end a
-//     range at the source's N-th key after its start.
+//     range at the source's N-th key after its start. An integer column the filter
+//     pins to one integer on both sides ("tenant_id = :tenant" at the top of the
+//     where) is left out of these row hashes: every row compared holds that integer.
+//     (Row hashes of one integer key are held as numbers, table::KeyHashes.)
 //   Then, in ONE target transaction per chunk: the target rows of the chunk's keys
 //   read FOR UPDATE (the chunk's before-image), an exact comparison, the upserts (and
 //   deletes with delete_missing), then the step's lock row, the fencing token and a
