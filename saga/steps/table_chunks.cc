@@ -102,7 +102,11 @@ void KeyHashes::Add(const Row& key, uint32_t hash) {
 }
 
 void KeyHashes::reserve(size_t n) {
-  (kind_ == Kind::kRows ? rows_.reserve(n) : ints_.reserve(n));
+  if (kind_ == Kind::kRows) {
+    rows_.reserve(n);
+  } else {
+    ints_.reserve(n);
+  }
   hashes_.reserve(n);
 }
 
