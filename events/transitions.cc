@@ -147,14 +147,19 @@ std::string InsertStepsSql(size_t rows) {
   return sql;
 }
 
-// Multi-row statements over `total` rows in chunks of power-of-two sizes up to `max`
-// (37 rows: 32 + 4 + 1), so a connection prepares one text per size class instead of
-// one per row count. Rows are never padded: a repeated row could apply twice.
+// Multi-row statements over `total` rows: up to kExactRows rows in one statement of
+// exactly that many, more in chunks of power-of-two sizes up to `max` until the rest
+// fits one (37 rows: 32 + 5). A connection prepares at most kExactRows texts plus one
+// per size class, instead of one per row count, and a commit group of up to
+// kExactRows events writes each kind of row in one statement. Rows are never padded:
+// a repeated row could apply twice.
+constexpr size_t kExactRows = 16;
 template <class F>
 void InSizeClassChunks(size_t total, size_t max, F&& chunk /* (from, n) */) {
   size_t n = 0;
   for (size_t from = 0; from < total; from += n) {
-    n = std::min(max, std::bit_floor(total - from));
+    const size_t rest = total - from;
+    n = rest <= std::min(kExactRows, max) ? rest : std::min(max, std::bit_floor(rest));
     chunk(from, n);
   }
 }
@@ -281,17 +286,27 @@ std::vector<T> Padded(std::vector<T> v, size_t n) {
 
 }  // namespace
 
-std::map<int64_t, int> LockEvents(storage::Connection& c, const std::vector<int64_t>& ids) {
+namespace {
+std::map<int64_t, int> SelectVersions(storage::Connection& c, const std::vector<int64_t>& ids, bool lock) {
   std::map<int64_t, int> out;
   if (ids.empty()) return out;
   const size_t n = SizeClass(ids.size());
   std::vector<storage::Value> v;
   Append(v, Padded(ids, n));
-  auto rs = c.Query("SELECT id, version FROM distribute_event FORCE INDEX (PRIMARY) WHERE id IN (" + Marks(n) +
-                        ") FOR UPDATE",
+  auto rs = c.Query("SELECT id, version FROM distribute_event FORCE INDEX (PRIMARY) WHERE id IN (" + Marks(n) + ")" +
+                        (lock ? " FOR UPDATE" : ""),
                     storage::Values(v));
   while (rs->next()) out[rs->getInt64(1)] = rs->getInt(2);
   return out;
+}
+}  // namespace
+
+std::map<int64_t, int> LockEvents(storage::Connection& c, const std::vector<int64_t>& ids) {
+  return SelectVersions(c, ids, /*lock=*/true);
+}
+
+std::map<int64_t, int> ReadVersions(storage::Connection& c, const std::vector<int64_t>& ids) {
+  return SelectVersions(c, ids, /*lock=*/false);
 }
 
 std::vector<int64_t> ClaimFirstAttempts(storage::Connection& c, const std::vector<ClaimRow>& rows,
@@ -383,6 +398,7 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
   std::vector<NewStep> plans;  // claims at commit: their plans' rows
   std::vector<int64_t> claim_done_ids, claim_done_versions, claim_run_ids, claim_run_versions, claim_run_progress;
   std::vector<std::string> claim_done_results;
+  std::map<int64_t, int> locked;  // id -> version: the rest, fenced by LockEvents
   int claim_attempt = 1;
   for (const StepSuccess& s : successes) {
     if (s.claim) {
@@ -414,43 +430,16 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
       touch_ids.push_back(s.event_id);
       touch_versions.push_back(s.version);
       touch_progress.push_back(s.progress);
+    } else {
+      locked[s.event_id] = s.version;
     }
   }
-  {  // the handlers' rows
-    std::vector<const DeferredRow*> rows;
-    for (const StepSuccess& s : successes) {
-      for (const DeferredRow& r : s.rows) rows.push_back(&r);
-    }
-    if (!rows.empty()) InsertDeferredRows(c, rows);
-  }
-  if (!plans.empty() && InsertSteps(c, plans, node, claim_attempt) != plans.size()) {
-    return false;  // rows of such a code existed: that event needs the full claim (ClaimTx)
-  }
-  if (!codes.empty()) {  // kMarkStepSucceeded per row
-    const size_t n = SizeClass(codes.size());
-    const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'SUCCESS', executed_at = NOW(3), output = " +
-                            Pick("code", n) + ", compensation_data = " + Pick("code", n) +
-                            " WHERE code IN (" + Marks(n) + ")";
-    auto pc = Padded(codes, n);
-    std::vector<storage::Value> v;
-    Append(v, pc);
-    Append(v, Padded(outputs, n));
-    Append(v, pc);
-    Append(v, Padded(compensations, n));
-    Append(v, pc);
-    c.Execute(sql, storage::Values(v));
-  }
-  if (!next_codes.empty()) {  // kMarkStepExecuting per row
-    const size_t n = SizeClass(next_codes.size());
-    const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'EXECUTING', node_address = ?, attempt = " +
-                            Pick("code", n, "SIGNED") + ", started_at = NOW(3) WHERE code IN (" + Marks(n) +
-                            ") AND status <> 'SUCCESS'";
-    auto pc = Padded(next_codes, n);
-    std::vector<storage::Value> v{node};
-    Append(v, pc);
-    Append(v, Padded(next_attempts, n));
-    Append(v, pc);
-    c.Execute(sql, storage::Values(v));
+  // First the fence: each event's row is written (at its owner's version) or locked,
+  // and stays so until the caller's transaction ends.
+  if (!locked.empty()) {  // events whose row this commit does not write
+    std::vector<int64_t> ids;
+    for (const auto& [id, _] : locked) ids.push_back(id);
+    if (LockEvents(c, ids) != locked) return false;
   }
   if (!touch_ids.empty()) {  // kTouchEvent per row
     const size_t n = SizeClass(touch_ids.size());
@@ -504,12 +493,52 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
     Append(v, Padded(versions, n));
     return c.Execute(sql, storage::Values(v)) == ids.size();
   };
-  return claim(claim_done_ids, claim_done_versions, "SUCCESS", "claimed, attempt 1, and all steps succeeded",
-               [](const std::string& pick) { return "finished_time = NOW(3), progress = 100, result = " + pick; },
-               claim_done_results) &&
-         claim(claim_run_ids, claim_run_versions, "RUNNING", "claimed, attempt 1",
-               [](const std::string& pick) { return "progress = CAST(" + pick + " AS SIGNED)"; },
-               claim_run_progress);
+  if (!claim(claim_done_ids, claim_done_versions, "SUCCESS", "claimed, attempt 1, and all steps succeeded",
+             [](const std::string& pick) { return "finished_time = NOW(3), progress = 100, result = " + pick; },
+             claim_done_results) ||
+      !claim(claim_run_ids, claim_run_versions, "RUNNING", "claimed, attempt 1",
+             [](const std::string& pick) { return "progress = CAST(" + pick + " AS SIGNED)"; },
+             claim_run_progress)) {
+    return false;
+  }
+  // Then the rows: the events' rows are locked at their owners' versions from here on.
+  {  // the handlers' rows
+    std::vector<const DeferredRow*> rows;
+    for (const StepSuccess& s : successes) {
+      for (const DeferredRow& r : s.rows) rows.push_back(&r);
+    }
+    if (!rows.empty()) InsertDeferredRows(c, rows);
+  }
+  if (!plans.empty() && InsertSteps(c, plans, node, claim_attempt) != plans.size()) {
+    return false;  // rows of such a code existed: that event needs the full claim (ClaimTx)
+  }
+  if (!codes.empty()) {  // kMarkStepSucceeded per row
+    const size_t n = SizeClass(codes.size());
+    const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'SUCCESS', executed_at = NOW(3), output = " +
+                            Pick("code", n) + ", compensation_data = " + Pick("code", n) +
+                            " WHERE code IN (" + Marks(n) + ")";
+    auto pc = Padded(codes, n);
+    std::vector<storage::Value> v;
+    Append(v, pc);
+    Append(v, Padded(outputs, n));
+    Append(v, pc);
+    Append(v, Padded(compensations, n));
+    Append(v, pc);
+    c.Execute(sql, storage::Values(v));
+  }
+  if (!next_codes.empty()) {  // kMarkStepExecuting per row
+    const size_t n = SizeClass(next_codes.size());
+    const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'EXECUTING', node_address = ?, attempt = " +
+                            Pick("code", n, "SIGNED") + ", started_at = NOW(3) WHERE code IN (" + Marks(n) +
+                            ") AND status <> 'SUCCESS'";
+    auto pc = Padded(next_codes, n);
+    std::vector<storage::Value> v{node};
+    Append(v, pc);
+    Append(v, Padded(next_attempts, n));
+    Append(v, pc);
+    c.Execute(sql, storage::Values(v));
+  }
+  return true;
 }
 
 std::optional<Fence> FailEvent(storage::Connection& c, const Fence& fence, const std::string& node,

@@ -103,9 +103,12 @@ bool LockEvent(storage::Connection& c, const Fence& fence);
 // statement above. Lists are padded to a power of two by repeating their last entry
 // (a row matches once), so a connection caches one statement per size class.
 
-// The group commit's fence for many events: locks their rows (until the caller's
-// transaction ends) and returns id -> current version of those that exist.
+// Locks the events' rows (until the caller's transaction ends) and returns id ->
+// current version of those that exist.
 std::map<int64_t, int> LockEvents(storage::Connection& c, const std::vector<int64_t>& ids);
+// The same without locking (what a rolled-back group reads to tell which members lost
+// their event: versions only grow).
+std::map<int64_t, int> ReadVersions(storage::Connection& c, const std::vector<int64_t>& ids);
 
 // A step row to insert (InsertSteps, InsertChildSteps, StepSuccess::plan).
 struct NewStep {
@@ -149,7 +152,7 @@ void InsertDeferredRow(storage::Connection& c, const DeferredRow& row);
 // One event's step success as the group commit applies it.
 struct StepSuccess {
   int64_t event_id = 0;
-  int version = 0;       // the owner's; the row is locked by LockEvent in this transaction
+  int version = 0;       // the owner's; ApplyStepSuccesses fences the commit by it
   std::string step_code;
   std::optional<std::string> output;
   std::optional<std::string> compensation;
@@ -169,17 +172,21 @@ struct StepSuccess {
   bool claim = false;
   std::vector<NewStep> plan;
 };
-// MarkStepSucceeded + MarkStepExecuting (next) + TouchEvent or SucceedEvent for many
-// events, and for claims at commit InsertSteps + their claim: at most seven
-// statements. False when an event did not match its version or a claimed plan's rows
-// existed already (the caller must roll back).
+// The group commit's writes and its fence, for many events: first each event's row,
+// written at its owner's version (TouchEvent, SucceedEvent, or the claim at commit) or
+// else locked (LockEvents), so the rows stay the owners' until the caller's
+// transaction ends; then the handlers' rows, the claims' InsertSteps,
+// MarkStepSucceeded and MarkStepExecuting (next). A group of 1-step claims is two
+// statements (three with handler rows) up to 16 events. False when an event was not at
+// its version or a claimed plan's rows existed already: the caller must roll back
+// (ReadVersions then tells which events moved on).
 bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& successes,
                         const std::string& node);
 
 // ---- distribute_event_step -------------------------------------------------------
 
-// INSERT IGNORE of plan rows by code: multi-row statements in power-of-two sizes
-// (one for a plan of 1, 2, 4 … steps). Returns rows inserted.
+// INSERT IGNORE of plan rows by code: one multi-row statement up to 16 rows, more in
+// power-of-two chunks. Returns rows inserted.
 uint64_t InsertSteps(storage::Connection& c, const std::vector<NewStep>& steps,
                      const std::string& node, int attempt);
 

@@ -34,10 +34,61 @@ CommitGroups::CommitGroups(storage::ConnectionPool& pool, std::string node, int 
   committer_ = std::jthread([this](std::stop_token stop) { CommitterLoop(stop); });
 }
 
+namespace {
+// A group connection kept between groups goes (closed) after this long unused, so an
+// idle node holds none.
+constexpr std::chrono::seconds kKeepIdle{1};
+// A kept connection unused this long is pinged before its next group.
+constexpr std::chrono::milliseconds kValidateAfter{250};
+}  // namespace
+
 CommitGroups::~CommitGroups() {
   committer_.request_stop();
   committer_cv_.notify_all();
   committer_ = {};
+  std::lock_guard lock(spare_mu_);
+  spare_.reset();  // retired: closed by the pool
+}
+
+storage::ConnectionPool::Lease CommitGroups::TakeConnection() {
+  std::unique_ptr<storage::ConnectionPool::Lease> kept;
+  std::chrono::steady_clock::time_point since;
+  {
+    std::lock_guard lock(spare_mu_);
+    kept = std::move(spare_);
+    since = spare_since_;
+  }
+  if (kept) {
+    // Checked as the pool checks its idle ones: the server may have closed it.
+    if (std::chrono::steady_clock::now() - since < kValidateAfter || (*kept)->Ping()) return std::move(*kept);
+    (*kept)->mark_broken();
+    kept.reset();
+  }
+  storage::ConnectionPool::Lease lease = pool_.Borrow();
+  lease->retire();  // its session becomes the groups': never lent to others again
+  try {
+    lease->ExecuteDdl("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    lease->ExecuteDdl("SET SESSION autocommit = 0");
+  } catch (const storage::StatementError& e) {
+    if (e.kind() == DbError::Kind::kConnectionLost) lease->mark_broken();
+    throw e.WithContext("set up a group connection");
+  }
+  return lease;
+}
+
+void CommitGroups::KeepConnection(storage::ConnectionPool::Lease lease) {
+  // Kept only while the pool has others to lend (nothing else waits for this one) and
+  // only one: while one group commits the next fills on its own connection.
+  if (lease->broken() || !pool_.MayKeep(*lease)) return;  // closed by the pool
+  std::lock_guard lock(spare_mu_);
+  if (spare_) return;
+  spare_ = std::make_unique<storage::ConnectionPool::Lease>(std::move(lease));
+  spare_since_ = std::chrono::steady_clock::now();
+}
+
+void CommitGroups::DropIdleConnection() {
+  std::lock_guard lock(spare_mu_);
+  if (spare_ && std::chrono::steady_clock::now() - spare_since_ >= kKeepIdle) spare_.reset();
 }
 
 std::shared_ptr<CommitGroups::Group> CommitGroups::OpenGroup(std::unique_lock<std::mutex>& lock,
@@ -54,13 +105,13 @@ std::shared_ptr<CommitGroups::Group> CommitGroups::OpenGroup(std::unique_lock<st
 }
 
 // By the holder of the turn, or by the committer once the group is sealed: either
-// way the only user of the group's connection.
-void CommitGroups::BeginGroup(storage::ConnectionPool& pool, Group& g) {
-  if (!g.lease) g.lease.emplace(pool.Borrow());
+// way the only user of the group's connection. Sends nothing on a kept connection:
+// its session is READ COMMITTED with autocommit off (TakeConnection).
+void CommitGroups::BeginGroup(Group& g) {
+  if (!g.lease) g.lease.emplace(TakeConnection());
   if (!g.begun) {
-    (*g.lease)->ExecuteDdl("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
-    if (!g.tx) g.tx.emplace(**g.lease, "begin group transaction");
-    g.tx->Begin();
+    if (!g.tx) g.tx.emplace(**g.lease, "group transaction");
+    g.tx->BeginImplicitly();
     g.begun = true;
   }
 }
@@ -72,7 +123,7 @@ std::unique_ptr<CommitGroups::Member> CommitGroups::Join() {
     g = OpenGroup(lock, /*take_turn=*/true);
   }
   try {
-    BeginGroup(pool_, *g);
+    BeginGroup(*g);
   } catch (const storage::StatementError& e) {
     if (e.kind() == DbError::Kind::kConnectionLost && g->lease) (*g->lease)->mark_broken();
     GiveBackTurn(*g, /*poison=*/true);
@@ -139,9 +190,12 @@ void CommitGroups::CommitterLoop(std::stop_token stop) {
   std::unique_lock lock(mu_);
   while (true) {
     // Seal the open group once someone joined and no one holds the turn.
-    committer_cv_.wait(lock, stop, [&] { return open_ && open_->members > 0 && !open_->turn_taken; });
-    if (!open_ || open_->members == 0 || open_->turn_taken) {
+    const bool ready = committer_cv_.wait_for(lock, stop, kKeepIdle, [&] {
+      return open_ && open_->members > 0 && !open_->turn_taken;
+    });
+    if (!ready) {
       if (stop.stop_requested()) return;
+      DropIdleConnection();  // a second without a group to seal
       continue;
     }
     std::shared_ptr<Group> g = std::move(open_);
@@ -153,8 +207,9 @@ void CommitGroups::CommitterLoop(std::stop_token stop) {
     stats_.groups++;
     stats_.members += static_cast<uint64_t>(g->members);
     if (g->rolled_back && !g->emptied) stats_.rolled_back++;
-    g->tx.reset();     // rolled back if still open
-    g->lease.reset();  // back to the pool (a broken one is dropped there)
+    g->tx.reset();  // rolled back if still open
+    if (g->lease) KeepConnection(std::move(*g->lease));  // or closed (retired, broken)
+    g->lease.reset();
     g->done_cv.notify_all();
   }
 }
@@ -172,25 +227,29 @@ void CommitGroups::Finish(Group& g) {
   }
   if (g.poisoned) return roll_back();
   try {
-    BeginGroup(pool_, g);
+    BeginGroup(g);
     storage::Connection& c = **g.lease;
-    // 1. The fence, for every member at once (held until COMMIT).
-    std::vector<int64_t> ids;
-    for (const auto& s : g.successes) ids.push_back(s.event_id);
-    std::map<int64_t, int> versions = events::LockEvents(c, ids);
-    for (const auto& s : g.successes) {
-      auto it = versions.find(s.event_id);
-      if (it == versions.end() || it->second != s.version) g.lost.insert(s.event_id);
-    }
-    if (!g.lost.empty()) {
-      spdlog::info("GROUP_FENCED_OUT node={} lost={} members={} (rolled back; the others run again)", node_,
-                   g.lost.size(), g.members);
-      return roll_back();
-    }
-    // 2. The engine's writes.
+    // 1. The fence and the engine's writes (ApplyStepSuccesses writes or locks every
+    // member's event row first, at its version).
     if (!events::ApplyStepSuccesses(c, g.successes, node_)) {
-      spdlog::error("GROUP_FENCE_MISMATCH node={} members={} (rolled back; they run again)", node_, g.members);
-      return roll_back();
+      roll_back();
+      // Which members' events moved on: read after the rollback (versions only grow,
+      // so one read at its version now was at it then too).
+      std::vector<int64_t> ids;
+      for (const auto& s : g.successes) ids.push_back(s.event_id);
+      std::map<int64_t, int> versions = events::ReadVersions(c, ids);
+      for (const auto& s : g.successes) {
+        auto it = versions.find(s.event_id);
+        if (it == versions.end() || it->second != s.version) g.lost.insert(s.event_id);
+      }
+      c.Rollback();  // autocommit off: the read began a transaction
+      if (!g.lost.empty()) {
+        spdlog::info("GROUP_FENCED_OUT node={} lost={} members={} (rolled back; the others run again)", node_,
+                     g.lost.size(), g.members);
+      } else {
+        spdlog::error("GROUP_FENCE_MISMATCH node={} members={} (rolled back; they run again)", node_, g.members);
+      }
+      return;
     }
   } catch (const storage::StatementError& e) {
     DbError err = g.tx ? g.tx->Fail(e, "group commit") : e.WithContext("group commit");
@@ -205,7 +264,7 @@ void CommitGroups::Finish(Group& g) {
     spdlog::warn("GROUP_ROLLED_BACK node={} members={} err={}", node_, g.members, e.what());
     return roll_back();
   }
-  // 3. COMMIT.
+  // 2. COMMIT.
   try {
     g.tx->Commit("commit step successes");
   } catch (const DbError& err) {

@@ -12,17 +12,23 @@
 //
 // How it works. One group is open at a time, on one connection, in a READ COMMITTED
 // transaction (a handler's reads see what is committed now, not a snapshot from
-// before its event was claimed). A member that writes takes the connection's turn
+// before its event was claimed). A group's connection has its session set once to
+// READ COMMITTED with autocommit off, so a group sends no SET TRANSACTION and no BEGIN.
+// Between groups one such connection is kept for the next, while the pool has others
+// to lend and the node is busy (ConnectionPool::MayKeep; gone after a second without
+// a group, or after a failover); the rest are closed when they go back (retired),
+// never lent to others. A member that writes takes the connection's turn
 // (members take turns: a handler's statements after its first tx() run while it holds
 // the turn, so keep them short, as StepContext says). The committer thread seals the
 // open group as soon as no member holds the turn (new members start the next group,
 // on another connection) and ends it with:
-//   1. the fence for every member at once: `SELECT id, version … FOR UPDATE`. From
-//      here to COMMIT nobody can change those events, so if each is still at its
-//      owner's version, every write of the group is the owners';
-//   2. the engine's writes for all members (events::ApplyStepSuccesses, <= 4
-//      multi-row statements);
-//   3. COMMIT.
+//   1. the engine's writes for all members (events::ApplyStepSuccesses): first every
+//      member's event row, written at its owner's version or locked (`SELECT … FOR
+//      UPDATE`), which is the fence: from there to COMMIT nobody can change those
+//      events, so if each was still at its owner's version, every write of the group
+//      is the owners'; then the step rows. A group of 1-step events is two multi-row
+//      statements (three when handlers queued rows);
+//   2. COMMIT.
 // While one group waits for its fsync the next one fills, so under load one COMMIT
 // carries many events, and at low load a member waits only for its own.
 //
@@ -30,7 +36,8 @@
 //   - A member whose event is no longer at its version gets OwnershipLostError; the
 //     group is rolled back (its writes may be among them), and the other members get
 //     GroupRolledBack: nothing of their step was written, so they run it again (the
-//     engine does; effects through tx() are exactly-once either way).
+//     engine does; effects through tx() are exactly-once either way). Which members
+//     lost their event is read after the rollback (versions only grow).
 //   - A member whose step failed after taking a turn (its writes must not commit)
 //     abandons the group: rolled back the same way.
 //   - A statement error rolls the group back the same way (GroupRolledBack).
@@ -41,6 +48,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -49,6 +57,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "events/transitions.h"
@@ -125,7 +134,12 @@ class CommitGroups {
   void Finish(Group& g);
   void GiveBackTurn(Group& g, bool poison);
   std::shared_ptr<Group> OpenGroup(std::unique_lock<std::mutex>& lock, bool take_turn);
-  static void BeginGroup(storage::ConnectionPool& pool, Group& g);
+  void BeginGroup(Group& g);
+  // The group connections (see the file comment): a kept one, or one borrowed and set
+  // up. Throws DbError.
+  storage::ConnectionPool::Lease TakeConnection();
+  void KeepConnection(storage::ConnectionPool::Lease lease);
+  void DropIdleConnection();
 
   storage::ConnectionPool& pool_;
   const std::string node_;
@@ -139,6 +153,10 @@ class CommitGroups {
   std::condition_variable_any turn_cv_;
   std::condition_variable_any committer_cv_;
   std::shared_ptr<Group> open_;  // null: the next joiner starts one
+  // The group connection kept between groups, and since when (spare_mu_).
+  std::mutex spare_mu_;
+  std::unique_ptr<storage::ConnectionPool::Lease> spare_;
+  std::chrono::steady_clock::time_point spare_since_;
   std::jthread committer_;
 };
 

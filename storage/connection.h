@@ -148,6 +148,10 @@ class Connection {
   // Set when the connection must not be reused (lost, or in an unknown state).
   bool broken() const { return broken_; }
   void mark_broken() { broken_ = true; }
+  // Set by a user that changed the session (saga::CommitGroups: autocommit off): the
+  // pool closes the connection when it comes back instead of lending it again.
+  bool retired() const { return retired_; }
+  void retire() { retired_ = true; }
   // Round trip to check the session is alive.
   bool Ping() noexcept;
 
@@ -181,6 +185,7 @@ class Connection {
   uint64_t server_id_ = 0;
   size_t host_index_ = 0;
   bool broken_ = false;
+  bool retired_ = false;
 };
 
 }  // namespace dsync::storage

@@ -128,20 +128,30 @@ void ConnectionPool::Prewarm(int n) {
   for (std::thread& t : threads) t.join();
 }
 
+bool ConnectionPool::MayKeep(const Connection& c) {
+  std::lock_guard lock(mu_);
+  const int max_size = options_.max_size > 0 ? options_.max_size : url_.pool_size;
+  return c.host_index() == preferred_host_ && (!idle_.empty() || open_ < max_size);
+}
+
 void ConnectionPool::Return(std::unique_ptr<Connection> conn) {
   std::lock_guard lock(mu_);
   // One process writes through one member: after a failover, connections still open
   // to the previous member are closed as they come back rather than reused.
-  bool broken = conn->broken() || conn->host_index() != preferred_host_;
-  if (broken) {
-    spdlog::info("DB_CONNECTION_DROPPED reason={} server_id={}", conn->broken() ? "broken" : "other_member",
-                 conn->server_id());
+  // A retired one is closed quietly: its user changed the session on purpose.
+  const bool retired = conn->retired() && !conn->broken();
+  const bool drop = conn->broken() || retired || conn->host_index() != preferred_host_;
+  if (drop) {
+    if (!retired) {
+      spdlog::info("DB_CONNECTION_DROPPED reason={} server_id={}", conn->broken() ? "broken" : "other_member",
+                   conn->server_id());
+    }
     conn.reset();  // closing under the lock is quick: the socket is dead or idle
   }
   --in_use_;
-  if (broken) {
+  if (drop) {
     --open_;
-    ++discarded_;
+    if (!retired) ++discarded_;
   } else {
     idle_.push_back({std::move(conn), clock_.Now()});
   }

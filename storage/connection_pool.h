@@ -140,6 +140,12 @@ class ConnectionPool {
   // when they are open; a connection that fails is left to the borrow that meets it.
   void Prewarm(int n);
 
+  // For a user that keeps a lease between units of work (saga::CommitGroups): whether
+  // it may keep `c` now. True while `c` reached the host the pool writes through (not
+  // after a failover, as Return() checks for the rest) and another borrow would not
+  // have to wait (an idle connection, or room to open one).
+  bool MayKeep(const Connection& c);
+
   const DbUrl& url() const { return url_; }
   PoolStats stats();
 

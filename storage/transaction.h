@@ -36,6 +36,9 @@ class Transaction {
 
   // BEGIN. Throws DbError.
   void Begin();
+  // For a session with autocommit off, where every statement is inside a transaction
+  // that COMMIT or ROLLBACK ends: marks it open without sending anything.
+  void BeginImplicitly() { open_ = true; }
   // COMMIT. Throws DbError; kCommitUnknown when the connection was lost during it.
   // `what` names the unit of work in the error instead of the constructor's name.
   void Commit() { Commit(what_); }

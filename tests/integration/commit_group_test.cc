@@ -193,11 +193,12 @@ class CommitterHold {
       result_ = Try([&] { groups.Commit(nullptr, success); });
     });
     // The committer's connection waits for the spare row's lock: it is in Finish, in
-    // the fence (the statement stays in the process list while it waits).
+    // the fence, the first write of the spare's event row (the statement stays in the
+    // process list while it waits).
     blocked_ = WaitFor([&] {
       return pool.Run("lock wait", [&](storage::Connection& c) {
                return c.QueryInt("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
-                                 "AND ID <> ? AND INFO LIKE 'SELECT id, version FROM distribute_event%FOR UPDATE'",
+                                 "AND ID <> ? AND INFO LIKE 'UPDATE distribute_event FORCE INDEX (PRIMARY) SET%'",
                                  holder).value_or(0);
              }) >= 1;
     });
