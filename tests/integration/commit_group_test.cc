@@ -7,8 +7,8 @@
 // Putting several members in one group deterministically (CommitterHold): the
 // committer finishes one group at a time, on its own thread. Another connection locks
 // a spare event's row; a nullptr member of that event is committed, so the committer
-// seals that group and blocks in its fence (`SELECT ... FOR UPDATE`), which the test
-// waits to see in information_schema. Until the lock is released no group can be
+// seals that group and blocks in its fence (the UPDATE of the spare's event row),
+// which the test waits to see in information_schema. Until the lock is released no group can be
 // sealed, so every member that joins meanwhile is in the same (next) group, and that
 // group ends only after the release and after the last joiner gave its turn back
 // (each member's Commit queues its success and gives the turn back in one step).
@@ -20,6 +20,7 @@
 #include <latch>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -467,6 +468,86 @@ TEST_F(CommitGroupTest, LaterMemberSeesRowsCommittedAfterTheGroupBegan) {
   ExpectSucceeded(a);
   ExpectSucceeded(b);
   ExpectSucceeded(spare, /*wrote=*/false);
+}
+
+// 6. A step that neither ends its event nor writes its progress (touch = false: a
+// middle step within the touch interval) leaves the event row unwritten; the group
+// fences it by locking the row at its version. Moved on meanwhile (a reset): the
+// member loses the event and nothing of its step commits. At its version: the step
+// commits and the event row is left as it was.
+TEST_F(CommitGroupTest, AMemberWhoseEventRowIsNotWrittenIsFencedByItsVersionToo) {
+  Event moved = MakeEvent("M");
+  Event kept = MakeEvent("K");
+  auto middle_step = [](const Event& e) {
+    events::StepSuccess s = Success(e);
+    s.finish = false;
+    s.touch = false;
+    s.result_json.clear();
+    return s;
+  };
+  CommitGroups groups(pool(), kNode);
+  Result moved_result = Try([&] {
+    auto m = groups.Join();
+    WriteLedger(m->conn(), moved);
+    EXPECT_EQ(Exec("UPDATE distribute_event SET version = version + 1 WHERE id = ?", moved.id), 1u);
+    groups.Commit(std::move(m), middle_step(moved));
+  });
+  EXPECT_EQ(moved_result, Result::kOwnershipLost) << ResultName(moved_result);
+  ExpectUntouched(moved, kVersion + 1);
+
+  Result kept_result = Try([&] {
+    auto m = groups.Join();
+    WriteLedger(m->conn(), kept);
+    groups.Commit(std::move(m), middle_step(kept));
+  });
+  EXPECT_EQ(kept_result, Result::kOk) << ResultName(kept_result);
+  EXPECT_EQ(Status(kept), "RUNNING");
+  EXPECT_EQ(Version(kept), kVersion);
+  EXPECT_EQ(StepStatus(kept), "SUCCESS");
+  EXPECT_EQ(LedgerRows(kept), 1);
+}
+
+// 7. A group's connection runs with autocommit off and READ COMMITTED for the whole
+// session; no other user of the pool ever gets such a session: the one kept between
+// groups is never lent, and it is closed (not pooled) after a second unused.
+TEST_F(CommitGroupTest, GroupSessionsNeverReachThePoolsOtherUsers) {
+  std::set<uint64_t> group_sessions;
+  // Whatever the pool lends now (its idle connections and two more) has the server's
+  // defaults and is none of the groups' sessions.
+  auto expect_plain_sessions = [&](const char* when) {
+    SCOPED_TRACE(when);
+    const storage::PoolStats st = pool().stats();
+    std::vector<storage::ConnectionPool::Lease> leases;
+    for (int i = 0; i < st.open - st.in_use + 2; ++i) leases.push_back(pool().Borrow());
+    for (auto& l : leases) {
+      EXPECT_FALSE(group_sessions.count(l->server_id())) << "a group's session was lent";
+      EXPECT_EQ(l->QueryInt("SELECT @@autocommit"), 1);
+      EXPECT_EQ(l->QueryInt("SELECT @@SESSION.tx_isolation = @@GLOBAL.tx_isolation"), 1);
+    }
+  };
+  auto open_sessions = [&] {
+    int64_t n = 0;
+    for (uint64_t id : group_sessions) n += Int("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id);
+    return n;
+  };
+  std::vector<Event> events;
+  for (int i = 0; i < 8; ++i) events.push_back(MakeEvent("S" + std::to_string(i)));
+  CommitGroups groups(pool(), kNode);
+  for (const Event& e : events) {
+    auto m = groups.Join();
+    group_sessions.insert(m->conn().server_id());
+    EXPECT_EQ(m->conn().QueryInt("SELECT @@autocommit"), 0);
+    EXPECT_EQ(m->conn().QueryString("SELECT @@SESSION.tx_isolation"), "READ-COMMITTED");
+    WriteLedger(m->conn(), e);
+    groups.Commit(std::move(m), Success(e));
+  }
+  EXPECT_EQ(group_sessions.size(), 1u) << "the groups did not keep their connection";
+  EXPECT_EQ(open_sessions(), 1) << "the kept connection is open between groups";
+  expect_plain_sessions("while the groups keep a connection");
+  // Over a second unused: the kept connection is closed.
+  EXPECT_TRUE(WaitFor([&] { return open_sessions() == 0; })) << "the kept connection stayed open";
+  expect_plain_sessions("after the groups went idle");
+  for (const Event& e : events) ExpectSucceeded(e);
 }
 
 }  // namespace
