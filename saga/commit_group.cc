@@ -17,6 +17,7 @@ struct CommitGroups::Group {
   bool turn_taken = false;
   bool poisoned = false;  // a member failed after writing, or a statement failed
   int members = 0;        // joined (with or without a turn)
+  int holds = 0;          // live Holds: not sealed before they end (unless full)
   std::vector<events::StepSuccess> successes;
   // The outcome, once done.
   bool done = false;
@@ -186,12 +187,28 @@ void CommitGroups::Leave(std::unique_ptr<Member> member) noexcept {
   GiveBackTurn(*member->group_, /*poison=*/false);
 }
 
+std::unique_ptr<CommitGroups::Hold> CommitGroups::HoldOpen() {
+  std::lock_guard lock(mu_);
+  if (!open_) open_ = std::make_shared<Group>();
+  open_->holds++;
+  return std::unique_ptr<Hold>(new Hold(*this, open_));
+}
+
+CommitGroups::Hold::~Hold() {
+  {
+    std::lock_guard lock(groups_.mu_);
+    group_->holds--;
+  }
+  groups_.committer_cv_.notify_one();
+}
+
 void CommitGroups::CommitterLoop(std::stop_token stop) {
   std::unique_lock lock(mu_);
   while (true) {
     // Seal the open group once someone joined and no one holds the turn.
     const bool ready = committer_cv_.wait_for(lock, stop, kKeepIdle, [&] {
-      return open_ && open_->members > 0 && !open_->turn_taken;
+      return open_ && open_->members > 0 && !open_->turn_taken &&
+             (open_->holds == 0 || open_->members >= max_members_);
     });
     if (!ready) {
       if (stop.stop_requested()) return;

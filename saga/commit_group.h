@@ -127,6 +127,25 @@ class CommitGroups {
   // back without rolling the group back. Does not wait.
   void Leave(std::unique_ptr<Member> member) noexcept;
 
+  // Holds the open group open: the committer does not seal it (unless it is full)
+  // while a Hold on it lives, so the successes one thread submits for several events
+  // (SagaEngine::RunBatch) share one group and one COMMIT instead of being split by
+  // the committer sealing after the first. Hold only while submitting, never while
+  // waiting for a group.
+  class Hold {
+   public:
+    ~Hold();
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    friend class CommitGroups;
+    Hold(CommitGroups& groups, std::shared_ptr<Group> group) : groups_(groups), group_(std::move(group)) {}
+    CommitGroups& groups_;
+    std::shared_ptr<Group> group_;
+  };
+  std::unique_ptr<Hold> HoldOpen();
+
   CommitGroupStats& stats() { return stats_; }
 
  private:

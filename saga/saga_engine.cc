@@ -106,10 +106,15 @@ std::vector<Outcome> SagaEngine::RunBatch(const std::vector<const AssignedEvent*
   std::vector<Slot*> waiting;
   while (true) {
     waiting.clear();
-    for (Slot& s : slots) {
-      if (s.outcome) continue;
-      advance(s, [](EventRun& r) { return r.BeginStep(); });
-      if (!s.outcome) waiting.push_back(&s);
+    {
+      // The batch's successes share one group and one COMMIT (CommitGroups::Hold):
+      // unheld, the committer sealed a group after the first and split the batch.
+      const std::unique_ptr<CommitGroups::Hold> hold = groups_->HoldOpen();
+      for (Slot& s : slots) {
+        if (s.outcome) continue;
+        advance(s, [](EventRun& r) { return r.BeginStep(); });
+        if (!s.outcome) waiting.push_back(&s);
+      }
     }
     if (waiting.empty()) break;
     for (Slot* s : waiting) advance(*s, [](EventRun& r) { return r.EndStep(); });

@@ -550,5 +550,40 @@ TEST_F(CommitGroupTest, GroupSessionsNeverReachThePoolsOtherUsers) {
   for (const Event& e : events) ExpectSucceeded(e);
 }
 
+// 8. A Hold keeps the open group from being sealed while one thread submits several
+// successes (SagaEngine::RunBatch), so they share one COMMIT; a group that fills up is
+// sealed anyway, so a holder that submits more than a group takes never waits on
+// itself.
+TEST_F(CommitGroupTest, AHeldGroupTakesEverySubmissionUntilItIsFull) {
+  constexpr int kMax = 4;
+  std::vector<Event> events;
+  for (int i = 0; i < 2 * kMax + 1; ++i) events.push_back(MakeEvent("H" + std::to_string(i)));
+  CommitGroups groups(pool(), kNode, kMax);
+
+  std::vector<CommitGroups::Ticket> tickets;
+  {
+    auto hold = groups.HoldOpen();
+    for (int i = 0; i < kMax - 1; ++i) {
+      tickets.push_back(groups.Submit(nullptr, Success(events[i])));
+      std::this_thread::sleep_for(20ms);  // time enough for an unheld group to be sealed
+    }
+    EXPECT_EQ(groups.stats().groups.load(), 0u) << "sealed while held";
+  }
+  for (const auto& t : tickets) EXPECT_EQ(Try([&] { groups.Wait(t); }), Result::kOk);
+  EXPECT_EQ(groups.stats().groups.load(), 1u) << "the held submissions were split";
+
+  tickets.clear();
+  {
+    auto hold = groups.HoldOpen();
+    for (int i = kMax - 1; i < static_cast<int>(events.size()); ++i) {
+      tickets.push_back(groups.Submit(nullptr, Success(events[i])));  // a full group is sealed anyway
+    }
+  }
+  for (const auto& t : tickets) EXPECT_EQ(Try([&] { groups.Wait(t); }), Result::kOk);
+  EXPECT_GE(groups.stats().groups.load(), 3u);  // the first, a full one, and one or more for the rest
+  EXPECT_EQ(groups.stats().members.load(), events.size());
+  for (const Event& e : events) ExpectSucceeded(e, /*wrote=*/false);
+}
+
 }  // namespace
 }  // namespace dsync::saga
