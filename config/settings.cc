@@ -188,7 +188,8 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "dispatcher.busy_interval_ms",
      .field = Field<&Settings::dispatcher, &DispatcherSettings::busy_interval>(),
      .doc = "Dispatcher pause after a round that assigned events or found every node full "
-            "with events due (work exists); at most poll_interval_ms."},
+            "with events due (work exists), and after the first 10 rounds that find nothing "
+            "due once events flowed; at most poll_interval_ms."},
     {.path = "dispatcher.lease_ttl_ms",
      .field = Field<&Settings::dispatcher, &DispatcherSettings::lease_ttl>(),
      .doc = "Lifetime of the dispatcher lease (database clock); the holder renews it every third, and writes only while a quarter is left."},

@@ -42,7 +42,7 @@ struct RegistrySettings {
 struct DispatcherSettings {
   Millis poll_interval{200};          // dispatcher.poll_interval_ms: pause while events wait; <= idle_interval. Default 200 ms
   Millis idle_interval{1000};         // dispatcher.idle_interval_ms: longest pause while nothing is due. Default 1 s
-  Millis busy_interval{10};           // dispatcher.busy_interval_ms: pause after a round with work; <= poll_interval. Default 10 ms
+  Millis busy_interval{2};            // dispatcher.busy_interval_ms: pause after a round with work; <= poll_interval. Default 2 ms
   Millis lease_ttl{10000};            // dispatcher.lease_ttl_ms: lease lifetime (database clock), renewed every third. Default 10 s
   int batch_size = 500;               // dispatcher.batch_size: most events assigned per round, >= 1. Default 500
   bool wakeups = true;                // dispatcher.wakeups: wake nodes after assigning, accept wake-ups. Default true

@@ -72,7 +72,7 @@ Millis Elapsed(Clock::TimePoint from, Clock::TimePoint to) {
 
 }  // namespace
 
-Millis NextDispatchDelay(const CycleResult& r, Millis previous, const DispatcherSettings& s) {
+Millis NextDispatchDelay(const CycleResult& r, Millis previous, const DispatcherSettings& s, bool busy) {
   if (r.fenced_out) return s.poll_interval;
   // Only batch_size stopped it and nodes have room: go on at once. (Nodes full: new
   // slots free up over the next moments; coming back at once would re-read every
@@ -81,6 +81,8 @@ Millis NextDispatchDelay(const CycleResult& r, Millis previous, const Dispatcher
   // Validate() keeps busy_interval <= poll_interval; min() for settings built in code.
   if (r.assigned > 0 || r.backlog) return std::min(s.busy_interval, s.poll_interval);
   if (r.free_slots > 0 && r.due_read == 0) {
+    // Nothing due now, but events came within the last second: look again soon.
+    if (busy) return std::min(s.busy_interval, s.poll_interval);
     // Nothing due at all: back off, doubling, to the idle interval.
     Millis next = std::max(s.poll_interval, previous * 2);
     return std::min(next, s.idle_interval);

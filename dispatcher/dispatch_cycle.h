@@ -103,11 +103,18 @@ struct CycleStats {
 //   - busy_interval when work exists: it assigned something, or due events were left
 //     waiting because the nodes were full (r.backlog). Under load nodes free slots
 //     within milliseconds; a whole poll_interval would leave them idle;
-//   - doubling from poll_interval up to idle_interval while nothing at all is due;
+//   - while nothing at all is due: busy_interval for the first kBusyEmptyCycles
+//     cycles after one that assigned events (`busy`: a producer that writes batches
+//     every few milliseconds has more any moment, and plain SQL cannot wake the
+//     dispatcher), else doubling from poll_interval up to idle_interval;
 //   - poll_interval otherwise (fenced out, no live node, events held back by ordering
 //     or batch limits).
 // `previous` is the delay chosen after the previous cycle.
-Millis NextDispatchDelay(const CycleResult& r, Millis previous, const DispatcherSettings& s);
+Millis NextDispatchDelay(const CycleResult& r, Millis previous, const DispatcherSettings& s, bool busy = false);
+// Cycles that find nothing due, after one that assigned events, still paced at
+// busy_interval (NextDispatchDelay's `busy`): 20 ms at the default 2 ms. A lone
+// event costs at most this many extra cycles (3 index-only SELECTs each).
+inline constexpr int kBusyEmptyCycles = 10;
 
 class DispatchCycle {
  public:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
@@ -117,6 +118,7 @@ void DispatcherService::DispatchLoop(std::stop_token stop) {
   const Millis idle = dispatcher_settings_.idle_interval;
   Millis delay = poll;
   int failures = 0;
+  int empty = kBusyEmptyCycles + 1;  // cycles that found nothing due since one that assigned
   while (!stop.stop_requested()) {
     std::optional<int64_t> token = locker_.token();
     if (!token) {
@@ -129,7 +131,9 @@ void DispatcherService::DispatchLoop(std::stop_token stop) {
                                      [this] { return locker_.is_leader(); });
       if (failures > 0) spdlog::info("DISPATCH_RECOVERED after_failures={}", failures);
       failures = 0;
-      delay = NextDispatchDelay(r, delay, dispatcher_settings_);
+      if (r.assigned > 0) empty = 0;
+      else if (r.due_read == 0 && empty <= kBusyEmptyCycles) ++empty;
+      delay = NextDispatchDelay(r, delay, dispatcher_settings_, /*busy=*/empty <= kBusyEmptyCycles);
       if (wake_listener_) wake_listener_->Result(r.assigned > 0);
     } catch (const std::exception& e) {
       ++failures;

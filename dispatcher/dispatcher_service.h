@@ -14,9 +14,10 @@
 //     dispatcher.lease_ttl_ms (renew at ttl/3, watchdog at ttl - ttl/5);
 //   - dispatch: DispatchCycle::RunOnce while leader, fenced by the lease token; then
 //     at once again when the batch was full, dispatcher.busy_interval_ms while work
-//     exists (something was assigned, or due events wait for full nodes), doubling
-//     from dispatcher.poll_interval_ms to dispatcher.idle_interval_ms while nothing
-//     is due (and after consecutive failures), else poll_interval (NextDispatchDelay);
+//     exists (something was assigned, or due events wait for full nodes) and for
+//     kBusyEmptyCycles cycles after the last assignment, doubling from
+//     dispatcher.poll_interval_ms to dispatcher.idle_interval_ms while nothing is due
+//     (and after consecutive failures), else poll_interval (NextDispatchDelay);
 //     polls leadership every poll_interval while a follower;
 //   - sweep: EventSweeper::SweepOnce every registry.sweep_interval_ms while leader;
 //   - retention: Retention::RunPass every retention.interval_ms while leader (when

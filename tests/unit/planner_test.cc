@@ -351,17 +351,17 @@ TEST(PlannerTest, ConfigFromSettings) {
 }
 
 TEST(PlannerTest, CadenceAfterACycle) {
-  DispatcherSettings s;  // poll 200, idle 1000, busy 10
+  DispatcherSettings s;  // poll 200, idle 1000, busy 2
   // batch_size stopped it, nodes have room: at once
   CycleResult full{.free_slots = 10, .due_read = 10, .assigned = 10, .more_due = true, .room_left = true};
   EXPECT_EQ(NextDispatchDelay(full, 200ms, s), 0ms);
   CycleResult filled = full;  // the nodes' room stopped it: busy pacing
   filled.room_left = false;
-  EXPECT_EQ(NextDispatchDelay(filled, 200ms, s), 10ms);
+  EXPECT_EQ(NextDispatchDelay(filled, 200ms, s), 2ms);
 
   CycleResult some = full;  // assigned, read all that was due: work exists
   some.more_due = false;
-  EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 10ms);
+  EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 2ms);
 
   CycleResult nothing_due{.free_slots = 10};
   Millis d = NextDispatchDelay(nothing_due, 0ms, s);
@@ -382,20 +382,20 @@ TEST(PlannerTest, CadenceAfterACycle) {
 }
 
 TEST(PlannerTest, CadenceIsBusyIntervalWhileWorkExists) {
-  DispatcherSettings s;  // poll 200, idle 1000, busy 10
-  ASSERT_EQ(s.busy_interval, 10ms);
+  DispatcherSettings s;  // poll 200, idle 1000, busy 2
+  ASSERT_EQ(s.busy_interval, 2ms);
 
   // Assigned some, read everything due: nodes may free slots any moment.
   CycleResult some{.free_slots = 10, .due_read = 3, .assigned = 3};
-  EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 10ms);
-  EXPECT_EQ(NextDispatchDelay(some, 1000ms, s), 10ms);
+  EXPECT_EQ(NextDispatchDelay(some, 0ms, s), 2ms);
+  EXPECT_EQ(NextDispatchDelay(some, 1000ms, s), 2ms);
 
   // Every node full, events left waiting (nothing read, nothing assigned).
   CycleResult full_with_backlog{.backlog = true};
-  EXPECT_EQ(NextDispatchDelay(full_with_backlog, 1000ms, s), 10ms);
+  EXPECT_EQ(NextDispatchDelay(full_with_backlog, 1000ms, s), 2ms);
   // Events read that no node had room for.
   CycleResult no_room{.free_slots = 2, .due_read = 5, .skipped = 5, .backlog = true};
-  EXPECT_EQ(NextDispatchDelay(no_room, 200ms, s), 10ms);
+  EXPECT_EQ(NextDispatchDelay(no_room, 200ms, s), 2ms);
 
   // Still at once after a full page with assignments while nodes have room.
   CycleResult page_full = some;
@@ -408,9 +408,13 @@ TEST(PlannerTest, CadenceIsBusyIntervalWhileWorkExists) {
   CycleResult held{.free_slots = 10, .due_read = 4, .skipped = 4};
   EXPECT_EQ(NextDispatchDelay(held, 10ms, s), 200ms);
 
-  // Nothing due after busy cycles: the idle backoff starts again at poll_interval.
+  // Nothing due right after cycles that assigned (busy: the first kBusyEmptyCycles):
+  // still busy pacing, whatever the delay before.
   CycleResult nothing_due{.free_slots = 10};
-  Millis d = NextDispatchDelay(nothing_due, 10ms, s);
+  EXPECT_EQ(NextDispatchDelay(nothing_due, 2ms, s, /*busy=*/true), 2ms);
+  EXPECT_EQ(NextDispatchDelay(nothing_due, 400ms, s, /*busy=*/true), 2ms);
+  // After that: the idle backoff starts again at poll_interval.
+  Millis d = NextDispatchDelay(nothing_due, 2ms, s);
   EXPECT_EQ(d, 200ms);
   EXPECT_EQ(NextDispatchDelay(nothing_due, d, s), 400ms);
 

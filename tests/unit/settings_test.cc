@@ -67,7 +67,7 @@ TEST(SettingsTest, DefaultsWhenOnlyTopicsGiven) {
   EXPECT_EQ(s.registry.purge_after, Millis(604800000));
   EXPECT_EQ(s.dispatcher.poll_interval, Millis(200));
   EXPECT_EQ(s.dispatcher.idle_interval, Millis(1000));
-  EXPECT_EQ(s.dispatcher.busy_interval, Millis(10));
+  EXPECT_EQ(s.dispatcher.busy_interval, Millis(2));
   EXPECT_EQ(s.dispatcher.lease_ttl, Millis(10000));
   EXPECT_EQ(s.dispatcher.batch_size, 500);
   EXPECT_EQ(s.consumer.poll_interval, Millis(200));
