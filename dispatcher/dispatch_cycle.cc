@@ -81,7 +81,7 @@ Millis NextDispatchDelay(const CycleResult& r, Millis previous, const Dispatcher
   // Validate() keeps busy_interval <= poll_interval; min() for settings built in code.
   if (r.assigned > 0 || r.backlog) return std::min(s.busy_interval, s.poll_interval);
   if (r.free_slots > 0 && r.due_read == 0) {
-    // Nothing due now, but events came within the last second: look again soon.
+    // Nothing due now, but the last cycles assigned events: more are likely any moment.
     if (busy) return std::min(s.busy_interval, s.poll_interval);
     // Nothing due at all: back off, doubling, to the idle interval.
     Millis next = std::max(s.poll_interval, previous * 2);

@@ -20,8 +20,8 @@
 // never lent to others. A member that writes takes the connection's turn
 // (members take turns: a handler's statements after its first tx() run while it holds
 // the turn, so keep them short, as StepContext says). The committer thread seals the
-// open group as soon as no member holds the turn (new members start the next group,
-// on another connection) and ends it with:
+// open group as soon as no member holds the turn and no Hold keeps it open (new
+// members start the next group, on another connection) and ends it with:
 //   1. the engine's writes for all members (events::ApplyStepSuccesses): first every
 //      member's event row, written at its owner's version or locked (`SELECT … FOR
 //      UPDATE`), which is the fence: from there to COMMIT nobody can change those
