@@ -284,9 +284,7 @@ std::vector<T> Padded(std::vector<T> v, size_t n) {
   return v;
 }
 
-}  // namespace
-
-namespace {
+// LockEvents and ReadVersions: id -> version of those of `ids` that exist.
 std::map<int64_t, int> SelectVersions(storage::Connection& c, const std::vector<int64_t>& ids, bool lock) {
   std::map<int64_t, int> out;
   if (ids.empty()) return out;
@@ -299,6 +297,7 @@ std::map<int64_t, int> SelectVersions(storage::Connection& c, const std::vector<
   while (rs->next()) out[rs->getInt64(1)] = rs->getInt(2);
   return out;
 }
+
 }  // namespace
 
 std::map<int64_t, int> LockEvents(storage::Connection& c, const std::vector<int64_t>& ids) {

@@ -31,7 +31,7 @@ ConnectionPool::~ConnectionPool() {
 }
 
 ConnectionPool::Lease ConnectionPool::Borrow() {
-  const int max_size = options_.max_size > 0 ? options_.max_size : url_.pool_size;
+  const int max_size = MaxSize();
   std::unique_lock lock(mu_);
   bool waited = false;
   for (;;) {
@@ -90,7 +90,7 @@ ConnectionPool::Lease ConnectionPool::Borrow() {
 }
 
 void ConnectionPool::Prewarm(int n) {
-  const int max_size = options_.max_size > 0 ? options_.max_size : url_.pool_size;
+  const int max_size = MaxSize();
   int to_open = 0;
   size_t first = 0;
   {
@@ -130,8 +130,7 @@ void ConnectionPool::Prewarm(int n) {
 
 bool ConnectionPool::MayKeep(const Connection& c) {
   std::lock_guard lock(mu_);
-  const int max_size = options_.max_size > 0 ? options_.max_size : url_.pool_size;
-  return c.host_index() == preferred_host_ && (!idle_.empty() || open_ < max_size);
+  return c.host_index() == preferred_host_ && (!idle_.empty() || open_ < MaxSize());
 }
 
 void ConnectionPool::Return(std::unique_ptr<Connection> conn) {
@@ -172,7 +171,7 @@ void ConnectionPool::BackOff(int attempt) {
 PoolStats ConnectionPool::stats() {
   std::lock_guard lock(mu_);
   PoolStats s;
-  s.max_size = options_.max_size > 0 ? options_.max_size : url_.pool_size;
+  s.max_size = MaxSize();
   s.open = open_;
   s.in_use = in_use_;
   s.connects = connects_;

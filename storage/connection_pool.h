@@ -194,6 +194,8 @@ class ConnectionPool {
   }
 
   void Return(std::unique_ptr<Connection> conn);
+  // PoolOptions::max_size, or the URL's pool_size when that is 0.
+  int MaxSize() const { return options_.max_size > 0 ? options_.max_size : url_.pool_size; }
   void BackOff(int attempt);
   void ChooseFirstHost();
 
