@@ -51,12 +51,12 @@
 #             (4) threads, DSYNC_BENCH_EVENTS events; each stage autocommitted
 #             (tx=per_stage) and the last four in one transaction (tx=per_batch, as
 #             group completion would) (shape=minimal); and the engine's exact write set
-#             and statement shape (--exact --tx-per-batch, shape=exact: claim transaction,
-#             then per step one READ COMMITTED group with
-#             the fence SELECT ... FOR UPDATE, the handlers' multi-row ledger INSERT and
-#             the ELT-fenced UPDATEs, no touch; 3+4K row writes); plus mariadbd's CPU
-#             per event. The summary's ceiling ratios use shape=exact (dsync's own write
-#             set); the minimal shape's best is printed as "minimal ceiling" for reference
+#             through the events layer's own functions (--exact --tx-per-batch,
+#             shape=exact: the dispatcher's assign, then per step one READ COMMITTED
+#             commit group, the first claiming at commit; 4K+1 row writes, no reads
+#             of polls or dispatch cycles); plus mariadbd's CPU per event. The
+#             summary's ceiling ratios use shape=exact (dsync's own write set); the
+#             minimal shape's best is printed as "minimal ceiling" for reference
 #   sysbench  `sysbench oltp_update_non_index` at 1, 4 and 8 threads, DSYNC_BENCH_SYSBENCH_S
 #             (20) s each: the database's single-row write limit on this machine
 #   galera    the same e2e runs (1 and 3 steps, DSYNC_BENCH_GALERA_EVENTS (5000) events,
@@ -102,6 +102,7 @@
 # DSYNC_BENCH_SYSBENCH_S (20), DSYNC_BENCH_PGBOSS_BATCHES ("100 500"),
 # DSYNC_BENCH_CEILING_THREADS (4), DSYNC_BENCH_CEILING_BATCH (100),
 # DSYNC_BENCH_BUILD_DIR (build-bench), DSYNC_BENCH_SETTLE_S (90), DSYNC_BENCH_WAKEUPS (true),
+# DSYNC_BENCH_BUSY_MS (2, the dispatcher's busy_interval_ms),
 # DSYNC_BENCH_CAPACITIES ("8 16 64 256"), DSYNC_BENCH_IDLE_S (10), DSYNC_BENCH_PURGE_ROWS (1000000).
 #
 # Output: everything on stdout, and a copy in $build/bench-logs/<section>-<time>.log.
@@ -220,7 +221,7 @@ write_config() {
   "service": "bench",
   "log_level": "info",
   "registry":   { "heartbeat_interval_ms": 1000, "offline_timeout_ms": 3000, "sweep_interval_ms": 500 },
-  "dispatcher": { "poll_interval_ms": $dispatcher_poll_ms, "idle_interval_ms": $dispatcher_idle_ms, "lease_ttl_ms": 3000, "batch_size": 500, "wakeups": $wakeups },
+  "dispatcher": { "poll_interval_ms": $dispatcher_poll_ms, "idle_interval_ms": $dispatcher_idle_ms, "lease_ttl_ms": 3000, "batch_size": 500, "busy_interval_ms": ${DSYNC_BENCH_BUSY_MS:-2}, "wakeups": $wakeups },
   "consumer":   { "poll_interval_ms": $consumer_poll_ms, "capacity": $capacity, "wakeups": $wakeups },
   "topics": {
     "E2E_1": { "ordered": false, "max_retry": 3, "backoff_base_ms": 200, "backoff_max_ms": 1000,
