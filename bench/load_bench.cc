@@ -129,6 +129,7 @@
 #include "events/assign.h"
 #include "events/process_log.h"
 #include "events/transitions.h"
+#include "saga/steps/demo_step.h"
 #include "storage/connection.h"
 #include "storage/db_url.h"
 
@@ -462,11 +463,11 @@ struct CeilingSql {
     // Params per row: code, job_code, tenant_id, sort, step_type, step_name, max_retry,
     // payload, status, node_address, attempt, executing flag, parent_step_id.
     insert_steps = StepInsertSql(rows * steps);
-    // The demo step's effect (saga/steps/demo_step.cc kLedgerHead/kLedgerTail), rows * steps rows.
+    // The demo step's effect (saga/steps/demo_step.h kDemoLedgerHead/Tail), rows * steps rows.
     // Params per row: idempotency key (step code), event code, step name.
-    insert_ledger = "INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES ";
+    insert_ledger = std::string(saga::kDemoLedgerHead) + " ";
     for (size_t i = 0; i < rows * steps; ++i) insert_ledger += i == 0 ? "(?, ?, ?)" : ", (?, ?, ?)";
-    insert_ledger += " ON DUPLICATE KEY UPDATE applications = applications + 1";
+    insert_ledger += std::string(" ") + saga::kDemoLedgerTail;
     // The engine's kMarkStepSucceeded; output and compensation_data are what the demo step
     // returns, {"ledger": <step code>}, built from the row's code instead of bound per row.
     // Params: step codes.
@@ -639,9 +640,7 @@ struct CeilingWorker {
           x.result_json = s == k ? result : "";
           x.progress = static_cast<int>(100 * s / k);
           x.touch = false;  // no-op steps: within the touch interval
-          x.rows.push_back({"INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES",
-                            "ON DUPLICATE KEY UPDATE applications = applications + 1",
-                            {step_code(s), code, "s" + std::to_string(s)}});
+          x.rows.push_back({saga::kDemoLedgerHead, saga::kDemoLedgerTail, {step_code(s), code, "s" + std::to_string(s)}});
           if (s == 1) {
             x.claim = true;
             x.version = 2;  // as assigned

@@ -8,11 +8,6 @@
 namespace dsync::saga {
 namespace {
 
-// One row (idempotency key = step code, event code, step name), written with the
-// step's success (StepContext::InsertAtCommit: batched with other events' rows).
-constexpr const char* kLedgerHead = "INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES";
-constexpr const char* kLedgerTail = "ON DUPLICATE KEY UPDATE applications = applications + 1";
-
 // Params: idempotency key.
 constexpr const char* kDeleteLedger = "DELETE FROM demo_ledger WHERE idempotency_key = ?";
 
@@ -59,7 +54,7 @@ class DemoStep final : public StepHandler {
                                    std::to_string(ctx.step_retry_count() + 1) + " of " +
                                    std::to_string(b.fail_transient_times));
     }
-    ctx.InsertAtCommit(kLedgerHead, kLedgerTail,
+    ctx.InsertAtCommit(kDemoLedgerHead, kDemoLedgerTail,
                        {ctx.idempotency_key(), ctx.event_code(), ctx.step_name()});
     if (b.audit) Audit(ctx, "apply");
     return StepResult::Ok({{"ledger", ctx.idempotency_key()}},

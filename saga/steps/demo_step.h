@@ -43,6 +43,13 @@
 
 namespace dsync::saga {
 
+// The effect's row (StepContext::InsertAtCommit: batched with other events' rows):
+// kDemoLedgerHead, one (idempotency key = step code, event code, step name) tuple per
+// row, kDemoLedgerTail. Shared with the benchmarks that write what a demo step writes.
+inline constexpr const char* kDemoLedgerHead =
+    "INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES";
+inline constexpr const char* kDemoLedgerTail = "ON DUPLICATE KEY UPDATE applications = applications + 1";
+
 // What the payload asks of one demo step.
 struct DemoBehaviour {
   Millis sleep{0};
