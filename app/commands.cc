@@ -39,6 +39,9 @@
 namespace dsync::app {
 namespace {
 
+// consumer.prefetch in the start lines: the number, or "auto" for -1.
+std::string PrefetchText(int prefetch) { return prefetch < 0 ? "auto" : std::to_string(prefetch); }
+
 // --- migrate ---------------------------------------------------------------
 
 int RunMigrate(const Invocation& inv) {
@@ -108,7 +111,7 @@ consumer::ConsumerOptions NodeOptions(const Invocation& inv, const Settings& s) 
   options.datasources = std::move(datasources);
   options.service = s.service;
   options.capacity = s.consumer.capacity;
-  options.prefetch = EffectivePrefetch(s.consumer);
+  options.prefetch = s.consumer.prefetch;  // -1: automatic (consumer::AutoPrefetch)
   options.heartbeat_interval = s.registry.heartbeat_interval;
   options.poll_interval = s.consumer.poll_interval;
   options.idle_interval = std::max(s.consumer.poll_interval, s.dispatcher.idle_interval);
@@ -177,7 +180,7 @@ int RunNode(const Invocation& inv) {
   SystemClock clock;
   NodeParts parts(*pool, s, topics, clock, options);
   spdlog::info("NODE_STARTING node={} service={} capacity={} prefetch={} pool={} topics={} db={}",
-               options.node_address, s.service, options.capacity, options.prefetch, pool->stats().max_size,
+               options.node_address, s.service, options.capacity, PrefetchText(options.prefetch), pool->stats().max_size,
                nlohmann::json(options.topics).dump(), pool->url().Masked());
   parts.node.Start();
   std::string cause = parts.node.WaitForDrainRequest(signals);
@@ -277,7 +280,7 @@ int RunAll(const Invocation& inv) {
   dispatcher.Start();
   parts.node.Start();
   spdlog::info("ALL_STARTED node={} listen={} port={} capacity={} prefetch={} pool={} topics={} db={}",
-               options.node_address, s.api.listen, api_parts.server.port(), options.capacity, options.prefetch,
+               options.node_address, s.api.listen, api_parts.server.port(), options.capacity, PrefetchText(options.prefetch),
                pool->stats().max_size, nlohmann::json(options.topics).dump(), pool->url().Masked());
   std::string cause = parts.node.WaitForDrainRequest(signals);
   spdlog::info("ALL_STOPPING node={} cause=\"{}\"", options.node_address, cause);
@@ -307,7 +310,7 @@ const OptionSpec kServiceOption{"service", true, "service name (default from con
 std::vector<OptionSpec> NodeFlags() {
   return {{"node-address", true, "HOST:PORT this node is known by (default hostname:pid); keep it stable"},
           {"capacity", true, "events run in parallel (default consumer.capacity, 8)"},
-          {"prefetch", true, "events held beyond capacity, queued for a free worker (default consumer.prefetch; -1: as many as capacity, 0: none)"},
+          {"prefetch", true, "events held beyond capacity, queued for a free worker (default consumer.prefetch; -1: automatic, 0: none)"},
           {"topics", true, "comma-separated topics to serve (default: every topic of the config)"},
           {"datasources", true, "comma-separated datasources this node may use (default: every datasource of the config); "
                                 "it checks and reports those it reaches, and gets only events whose steps need no other"},

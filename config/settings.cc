@@ -261,7 +261,8 @@ constexpr KeyDescriptor kKeys[] = {
      .field = Field<&Settings::consumer, &ConsumerSettings::prefetch>(),
      .min = -1, .max = 10000,
      .doc = "Events a node may hold assigned beyond capacity, waiting for a free worker "
-            "(--prefetch); -1: as many as capacity, 0: none. From -1 to 10000."},
+            "(--prefetch); -1: automatic (as many as capacity; for fast steps up to 3 x capacity, "
+            "at most 256), 0: none. From -1 to 10000."},
     {.path = "consumer.wakeups",
      .field = Field<&Settings::consumer, &ConsumerSettings::wakeups>(),
      .doc = "Listen for the dispatcher's wake-ups (UDP, on the node address) and poll at once "

@@ -67,16 +67,10 @@ struct ConsumerSettings {
   Millis poll_interval{200};          // consumer.poll_interval_ms: how often a node looks for its events. Default 200 ms
   Millis drain_timeout{30000};        // consumer.drain_timeout_ms: on shutdown, how long running events may take. Default 30 s
   int capacity = 8;                   // consumer.capacity (--capacity): parallel events, 1..10000. Default 8
-  int prefetch = -1;                  // consumer.prefetch (--prefetch): held beyond capacity; -1 = capacity, 0 = none. Default -1
+  int prefetch = -1;                  // consumer.prefetch (--prefetch): held beyond capacity; -1 = automatic (consumer::AutoPrefetch), 0 = none. Default -1
   bool wakeups = true;                // consumer.wakeups: listen for wake-ups, wake the dispatcher. Default true
   std::string wakeup_listen;          // consumer.wakeup_listen: UDP HOST:PORT for wake-ups. Default "": the node address
 };
-
-// Events a node may hold assigned beyond `capacity`, waiting for a free worker:
-// consumer.prefetch, with -1 meaning "as many as capacity".
-inline int EffectivePrefetch(const ConsumerSettings& s) {
-  return s.prefetch < 0 ? s.capacity : s.prefetch;
-}
 
 struct ApiSettings {
   std::string listen = "127.0.0.1:8080";  // api.listen (--listen): HOST:PORT of the HTTP API. Default 127.0.0.1:8080

@@ -23,6 +23,8 @@ constexpr Millis kBusyWindow{1000};
 // At most this many batch-claimed events of fast plans run together on one worker
 // (SagaEngine::RunBatch).
 constexpr size_t kMaxBatch = 64;
+// At most one early beat per this, for a changed automatic prefetch.
+constexpr Millis kPrefetchBeatGap{1000};
 
 }  // namespace
 
@@ -46,7 +48,7 @@ ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engi
                 static_cast<int>(now_ms % 1000));
   metadata_.version = DSYNC_VERSION;
   metadata_.capacity = options_.capacity;
-  metadata_.prefetch = std::max(0, options_.prefetch);
+  metadata_.prefetch = Prefetch();
   metadata_.topics = options_.topics;
   metadata_.host = Hostname();
   metadata_.pid = getpid();
@@ -79,8 +81,14 @@ ConsumerNode::~ConsumerNode() {
   heartbeat_.Stop();
 }
 
+int ConsumerNode::Prefetch() const {
+  return options_.prefetch >= 0 ? options_.prefetch : AutoPrefetch(options_.capacity, engine_.StepsFast());
+}
+
 registry::NodeMetadata ConsumerNode::Metadata() const {
   registry::NodeMetadata m = metadata_;
+  m.prefetch = Prefetch();
+  published_prefetch_ = m.prefetch;
   m.processing_count = stats_.in_flight.load();
   m.load = static_cast<double>(m.processing_count) / std::max(1, m.capacity);
   if (prober_) {
@@ -248,6 +256,18 @@ void ConsumerNode::HandBackAbandoned() {
   }
 }
 
+void ConsumerNode::PublishPrefetchChange() {
+  if (options_.prefetch >= 0 || Prefetch() == published_prefetch_.load()) return;
+  const Clock::TimePoint now = clock_.Now();
+  if (prefetch_beat_at_ != Clock::TimePoint{} && now - prefetch_beat_at_ < kPrefetchBeatGap) return;
+  prefetch_beat_at_ = now;
+  try {
+    heartbeat_.Beat();  // the dispatcher sees the new prefetch now, not at the next beat
+  } catch (const std::exception& e) {
+    spdlog::warn("HEARTBEAT_FAILED node={} service={} err={}", options_.node_address, options_.service, e.what());
+  }
+}
+
 void ConsumerNode::PollLoop(std::stop_token stop) {
   Millis pause = options_.poll_interval;
   const int claim_threshold = std::max(1, options_.capacity / 4);
@@ -267,6 +287,7 @@ void ConsumerNode::PollLoop(std::stop_token stop) {
       }
       wakeups_->Polled(added > 0, slots_free);
     }
+    PublishPrefetchChange();
     if (added > 0) {
       pause = options_.poll_interval;
       last_work_ = clock_.Now();

@@ -32,6 +32,7 @@
 // Thread safety: Start/Drain from one controlling thread; stats() from any.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -54,11 +55,30 @@
 
 namespace dsync::consumer {
 
+// consumer.prefetch -1 (the default) is automatic: a node whose steps are fast (every
+// plan it has run a step of averages under Plans::StepSpeed::kFastStep) may hold
+// up to 3 x capacity beyond its capacity, at most 256 and never fewer than capacity;
+// any other node (slow steps, or none run yet) as many as its capacity. Why: the
+// dispatcher refills held events once per cycle, several milliseconds apart under
+// load, and a node of fast steps empties a held set of only `capacity` sooner than
+// that and then waits for work (bench/RESULTS.md "Session 19": capacity 16, 1-step
+// events, 48 held faster than 16 in 6 of 6 interleaved runs, median +14 %). Slow steps
+// keep the small set, so that events do not queue behind them on one node while
+// another is free; the cap, because no node finishes more fast events than that in
+// one refill.
+inline constexpr int kFastPrefetchFactor = 3;
+inline constexpr int kFastPrefetchCap = 256;
+inline int AutoPrefetch(int capacity, bool steps_fast) {
+  if (!steps_fast) return capacity;
+  return std::max(capacity, std::min(kFastPrefetchFactor * capacity, kFastPrefetchCap));
+}
+
 struct ConsumerOptions {
   std::string service = "kbs-sync";
   std::string node_address;
   int capacity = 8;
-  int prefetch = 0;                         // events held assigned beyond capacity (metadata "prefetch")
+  // Events held assigned beyond capacity (metadata "prefetch"); -1: AutoPrefetch.
+  int prefetch = 0;
   std::vector<std::string> topics;          // served topics; {"*"} for all
   Millis heartbeat_interval{10000};
   Millis poll_interval{200};                // pause after an empty poll, doubled up to idle_interval
@@ -101,6 +121,8 @@ class ConsumerNode {
   bool Drain();
 
   registry::NodeMetadata Metadata() const;
+  // Events this node may hold beyond capacity now: options.prefetch, or AutoPrefetch.
+  int Prefetch() const;
   ConsumerStats& stats() { return stats_; }
   NodeWakeupStats wakeup_stats() const { return wakeups_ ? wakeups_->stats() : NodeWakeupStats{}; }
 
@@ -116,6 +138,9 @@ class ConsumerNode {
   // they are still RUNNING/COMPENSATING here and would otherwise wait for the
   // sweeper's processing timeout. Retried at every poll until the database answers.
   void HandBackAbandoned();
+  // An automatic prefetch that changed since the last beat is published at once (at
+  // most once per second), not at the next heartbeat.
+  void PublishPrefetchChange();
 
   storage::ConnectionPool& pool_;
   saga::SagaEngine& engine_;
@@ -125,6 +150,8 @@ class ConsumerNode {
   registry::HeartbeatPublisher heartbeat_;
   std::unique_ptr<DatasourceProber> prober_;  // null without options_.datasources
   std::atomic<bool> started_{false};          // beats on a reachability change only after Start()
+  mutable std::atomic<int> published_prefetch_{-1};  // Prefetch() at the last beat
+  Clock::TimePoint prefetch_beat_at_{};              // the poller's last early beat
 
   std::mutex mu_;
   std::condition_variable_any work_cv_;   // workers wait for queued events

@@ -45,6 +45,18 @@ bool Plans::StepSpeed::fast() const {
   return avg >= 0 && avg < kFastStep.count();
 }
 
+bool Plans::StepSpeed::observed() const { return average_us_.load(std::memory_order_relaxed) >= 0; }
+
+bool Plans::AllObservedFast() const {
+  bool any = false;
+  for (const auto& [_, plan] : plans_) {
+    if (!plan.speed->observed()) continue;
+    if (!plan.speed->fast()) return false;
+    any = true;
+  }
+  return any;
+}
+
 const Plans::Plan* Plans::Find(const std::string& topic) const {
   auto it = plans_.find(topic);
   return it == plans_.end() ? nullptr : &it->second;

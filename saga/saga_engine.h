@@ -119,6 +119,7 @@ class Plans {
     void Observe(std::chrono::microseconds took);
     // A moving average (1/8 weight per step) under kFastStep; false until observed.
     bool fast() const;
+    bool observed() const;  // at least one step observed
     static constexpr std::chrono::microseconds kFastStep{500};
 
    private:
@@ -130,6 +131,9 @@ class Plans {
     std::shared_ptr<StepSpeed> speed = std::make_shared<StepSpeed>();
   };
   const Plan* Find(const std::string& topic) const;  // null: unknown topic
+  // Whether this node's steps are fast so far: some plan has run a step, and every
+  // plan that has is fast (StepSpeed).
+  bool AllObservedFast() const;
 
  private:
   std::map<std::string, TopicSettings> topics_;  // Plan::topic points in here
@@ -176,6 +180,9 @@ class SagaEngine {
   // The event was batch-claimed (or its claim deferred) and its plan's steps take under
   // Plans::StepSpeed::kFastStep on average here (so far).
   bool Batchable(const AssignedEvent& event) const;
+  // Plans::AllObservedFast: the steps run here so far are all fast (the consumer's
+  // automatic prefetch, consumer/consumer_node.h).
+  bool StepsFast() const { return plans_.AllObservedFast(); }
 
   // The consumer's batched claim: claims every first attempt among `events` (attempt
   // 0, phase FORWARD, a known topic with steps, a JSON payload, retries left) in one

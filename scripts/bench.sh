@@ -94,7 +94,7 @@
 #
 # Knobs (environment): DSYNC_MARIADB_BUFFER_POOL (256M, the throwaway server's
 # innodb_buffer_pool_size), DSYNC_BENCH_RUNS (3), DSYNC_BENCH_EVENTS (20000, e2e and pgboss),
-# DSYNC_BENCH_NODE_CAPACITY (256, e2e/profile/latency; prefetch = capacity), DSYNC_BENCH_DISPATCHER_POLL_MS (20),
+# DSYNC_BENCH_NODE_CAPACITY (256, e2e/profile/latency; prefetch automatic), DSYNC_BENCH_DISPATCHER_POLL_MS (20),
 # DSYNC_BENCH_DISPATCHER_IDLE_MS (20) and DSYNC_BENCH_CONSUMER_POLL_MS (20) (the dsync config's poll
 # intervals: an idle cluster looks for work every 20 ms, as the pg-boss workers poll every 5 ms),
 # DSYNC_BENCH_PROFILE_EVENTS (2000), DSYNC_BENCH_LATENCY_RATE (events/s; default

@@ -145,5 +145,20 @@ TEST(SagaDemoPayload, MalformedRulesArePermanentFailuresNamingTheKey) {
   EXPECT_EQ(error({{"fail", {{"s2", "garbage"}}}}), "");  // another step's rule is not ours to judge
 }
 
+// The consumer's automatic prefetch asks whether the steps run here are all fast:
+// plans never run do not count; one slow plan among fast ones makes it false.
+TEST(SagaPlans, AllObservedFastCountsOnlyPlansThatRan) {
+  const std::map<std::string, TopicSettings> topics{{"A", Topic({Step("a", "demo")})},
+                                                    {"B", Topic({Step("b", "demo")})}};
+  Plans plans(topics, StepRegistry::WithBuiltins());
+  EXPECT_FALSE(plans.AllObservedFast()) << "nothing ran yet";
+  plans.Find("A")->speed->Observe(100us);
+  EXPECT_TRUE(plans.AllObservedFast()) << "A fast, B never ran";
+  plans.Find("B")->speed->Observe(20ms);
+  EXPECT_FALSE(plans.AllObservedFast()) << "B slow";
+  for (int i = 0; i < 40; ++i) plans.Find("B")->speed->Observe(100us);
+  EXPECT_TRUE(plans.AllObservedFast()) << "B fast again";
+}
+
 }  // namespace
 }  // namespace dsync::saga

@@ -74,7 +74,6 @@ TEST(SettingsTest, DefaultsWhenOnlyTopicsGiven) {
   EXPECT_EQ(s.consumer.drain_timeout, Millis(30000));
   EXPECT_EQ(s.consumer.capacity, 8);
   EXPECT_EQ(s.consumer.prefetch, -1);
-  EXPECT_EQ(EffectivePrefetch(s.consumer), 8);
   EXPECT_EQ(s.api.listen, "127.0.0.1:8080");
   EXPECT_EQ(s.api.token, "");
   EXPECT_EQ(s.api.max_body_bytes, 1048576);
@@ -400,17 +399,9 @@ TEST(SettingsTest, ValidateOtherCrossFieldRules) {
   EXPECT_TRUE(Contains(ValidateError(s), "config: log_level: expected one of"));
 }
 
-TEST(SettingsTest, EffectivePrefetchResolvesMinusOneToCapacity) {
-  ConsumerSettings c;
-  c.capacity = 12;
-  c.prefetch = -1;
-  EXPECT_EQ(EffectivePrefetch(c), 12);
-  c.prefetch = 0;
-  EXPECT_EQ(EffectivePrefetch(c), 0);
-  c.prefetch = 3;
-  EXPECT_EQ(EffectivePrefetch(c), 3);
+TEST(SettingsTest, PrefetchAcceptsMinusOneAndUp) {
   Settings s = ParseSettings(WithTopics(R"("consumer": {"capacity": 4, "prefetch": 2})"), {});
-  EXPECT_EQ(EffectivePrefetch(s.consumer), 2);
+  EXPECT_EQ(s.consumer.prefetch, 2);
   EXPECT_TRUE(Contains(ParseError(WithTopics(R"("consumer": {"prefetch": -2})"), {}),
                        "config: consumer.prefetch: must be at least -1, got -2"));
 }
