@@ -27,7 +27,9 @@
 // datasources (consumer/datasource_prober.h) from Start() on and publishes the ones
 // it reaches, beating at once when that changes; `bad_topics` (topics whose plan the
 // caller could not build) are published as they are. The dispatcher sends the node
-// no event of a bad topic or of a topic needing a datasource it does not reach.
+// no event of a bad topic or of a topic needing a datasource it does not reach. An
+// automatic prefetch (AutoPrefetch) that changed is published at once too, at most
+// once a second.
 //
 // Thread safety: Start/Drain from one controlling thread; stats() from any.
 #pragma once
@@ -62,7 +64,7 @@ namespace dsync::consumer {
 // dispatcher refills held events once per cycle, several milliseconds apart under
 // load, and a node of fast steps empties a held set of only `capacity` sooner than
 // that and then waits for work (bench/RESULTS.md "Session 19": capacity 16, 1-step
-// events, 48 held faster than 16 in 6 of 6 interleaved runs, median +14 %). Slow steps
+// events, 48 held faster than 16 in 10 of 10 paired runs, median +14 %). Slow steps
 // keep the small set, so that events do not queue behind them on one node while
 // another is free; the cap, because no node finishes more fast events than that in
 // one refill.
@@ -150,7 +152,7 @@ class ConsumerNode {
   registry::HeartbeatPublisher heartbeat_;
   std::unique_ptr<DatasourceProber> prober_;  // null without options_.datasources
   std::atomic<bool> started_{false};          // beats on a reachability change only after Start()
-  mutable std::atomic<int> published_prefetch_{-1};  // Prefetch() at the last beat
+  mutable std::atomic<int> published_prefetch_{-1};  // Prefetch() in the last beat's metadata (sent, not always written)
   Clock::TimePoint prefetch_beat_at_{};              // the poller's last early beat
 
   std::mutex mu_;
