@@ -59,13 +59,7 @@ ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engi
     metadata_.datasources.emplace();  // reported, none reached until checked
     prober_ = std::make_unique<DatasourceProber>(
         *options_.datasources, options_.datasource_check_interval, clock_, ConnectProbe, [this] {
-          if (!started_) return;
-          try {
-            heartbeat_.Beat();  // the dispatcher learns of it now, not at the next beat
-          } catch (const std::exception& e) {
-            spdlog::warn("HEARTBEAT_FAILED node={} service={} err={}", options_.node_address,
-                         options_.service, e.what());
-          }
+          if (started_) BeatNow();
         });
   }
 }
@@ -261,8 +255,12 @@ void ConsumerNode::PublishPrefetchChange() {
   const Clock::TimePoint now = clock_.Now();
   if (prefetch_beat_at_ != Clock::TimePoint{} && now - prefetch_beat_at_ < kPrefetchBeatGap) return;
   prefetch_beat_at_ = now;
+  BeatNow();
+}
+
+void ConsumerNode::BeatNow() {
   try {
-    heartbeat_.Beat();  // the dispatcher sees the new prefetch now, not at the next beat
+    heartbeat_.Beat();  // the dispatcher learns of the change now, not at the next beat
   } catch (const std::exception& e) {
     spdlog::warn("HEARTBEAT_FAILED node={} service={} err={}", options_.node_address, options_.service, e.what());
   }

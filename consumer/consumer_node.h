@@ -143,6 +143,9 @@ class ConsumerNode {
   // An automatic prefetch that changed since the last beat is published at once (at
   // most once per second), not at the next heartbeat.
   void PublishPrefetchChange();
+  // One heartbeat now, off its schedule (a routing fact changed); a failure is logged
+  // (HEARTBEAT_FAILED), and the next scheduled beat tries again.
+  void BeatNow();
 
   storage::ConnectionPool& pool_;
   saga::SagaEngine& engine_;
