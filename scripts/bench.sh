@@ -91,6 +91,12 @@
 #   pgboss    the peer: pg-boss (bench/pgboss, pinned) on a throwaway PostgreSQL with
 #             fsync and synchronous_commit on, 20,000 no-op jobs, 4 workers, batch fetch +
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
+#   paired    dsync against pg-boss in alternated runs, for ratios this VM's drift between
+#             sections does not move: for node capacities DSYNC_BENCH_PAIRED_CAPACITIES
+#             ("16 256"), DSYNC_BENCH_PAIRS (5) pairs of one 1-step e2e run (wake-ups on,
+#             as in capacity) and one pg-boss run at its best batch size
+#             (DSYNC_BENCH_PAIRED_BATCH, 500), in ABBA order (odd pairs dsync first); each
+#             pair's ratio and their median
 #
 # Knobs (environment): DSYNC_MARIADB_BUFFER_POOL (256M, the throwaway server's
 # innodb_buffer_pool_size), DSYNC_BENCH_RUNS (3), DSYNC_BENCH_EVENTS (20000, e2e and pgboss),
@@ -113,7 +119,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ports.sh
 
-sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss galera sync purge)
+sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss paired galera sync purge)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -138,11 +144,11 @@ wakeups=${DSYNC_BENCH_WAKEUPS:-true}  # dispatcher.wakeups and consumer.wakeups 
 # ---- packages and build -----------------------------------------------------------
 extra=()
 wants sysbench && extra+=(sysbench)
-wants pgboss && extra+=(postgresql)
+{ wants pgboss || wants paired; } && extra+=(postgresql)
 wants sync && extra+=(percona-toolkit)
 # pg-boss 10 needs Node >= 20. Debian's `nodejs` (+ `npm`) is installed only when there
 # is no node at all: a NodeSource nodejs (which bundles npm) conflicts with Debian's npm.
-if wants pgboss && ! command -v node >/dev/null; then extra+=(nodejs npm); fi
+if { wants pgboss || wants paired; } && ! command -v node >/dev/null; then extra+=(nodejs npm); fi
 bash scripts/setup.sh "${extra[@]}"
 
 build=${DSYNC_BENCH_BUILD_DIR:-build-bench}
@@ -942,27 +948,38 @@ pg_stop() {
   pg_dir=""
 }
 
-section_pgboss() {
-  local cache=$build/pgboss
-  mkdir -p "$cache"
-  if ! cmp -s bench/pgboss/package.json "$cache/package.json" || ! cmp -s bench/pgboss/package-lock.json "$cache/package-lock.json" ||
-     [[ ! -d $cache/node_modules/pg-boss ]]; then
-    echo "  npm ci (pg-boss as pinned in bench/pgboss/package-lock.json) into $cache"
-    cp bench/pgboss/package.json bench/pgboss/package-lock.json "$cache/"
-    (cd "$cache" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+# pgboss_start: pg-boss installed as pinned (npm ci into $build/pgboss, once) and a
+# throwaway PostgreSQL started; sets pgboss_version and pg_version.
+pgboss_cache=""
+pgboss_version=""
+pgboss_start() {
+  pgboss_cache=$build/pgboss
+  mkdir -p "$pgboss_cache"
+  if ! cmp -s bench/pgboss/package.json "$pgboss_cache/package.json" ||
+     ! cmp -s bench/pgboss/package-lock.json "$pgboss_cache/package-lock.json" ||
+     [[ ! -d $pgboss_cache/node_modules/pg-boss ]]; then
+    echo "  npm ci (pg-boss as pinned in bench/pgboss/package-lock.json) into $pgboss_cache"
+    cp bench/pgboss/package.json bench/pgboss/package-lock.json "$pgboss_cache/"
+    (cd "$pgboss_cache" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   fi
-  local version
-  version=$(node -p "require('$cache/node_modules/pg-boss/package.json').version")
+  pgboss_version=$(node -p "require('$pgboss_cache/node_modules/pg-boss/package.json').version")
   pg_start
-  local pg_version
   pg_version=$("$pg_bin/postgres" --version | awk '{ print $3 }')
-  echo "  pg-boss $version on PostgreSQL $pg_version (port $pg_port, fsync=on, synchronous_commit=on), node $(node --version)"
-  local b r line
+  echo "  pg-boss $pgboss_version on PostgreSQL $pg_version (port $pg_port, fsync=on, synchronous_commit=on), node $(node --version)"
+}
+# pgboss_run BATCH: one run of `events` jobs, 4 workers; prints bench.js's line.
+pgboss_run() {
+  NODE_PATH=$pgboss_cache/node_modules node bench/pgboss/bench.js --host 127.0.0.1 --port "$pg_port" \
+    --user bench --database postgres --jobs "$events" --workers 4 --batch-size "$1" --mode loop
+}
+
+section_pgboss() {
+  pgboss_start
+  local b r line version=$pgboss_version
   for b in ${DSYNC_BENCH_PGBOSS_BATCHES:-100 500}; do
     local rates=() procs=()
     for r in $(seq 1 "$runs"); do
-      line=$(NODE_PATH=$cache/node_modules node bench/pgboss/bench.js --host 127.0.0.1 --port "$pg_port" \
-        --user bench --database postgres --jobs "$events" --workers 4 --batch-size "$b" --mode loop)
+      line=$(pgboss_run "$b")
       echo "  batch $b run $r: $line"
       rates+=("$(field jobs_per_s "$line")")
       procs+=("$(field process_jobs_per_s "$line")")
@@ -972,6 +989,44 @@ section_pgboss() {
       "runs=$(IFS=,; echo "${rates[*]}")"
   done
   pg_stop
+}
+
+# -- paired: dsync and pg-boss alternated, so that both sides of a ratio share the hour --
+section_paired() {
+  local saved_capacity=$capacity saved_wakeups=$wakeups cap i b=${DSYNC_BENCH_PAIRED_BATCH:-500}
+  local pairs=${DSYNC_BENCH_PAIRS:-5} d p line
+  pgboss_start
+  wakeups=true
+  for cap in ${DSYNC_BENCH_PAIRED_CAPACITIES:-16 256}; do
+    capacity=$cap
+    local drates=() prates=() ratios=()
+    for i in $(seq 1 "$pairs"); do
+      # ABBA: odd pairs dsync first, even pairs pg-boss first (a trend falls on both).
+      if ((i % 2 == 1)); then
+        e2e_run 1 "$i"
+        line=$(pgboss_run "$b")
+      else
+        line=$(pgboss_run "$b")
+        e2e_run 1 "$i"
+      fi
+      d=$(field rate "$e2e_line")
+      p=$(field jobs_per_s "$line")
+      drates+=("$d")
+      prates+=("$p")
+      ratios+=("$(awk -v a="$d" -v b="$p" 'BEGIN { printf "%.3f", a / b }')")
+      echo "  capacity $cap pair $i: dsync $d events/s, pg-boss $p jobs/s, ratio ${ratios[-1]};" \
+        "dsync CPU µs per event: MariaDB $(field cpu_us_per_event_mariadb "$e2e_line")," \
+        "dispatcher $(field cpu_us_per_event_dispatcher "$e2e_line"), nodes $(field cpu_us_per_event_nodes "$e2e_line");" \
+        "$(field cpu_cores_busy "$e2e_line") cores busy"
+    done
+    result paired "capacity=$cap pairs=$pairs steps=1 events=$events nodes=4 wakeups=on pgboss_batch_size=$b" \
+      "pgboss_version=$pgboss_version ratio_median=$(echo "${ratios[*]}" | median)" \
+      "dsync_events_per_s=$(echo "${drates[*]}" | median) pgboss_jobs_per_s=$(echo "${prates[*]}" | median)" \
+      "ratios=$(IFS=,; echo "${ratios[*]}") dsync_runs=$(IFS=,; echo "${drates[*]}") pgboss_runs=$(IFS=,; echo "${prates[*]}")"
+  done
+  pg_stop
+  capacity=$saved_capacity
+  wakeups=$saved_wakeups
 }
 
 # -- galera: e2e on a single server vs a 3-member cluster, and the failover time --
@@ -1285,6 +1340,14 @@ while read -r line; do
   wp99=$(field producer_woken_p99_ms "$line")
   [[ -n $wp50 ]] && echo "TARGET capacity $cap wake-ups $mode, producer waking the dispatcher: p50 $wp50 ms (<= 5: $(meets "$wp50" 5)), p99 $wp99 ms (<= 50: $(meets "$wp99" 50))"
 done < <(printf '%s\n' "${results[@]}" | grep '^RESULT capacity capacity=' || true)
+while read -r line; do
+  [[ -n $line ]] || continue
+  cap=$(field capacity "$line")
+  target=""
+  ((cap == 16)) && target=" (target >= 1.0)"
+  ((cap == 256)) && target=" (target >= 1.3)"
+  echo "RATIO capacity $cap, paired runs: median of $(field pairs "$line") pairs' dsync events/s / pg-boss jobs/s = $(field ratio_median "$line")$target (pairs: $(field ratios "$line"))"
+done < <(printf '%s\n' "${results[@]}" | grep '^RESULT paired ' || true)
 lat50=$(pick '^RESULT latency ' p50_ms)
 lat99=$(pick '^RESULT latency ' p99_ms)
 fo=$(pick '^RESULT failover ' seconds)
