@@ -47,8 +47,7 @@ ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engi
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                 static_cast<int>(now_ms % 1000));
   metadata_.version = DSYNC_VERSION;
-  metadata_.capacity = options_.capacity;
-  metadata_.prefetch = Prefetch();
+  metadata_.capacity = options_.capacity;  // prefetch: Metadata() sets it (it changes)
   metadata_.topics = options_.topics;
   metadata_.host = Hostname();
   metadata_.pid = getpid();

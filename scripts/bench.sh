@@ -1324,6 +1324,13 @@ for k in 1 3; do
   echo "$ref_line"
 done
 # Issue 19: the capacity sweep against pg-boss's best, and its latency targets.
+# ratio_target CAP: issue 19's target for that capacity's ratio to pg-boss, or nothing.
+ratio_target() {
+  case $1 in
+    16) echo " (target >= 1.0)" ;;
+    256) echo " (target >= 1.3)" ;;
+  esac
+}
 while read -r line; do
   [[ -n $line ]] || continue
   cap=$(sed -nE 's/.* capacity=([0-9]+) .*/\1/p' <<<"$line")
@@ -1331,9 +1338,7 @@ while read -r line; do
   rate=$(sed -nE 's/.* events_per_s=([0-9]+).*/\1/p' <<<"$line")
   p50=$(sed -nE 's/.* p50_ms=([0-9.]+).*/\1/p' <<<"$line")
   p99=$(sed -nE 's/.* p99_ms=([0-9.]+).*/\1/p' <<<"$line")
-  target=""
-  ((cap == 16)) && target=" (target >= 1.0)"
-  ((cap == 256)) && target=" (target >= 1.3)"
+  target=$(ratio_target "$cap")
   [[ -n $pg ]] && echo "RATIO capacity $cap wake-ups $mode: 1-step events/s / pg-boss jobs/s = $rate / $pg = $(ratio "$rate" "$pg")$target"
   echo "TARGET capacity $cap wake-ups $mode: pending->running at half load p50 $p50 ms (<= 5: $(meets "$p50" 5)), p99 $p99 ms (<= 50: $(meets "$p99" 50))"
   wp50=$(field producer_woken_p50_ms "$line")
@@ -1343,9 +1348,7 @@ done < <(printf '%s\n' "${results[@]}" | grep '^RESULT capacity capacity=' || tr
 while read -r line; do
   [[ -n $line ]] || continue
   cap=$(field capacity "$line")
-  target=""
-  ((cap == 16)) && target=" (target >= 1.0)"
-  ((cap == 256)) && target=" (target >= 1.3)"
+  target=$(ratio_target "$cap")
   echo "RATIO capacity $cap, paired runs: median of $(field pairs "$line") pairs' dsync events/s / pg-boss jobs/s = $(field ratio_median "$line")$target (pairs: $(field ratios "$line"))"
 done < <(printf '%s\n' "${results[@]}" | grep '^RESULT paired ' || true)
 lat50=$(pick '^RESULT latency ' p50_ms)
