@@ -455,7 +455,7 @@ HttpServer::Reply HttpServer::Verify(const Request& req) {
     for (const auto& v : ReadLatestVerify(store_.pool())) results.push_back(v.ToJson());
     return {200, Dump(json{{"results", results}})};
   }
-  VerifyRequest r = ParseVerifyRequest(ParseJsonBody(req.body));
+  VerifyRequest r = ParseApiVerifyRequest(ParseJsonBody(req.body));
   VerifyService* service;
   {
     std::lock_guard lock(verify_mu_);

@@ -40,10 +40,10 @@
 //   GET  /metrics                  Prometheus text format 0.0.4: the database's families
 //                                  (WriteDatabaseMetrics), the registered components'
 //                                  writers in order, then the server's own (HttpStats)
-//   POST /v1/verify                {topic, payload} or {source, target, table, where, params?},
-//                                  max_keys? -> 200 {"equal", "tables": [...]}, the JSON of
-//                                  `dsync verify --json` (api/verify_service.h); recorded in
-//                                  dsync_verify_result; bad names/filters 400
+//   POST /v1/verify                {topic, payload?, max_keys?} (configured topics only;
+//                                  one table is the CLI's) -> 200 {"equal", "tables": [...]},
+//                                  the JSON of `dsync verify --json` (api/verify_service.h);
+//                                  recorded in dsync_verify_result; bad names/filters 400
 //   GET  /v1/verify                {results: [...]}: v_verify_latest, newest first (the
 //                                  console's Verify page)
 //

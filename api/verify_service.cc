@@ -25,12 +25,14 @@ INSERT INTO dsync_verify_result (run_id, subject_kind, subject, filter_text, ste
   chunks_differing, first_keys, duration_ms, finished_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3)))";
 
-// The latest results.   params: limit
+// The newest results, by the primary key: a bounded backward range scan, never the
+// whole history (v_verify_latest, for SQL users, ranks every row).   params: limit
 constexpr const char* kLatestSql = R"(
 SELECT subject_kind, subject, filter_text, COALESCE(step_name, ''), table_name, source_ds, target_ds, is_equal,
        source_rows, target_rows, missing_in_target, extra_in_target, different, chunks, chunks_differing,
-       COALESCE(first_keys, ''), age_seconds, DATE_FORMAT(finished_at, '%Y-%m-%dT%H:%i:%s.%fZ')
-FROM v_verify_latest ORDER BY finished_at DESC LIMIT ?)";
+       COALESCE(first_keys, ''), TIMESTAMPDIFF(MICROSECOND, finished_at, UTC_TIMESTAMP(3)) / 1000000,
+       DATE_FORMAT(finished_at, '%Y-%m-%dT%H:%i:%s.%fZ')
+FROM dsync_verify_result ORDER BY id DESC LIMIT ?)";
 
 constexpr size_t kHistoryKeys = 10;
 constexpr size_t kFilterTextMax = 2048;
@@ -95,6 +97,14 @@ VerifyRequest ParseVerifyRequest(const json& body) {
     r.max_keys = static_cast<size_t>(m.get<int64_t>());
   }
   return r;
+}
+
+VerifyRequest ParseApiVerifyRequest(const json& body) {
+  if (body.is_object() && !body.contains("topic")) {
+    throw UsageError("POST /v1/verify takes {\"topic\", \"payload\"}: it verifies a configured topic's table_sync "
+                     "steps; one table by name is for the command line (dsync verify --table)");
+  }
+  return ParseVerifyRequest(body);
 }
 
 bool VerifyReport::equal() const {
@@ -202,8 +212,9 @@ json LatestVerify::ToJson() const {
 std::vector<LatestVerify> ReadLatestVerify(storage::ConnectionPool& pool, int limit) {
   return pool.Run("verify: latest", [&](storage::Connection& c) {
     std::vector<LatestVerify> out;
-    auto rs = c.Query(kLatestSql, limit);
-    while (rs->next()) {
+    std::set<std::string> seen;
+    auto rs = c.Query(kLatestSql, kLatestScanRows);
+    while (rs->next() && static_cast<int>(out.size()) < limit) {
       events::Columns col(*rs);
       LatestVerify v;
       v.subject_kind = col.String();
@@ -226,6 +237,11 @@ std::vector<LatestVerify> ReadLatestVerify(storage::ConnectionPool& pool, int li
       v.first_keys = keys.problem == StoredJson::kNone ? std::move(keys.value) : json(nullptr);
       v.age_seconds = col.Double();
       v.finished_at = col.String();
+      // The newest row of each (subject, filter, table, target) is its latest result.
+      if (!seen.insert(v.subject_kind + '\n' + v.subject + '\n' + v.filter + '\n' + v.table_name + '\n' + v.target)
+               .second) {
+        continue;
+      }
       out.push_back(std::move(v));
     }
     return out;

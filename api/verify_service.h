@@ -40,9 +40,17 @@ struct VerifyRequest {
   std::string filter() const;
 };
 
-// From POST /v1/verify's body: {"topic", "payload"} or {"source", "target", "table",
+// From a request body: {"topic", "payload"} or {"source", "target", "table",
 // "where", "params"?}, and "max_keys"?. Unknown fields are rejected. Throws UsageError.
 VerifyRequest ParseVerifyRequest(const nlohmann::json& body);
+
+// POST /v1/verify's body: {"topic", "payload"?, "max_keys"?} only. What the API may
+// compare is what the config names (a topic's table_sync steps, their tables, columns
+// and filters, the payload binding the filters' values as an event's would); one table
+// with a free filter (`token LIKE 's3c%'` would read a column a character at a time)
+// is for `dsync verify --table` (the operator, with the config and its credentials).
+// Throws UsageError.
+VerifyRequest ParseApiVerifyRequest(const nlohmann::json& body);
 
 struct VerifyReport {
   std::vector<saga::TableCheck> checks;  // what was compared, in plan order
@@ -80,7 +88,7 @@ class VerifyService {
   saga::Datasources datasources_;
 };
 
-// The latest result per (subject, filter, table, target) from v_verify_latest, for
+// The latest result per (subject, filter, table, target), as v_verify_latest has it, for
 // /metrics, GET /v1/verify and the console's Verify page.
 struct LatestVerify {
   std::string subject_kind, subject, filter, step, table_name, source, target;
@@ -93,7 +101,11 @@ struct LatestVerify {
   std::string finished_at;       // "YYYY-MM-DDTHH:MM:SS.ffffffZ"
   nlohmann::json ToJson() const;
 };
-// Newest first. Throws DbError.
+// Newest first, at most `limit`, from the newest kLatestScanRows rows of the history
+// only (an index range, whatever the history's size: /metrics reads it on every
+// scrape; retention bounds the history, retention.verify_results_after_ms). A
+// subject whose latest run is older than that many rows is not listed. Throws DbError.
+inline constexpr int kLatestScanRows = 2000;
 std::vector<LatestVerify> ReadLatestVerify(storage::ConnectionPool& pool, int limit = 200);
 
 }  // namespace dsync::api

@@ -164,7 +164,7 @@ struct NodeParts {
 
   NodeParts(storage::ConnectionPool& pool, const Settings& s, const std::map<std::string, TopicSettings>& topics,
             Clock& clock, const consumer::ConsumerOptions& o)
-      : plans(topics, saga::StepRegistry::WithBuiltins()),
+      : plans(topics, saga::StepRegistry::WithBuiltins(topics)),
         datasources(s.datasources),
         engine(pool, plans, datasources, clock, o.node_address),
         node(pool, engine, clock, o) {}

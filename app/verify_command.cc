@@ -1,7 +1,8 @@
 // `dsync verify`: compares source and target of a topic's table_sync steps (or of one
 // table) chunk by chunk inside both databases, lists the differing keys, and with
-// --repair produces one repair event per differing table and re-verifies; --plan
-// prints what a sync would write instead (api/verify_service.h,
+// --repair (--topic only) produces one repair event per differing table, naming the
+// topic's step and the keys --plan lists, and re-verifies; --plan prints what a sync
+// (and so a repair) would write instead (api/verify_service.h,
 // saga/steps/table_verify.h). Exit 0 equal, 3 differences, 1 runtime failure, 2 bad
 // input (main turns UsageError into 2, other errors into 1).
 #include <chrono>
@@ -94,29 +95,31 @@ void PrintHuman(const api::VerifyReport& report, size_t max_keys) {
             << report.duration_ms << " ms)\n";
 }
 
-// --plan: what a sync of each table would insert, update and delete.
+// --plan: what a sync of each table would insert, update and delete: PlanRepair, the
+// same answer a repair event's keys come from (Repair below), so --plan predicts
+// --repair exactly.
 json PlanJson(const api::VerifyReport& report, size_t max_keys) {
   json tables = json::array();
   bool writes = false;
   for (size_t i = 0; i < report.diffs.size(); ++i) {
     const auto& d = report.diffs[i];
-    const bool deletes = report.checks[i].delete_missing;
+    const saga::RepairPlan plan = saga::PlanRepair(report.checks[i], d);
     auto list = [&](const std::vector<saga::table::Row>& keys) {
       json a = json::array();
       for (size_t k = 0; k < keys.size() && k < max_keys; ++k) a.push_back(d.KeyJson(keys[k]));
       return a;
     };
     json t = {{"table", d.table}, {"source", d.source}, {"target", d.target},
-              {"insert", d.missing_total}, {"update", d.different_total},
-              {"delete", deletes ? d.extra_total : 0}, {"insert_keys", list(d.missing)},
-              {"update_keys", list(d.different)}, {"delete_keys", deletes ? list(d.extra) : json::array()},
+              {"insert", plan.insert_total}, {"update", plan.update_total}, {"delete", plan.remove_total},
+              {"insert_keys", list(plan.insert)}, {"update_keys", list(plan.update)},
+              {"delete_keys", list(plan.remove)},
               {"unchanged", d.source_rows - d.different_total - d.missing_total}};
-    if (!deletes && d.extra_total > 0) {
-      t["extra_kept"] = d.extra_total;  // no delete_missing: a sync leaves them
-      t["extra_kept_keys"] = list(d.extra);
+    if (plan.keep_total > 0) {
+      t["extra_kept"] = plan.keep_total;  // no delete_missing: a sync (and a repair) leaves them
+      t["extra_kept_keys"] = list(plan.keep);
     }
     if (!d.step.empty()) t["step"] = d.step;
-    writes = writes || d.missing_total + d.different_total + (deletes ? d.extra_total : 0) > 0;
+    writes = writes || plan.writes() > 0;
     tables.push_back(std::move(t));
   }
   return {{"plan", true}, {"writes", writes}, {"tables", tables}};
@@ -169,21 +172,26 @@ bool Repair(const Settings& s, storage::ConnectionPool& pool, const api::VerifyR
   std::vector<std::string> codes;
   for (size_t i = 0; i < report.diffs.size(); ++i) {
     const auto& d = report.diffs[i];
-    if (d.equal()) continue;
+    const saga::RepairPlan plan = saga::PlanRepair(report.checks[i], d);
+    if (plan.keep_total > 0) {
+      (json_out ? std::cerr : std::cout) << d.table << ": " << plan.keep_total
+                                         << " extra row(s) kept (step '" << d.step
+                                         << "' has no delete_missing; --plan lists them)\n";
+    }
+    if (plan.writes() == 0) continue;
     api::NewEvent e;
     e.code = RepairCode();
     e.topic = topic;
     e.tenant_id = "dsync-verify";
     e.data_id = d.table;
-    e.payload = saga::RepairPayload(report.checks[i], report.values, d);
+    e.payload = saga::RepairPayload(r.topic, report.checks[i], report.values, d);
     store.Produce(e);
     codes.push_back(e.code);
-    spdlog::info("VERIFY_REPAIR_PRODUCED code={} table={} keys={}", e.code, d.table,
-                 d.missing_total + d.extra_total + d.different_total);
-    (json_out ? std::cerr : std::cout) << "repair event " << e.code << " for " << d.table << " ("
-                                       << (d.missing_total + d.extra_total + d.different_total) << " keys)\n";
+    spdlog::info("VERIFY_REPAIR_PRODUCED code={} topic={} step={} table={} keys={}", e.code, r.topic, d.step,
+                 d.table, plan.writes());
+    (json_out ? std::cerr : std::cout) << "repair event " << e.code << " for " << d.table << " (" << plan.writes()
+                                       << " keys)\n";
   }
-  (void)r;
   if (no_wait) return true;
   const auto until = std::chrono::steady_clock::now() + timeout;
   bool ok = true;
@@ -221,7 +229,8 @@ CommandSpec VerifyCommandSpec() {
            {"params", true, "one table: JSON object of the where's :name values"},
            {"max-keys", true, "differing keys listed per list (1-10000, default 100)"},
            {"plan", false, "dry run: print what a sync would insert, update and delete; writes nothing"},
-           {"repair", false, "produce one repair event per differing table (topic --repair-topic), wait, re-verify"},
+           {"repair", false, "with --topic: one repair event per differing table (topic --repair-topic) syncing "
+                             "exactly what --plan shows; wait, re-verify"},
            {"repair-topic", true, "topic with a table_repair step (default dsync_repair)"},
            {"no-wait", false, "with --repair: do not wait for the repair events"},
            {"timeout-ms", true, "with --repair: how long to wait for them (default 300000)"},
@@ -241,6 +250,11 @@ int RunVerify(const Invocation& inv) {
   const std::string repair_topic = inv.Get("repair-topic").value_or(kDefaultRepairTopic);
   const auto timeout = std::chrono::milliseconds(
       inv.Get("timeout-ms") ? ParseIntOption("timeout-ms", *inv.Get("timeout-ms"), 1, 86400000) : 300000);
+  if (repair && !r.topic_mode()) {
+    throw UsageError("--repair needs --topic: a repair event names a configured topic's table_sync step and "
+                     "the keys (its source, target, table and filter are the step's); one table named here has "
+                     "none (--plan shows what a sync would write)");
+  }
   if (repair) RequireRepairTopic(s, repair_topic);
 
   // The framework database keeps the history; a verify works without it (but a

@@ -224,6 +224,11 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "retention.failed_after_ms",
      .field = Field<&Settings::retention, &RetentionSettings::failed_after>(),
      .doc = "FAILED events are kept this long after they failed (30 days)."},
+    {.path = "retention.verify_results_after_ms",
+     .field = Field<&Settings::retention, &RetentionSettings::verify_results_after>(),
+     .doc = "Verify results (dsync_verify_result: one row per table of each dsync verify and POST "
+            "/v1/verify) are kept this long (7 days), then deleted by the same passes; the latest "
+            "result per table older than that goes too."},
     {.path = "retention.archive",
      .field = Field<&Settings::retention, &RetentionSettings::archive>(),
      .doc = "true: move removed rows to distribute_event_archive / distribute_event_step_archive "

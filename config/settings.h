@@ -56,6 +56,7 @@ struct RetentionSettings {
   bool enabled = true;                              // retention.enabled: false keeps everything
   Millis finished_after{7LL * 24 * 3600 * 1000};    // retention.finished_after_ms: SUCCESS, COMPENSATED
   Millis failed_after{30LL * 24 * 3600 * 1000};     // retention.failed_after_ms: FAILED
+  Millis verify_results_after{7LL * 24 * 3600 * 1000};  // retention.verify_results_after_ms: dsync_verify_result rows
   bool archive = false;                             // retention.archive: move to *_archive, not delete
   int batch_size = 500;                             // retention.batch_size: events per transaction
   Millis interval{60000};                           // retention.interval_ms: between passes

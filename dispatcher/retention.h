@@ -15,8 +15,11 @@
 //
 // A pass handles SUCCESS + COMPENSATED older than retention.finished_after_ms, then
 // FAILED older than retention.failed_after_ms, each to its end (or until `keep_going`
-// says no: leadership lost). It logs one line when it removed anything:
-//   RETENTION_PASS events=<n> steps=<n> batches=<n> archive=<bool> by_status=SUCCESS:<n>,...
+// says no: leadership lost), then the verify history (dsync_verify_result, one row per
+// table of each `dsync verify` and POST /v1/verify) older than
+// retention.verify_results_after_ms, oldest first, batch_size rows a statement (by its
+// finished_at index), with the same pauses. It logs one line when it removed anything:
+//   RETENTION_PASS events=<n> steps=<n> batches=<n> verify_results=<n> archive=<bool> by_status=SUCCESS:<n>,...
 //
 // Thread safety: RunPass from one thread at a time; stats() from any thread.
 #pragma once
@@ -39,6 +42,7 @@ struct RetentionStats {
   uint64_t events_removed = 0;   // deleted or archived
   uint64_t steps_removed = 0;
   uint64_t batches = 0;
+  uint64_t verify_results_removed = 0;  // dsync_verify_result rows deleted
 };
 
 class Retention {
@@ -64,6 +68,14 @@ class Retention {
                                    const std::function<bool()>& busy = {},
                                    Millis busy_pause = RetentionSettings{}.busy_pause);
 
+  // Deletes dsync_verify_result rows that finished more than `older_than` ago, up to
+  // `batch_size` a statement, pausing as Purge does. Returns the rows deleted. Throws
+  // DbError.
+  static int64_t PurgeVerifyResults(storage::ConnectionPool& pool, Clock& clock, Millis older_than, int batch_size,
+                                    Millis pause, int pause_per_work, std::stop_token stop,
+                                    const std::function<bool()>& keep_going, const std::function<bool()>& busy = {},
+                                    Millis busy_pause = RetentionSettings{}.busy_pause);
+
   const RetentionSettings& settings() const { return settings_; }
   RetentionStats stats() const;
 
@@ -73,7 +85,7 @@ class Retention {
   const std::string service_;
   const RetentionSettings settings_;
   events::Purger purger_;
-  std::atomic<uint64_t> passes_{0}, failures_{0}, events_{0}, steps_{0}, batches_{0};
+  std::atomic<uint64_t> passes_{0}, failures_{0}, events_{0}, steps_{0}, batches_{0}, verify_results_{0};
 };
 
 // "SUCCESS:3,FAILED:1".

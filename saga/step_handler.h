@@ -183,6 +183,9 @@ class StepRegistry {
   // A registry with the built-in step types (table_sync, table_delete, demo). Defined
   // in saga/steps/builtin_steps.cc, beside the steps: the engine does not know them.
   static StepRegistry WithBuiltins();
+  // The same, with the topics whose table_sync steps table_repair events may name
+  // (the node's plans); without them every repair is refused.
+  static StepRegistry WithBuiltins(const std::map<std::string, TopicSettings>& topics);
 
  private:
   std::map<std::string, Factory> factories_;

@@ -2,6 +2,10 @@
 // in saga/step_handler.h). A new built-in step type adds its line here.
 //
 // Thread safety: returns a new registry each call.
+#include <map>
+#include <memory>
+#include <string>
+
 #include "saga/step_handler.h"
 #include "saga/steps/demo_step.h"
 #include "saga/steps/table_steps.h"
@@ -9,12 +13,16 @@
 
 namespace dsync::saga {
 
-StepRegistry StepRegistry::WithBuiltins() {
+StepRegistry StepRegistry::WithBuiltins() { return WithBuiltins({}); }
+
+StepRegistry StepRegistry::WithBuiltins(const std::map<std::string, TopicSettings>& topics) {
+  auto repairable = std::make_shared<const std::map<std::string, TopicSettings>>(topics);
   StepRegistry registry;
   registry.Register("table_sync", [](const StepSpec& spec) { return MakeTableSyncStep(spec); });
   registry.Register("table_delete", [](const StepSpec& spec) { return MakeTableDeleteStep(spec); });
   registry.Register("table_verify", [](const StepSpec& spec) { return MakeTableVerifyStep(spec); });
-  registry.Register("table_repair", [](const StepSpec& spec) { return MakeTableRepairStep(spec); });
+  registry.Register("table_repair",
+                    [repairable](const StepSpec& spec) { return MakeTableRepairStep(spec, repairable); });
   registry.Register("demo", [](const StepSpec& spec) { return MakeDemoStep(spec); });
   return registry;
 }

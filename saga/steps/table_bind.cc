@@ -62,6 +62,8 @@ std::vector<SqlValue> BindWhereParams(const CompiledWhere& where, const nlohmann
           f.value = s;
           Fail(fail, f);
         }
+      } else if (i < where.like_literal.size() && where.like_literal[i]) {
+        out.push_back({EscapeLike(s)});
       } else {
         out.push_back({s});
       }

@@ -8,7 +8,7 @@
 namespace dsync::saga::table {
 namespace {
 
-std::string Quoted(const std::string& name) { return "`" + name + "`"; }
+std::string Quoted(const std::string& name) { return QuoteIdentifier(name); }
 
 // "COUNT(*), <the checksum of the rows' `hash`>". CRC32 is linear over GF(2): rows
 // changed by the same bit pattern at the same place (n -> n+1 on even n, a date moved

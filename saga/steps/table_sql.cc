@@ -6,6 +6,16 @@
 #include <stdexcept>
 
 namespace dsync::saga::table {
+
+std::string QuoteIdentifier(std::string_view name) {
+  std::string out = "`";
+  for (char c : name) {
+    if (c == '`') out += '`';
+    out += c;
+  }
+  return out + "`";
+}
+
 namespace {
 
 // SELECT: one row per column of the table, in ordinal order.
@@ -43,7 +53,7 @@ ColumnKind KindOf(const std::string& data_type, const std::string& column_type) 
   return ColumnKind::kText;  // char, varchar, *text, enum, set, json, uuid, inet6, ...
 }
 
-std::string Quoted(const std::string& name) { return "`" + name + "`"; }
+std::string Quoted(const std::string& name) { return QuoteIdentifier(name); }
 
 // How a column is selected to be read into a Row's text (ColumnSet::ReadRow). Integers
 // come as they are and are written as decimal text here: the server sends 8 bytes

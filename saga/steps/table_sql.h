@@ -32,6 +32,11 @@
 
 namespace dsync::saga::table {
 
+// `name` as a backticked identifier, its backticks doubled (`a``b`): every table and
+// column name of the table steps' SQL goes through it (column names come from
+// information_schema and may hold any character).
+std::string QuoteIdentifier(std::string_view name);
+
 enum class ColumnKind { kText, kTemporal, kSigned, kUnsigned, kDecimal, kFloat, kBit, kBinary };
 
 struct Column {

@@ -47,6 +47,9 @@ using table::TableSchema;
 
 constexpr int kDefaultChunkSize = 500;
 constexpr int kMaxChunkSize = 100000;
+// table_delete's ceiling: a filter matching more rows than this fails, deleting none.
+constexpr int kDefaultDeleteMaxRows = 10000;
+constexpr int kMaxDeleteMaxRows = 10000000;
 constexpr int kDefaultSyncChunkSize = 10000;  // table_sync: the largest chunk that holds its rows
 constexpr size_t kCompareSpan = 4;            // a compare chunk covers up to this many times as many
 constexpr int kDefaultUndoRetentionDays = 7;
@@ -151,6 +154,8 @@ struct Config {
   OnConflict on_conflict = OnConflict::kFail;
   int undo_retention_days = kDefaultUndoRetentionDays;
   int lanes = kDefaultLanes;  // table_sync: key ranges worked at once
+  bool like_patterns = false;  // payload values bound into LIKE are patterns
+  int64_t max_rows = kDefaultDeleteMaxRows;  // table_delete: the most rows one run deletes
 
   // "table_sync <step>: <action>": a unit of work's name in errors and logs.
   std::string What(std::string_view action) const { return type + " " + step + ": " + std::string(action); }
@@ -248,9 +253,9 @@ class ConfigReader {
     Fail(std::string("'") + key + "' must be \"fail\", \"skip\" or \"overwrite\", got " + Printable(v->dump()));
   }
 
-  table::CompiledWhere Where(const std::string& text) const {
+  table::CompiledWhere Where(const std::string& text, bool like_patterns) const {
     try {
-      return table::CompileWhere(text);
+      return table::CompileWhere(text, like_patterns);
     } catch (const table::WhereError& e) {
       Fail(std::string("'where' ") + e.what());
     }
@@ -266,9 +271,9 @@ Config ParseConfig(const StepSpec& spec, bool sync) {
   ConfigReader r(spec, type);
   if (sync) {
     r.CheckKeys({"source", "target", "table", "where", "chunk_size", "columns", "delete_missing",
-                 "on_conflict", "undo_retention_days", "lanes"});
+                 "on_conflict", "undo_retention_days", "lanes", "like_patterns"});
   } else {
-    r.CheckKeys({"target", "table", "where", "chunk_size", "undo_retention_days"});
+    r.CheckKeys({"target", "table", "where", "chunk_size", "undo_retention_days", "like_patterns", "max_rows"});
   }
   Config c;
   c.type = type;
@@ -278,7 +283,9 @@ Config ParseConfig(const StepSpec& spec, bool sync) {
   if (sync && c.source == c.target) r.Fail("'source' and 'target' are the same datasource '" + Printable(c.source) + "'");
   c.table = r.Identifier("table");
   c.where_text = r.String("where");
-  c.where = r.Where(c.where_text);
+  c.like_patterns = r.Bool("like_patterns", false);
+  c.where = r.Where(c.where_text, c.like_patterns);
+  if (!sync) c.max_rows = r.Int("max_rows", kDefaultDeleteMaxRows, 1, kMaxDeleteMaxRows);
   c.chunk_size = r.Int("chunk_size", sync ? kDefaultSyncChunkSize : kDefaultChunkSize, 1, kMaxChunkSize);
   c.undo_retention_days = r.Int("undo_retention_days", kDefaultUndoRetentionDays, 1, 3650);
   if (sync) {
@@ -332,7 +339,7 @@ void CheckStillOwner(StepContext& ctx) {
   if (!ctx.StillOwner()) throw Interrupted("lost ownership of the event; target changes rolled back");
 }
 
-std::string Backticked(const std::string& name) { return "`" + name + "`"; }
+std::string Backticked(const std::string& name) { return table::QuoteIdentifier(name); }
 
 size_t RowsPerStatement(size_t params_per_row, int chunk_size) {
   size_t cap = std::max<size_t>(1, kMaxParamsPerStatement / std::max<size_t>(1, params_per_row));
@@ -2271,6 +2278,12 @@ class TableDeleteStep final : public TableStep {
     json image = tgt.Transact(What("delete"), [&](Connection& tc) {
       deleted = 0;
       ImageBuilder builder(cfg_, cols, t.key, LockUndo(tc, step_code));
+      // The ceiling, before any row goes: a filter (or a payload value) matching more
+      // rows than max_rows deletes none.
+      const int64_t matching =
+          tc.QueryInt("SELECT COUNT(*) FROM " + Backticked(cfg_.table) + " WHERE (" + cfg_.where.sql + ")",
+                      Bind(filter)).value_or(0);
+      if (matching > cfg_.max_rows) RefuseCeiling(matching);
       std::optional<Row> last;
       for (;;) {
         CheckStop(ctx);
@@ -2285,6 +2298,10 @@ class TableDeleteStep final : public TableStep {
           builder.Restore(r);
           keys.push_back(table::Project(r, key_pos));
         }
+        // Rows that came to match since the count count too.
+        if (deleted + static_cast<int64_t>(rows.size()) > cfg_.max_rows) {
+          RefuseCeiling(deleted + static_cast<int64_t>(rows.size()));
+        }
         DeleteKeys(tc, cfg_.table, key, keys, cfg_.chunk_size);
         deleted += static_cast<int64_t>(rows.size());
         last = keys.back();
@@ -2297,6 +2314,12 @@ class TableDeleteStep final : public TableStep {
     spdlog::debug("TABLE_DELETE step={} code={} result={}", cfg_.step, step_code, out.dump());
     return StepResult::Ok(std::move(out), std::move(image));
   }
+
+  // Thrown inside the delete's transaction: it rolls back, nothing is deleted.
+  [[noreturn]] void RefuseCeiling(int64_t rows) const {
+    throw PermanentStepError("table_delete " + cfg_.step + ": " + std::to_string(rows) + " rows of " + cfg_.target + "." + cfg_.table +
+                             " match, more than max_rows " + std::to_string(cfg_.max_rows) + "; nothing deleted");
+  }
 };
 
 }  // namespace
@@ -2307,6 +2330,46 @@ std::unique_ptr<StepHandler> MakeTableSyncStep(const StepSpec& spec) {
 
 std::unique_ptr<StepHandler> MakeTableDeleteStep(const StepSpec& spec) {
   return std::make_unique<TableDeleteStep>(ParseConfig(spec, /*sync=*/false));
+}
+
+std::string RepairKeyField(size_t key, size_t column) {
+  return "dsync_k" + std::to_string(key) + "_" + std::to_string(column);
+}
+
+std::unique_ptr<StepHandler> MakeKeyedTableSyncStep(const StepSpec& spec, const std::vector<std::string>& key_columns,
+                                                    size_t keys) {
+  Config c = ParseConfig(spec, /*sync=*/true);
+  if (key_columns.empty() || keys == 0) throw ConfigError("config: step '" + Printable(spec.name) + "': no keys");
+  table::CompiledWhere& w = c.where;
+  auto add = [&](size_t i, size_t j) {
+    w.params.push_back(RepairKeyField(i, j));
+    w.param_columns.push_back(key_columns[j]);
+    w.param_tables.emplace_back();
+    w.like_literal.push_back(false);
+  };
+  std::string match;
+  if (key_columns.size() == 1) {
+    match = Backticked(key_columns[0]) + " IN (";
+    for (size_t i = 0; i < keys; ++i) {
+      match += i > 0 ? ", ?" : "?";
+      add(i, 0);
+    }
+    match += ")";
+  } else {
+    for (size_t i = 0; i < keys; ++i) {
+      match += i > 0 ? " OR (" : "(";
+      for (size_t j = 0; j < key_columns.size(); ++j) {
+        match += (j > 0 ? " AND " : "") + Backticked(key_columns[j]) + " = ?";
+        add(i, j);
+      }
+      match += ")";
+    }
+  }
+  for (const std::string& k : key_columns) w.columns.insert(k);
+  // The where's pins stay true: every row the conjunction matches matches the where.
+  w.sql = "(" + w.sql + ") AND (" + match + ")";
+  c.where_text += " AND <" + std::to_string(keys) + " repaired keys>";
+  return std::make_unique<TableSyncStep>(std::move(c));
 }
 
 }  // namespace dsync::saga

@@ -42,6 +42,12 @@
 //   undo_retention_days  optional, 1..3650, default 7: see "Undo records"
 //   lanes       table_sync only, optional, 1..16, default 2: key ranges of the table
 //               worked at once, each on its own target connection; see "Lanes"
+//   like_patterns  optional, default false: a payload value bound as the pattern of
+//               a LIKE (`title LIKE :q`) matches literally ("%" matches a "%"); true:
+//               it is a LIKE pattern (table_where.h)
+//   max_rows    table_delete only, optional, 1..10000000, default 10000: a filter
+//               matching more rows fails permanently and deletes none ("12000 rows of
+//               env_b.kb_doc match, more than max_rows 10000; nothing deleted")
 //
 // Run time:
 //   - A payload field a placeholder needs is missing, or is an object or array:
@@ -227,6 +233,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "config/settings.h"
 #include "saga/step_handler.h"
@@ -236,5 +244,15 @@ namespace dsync::saga {
 // Throw ConfigError ("config: step 'docs' (table_sync): <reason>") for bad params.
 std::unique_ptr<StepHandler> MakeTableSyncStep(const StepSpec& spec);
 std::unique_ptr<StepHandler> MakeTableDeleteStep(const StepSpec& spec);
+
+// table_repair's sync (saga/steps/table_verify.h): the table_sync step `spec`, exactly
+// as configured, restricted to `keys` keys of its table's primary key `key_columns`:
+// its filter becomes "(where) AND (key = k0 OR key = k1 ...)", the i-th key's j-th
+// value bound from the payload field RepairKeyField(i, j), beside the where's own
+// fields. Built from the compiled filter, not from text: no text or placeholder limit
+// of the where grammar applies to the keys. Throws ConfigError.
+std::unique_ptr<StepHandler> MakeKeyedTableSyncStep(const StepSpec& spec, const std::vector<std::string>& key_columns,
+                                                    size_t keys);
+std::string RepairKeyField(size_t key, size_t column);  // "dsync_k<key>_<column>"
 
 }  // namespace dsync::saga

@@ -38,7 +38,6 @@ constexpr int64_t kWholeTableRows = 2000000;
 // The source table's estimated row count.   params: table
 constexpr const char* kTableRowsSql = R"(
 SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?)";
-constexpr const char* kRepairKeyPrefix = "dsync_k";
 
 std::string Who(const TableCheck& c) { return c.step.empty() ? "table " + c.table : "step '" + c.step + "'"; }
 
@@ -270,7 +269,8 @@ class PayloadContext final : public StepContext {
 
 class TableRepairStep final : public StepHandler {
  public:
-  explicit TableRepairStep(std::string name) : name_(std::move(name)) {}
+  TableRepairStep(std::string name, std::shared_ptr<const std::map<std::string, TopicSettings>> topics)
+      : name_(std::move(name)), topics_(std::move(topics)) {}
 
   StepResult Execute(StepContext& ctx) override {
     return Run(ctx, [](StepHandler& h, StepContext& c) { return h.Execute(c); });
@@ -285,66 +285,88 @@ class TableRepairStep final : public StepHandler {
     std::unique_ptr<StepHandler> sync;
     json payload;
     try {
-      std::tie(sync, payload) = Build(ctx.payload());
-    } catch (const std::exception& e) {
-      return StepResult::Permanent("table_repair " + name_ + ": " + e.what());
+      std::tie(sync, payload) = Build(ctx);
+    } catch (const VerifyInputError& e) {
+      return Refuse(ctx, e.what());
+    } catch (const ConfigError& e) {
+      return Refuse(ctx, e.what());
     }
     PayloadContext inner(ctx, std::move(payload));
     return f(*sync, inner);
   }
 
-  // The table_sync handler and payload for a repair payload (RepairPayload).
-  std::pair<std::unique_ptr<StepHandler>, json> Build(const json& p) const {
+  StepResult Refuse(StepContext& ctx, const std::string& why) const {
+    spdlog::warn("TABLE_REPAIR_REFUSED event={} step={} err=\"{}\"", ctx.event_code(), name_, why);
+    return StepResult::Permanent("table_repair " + name_ + ": " + why);
+  }
+
+  // The configured table_sync step a repair names, narrowed to its keys, and the
+  // payload it runs with (the where's fields and the keys' values).
+  std::pair<std::unique_ptr<StepHandler>, json> Build(StepContext& ctx) const {
+    const json& p = ctx.payload();
     if (!p.is_object()) throw VerifyInputError("the payload is not an object");
+    for (const auto& [k, _] : p.items()) {
+      if (k == "topic" || k == "step" || k == "payload" || k == "keys") continue;
+      throw VerifyInputError("payload field '" + Printable(k.substr(0, 64)) +
+                             "' is not accepted: a repair names a configured topic and its table_sync step "
+                             "('topic', 'step'), the values of its where ('payload') and the keys ('keys'); "
+                             "source, target, table and filter are the step's config");
+    }
     auto text = [&](const char* k) {
       if (!p.contains(k) || !p[k].is_string()) throw VerifyInputError(std::string("payload field '") + k + "' must be a string");
       return p[k].get<std::string>();
     };
+    const std::string topic = text("topic");
+    const std::string step = text("step");
+    if (topics_ == nullptr || topics_->count(topic) == 0) {
+      throw VerifyInputError("topic '" + Printable(topic.substr(0, 64)) + "' is not configured here");
+    }
+    const StepSpec* spec = nullptr;
+    for (const StepSpec& st : topics_->at(topic).steps) {
+      if (st.name == step && st.type == "table_sync") spec = &st;
+    }
+    if (spec == nullptr) {
+      throw VerifyInputError("topic '" + topic + "' has no table_sync step '" + Printable(step.substr(0, 64)) + "'");
+    }
+    const TableCheck check = ParseTableCheck(*spec, "table_sync");
     const json& keys = p.value("keys", json());
-    const json& key_columns = p.value("key_columns", json());
     if (!keys.is_array() || keys.empty() || static_cast<int64_t>(keys.size()) > kMaxRepairKeys) {
       throw VerifyInputError("payload field 'keys' must be an array of 1 to " + std::to_string(kMaxRepairKeys) + " keys");
     }
-    if (!key_columns.is_array() || key_columns.empty()) throw VerifyInputError("payload field 'key_columns' must be a non-empty array");
-    std::vector<std::string> kc;
-    for (const json& c : key_columns) {
-      if (!c.is_string() || !table::IsPlainIdentifier(c.get_ref<const std::string&>())) {
-        throw VerifyInputError("payload field 'key_columns' holds a bad column name");
-      }
-      kc.push_back(c.get<std::string>());
+    const json& given = p.value("payload", json::object());
+    if (!given.is_object()) throw VerifyInputError("payload field 'payload' must be an object");
+    // The key columns are the target table's primary key, as the sync reads it.
+    ConnectionPool& target = ctx.datasources().Get(check.target);
+    const std::vector<std::string> key_columns = Describe(target, check.target, check.table).key;
+    if (key_columns.empty()) throw VerifyInputError("table " + check.target + "." + check.table + " has no primary key");
+    if (static_cast<int64_t>(keys.size() * key_columns.size()) > kMaxRepairKeyValues) {
+      throw VerifyInputError("payload field 'keys' holds more than " + std::to_string(kMaxRepairKeyValues) + " values");
     }
-    json values = p.value("params", json::object());
-    if (!values.is_object()) throw VerifyInputError("payload field 'params' must be an object");
-    std::string filter;
+    json values = json::object();
+    for (const std::string& name : check.where.params) {
+      if (name.starts_with("dsync_k")) throw VerifyInputError("the where of step '" + step + "' uses the name :" + name);
+      if (given.contains(name)) values[name] = given[name];
+    }
     for (size_t i = 0; i < keys.size(); ++i) {
       const json& k = keys[i];
-      if (!k.is_array() || k.size() != kc.size()) throw VerifyInputError("key " + std::to_string(i) + " has the wrong shape");
-      std::string term;
-      for (size_t j = 0; j < kc.size(); ++j) {
+      if (!k.is_array() || k.size() != key_columns.size()) {
+        throw VerifyInputError("key " + std::to_string(i) + " is not an array of " +
+                               std::to_string(key_columns.size()) + " values (the primary key of " + check.table + ")");
+      }
+      for (size_t j = 0; j < key_columns.size(); ++j) {
         if (!(k[j].is_string() || k[j].is_number_integer())) {
           throw VerifyInputError("key " + std::to_string(i) + " holds " + JsonKind(k[j]));
         }
-        std::string field = kRepairKeyPrefix + std::to_string(i) + "_" + std::to_string(j);
-        if (values.contains(field)) throw VerifyInputError("params must not use the name " + field);
-        values[field] = k[j];
-        term += (j > 0 ? " AND `" : "`") + kc[j] + "` = :" + field;
+        values[RepairKeyField(i, j)] = k[j];
       }
-      filter += (i > 0 ? " OR (" : "(") + term + ")";
     }
-    json spec_params = {{"source", text("source")},
-                        {"target", text("target")},
-                        {"table", text("table")},
-                        {"where", "(" + text("where") + ") AND (" + filter + ")"},
-                        {"delete_missing", true}};
-    if (p.contains("columns")) spec_params["columns"] = p["columns"];
-    StepSpec spec;
-    spec.name = name_;
-    spec.type = "table_sync";
-    spec.params = std::move(spec_params);
-    return {MakeTableSyncStep(spec), std::move(values)};
+    StepSpec narrowed = *spec;
+    narrowed.name = name_;
+    return {MakeKeyedTableSyncStep(narrowed, key_columns, keys.size()), std::move(values)};
   }
 
   const std::string name_;
+  const std::shared_ptr<const std::map<std::string, TopicSettings>> topics_;
 };
 
 }  // namespace
@@ -352,8 +374,9 @@ class TableRepairStep final : public StepHandler {
 // ---------------------------------------------------------------------------
 
 TableCheck ParseTableCheck(const StepSpec& spec, const char* type) {
-  static const std::set<std::string> kKeys = {"source", "target", "table", "where", "chunk_size",
-                                              "columns", "delete_missing", "undo_retention_days", "on_conflict"};
+  static const std::set<std::string> kKeys = {"source", "target", "table", "where", "chunk_size", "columns",
+                                              "delete_missing", "undo_retention_days", "on_conflict",
+                                              "like_patterns"};
   if (!spec.params.is_object()) Fail(spec, type, "params must be an object");
   // A table_sync step's own factory checks its keys (which may grow); a table_verify
   // step is checked here.
@@ -370,8 +393,12 @@ TableCheck ParseTableCheck(const StepSpec& spec, const char* type) {
   c.table = StringKey(spec, type, "table");
   if (!table::IsPlainIdentifier(c.table)) Fail(spec, type, "'table' must be a plain identifier");
   c.where_text = StringKey(spec, type, "where");
+  if (auto it = spec.params.find("like_patterns"); it != spec.params.end()) {
+    if (!it->is_boolean()) Fail(spec, type, "'like_patterns' must be true or false");
+    c.like_patterns = it->get<bool>();
+  }
   try {
-    c.where = table::CompileWhere(c.where_text);
+    c.where = table::CompileWhere(c.where_text, c.like_patterns);
   } catch (const table::WhereError& e) {
     Fail(spec, type, std::string("'where' ") + e.what());
   }
@@ -573,43 +600,63 @@ TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const 
   return d;
 }
 
-json RepairPayload(const TableCheck& check, const json& values, const TableDiff& diff) {
-  const int64_t total = diff.missing_total + diff.extra_total + diff.different_total;
-  if (total > kMaxRepairKeys) {
-    throw VerifyInputError(std::to_string(total) + " keys of " + check.table + " differ; a repair syncs at most " +
-                           std::to_string(kMaxRepairKeys) + " (run the topic's sync instead)");
+std::vector<Row> RepairPlan::Keys() const {
+  std::vector<Row> out;
+  for (const auto* list : {&insert, &update, &remove}) out.insert(out.end(), list->begin(), list->end());
+  return out;
+}
+
+RepairPlan PlanRepair(const TableCheck& check, const TableDiff& diff) {
+  RepairPlan plan;
+  plan.insert = diff.missing;
+  plan.insert_total = diff.missing_total;
+  plan.update = diff.different;
+  plan.update_total = diff.different_total;
+  (check.delete_missing ? plan.remove : plan.keep) = diff.extra;
+  (check.delete_missing ? plan.remove_total : plan.keep_total) = diff.extra_total;
+  return plan;
+}
+
+json RepairPayload(const std::string& topic, const TableCheck& check, const json& values, const TableDiff& diff) {
+  if (topic.empty() || check.step.empty()) {
+    throw VerifyInputError("a repair names a configured topic's table_sync step; one table named on the command "
+                           "line has none (verify it with --topic)");
   }
-  if (static_cast<int64_t>(diff.missing.size() + diff.extra.size() + diff.different.size()) != total) {
+  const RepairPlan plan = PlanRepair(check, diff);
+  const int64_t total = plan.writes();
+  if (total > kMaxRepairKeys || total * static_cast<int64_t>(diff.key_columns.size()) > kMaxRepairKeyValues) {
+    throw VerifyInputError(std::to_string(total) + " keys of " + check.table + " differ; a repair syncs at most " +
+                           std::to_string(kMaxRepairKeys) + " (and " + std::to_string(kMaxRepairKeyValues) +
+                           " key values; run the topic's sync instead)");
+  }
+  const std::vector<Row> rows = plan.Keys();
+  if (static_cast<int64_t>(rows.size()) != total) {
     throw std::logic_error("RepairPayload: the diff does not hold every differing key");
   }
   for (ColumnKind k : diff.key_kinds) {
     if (k == ColumnKind::kBinary) throw VerifyInputError("a repair of a table with a binary key is not supported");
   }
   json keys = json::array();
-  for (const auto* list : {&diff.missing, &diff.different, &diff.extra}) {
-    for (const Row& k : *list) keys.push_back(diff.KeyJson(k));
-  }
-  json params = json::object();
+  for (const Row& k : rows) keys.push_back(diff.KeyJson(k));
+  json fields = json::object();
   for (const std::string& name : check.where.params) {
-    if (values.is_object() && values.contains(name)) params[name] = values[name];
+    if (values.is_object() && values.contains(name)) fields[name] = values[name];
   }
-  json p = {{"source", check.source}, {"target", check.target}, {"table", check.table},
-            {"where", check.where_text}, {"params", params}, {"key_columns", diff.key_columns},
-            {"keys", keys}};
-  if (!check.columns.empty()) p["columns"] = check.columns;
-  return p;
+  return {{"topic", topic}, {"step", check.step}, {"payload", fields}, {"keys", keys}};
 }
 
 std::unique_ptr<StepHandler> MakeTableVerifyStep(const StepSpec& spec) {
   return std::make_unique<TableVerifyStep>(ParseTableCheck(spec, "table_verify"));
 }
 
-std::unique_ptr<StepHandler> MakeTableRepairStep(const StepSpec& spec) {
+std::unique_ptr<StepHandler> MakeTableRepairStep(const StepSpec& spec,
+                                                 std::shared_ptr<const std::map<std::string, TopicSettings>> topics) {
   if (!spec.params.is_object() || !spec.params.empty()) {
     throw ConfigError("config: step '" + Printable(spec.name) +
-                      "' (table_repair): takes no keys (what to repair comes from the event payload)");
+                      "' (table_repair): takes no keys (a repair event names a configured topic's table_sync "
+                      "step and its keys)");
   }
-  return std::make_unique<TableRepairStep>(spec.name);
+  return std::make_unique<TableRepairStep>(spec.name, std::move(topics));
 }
 
 }  // namespace dsync::saga

@@ -27,16 +27,24 @@
 //                 "sync, then verify" compensates the sync when they differ. Nothing
 //                 to compensate.
 //   table_repair  (no keys): syncs exactly the keys listed in the event payload
-//                 (RepairPayload below) by running a table_sync with the filter
-//                 "(where) AND (key IN (...))" and delete_missing: missing and
-//                 different rows are upserted, extra rows deleted, with table_sync's
-//                 chunk records, so compensation restores the target exactly.
+//                 (RepairPayload below) by running a configured table_sync step,
+//                 exactly as the config has it, with its filter narrowed to
+//                 "(where) AND (key IN (...))" (MakeKeyedTableSyncStep): missing and
+//                 different rows are upserted, extra rows deleted only when that
+//                 step has delete_missing, with table_sync's chunk records, so
+//                 compensation restores the target exactly. The payload names a
+//                 configured topic and its table_sync step, the values of the
+//                 step's where, and the keys: nothing else. Source, target, table,
+//                 filter, columns and delete_missing are the step's config, so a
+//                 repair event can do at most what an event of that topic would
+//                 (a payload naming anything else fails permanently, writing nothing).
 //
 // Thread safety: handlers are stateless after construction (shared by workers);
 // CompareTable uses pools of the given Datasources (thread-safe).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <stop_token>
@@ -67,6 +75,7 @@ struct TableCheck {
   std::vector<std::string> columns;  // empty: every column present in both (as table_sync)
   int chunk_size = 100000;           // the largest range, in rows
   bool delete_missing = false;       // the sync's: with it a sync deletes extra rows
+  bool like_patterns = false;        // the sync's: payload values bound into LIKE are patterns
 };
 
 // The keys of table_sync (source, target, table, where, chunk_size, columns,
@@ -107,16 +116,37 @@ struct TableDiff {
 TableDiff CompareTable(Datasources& datasources, const TableCheck& check, const nlohmann::json& values,
                        const VerifyOptions& options);
 
-// The largest number of keys one repair event syncs.
+// The largest number of keys one repair event syncs, and of key values (keys times
+// key columns: each is a statement parameter of every read of the repair's sync).
 constexpr int64_t kMaxRepairKeys = 10000;
+constexpr int64_t kMaxRepairKeyValues = 30000;
 
-// The payload of a table_repair event for `diff` (which must hold every differing key:
-// compare with keep_keys >= kMaxRepairKeys): {"source", "target", "table", "where",
-// "params", "columns"?, "key_columns", "keys": [[...], ...]}. Throws VerifyInputError
-// when there are more than kMaxRepairKeys keys or a key column is binary.
-nlohmann::json RepairPayload(const TableCheck& check, const nlohmann::json& values, const TableDiff& diff);
+// What a sync of `check` (the configured table_sync step) writes for `diff`: the one
+// answer `dsync verify --plan` prints and a repair event carries, so the plan is
+// exactly what --repair does. Missing rows are inserted, different rows updated, and
+// extra rows deleted when the step has delete_missing, else kept (a sync leaves them).
+struct RepairPlan {
+  std::vector<table::Row> insert, update, remove, keep;  // the first keys of each
+  int64_t insert_total = 0, update_total = 0, remove_total = 0, keep_total = 0;
+  int64_t writes() const { return insert_total + update_total + remove_total; }
+  // The keys a repair syncs: insert, update, remove (a complete diff holds them all).
+  std::vector<table::Row> Keys() const;
+};
+RepairPlan PlanRepair(const TableCheck& check, const TableDiff& diff);
+
+// The payload of a table_repair event for `diff` of `topic`'s step check.step (the
+// diff must hold every differing key: compare with keep_keys >= kMaxRepairKeys):
+// {"topic", "step", "payload": {the where's fields from `values`}, "keys": [[...],
+// ...]}, the keys of PlanRepair. Throws VerifyInputError when there are more than
+// kMaxRepairKeys keys (or kMaxRepairKeyValues values), a key column is binary, or the
+// check is not a configured step (check.step empty).
+nlohmann::json RepairPayload(const std::string& topic, const TableCheck& check, const nlohmann::json& values,
+                             const TableDiff& diff);
 
 std::unique_ptr<StepHandler> MakeTableVerifyStep(const StepSpec& spec);
-std::unique_ptr<StepHandler> MakeTableRepairStep(const StepSpec& spec);
+// `topics`: the configured topics whose table_sync steps repairs may name (the node's
+// plans); null or empty: every repair fails permanently, naming why.
+std::unique_ptr<StepHandler> MakeTableRepairStep(
+    const StepSpec& spec, std::shared_ptr<const std::map<std::string, TopicSettings>> topics = nullptr);
 
 }  // namespace dsync::saga

@@ -147,7 +147,7 @@ bool IsKeyword(const std::string& upper) {
 
 class Parser {
  public:
-  explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
+  Parser(std::vector<Token> tokens, bool like_patterns) : t_(std::move(tokens)), like_patterns_(like_patterns) {}
 
   CompiledWhere Run() {
     Expr();
@@ -279,6 +279,10 @@ class Parser {
     } else if (TakeKeyword("LIKE")) {
       Emit("LIKE");
       operand();
+      if (right.back().param && !like_patterns_) {
+        out_.like_literal[*right.back().param] = true;
+        Emit("ESCAPE '!'");
+      }
     } else if (!negated && Peek().kind == Tok::kOp) {
       const bool equals = Peek().text == "=";
       Emit(Peek().text);
@@ -400,6 +404,7 @@ class Parser {
         out_.params.push_back(tok.text);
         out_.param_columns.emplace_back();
         out_.param_tables.push_back(inner_ ? inner_table_ : "");
+        out_.like_literal.push_back(false);
         return {"?", std::nullopt, out_.params.size() - 1};
       }
       case Tok::kNumber:
@@ -430,6 +435,7 @@ class Parser {
   }
 
   std::vector<Token> t_;
+  const bool like_patterns_;  // payload values bound into LIKE are patterns
   size_t i_ = 0;
   bool inner_ = false;        // inside a subquery
   int parens_ = 0;            // open parentheses around the predicate
@@ -446,9 +452,19 @@ bool IsPlainIdentifier(std::string_view name) {
   return std::all_of(name.begin(), name.end(), IsWordChar);
 }
 
-CompiledWhere CompileWhere(std::string_view text) {
+CompiledWhere CompileWhere(std::string_view text, bool like_patterns) {
   RejectDangerous(text);
-  return Parser(Tokenize(text)).Run();
+  return Parser(Tokenize(text), like_patterns).Run();
+}
+
+std::string EscapeLike(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '!' || c == '%' || c == '_') out += '!';
+    out += c;
+  }
+  return out;
 }
 
 }  // namespace dsync::saga::table

@@ -32,6 +32,15 @@
 // The compiled SQL is rebuilt from the tokens (columns backticked, keywords upper
 // case), so nothing outside the grammar can reach the server.
 //
+// LIKE: a payload value is a value, not a pattern. `column LIKE :name` compiles to
+// `column LIKE ? ESCAPE '!'` and the bound string has its '!', '%' and '_' escaped
+// (CompiledWhere::like_literal, EscapeLike), so "%" matches only a "%". ('!' and not
+// '\\': a backslash in the statement's text changes meaning with the server's
+// NO_BACKSLASH_ESCAPES; '!' is the same on MariaDB and MySQL 8 in every sql_mode.) A
+// step whose config says "like_patterns": true compiles with like_patterns and binds
+// the value as the pattern it holds. Patterns written in the filter's text ('doc%')
+// are the operator's and are patterns either way.
+//
 // Thread safety: pure functions.
 #pragma once
 
@@ -58,6 +67,9 @@ struct CompiledWhere {
   // For each `?`, the table of that column: "" for the step's table, else a
   // subquery's table.
   std::vector<std::string> param_tables;
+  // For each `?`, true when it is the pattern of a LIKE compiled to match literally:
+  // its value is bound through EscapeLike.
+  std::vector<bool> like_literal;
   std::set<std::string> columns;           // every column of the step's table the filter reads
   struct Subquery {
     std::string table;
@@ -76,8 +88,12 @@ struct CompiledWhere {
   std::vector<Pin> pins;
 };
 
-// Throws WhereError.
-CompiledWhere CompileWhere(std::string_view text);
+// Throws WhereError. like_patterns: payload values bound as LIKE patterns are
+// patterns (the step's "like_patterns": true); default: they match literally.
+CompiledWhere CompileWhere(std::string_view text, bool like_patterns = false);
+
+// `value` with '!', '%' and '_' escaped by '!', for `LIKE ? ESCAPE '!'`.
+std::string EscapeLike(std::string_view value);
 
 // [A-Za-z0-9_$]{1,64}: a table or column name usable inside backticks.
 bool IsPlainIdentifier(std::string_view name);

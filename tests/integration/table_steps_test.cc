@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "saga/step_handler.h"
 #include "saga/steps/table_steps.h"
+#include "saga/steps/table_verify.h"
 #include "tests/support/saga_fixtures.h"
 #include "tests/support/test_db.h"
 
@@ -1272,6 +1273,183 @@ TEST_F(TableStepsTest, AStaleOwnerCommitsNoChunkAfterALaterClaimTookOver) {
   // The stale owner, going on, still writes nothing.
   EXPECT_EQ(step->Execute(stale).kind, StepResult::Kind::kTransient);
   EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM dsync_sync_chunk WHERE chunk_no > 0 AND attempt = 1"), old_chunks);
+}
+
+// ---------------------------------------------------------------------------
+// Issue 34 item 6: no write path from a payload.
+
+// A payload value bound as a LIKE pattern matches literally: "%" deletes (or syncs)
+// only a row holding "%", "im_" does not match "img". A step whose config says
+// "like_patterns": true takes the value as the pattern it is.
+TEST_F(TableStepsTest, PayloadValuesBoundIntoLikeMatchLiterally) {
+  CreateDocs();
+  tgt_.Exec(kDocRows);
+  tgt_.Exec("INSERT INTO kb_doc (id, space_id, kind) VALUES (7, 1, '%'), (8, 1, 'a!b_c\\\\d')");
+  auto del = [&](json extra) {
+    json p = {{"target", "env_b"}, {"table", "kb_doc"}, {"where", "kind LIKE :k"}};
+    p.update(extra);
+    return MakeTableDeleteStep(Spec("table_delete", p, "purge"));
+  };
+  auto literal = del(json::object());
+  for (const char* pattern : {"im_", "d%", "_", "a!b%"}) {
+    FakeContext ctx(ds_, {{"k", pattern}}, std::string("EV-") + pattern + "#0");
+    StepResult r = literal->Execute(ctx);
+    ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+    EXPECT_EQ(r.output["deleted"], 0) << pattern;
+  }
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc"), 8);
+  FakeContext percent(ds_, {{"k", "%"}}, "EV-pct#0");
+  StepResult r = literal->Execute(percent);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["deleted"], 1);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE kind = '%'"), 0);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc"), 7);
+  // '!', '_' and a backslash inside a value are literal too.
+  FakeContext odd(ds_, {{"k", "a!b_c\\d"}}, "EV-odd#0");
+  r = literal->Execute(odd);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["deleted"], 1);
+
+  // table_sync binds the same way: "%" matches no source row.
+  FakeContext sync_ctx(ds_, {{"k", "%"}}, "EV-sync#0");
+  r = Sync("kind LIKE :k")->Execute(sync_ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["rows"], 0);
+
+  // Opted in: the value is a pattern.
+  FakeContext docs(ds_, {{"k", "d%"}}, "EV-docs#0");
+  r = del({{"like_patterns", true}})->Execute(docs);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["deleted"], 4);
+  EXPECT_THROW(del({{"like_patterns", "yes"}}), ConfigError);
+}
+
+// table_delete refuses a filter matching more rows than max_rows: permanent, one line
+// naming the count and the ceiling, nothing deleted.
+TEST_F(TableStepsTest, DeleteRefusesPastItsRowCeiling) {
+  CreateDocs();
+  tgt_.Exec(kDocRows);
+  const auto before = Dump(tgt_, "kb_doc", "id");
+  auto step = [&](int max_rows) {
+    return MakeTableDeleteStep(Spec("table_delete",
+                                    {{"target", "env_b"}, {"table", "kb_doc"}, {"where", "space_id = :space_id"},
+                                     {"chunk_size", 2}, {"max_rows", max_rows}},
+                                    "purge"));
+  };
+  FakeContext ctx(ds_, {{"space_id", 1}});
+  StepResult r = step(4)->Execute(ctx);
+  EXPECT_EQ(r.kind, StepResult::Kind::kPermanent);
+  EXPECT_EQ(r.error, "table_delete purge: 5 rows of env_b.kb_doc match, more than max_rows 4; nothing deleted");
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), before);
+  r = step(5)->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(r.output["deleted"], 5);
+  for (const json& bad : {json(0), json(10000001), json("10")}) {
+    EXPECT_THROW(MakeTableDeleteStep(Spec("table_delete", {{"target", "env_b"}, {"table", "kb_doc"},
+                                                           {"where", "1 = 1"}, {"max_rows", bad}})),
+                 ConfigError)
+        << bad.dump();
+  }
+}
+
+// A column whose name holds a backtick is quoted with the backtick doubled in every
+// statement: table_sync copies, compares, deletes (delete_missing) and compensates
+// exactly; a table name with a backtick is refused at start.
+TEST_F(TableStepsTest, BacktickInAColumnNameIsQuotedEverywhere) {
+  CreateInBoth("CREATE TABLE bt (id INT PRIMARY KEY, `a``b` VARCHAR(20) NULL, `c``` INT NULL) DEFAULT CHARSET=utf8mb4");
+  src_.Exec("INSERT INTO bt VALUES (1, 'one', 1), (2, 'two', 2), (3, NULL, 3)");
+  tgt_.Exec("INSERT INTO bt VALUES (2, 'old two', 20), (9, 'only target', 9)");
+  auto dump = [](TestSchema& db) {
+    return db.pool().Run("dump bt", [](storage::Connection& c) {
+      std::vector<std::string> rows;
+      auto rs = c.Query("SELECT CONCAT(id, '|', QUOTE(`a``b`), '|', QUOTE(`c```)) FROM bt ORDER BY id");
+      while (rs->next()) rows.push_back(std::string(rs->getString(1)));
+      return rows;
+    });
+  };
+  const auto before = dump(tgt_);
+  auto step = Sync("1 = 1", {{"delete_missing", true}}, "bt");
+  FakeContext ctx(ds_, json::object());
+  StepResult r = step->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 3}, {"inserted", 2}, {"updated", 1}, {"unchanged", 0}, {"deleted", 1}}));
+  EXPECT_EQ(dump(tgt_), dump(src_));
+  // A second run compares by checksums and row hashes over the same columns.
+  StepResult again = RunAsAnotherEvent(*step, json::object());
+  EXPECT_EQ(again.output["unchanged"], 3);
+  ctx.compensation = *r.compensation_data;
+  StepResult c = step->Compensate(ctx);
+  ASSERT_EQ(c.kind, StepResult::Kind::kOk) << c.error;
+  // EV-2 wrote nothing, so compensating EV-1 restores the target as it was.
+  EXPECT_EQ(dump(tgt_), before);
+  EXPECT_THROW(Sync("1 = 1", json::object(), "b`t"), ConfigError);
+}
+
+// A table_repair event names a configured topic's table_sync step and keys; source,
+// target, table, filter and delete_missing are the step's. A payload naming a
+// datasource, table or filter (the old form, which let any producer write env_a from
+// env_b) is refused and writes nothing; keys outside the step's filter are not synced.
+TEST_F(TableStepsTest, RepairDoesOnlyWhatItsConfiguredStepWould) {
+  CreateDocs();
+  tgt_.Exec(kDocRows);
+  tgt_.Exec("UPDATE kb_doc SET title = 'changed' WHERE id IN (1, 5)");
+  tgt_.Exec("INSERT INTO kb_doc (id, space_id, kind) VALUES (9, 1, 'extra')");
+  const auto source = Dump(src_, "kb_doc", "id");
+  const auto target = Dump(tgt_, "kb_doc", "id");
+  auto topics = std::make_shared<std::map<std::string, TopicSettings>>();
+  (*topics)["SYNC"].steps.push_back(Spec(
+      "table_sync", {{"source", "env_a"}, {"target", "env_b"}, {"table", "kb_doc"}, {"where", "space_id = :space_id"}}));
+  (*topics)["PURGE"].steps.push_back(
+      Spec("table_delete", {{"target", "env_a"}, {"table", "kb_doc"}, {"where", "1 = 1"}}, "docs"));
+  auto repair = MakeTableRepairStep(testing::Step("repair", "table_repair"), topics);
+  auto K = [](const char* text) { return json::parse(text); };
+  int n = 0;
+  auto run = [&](json payload) {
+    FakeContext ctx(ds_, std::move(payload), "EV-R" + std::to_string(++n) + "#0");
+    return repair->Execute(ctx);
+  };
+  const json hostile[] = {
+      // The old payload, reversed: env_b's row 9 over env_a's.
+      {{"source", "env_b"}, {"target", "env_a"}, {"table", "kb_doc"}, {"where", "1 = 1"}, {"params", json::object()},
+       {"key_columns", K(R"(["id"])")}, {"keys", K("[[1], [9]]")}},
+      {{"topic", "SYNC"}, {"step", "docs"}, {"payload", {{"space_id", 1}}}, {"keys", K("[[1]]")}, {"target", "env_a"}},
+      {{"topic", "SYNC"}, {"step", "docs"}, {"payload", {{"space_id", 1}}}, {"keys", K("[[1]]")}, {"where", "1 = 1"}},
+      {{"topic", "NOPE"}, {"step", "docs"}, {"keys", K("[[1]]")}},
+      {{"topic", "SYNC"}, {"step", "other"}, {"keys", K("[[1]]")}},
+      {{"topic", "PURGE"}, {"step", "docs"}, {"keys", K("[[1]]")}},  // not a table_sync step
+      {{"topic", "SYNC"}, {"step", "docs"}, {"payload", {{"space_id", 1}}}, {"keys", json::array()}},
+      {{"topic", "SYNC"}, {"step", "docs"}, {"payload", {{"space_id", 1}}}, {"keys", K("[[1, 2]]")}},
+      {{"topic", "SYNC"}, {"step", "docs"}, {"payload", {{"space_id", 1}}}, {"keys", K(R"([[{"$gt": 0}]])")}},
+  };
+  for (const json& p : hostile) {
+    StepResult r = run(p);
+    EXPECT_EQ(r.kind, StepResult::Kind::kPermanent) << p.dump();
+    EXPECT_EQ(r.error.find('\n'), std::string::npos) << r.error;
+  }
+  EXPECT_EQ(Dump(src_, "kb_doc", "id"), source);
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), target);
+
+  // Key 5 is outside the step's filter for space 1: nothing is synced.
+  StepResult outside = run({{"topic", "SYNC"}, {"step", "docs"}, {"payload", {{"space_id", 1}}}, {"keys", K("[[5]]")}});
+  ASSERT_EQ(outside.kind, StepResult::Kind::kOk) << outside.error;
+  EXPECT_EQ(outside.output["rows"], 0);
+  EXPECT_EQ(Dump(tgt_, "kb_doc", "id"), target);
+
+  // The configured direction, the listed keys: 1 is updated, 9 kept (no delete_missing).
+  FakeContext ctx(ds_, {{"topic", "SYNC"}, {"step", "docs"}, {"payload", {{"space_id", 1}}}, {"keys", K("[[1], [9]]")}},
+                  "EV-OK#0");
+  StepResult r = repair->Execute(ctx);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 1}, {"inserted", 0}, {"updated", 1}, {"unchanged", 0}}));
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE id = 9"), 1);
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM kb_doc WHERE id = 1 AND title = 'changed'"), 0);
+  EXPECT_EQ(Dump(src_, "kb_doc", "id"), source);
+  ExpectCompensationRestores(*repair, ctx, r, "kb_doc", "id", target);
+
+  // A node without topics refuses every repair.
+  FakeContext none(ds_, ctx.payload(), "EV-NONE#0");
+  EXPECT_EQ(MakeTableRepairStep(testing::Step("repair", "table_repair"))->Execute(none).kind,
+            StepResult::Kind::kPermanent);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ namespace dsync::testing {
 struct EngineParts {
   // `settings` must outlive the parts (the plans point into its topics).
   EngineParts(storage::ConnectionPool& pool, const Settings& settings, const std::string& node_address)
-      : plans(settings.topics, saga::StepRegistry::WithBuiltins()),
+      : plans(settings.topics, saga::StepRegistry::WithBuiltins(settings.topics)),
         datasources({}),
         engine(pool, plans, datasources, clock, node_address) {}
 

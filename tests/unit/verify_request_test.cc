@@ -5,7 +5,9 @@
 
 #include "api/verify_service.h"
 #include "core/error.h"
+#include "saga/steps/table_sql.h"
 #include "saga/steps/table_verify.h"
+#include "saga/steps/table_where.h"
 #include "tests/support/saga_fixtures.h"
 
 namespace dsync {
@@ -61,23 +63,85 @@ TEST(TableCheck, TakesTheKeysOfTableSync) {
   EXPECT_THROW(saga::MakeTableCheck("a", "a", "t", "1 = 1"), saga::VerifyInputError);
 }
 
-TEST(RepairPayload, ListsEveryDifferingKeyWithTheFilterValues) {
-  saga::TableCheck c = saga::MakeTableCheck("a", "b", "doc", "grp = :g AND a > :min");
+// The differences of a table: 5 and 7 missing in the target, 10 different, 500 extra.
+saga::TableDiff Diff() {
   saga::TableDiff d;
   d.table = "doc";
   d.key_columns = {"a", "b"};
   d.key_kinds = {saga::table::ColumnKind::kSigned, saga::table::ColumnKind::kText};
-  d.missing = {{std::string("5"), std::string("k")}};
+  d.missing = {{std::string("5"), std::string("k")}, {std::string("7"), std::string("b")}};
   d.extra = {{std::string("500"), std::string("zz")}};
   d.different = {{std::string("10"), std::string("k")}};
-  d.missing_total = d.extra_total = d.different_total = 1;
-  json p = saga::RepairPayload(c, {{"g", 1}, {"min", 0}, {"unrelated", "x"}}, d);
-  EXPECT_EQ(p["keys"], json::parse(R"([[5, "k"], [10, "k"], [500, "zz"]])"));
-  EXPECT_EQ(p["params"], json::parse(R"({"g": 1, "min": 0})"));
-  EXPECT_EQ(p["key_columns"], json::parse(R"(["a", "b"])"));
-  EXPECT_EQ(p["where"], "grp = :g AND a > :min");
-  d.different_total = saga::kMaxRepairKeys;  // more than a repair syncs
-  EXPECT_THROW(saga::RepairPayload(c, json::object(), d), saga::VerifyInputError);
+  d.missing_total = 2;
+  d.extra_total = d.different_total = 1;
+  return d;
+}
+
+saga::TableCheck SyncStep(bool delete_missing) {
+  json params = {{"source", "a"}, {"target", "b"}, {"table", "doc"}, {"where", "grp = :g AND a > :min"}};
+  if (delete_missing) params["delete_missing"] = true;
+  return saga::ParseTableCheck(testing::Step("docs", "table_sync", params), "table_sync");
+}
+
+// A repair event names the topic, its step, the where's values and the keys: nothing
+// a node would take a datasource, table or filter from.
+TEST(RepairPayload, NamesTheTopicStepAndKeysOnly) {
+  const saga::TableDiff d = Diff();
+  json p = saga::RepairPayload("SYNC", SyncStep(true), {{"g", 1}, {"min", 0}, {"unrelated", "x"}}, d);
+  EXPECT_EQ(p, json::parse(R"({"topic": "SYNC", "step": "docs", "payload": {"g": 1, "min": 0},
+                               "keys": [[5, "k"], [7, "b"], [10, "k"], [500, "zz"]]})"));
+  // Without delete_missing a sync keeps extra rows: so does the repair.
+  p = saga::RepairPayload("SYNC", SyncStep(false), {{"g", 1}, {"min", 0}}, d);
+  EXPECT_EQ(p["keys"], json::parse(R"([[5, "k"], [7, "b"], [10, "k"]])"));
+  // One table named on the command line is no configured step.
+  EXPECT_THROW(saga::RepairPayload("", saga::MakeTableCheck("a", "b", "doc", "1 = 1"), json::object(), d),
+               saga::VerifyInputError);
+  saga::TableDiff big = d;
+  big.different_total = saga::kMaxRepairKeys;  // more than a repair syncs
+  EXPECT_THROW(saga::RepairPayload("SYNC", SyncStep(true), json::object(), big), saga::VerifyInputError);
+}
+
+// --plan and --repair read one plan: inserts, updates, and deletes only with
+// delete_missing (else the extra rows are kept, and no repair key names them).
+TEST(RepairPlan, IsWhatTheSyncWouldWrite) {
+  const saga::TableDiff d = Diff();
+  for (bool delete_missing : {false, true}) {
+    const saga::RepairPlan plan = saga::PlanRepair(SyncStep(delete_missing), d);
+    EXPECT_EQ(plan.insert_total, 2);
+    EXPECT_EQ(plan.update_total, 1);
+    EXPECT_EQ(plan.remove_total, delete_missing ? 1 : 0);
+    EXPECT_EQ(plan.keep_total, delete_missing ? 0 : 1);
+    EXPECT_EQ(plan.writes(), delete_missing ? 4 : 3);
+    EXPECT_EQ(static_cast<int64_t>(plan.Keys().size()), plan.writes());
+    json keys = saga::RepairPayload("SYNC", SyncStep(delete_missing), json::object(), d)["keys"];
+    ASSERT_EQ(static_cast<int64_t>(keys.size()), plan.writes());
+    for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(keys[i], d.KeyJson(plan.Keys()[i]));
+  }
+}
+
+// POST /v1/verify compares what the config names: a topic and its payload, never one
+// table with a free filter (a probe that reads a column a character at a time).
+TEST(VerifyRequest, TheApiTakesConfiguredTopicsOnly) {
+  EXPECT_TRUE(api::ParseApiVerifyRequest({{"topic", "SYNC"}, {"payload", {{"g", 1}}}}).topic_mode());
+  for (const json& body :
+       {json{{"source", "env_a"}, {"target", "env_b"}, {"table", "users"}, {"where", "token LIKE 's3c%'"}},
+        json{{"table", "users"}}, json::object()}) {
+    EXPECT_THROW(api::ParseApiVerifyRequest(body), UsageError) << body.dump();
+  }
+  EXPECT_THROW(api::ParseApiVerifyRequest(json::array()), UsageError);
+}
+
+// A payload value bound as a LIKE pattern is escaped to match literally, unless the
+// step opts into patterns.
+TEST(Where, LikePlaceholdersMatchLiterally) {
+  saga::table::CompiledWhere w = saga::table::CompileWhere("kind LIKE :k AND :v LIKE title AND title LIKE 'a%'");
+  EXPECT_EQ(w.sql, "`kind` LIKE ? ESCAPE '!' AND ? LIKE `title` AND `title` LIKE 'a%'");
+  EXPECT_EQ(w.like_literal, (std::vector<bool>{true, false}));
+  saga::table::CompiledWhere p = saga::table::CompileWhere("kind LIKE :k", /*like_patterns=*/true);
+  EXPECT_EQ(p.sql, "`kind` LIKE ?");
+  EXPECT_EQ(p.like_literal, (std::vector<bool>{false}));
+  EXPECT_EQ(saga::table::EscapeLike("100%_off! a\\b"), "100!%!_off!! a\\b");
+  EXPECT_EQ(saga::table::QuoteIdentifier("a`b"), "`a``b`");
 }
 
 }  // namespace
