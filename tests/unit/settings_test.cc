@@ -462,6 +462,8 @@ std::map<std::string, EnvProbe> EnvProbes() {
       {"retention.enabled", {"false", [](const Settings& s) { return s.retention.enabled ? "true" : "false"; }}},
       {"retention.finished_after_ms", {"3600000", [=](const Settings& s) { return ms(s.retention.finished_after); }}},
       {"retention.failed_after_ms", {"7200000", [=](const Settings& s) { return ms(s.retention.failed_after); }}},
+      {"retention.verify_results_after_ms",
+       {"5400000", [=](const Settings& s) { return ms(s.retention.verify_results_after); }}},
       {"retention.archive", {"true", [](const Settings& s) { return s.retention.archive ? "true" : "false"; }}},
       {"retention.batch_size", {"100", [](const Settings& s) { return std::to_string(s.retention.batch_size); }}},
       {"retention.interval_ms", {"5000", [=](const Settings& s) { return ms(s.retention.interval); }}},

@@ -179,7 +179,7 @@ TEST(TableWhere, CompilesToBoundPlaceholders) {
   EXPECT_TRUE(all.params.empty());
 
   auto between = CompileWhere("n BETWEEN -5 AND :hi AND (t IS NOT NULL) AND s NOT LIKE :p AND :v < x");
-  EXPECT_EQ(between.sql, "`n` BETWEEN -5 AND ? AND (`t` IS NOT NULL) AND `s` NOT LIKE ? AND ? < `x`");
+  EXPECT_EQ(between.sql, "`n` BETWEEN -5 AND ? AND (`t` IS NOT NULL) AND `s` NOT LIKE ? ESCAPE '!' AND ? < `x`");
   EXPECT_EQ(between.param_columns, (std::vector<std::string>{"n", "s", "x"}));
 }
 
