@@ -545,6 +545,11 @@ std::string ScanSql(const Config& cfg, const ColumnSet& cols, const ColumnSet& k
   return sql;
 }
 
+// The rows the filter matches (table_delete's ceiling).   params: the filter's
+std::string CountSql(const Config& cfg) {
+  return "SELECT COUNT(*) FROM " + Backticked(cfg.table) + " WHERE (" + cfg.where.sql + ")";
+}
+
 std::vector<SqlValue> ScanParams(const std::vector<SqlValue>& filter, const ColumnSet& key, const std::optional<Row>& last) {
   std::vector<SqlValue> params = filter;
   if (last) key.AppendAfterKeyValues(*last, params);
@@ -2280,9 +2285,7 @@ class TableDeleteStep final : public TableStep {
       ImageBuilder builder(cfg_, cols, t.key, LockUndo(tc, step_code));
       // The ceiling, before any row goes: a filter (or a payload value) matching more
       // rows than max_rows deletes none.
-      const int64_t matching =
-          tc.QueryInt("SELECT COUNT(*) FROM " + Backticked(cfg_.table) + " WHERE (" + cfg_.where.sql + ")",
-                      Bind(filter)).value_or(0);
+      const int64_t matching = tc.QueryInt(CountSql(cfg_), Bind(filter)).value_or(0);
       if (matching > cfg_.max_rows) RefuseCeiling(matching);
       std::optional<Row> last;
       for (;;) {
