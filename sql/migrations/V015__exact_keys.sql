@@ -104,6 +104,7 @@ SET @dsync_sql = CONCAT('ALTER TABLE distribute_batch',
   ' MODIFY COLUMN batch_code VARCHAR(64)', @dsync_key, ' NOT NULL COMMENT ''distribute_event.batch_code of its events (of the same service)'',',
   ' MODIFY COLUMN tenant_id VARCHAR(30)', @dsync_key, ' NOT NULL DEFAULT ''0'' COMMENT ''tenant_id of the completion event'',',
   ' MODIFY COLUMN completion_code VARCHAR(64)', @dsync_key, ' NULL COMMENT ''code of the completion event produced (or found in its place: CONFLICT)'',',
+  ' MODIFY COLUMN status VARCHAR(16) NOT NULL DEFAULT ''OPEN'' COMMENT ''OPEN, COMPLETED or CONFLICT (the completion code was taken)'',',
   ' DROP PRIMARY KEY, ADD PRIMARY KEY (service, batch_code),',
   ' DROP KEY idx_status, ADD KEY idx_status (status, service, batch_code)');
 
