@@ -90,6 +90,12 @@ std::optional<size_t> CheckText(const std::string& s, std::string* why) {
   return chars;
 }
 
+// Codes are keys compared byte for byte: nothing in them may hide (events/produce.h).
+void RequireCode(const std::string& field, const std::string& value) {
+  const std::string why = events::CodeProblem(value);
+  if (!why.empty()) throw UsageError(field + " " + why);
+}
+
 void RequireText(const std::string& field, const std::string& value, size_t min_chars, size_t max_chars) {
   std::string why;
   auto chars = CheckText(value, &why);
@@ -304,7 +310,11 @@ nlohmann::json ToJson(const BatchProgress& b) {
           {"total", b.total},
           {"by_status", b.by_status},
           {"terminal", b.terminal},
-          {"percent_done", b.percent_done}};
+          {"percent_done", b.percent_done},
+          {"completion", b.completion ? nlohmann::json{{"status", b.completion->status},
+                                                      {"code", TextOrNull(b.completion->completion_code)},
+                                                      {"conflict", TextOrNull(b.completion->conflict)}}
+                                      : nlohmann::json(nullptr)}};
 }
 
 nlohmann::json ToJson(const NodeView& n) {
@@ -355,7 +365,12 @@ EventStore::EventStore(storage::ConnectionPool& pool, const Settings& settings)
     : pool_(pool), settings_(settings) {}
 
 void EventStore::Validate(const NewEvent& e) const {
+  RequireCode("code", e.code);
   RequireText("code", e.code, 1, 64);
+  if (events::IsReservedCode(e.code)) {
+    throw UsageError("code " + Quote(e.code) + " starts with '" + std::string(events::kReservedCodePrefix) +
+                     "', which is reserved for batch completion events");
+  }
   RequireText("topic", e.topic, 1, 50);
   if (!settings_.topics.count(e.topic)) {
     std::string known;
@@ -365,6 +380,7 @@ void EventStore::Validate(const NewEvent& e) const {
   RequireText("tenant_id", e.tenant_id, 1, 30);
   RequireText("data_id", e.data_id, 1, 64);
   RequireText("trace_id", e.trace_id, 0, 64);
+  RequireCode("batch code", e.batch_code);
   RequireText("batch code", e.batch_code, 0, 64);
   if (!e.payload.is_object()) throw UsageError("payload must be a JSON object");
   const size_t payload_bytes = e.payload.dump().size();
@@ -417,23 +433,29 @@ OnComplete ParseOnComplete(const nlohmann::json& body) {
   return o;
 }
 
+void EventStore::ValidateOnComplete(const std::string& batch_code, const OnComplete& on_complete) const {
+  // Checked as the event it will become (topic configured, sizes, payload object),
+  // with a stand-in code: the real one is derived, and reserved for the completer.
+  NewEvent probe;
+  probe.code = "on-complete";
+  probe.topic = on_complete.topic;
+  probe.tenant_id = on_complete.tenant_id;
+  probe.data_id = batch_code;
+  probe.payload = on_complete.payload;
+  try {
+    Validate(probe);
+  } catch (const UsageError& err) {
+    throw UsageError(std::string("on_complete: ") + err.what());
+  }
+}
+
 BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<NewEvent> events,
                                      const std::optional<OnComplete>& on_complete) {
+  RequireCode("batch code", batch_code);
   RequireText("batch code", batch_code, 1, 64);
   std::optional<events::BatchCompletionRow> completion;
   if (on_complete) {
-    // Checked as the event it will become (topic configured, sizes, payload object).
-    NewEvent probe;
-    probe.code = events::CompletionCode(batch_code);
-    probe.topic = on_complete->topic;
-    probe.tenant_id = on_complete->tenant_id;
-    probe.data_id = batch_code;
-    probe.payload = on_complete->payload;
-    try {
-      Validate(probe);
-    } catch (const UsageError& err) {
-      throw UsageError(std::string("on_complete: ") + err.what());
-    }
+    ValidateOnComplete(batch_code, *on_complete);
     completion = events::BatchCompletionRow{batch_code, on_complete->tenant_id, on_complete->topic,
                                             on_complete->payload.dump(), std::nullopt, settings_.service};
   }
@@ -472,8 +494,10 @@ BatchProgress EventStore::GetBatch(const std::string& batch_code) {
   RequireText("batch code", batch_code, 1, 64);
   BatchProgress p;
   p.batch_code = batch_code;
-  p.by_status = pool_.Run("batch progress",
-                          [&](storage::Connection& c) { return events::CountBatchByStatus(c, batch_code); });
+  pool_.Run("batch progress", [&](storage::Connection& c) {
+    p.by_status = events::CountBatchEvents(c, settings_.service, batch_code);
+    p.completion = events::ReadBatchState(c, settings_.service, batch_code);
+  });
   for (const auto& [status, n] : p.by_status) {
     p.total += n;
     if (IsTerminal(status)) p.terminal += n;

@@ -10,7 +10,9 @@
 //   store.Retry("sync-42", api::RetryFrom::kFailedStep); // throws ConflictError
 //
 // Input rules (ValidateNewEvent; each violation is a UsageError with one line naming
-// the field): code 1..64 characters, topic one of the config's topics, tenant_id
+// the field): code 1..64 characters, not starting with "done:" (batch completion
+// codes), without bidi controls or zero-width characters (events/produce.h
+// CodeProblem; the same for batch codes), topic one of the config's topics, tenant_id
 // 1..30, data_id 1..64, trace_id 0..64, batch code 1..64; every string valid UTF-8
 // without control characters (stored byte for byte: SQL only ever sees them as bound
 // parameters); payload a JSON object (or absent: {}) of at most max_payload_bytes
@@ -44,6 +46,7 @@
 
 #include "config/settings.h"
 #include "core/metrics.h"
+#include "events/batches.h"
 #include "events/rows.h"
 #include "storage/connection_pool.h"
 
@@ -118,6 +121,10 @@ struct BatchProgress {
   std::map<std::string, int64_t> by_status;  // only statuses present
   int64_t terminal = 0;                      // SUCCESS + FAILED + COMPENSATED
   double percent_done = 0;                   // terminal / total * 100
+  // The batch's completion row (events/batches.h), when it asked for a completion
+  // event: OPEN, COMPLETED or CONFLICT (with why). JSON: "completion": null or
+  // {"status", "code", "conflict"}.
+  std::optional<events::BatchState> completion;
 };
 nlohmann::json ToJson(const BatchProgress& b);
 
@@ -198,6 +205,10 @@ class EventStore {
   // Throws UsageError for bad input (see the rules above), DbError.
   void Validate(const NewEvent& e) const;
 
+  // Checks a batch's completion event as the event it will become (topic configured,
+  // tenant, payload). Throws UsageError ("on_complete: ...").
+  void ValidateOnComplete(const std::string& batch_code, const OnComplete& on_complete) const;
+
   // One event. Idempotent by code: a second call returns the stored event and
   // created=false whatever else it carries.
   ProduceResult Produce(const NewEvent& e);
@@ -216,7 +227,8 @@ class EventStore {
   // dispatcher/dispatcher_waker.h). Set once, before use.
   void OnProduced(std::function<void()> hook) { on_produced_ = std::move(hook); }
 
-  // Progress of a batch by one GROUP BY. Throws NotFoundError when no event has it.
+  // Progress of the service's batch by one GROUP BY, and its completion row. Throws
+  // NotFoundError when no event of the service has it.
   BatchProgress GetBatch(const std::string& batch_code);
 
   // Throws NotFoundError.

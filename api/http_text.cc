@@ -3,13 +3,11 @@
 #include <algorithm>
 #include <cctype>
 
+#include "core/json_limits.h"
+
 namespace dsync::api {
 
 using nlohmann::json;
-
-namespace {
-constexpr int kMaxJsonDepth = 64;
-}  // namespace
 
 // JSON text of anything we answer: invalid UTF-8 (a row written by plain SQL may hold
 // any bytes) becomes U+FFFD instead of an exception.
@@ -132,13 +130,12 @@ const char* MethodLabel(const std::string& m) {
 // stack when serialised). Throws UsageError.
 json ParseJsonBody(const std::string& body) {
   if (body.empty()) throw UsageError("the request body is empty; expected a JSON object");
+  // The one input limit of the API and the CLI (core/json_limits.h), checked before parsing.
+  if (JsonNestingDepth(body, kMaxInputJsonDepth) > kMaxInputJsonDepth) {
+    throw UsageError(TooDeepMessage("the body", kMaxInputJsonDepth));
+  }
   try {
-    return json::parse(body, [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxJsonDepth) {
-        throw UsageError("the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-      }
-      return true;
-    });
+    return json::parse(body);
   } catch (const json::parse_error& e) {
     throw UsageError("the body is not valid JSON (at byte " + std::to_string(e.byte) + ")");
   }

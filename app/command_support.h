@@ -49,7 +49,8 @@ int RunDrain(const Invocation& inv);
 int RunNodes(const Invocation& inv);
 // Retention on demand (app/purge_command.cc).
 int RunPurge(const Invocation& inv);
-// "90s", "15m", "12h", "7d", "500ms" -> milliseconds. Throws UsageError naming --<name>.
+// "90s", "15m", "12h", "7d", "500ms" -> milliseconds, at most 36500d (100 years).
+// Throws UsageError naming --<name>.
 Millis ParseDuration(const std::string& name, const std::string& text);
 
 }  // namespace dsync::app

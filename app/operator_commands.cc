@@ -1,6 +1,9 @@
 // The operator commands: produce, events, events show, retry, drain, nodes. Each is a
 // thin layer over api::EventStore (the same operations the HTTP API serves): human
-// tables by default, the API's JSON with --json.
+// tables by default, the API's JSON with --json. Everything printed that was read from
+// the database (codes, errors, payloads, node metadata) goes through VisibleText (or
+// JsonForTerminal with --json): a control character, bidi override or zero-width
+// character stored by a producer is shown as an escape, never sent to the terminal.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +20,7 @@
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "core/log.h"
+#include "core/visible_text.h"
 #include "dispatcher/dispatcher_waker.h"
 #include "events/batches.h"
 
@@ -40,15 +44,25 @@ Store OpenStore(const Invocation& inv) {
   return s;
 }
 
-// Text for a table cell: one line, at most `width` characters.
+// Stored text for a table cell: one line, hidden characters escaped (VisibleText), at
+// most `width` bytes.
 std::string Cell(const std::string& s, size_t width) {
-  std::string out;
-  for (char ch : s) out += (ch == '\n' || ch == '\r' || ch == '\t') ? ' ' : ch;
-  if (out.size() > width) out = out.substr(0, width - 3) + "...";
+  std::string out = VisibleText(s);
+  if (out.size() > width) {
+    size_t cut = width - 3;  // not inside a UTF-8 sequence
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xc0) == 0x80) --cut;
+    out = out.substr(0, cut) + "...";
+  }
   return out;
 }
 
-std::string Or(const std::string& s, const char* fallback) { return s.empty() ? fallback : s; }
+// Stored text shown whole, hidden characters escaped.
+std::string Shown(const std::string& s) { return VisibleText(s); }
+
+std::string Or(const std::string& s, const char* fallback) { return s.empty() ? fallback : VisibleText(s); }
+
+// --json output: the API's JSON with the characters a terminal acts on escaped.
+void PrintJson(const nlohmann::json& j) { std::cout << JsonForTerminal(j, 2) << "\n"; }
 
 // "2026-11-21T10:00:00.123Z" -> "2026-11-21 10:00:00.123".
 std::string When(const std::string& iso) {
@@ -74,18 +88,20 @@ std::string GeneratedBatchCode() {
 }
 
 // JSON given on the command line or in a file: UsageError when it is not JSON or nests
-// deeper than kMaxJsonDepth (serialising such a value would recurse through the stack).
-nlohmann::json ParseInputJson(const std::string& text, const std::string& what) {
-  StoredJson parsed = ParseStoredJson(text, what.empty() ? "the JSON" : what);
+// deeper than kMaxInputJsonDepth, the API's limit too (core/json_limits.h).
+nlohmann::json InputJson(const std::string& text, const std::string& what) {
+  if (!what.empty()) return ParseInputJson(text, what);
+  // A --file line: its file and number come first in the message.
+  StoredJson parsed = ParseStoredJson(text, "the JSON", kMaxInputJsonDepth);
   if (parsed.problem == StoredJson::kTooDeep) throw UsageError(parsed.message);
-  if (parsed.problem != StoredJson::kNone) throw UsageError(what.empty() ? "not valid JSON" : what + " is not valid JSON");
+  if (parsed.problem != StoredJson::kNone) throw UsageError("not valid JSON");
   return std::move(parsed.value);
 }
 
 api::NewEvent EventFromFlags(const Invocation& inv) {
   api::NewEvent e;
   if (auto event = inv.Get("event")) {
-    e = api::ParseNewEvent(ParseInputJson(*event, "--event"));
+    e = api::ParseNewEvent(InputJson(*event, "--event"));
   }
   if (auto v = inv.Get("code")) e.code = *v;
   if (auto v = inv.Get("topic")) e.topic = *v;
@@ -93,7 +109,7 @@ api::NewEvent EventFromFlags(const Invocation& inv) {
   if (auto v = inv.Get("data-id")) e.data_id = *v;
   if (auto v = inv.Get("trace-id")) e.trace_id = *v;
   if (auto v = inv.Get("payload")) {
-    auto payload = ParseInputJson(*v, "--payload");
+    auto payload = InputJson(*v, "--payload");
     if (!payload.is_object()) throw UsageError("--payload must be a JSON object");
     e.payload = std::move(payload);
   }
@@ -109,7 +125,7 @@ std::vector<api::NewEvent> ReadEventLines(std::istream& in, const std::string& n
   for (size_t number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      api::NewEvent e = api::ParseNewEvent(ParseInputJson(line, ""));
+      api::NewEvent e = api::ParseNewEvent(InputJson(line, ""));
       store.Validate(e);
       events.push_back(std::move(e));
     } catch (const UsageError& err) {
@@ -137,7 +153,7 @@ int RunProduceFile(const Invocation& inv, Store& s, const std::string& file) {
   std::map<std::string, size_t> seen;
   for (size_t i = 0; i < events.size(); ++i) {
     if (!seen.emplace(events[i].code, i).second) {
-      throw UsageError("--file " + file + ": code '" + events[i].code + "' appears twice; nothing was written");
+      throw UsageError("--file " + file + ": code '" + Shown(events[i].code) + "' appears twice; nothing was written");
     }
   }
   const std::string batch = inv.Get("batch").value_or(GeneratedBatchCode());
@@ -147,16 +163,12 @@ int RunProduceFile(const Invocation& inv, Store& s, const std::string& file) {
   if (auto topic = inv.Get("on-complete-topic")) {
     nlohmann::json payload = nlohmann::json::object();
     if (auto p = inv.Get("on-complete-payload")) {
-      StoredJson parsed = ParseStoredJson(*p, "--on-complete-payload");
-      if (parsed.problem == StoredJson::kTooDeep) throw UsageError(parsed.message);
-      payload = std::move(parsed.value);
-      if (parsed.problem != StoredJson::kNone || !payload.is_object()) {
-        throw UsageError("--on-complete-payload must be a JSON object");
-      }
+      payload = InputJson(*p, "--on-complete-payload");
+      if (!payload.is_object()) throw UsageError("--on-complete-payload must be a JSON object");
     }
     on_complete = api::OnComplete{*topic, std::move(payload), "0"};
     // Checked before any event is written.
-    s.store->Validate({events::CompletionCode(batch), *topic, "0", batch, on_complete->payload, {}, 0, "", ""});
+    s.store->ValidateOnComplete(batch, *on_complete);
   } else if (inv.Get("on-complete-payload")) {
     throw UsageError("--on-complete-payload needs --on-complete-topic");
   }
@@ -170,11 +182,10 @@ int RunProduceFile(const Invocation& inv, Store& s, const std::string& file) {
     total.existing += r.existing;
   }
   if (inv.Flag("json")) {
-    std::cout << nlohmann::json{{"batch_code", batch}, {"created", total.created}, {"existing", total.existing}}.dump(2)
-              << "\n";
+    PrintJson({{"batch_code", batch}, {"created", total.created}, {"existing", total.existing}});
   } else {
-    std::cout << "batch " << batch << ": created=" << total.created << " existing=" << total.existing
-              << " (follow it: dsync events --batch " << batch << ")\n";
+    std::cout << "batch " << Shown(batch) << ": created=" << total.created << " existing=" << total.existing
+              << " (follow it: dsync events --batch " << Shown(batch) << ")\n";
   }
   return 0;
 }
@@ -194,13 +205,13 @@ int RunProduce(const Invocation& inv) {
   api::NewEvent e = EventFromFlags(inv);
   auto result = s.store->Produce(e);
   if (inv.Flag("json")) {
-    std::cout << nlohmann::json{{"created", result.created}, {"event", api::ToJson(result.event)}}.dump(2) << "\n";
+    PrintJson({{"created", result.created}, {"event", api::ToJson(result.event)}});
   } else if (result.created) {
-    std::cout << "created event " << result.event.code << " (id " << result.event.id << ", topic "
-              << result.event.topic << ", " << result.event.status << ")\n";
+    std::cout << "created event " << Shown(result.event.code) << " (id " << result.event.id << ", topic "
+              << Shown(result.event.topic) << ", " << Shown(result.event.status) << ")\n";
   } else {
-    std::cout << "event " << result.event.code << " already exists (id " << result.event.id << ", "
-              << result.event.status << "); nothing written\n";
+    std::cout << "event " << Shown(result.event.code) << " already exists (id " << result.event.id << ", "
+              << Shown(result.event.status) << "); nothing written\n";
   }
   return 0;
 }
@@ -215,27 +226,27 @@ void PrintEventTable(const std::vector<api::EventRow>& events) {
             << "PROG" << std::setw(24) << "CREATED" << "LAST_ERROR\n";
   for (const auto& e : events) {
     std::cout << std::left << std::setw(26) << Cell(e.code, 25) << std::setw(14) << Cell(e.topic, 13)
-              << std::setw(13) << e.status << std::setw(22) << Cell(Or(e.node_address, "-"), 21) << std::setw(8)
+              << std::setw(13) << Cell(e.status, 12) << std::setw(22) << Cell(Or(e.node_address, "-"), 21) << std::setw(8)
               << e.attempt << std::setw(8) << e.retry_count << std::setw(6)
               << (e.progress ? std::to_string(*e.progress) + "%" : "-") << std::setw(24) << When(e.create_time)
-              << Cell(Or(e.last_error, ""), 60) << "\n";
+              << Cell(e.last_error, 60) << "\n";
   }
 }
 
 int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
   api::EventDetail d = s.store->Get(code);
   if (inv.Flag("json")) {
-    std::cout << api::ToJson(d).dump(2) << "\n";
+    PrintJson(api::ToJson(d));
     return 0;
   }
   const auto& e = d.event;
   auto field = [](const char* name, const std::string& value) {
     std::cout << std::left << std::setw(15) << name << value << "\n";
   };
-  field("code", e.code);
-  field("topic", e.topic);
-  field("status", e.status + (e.phase == "COMPENSATE" && !api::IsTerminal(e.status) ? " (compensation phase)" : ""));
-  field("entity", e.tenant_id + " / " + e.data_id);
+  field("code", Shown(e.code));
+  field("topic", Shown(e.topic));
+  field("status", Shown(e.status) + (e.phase == "COMPENSATE" && !api::IsTerminal(e.status) ? " (compensation phase)" : ""));
+  field("entity", Shown(e.tenant_id) + " / " + Shown(e.data_id));
   field("node", Or(e.node_address, "-"));
   field("attempt", std::to_string(e.attempt) + " (retries " + std::to_string(e.retry_count) + " of " +
                        std::to_string(e.max_retry) + ", version " + std::to_string(e.version) + ")");
@@ -243,8 +254,8 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
   field("created", When(e.create_time));
   field("started", When(e.started_time));
   field("finished", When(e.finished_time));
-  if (!e.batch_code.empty()) field("batch", e.batch_code);
-  if (!e.trace_id.empty()) field("trace", e.trace_id);
+  if (!e.batch_code.empty()) field("batch", Shown(e.batch_code));
+  if (!e.trace_id.empty()) field("trace", Shown(e.trace_id));
   field("payload", Cell(e.payload, 200));
   if (JsonNestingDepth(e.payload) > kMaxJsonDepth) field("payload_error", TooDeepMessage("payload") + "; not parsed");
   if (!e.result.empty()) field("result", Cell(e.result, 300));
@@ -256,7 +267,7 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
   for (const auto& st : d.steps) {
     std::cout << "  " << std::left << std::setw(4) << st.sort << std::setw(16)
               << Cell((st.parent_step_id ? "  " : "") + st.name, 15) << std::setw(12) << Cell(st.type, 11)
-              << std::setw(13) << st.status << std::setw(8)
+              << std::setw(13) << Cell(st.status, 12) << std::setw(8)
               << (std::to_string(st.retry_count) +
                   (st.compensation_retry_count ? "+" + std::to_string(st.compensation_retry_count) + "c" : ""))
               << std::setw(22) << Cell(Or(st.node_address, "-"), 21) << Cell(st.error_details, 60) << "\n";
@@ -271,7 +282,7 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
   std::cout << "\ntimeline:\n";
   for (const auto& t : d.timeline) {
     std::cout << "  " << std::left << std::setw(24) << When(t.finished_at.empty() ? t.started_at : t.finished_at)
-              << std::setw(11) << t.action << std::setw(16) << Cell(t.step_name, 15) << std::setw(13) << t.status
+              << std::setw(11) << Cell(t.action, 10) << std::setw(16) << Cell(t.step_name, 15) << std::setw(13) << Cell(t.status, 12)
               << "attempt " << t.attempt << " on " << Or(t.node_address, "-")
               << (t.failures ? ", " + std::to_string(t.failures) + " failure(s)" : "") << "\n";
   }
@@ -281,8 +292,8 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
   if (!d.process_log_error.empty()) std::cout << "  (" << d.process_log_error << ")\n";
   for (const auto& entry : d.process_log) {
     auto str = [&](const char* k) { return entry.contains(k) && entry[k].is_string() ? entry[k].get<std::string>() : ""; };
-    std::cout << "  " << std::left << std::setw(24) << When(str("at")) << std::setw(13) << str("from") << "-> "
-              << std::setw(13) << str("to") << std::setw(22) << Cell(str("node"), 21) << Cell(str("why"), 80) << "\n";
+    std::cout << "  " << std::left << std::setw(24) << Cell(When(str("at")), 23) << std::setw(13) << Cell(str("from"), 12) << "-> "
+              << std::setw(13) << Cell(str("to"), 12) << std::setw(22) << Cell(str("node"), 21) << Cell(str("why"), 80) << "\n";
   }
   return 0;
 }
@@ -300,13 +311,19 @@ int RunEvents(const Invocation& inv) {
   if (auto batch = inv.Get("batch")) {
     auto progress = s.store->GetBatch(*batch);
     if (inv.Flag("json")) {
-      std::cout << api::ToJson(progress).dump(2) << "\n";
+      PrintJson(api::ToJson(progress));
       return 0;
     }
-    std::cout << "batch " << progress.batch_code << ": " << progress.terminal << "/" << progress.total
+    std::cout << "batch " << Shown(progress.batch_code) << ": " << progress.terminal << "/" << progress.total
               << " terminal (" << std::fixed << std::setprecision(1) << progress.percent_done << "%)";
-    for (const auto& [status, n] : progress.by_status) std::cout << " " << status << "=" << n;
+    for (const auto& [status, n] : progress.by_status) std::cout << " " << Shown(status) << "=" << n;
     std::cout << "\n";
+    if (const auto& c = progress.completion) {
+      std::cout << "completion: " << Shown(c->status);
+      if (!c->completion_code.empty()) std::cout << " " << Shown(c->completion_code);
+      if (!c->conflict.empty()) std::cout << " (" << Shown(c->conflict) << ")";
+      std::cout << "\n";
+    }
     return 0;
   }
   api::EventFilter filter;
@@ -319,8 +336,7 @@ int RunEvents(const Invocation& inv) {
   if (inv.Flag("json")) {
     nlohmann::json events = nlohmann::json::array();
     for (const auto& e : page.events) events.push_back(api::ToJson(e));
-    std::cout << nlohmann::json{{"events", events}, {"next", page.next ? nlohmann::json(*page.next) : nlohmann::json(nullptr)}}.dump(2)
-              << "\n";
+    PrintJson({{"events", events}, {"next", page.next ? nlohmann::json(*page.next) : nlohmann::json(nullptr)}});
     return 0;
   }
   PrintEventTable(page.events);
@@ -343,10 +359,10 @@ int RunRetry(const Invocation& inv) {
   Store s = OpenStore(inv);
   api::EventRow e = s.store->Retry(inv.args.at(0), from);
   if (inv.Flag("json")) {
-    std::cout << api::ToJson(e).dump(2) << "\n";
+    PrintJson(api::ToJson(e));
   } else {
-    std::cout << "event " << e.code << " re-driven " << (from == api::RetryFrom::kStart ? "from the start" : "from the failed step")
-              << ": " << e.status << " (version " << e.version << "); follow it: dsync events show " << e.code << "\n";
+    std::cout << "event " << Shown(e.code) << " re-driven " << (from == api::RetryFrom::kStart ? "from the start" : "from the failed step")
+              << ": " << Shown(e.status) << " (version " << e.version << "); follow it: dsync events show " << Shown(e.code) << "\n";
   }
   return 0;
 }
@@ -357,9 +373,9 @@ int RunDrain(const Invocation& inv) {
   Store s = OpenStore(inv);
   api::NodeView n = s.store->Drain(inv.args.at(0));
   if (inv.Flag("json")) {
-    std::cout << api::ToJson(n).dump(2) << "\n";
+    PrintJson(api::ToJson(n));
   } else {
-    std::cout << "node " << n.node_address << " is draining: it takes no new events, finishes its " << n.in_flight
+    std::cout << "node " << Shown(n.node_address) << " is draining: it takes no new events, finishes its " << n.in_flight
               << " in-flight event(s) and exits (watch: dsync nodes)\n";
   }
   return 0;
@@ -373,7 +389,7 @@ int RunNodes(const Invocation& inv) {
   if (inv.Flag("json")) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& n : nodes) out.push_back(api::ToJson(n));
-    std::cout << out.dump(2) << "\n";
+    PrintJson(out);
     return 0;
   }
   std::cout << std::left << std::setw(28) << "ADDRESS" << std::setw(10) << "STATUS" << std::setw(10) << "CAPACITY"
@@ -384,27 +400,27 @@ int RunNodes(const Invocation& inv) {
     load << std::fixed << std::setprecision(2) << n.load;
     age << std::fixed << std::setprecision(1) << n.heartbeat_age_ms / 1000.0 << "s";
     std::string topics;
-    for (const auto& t : n.topics) topics += (topics.empty() ? "" : ",") + t;
+    for (const auto& t : n.topics) topics += (topics.empty() ? "" : ",") + Shown(t);
     // DATASOURCES: those reached; "(all: not reported)" for a node of an older version.
     std::string datasources = n.datasources ? "" : "(all: not reported)";
     if (n.datasources) {
-      for (const auto& d : *n.datasources) datasources += (datasources.empty() ? "" : ",") + d;
+      for (const auto& d : *n.datasources) datasources += (datasources.empty() ? "" : ",") + Shown(d);
       if (datasources.empty()) datasources = "(none)";
     }
-    std::cout << std::left << std::setw(28) << n.node_address << std::setw(10) << n.status << std::setw(10)
+    std::cout << std::left << std::setw(28) << Shown(n.node_address) << std::setw(10) << n.status << std::setw(10)
               << n.capacity << std::setw(11) << n.in_flight << std::setw(7) << load.str() << std::setw(10)
               << age.str() << std::setw(24) << (topics.empty() ? "*" : topics) << datasources
               << (n.metadata_valid ? "" : "  (invalid metadata)") << "\n";
     // What the node cannot do, one line each, indented under it.
     for (const auto& [name, error] : n.datasource_errors) {
-      std::cout << "    unreachable datasource " << name << ": " << error << "\n";
+      std::cout << "    unreachable datasource " << Shown(name) << ": " << Shown(error) << "\n";
     }
     for (const auto& [topic, reason] : n.bad_topics) {
-      std::cout << "    bad topic " << topic << ": " << reason << "\n";
+      std::cout << "    bad topic " << Shown(topic) << ": " << Shown(reason) << "\n";
     }
     if (n.not_claimed_count > 0) {
       std::cout << "    did not claim " << n.not_claimed_count << " event(s) given to it (handed back; last "
-                << n.last_not_claimed_time << ")\n";
+                << Shown(n.last_not_claimed_time) << ")\n";
     }
   }
   if (nodes.empty()) {

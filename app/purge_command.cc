@@ -12,14 +12,21 @@
 #include "app/command_support.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/visible_text.h"
 #include "dispatcher/retention.h"
 #include "events/purge.h"
 #include "registry/offline_sweeper.h"
 
 namespace dsync::app {
 
-// "90s", "15m", "12h", "7d", "500ms" (a number and a unit) -> milliseconds. Throws
-// UsageError.
+// The longest duration accepted: 100 years. A longer one means "everything ever" to
+// nobody, and past about 292 years the microseconds the SQL is given no longer fit in
+// 64 bits: 213503618d once wrapped to a negative interval, a cutoff in the future, and
+// purged every finished event.
+constexpr int64_t kMaxDurationMs = 36500LL * 86400000;
+
+// "90s", "15m", "12h", "7d", "500ms" (a number and a unit) -> milliseconds, at most
+// kMaxDurationMs. Throws UsageError.
 Millis ParseDuration(const std::string& name, const std::string& text) {
   struct Unit {
     const char* suffix;
@@ -37,7 +44,10 @@ Millis ParseDuration(const std::string& name, const std::string& text) {
   for (const Unit& u : kUnits) {
     if (unit != u.suffix) continue;
     int64_t n = 0;
-    std::from_chars(text.data(), text.data() + digits, n);
+    std::from_chars(text.data(), text.data() + digits, n);  // 12 digits at most: fits
+    if (n > kMaxDurationMs / u.ms) {
+      throw UsageError("--" + name + " must be at most 36500d (100 years); got '" + text.substr(0, 64) + "'");
+    }
     return Millis(n * u.ms);
   }
   throw bad();
@@ -81,18 +91,17 @@ int RunPurge(const Invocation& inv) {
     nodes = registry.Purge();
   }
   if (inv.Flag("json")) {
-    std::cout << nlohmann::json{{"dry_run", dry_run},
+    std::cout << JsonForTerminal(nlohmann::json{{"dry_run", dry_run},
                                 {"archive", archive},
                                 {"events", counts.events},
                                 {"steps", counts.steps},
                                 {"by_status", counts.by_status},
                                 {"batches", counts.batches},
-                                {"registry_rows", nodes}}
-                     .dump(2)
-                  << "\n";
+                                {"registry_rows", nodes}})
+              << "\n";
   } else {
     std::cout << (dry_run ? "would " : "") << (archive ? "archive" : "delete") << " events=" << counts.events
-              << " steps=" << counts.steps << " by_status=" << dispatcher::FormatByStatus(counts.by_status)
+              << " steps=" << counts.steps << " by_status=" << VisibleText(dispatcher::FormatByStatus(counts.by_status))
               << " registry_rows=" << nodes;
     if (!dry_run) std::cout << " batches=" << counts.batches;
     std::cout << "\n";

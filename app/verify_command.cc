@@ -34,7 +34,7 @@ constexpr const char* kDefaultRepairTopic = "dsync_repair";
 json ParseJsonOption(const Invocation& inv, const char* name) {
   auto text = inv.Get(name);
   if (!text) return json::object();
-  StoredJson parsed = ParseStoredJson(*text, std::string("--") + name);
+  StoredJson parsed = ParseStoredJson(*text, std::string("--") + name, kMaxInputJsonDepth);  // the input limit
   if (parsed.problem == StoredJson::kTooDeep) throw UsageError(parsed.message);
   if (parsed.problem != StoredJson::kNone) throw UsageError(std::string("--") + name + " is not valid JSON");
   json v = std::move(parsed.value);

@@ -47,6 +47,13 @@ nlohmann::json ParseJsonBounded(std::string_view text, std::string_view what, in
   return nlohmann::json::parse(text);
 }
 
+nlohmann::json ParseInputJson(std::string_view text, std::string_view what) {
+  StoredJson parsed = ParseStoredJson(text, what, kMaxInputJsonDepth);
+  if (parsed.problem == StoredJson::kTooDeep) throw UsageError(parsed.message);
+  if (parsed.problem != StoredJson::kNone) throw UsageError(std::string(what) + " is not valid JSON");
+  return std::move(parsed.value);
+}
+
 StoredJson ParseStoredJson(std::string_view text, std::string_view what, int max_depth) {
   StoredJson out;
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {

@@ -28,6 +28,19 @@ namespace dsync {
 // 512 leaves room for any sane document and is far from the stack's limit.
 inline constexpr int kMaxJsonDepth = 512;
 
+// Deepest nesting accepted in JSON given as input, by the API and the CLI alike: an
+// API request body (POST /v1/events, /v1/batches, /v1/verify ...), and the CLI's
+// --event, --payload, --on-complete-payload, --params and each line of
+// `produce --file`. Deeper input is refused before it is parsed ("<what> nests deeper
+// than 64 levels"). Real documents nest a handful of levels. Stored JSON (rows written
+// by plain SQL) is read up to kMaxJsonDepth instead: it exists, and is shown with a
+// marker rather than refused.
+inline constexpr int kMaxInputJsonDepth = 64;
+
+// Parses JSON given as input (see kMaxInputJsonDepth), `what` naming it in messages.
+// Throws UsageError: "<what> nests deeper than 64 levels", "<what> is not valid JSON".
+nlohmann::json ParseInputJson(std::string_view text, std::string_view what);
+
 // The text nests arrays/objects deeper than the limit; what() names the limit.
 class JsonTooDeepError : public Error {
  public:

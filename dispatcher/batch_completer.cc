@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/json_limits.h"
+#include "core/visible_text.h"
 #include "dispatcher/retention.h"
 #include "events/batches.h"
 #include "events/purge.h"
@@ -72,13 +73,13 @@ BatchCheckReport BatchCompleter::CheckOnce(const std::function<bool()>& keep_goi
       ++report.open;
       // The cheap look first, outside any transaction (most open batches are not done).
       auto by_status = pool_.Run("batch progress", [&](storage::Connection& c) {
-        return events::CountBatchByStatus(c, b.batch_code);
+        return events::CountBatchEvents(c, b.service, b.batch_code);
       });
       if (!CompleteTotal(by_status, b.expected_events)) continue;
 
       events::NewEventRow e;
       e.service = b.service;
-      e.code = events::CompletionCode(b.batch_code);
+      e.code = events::CompletionCode(b.service, b.batch_code);
       e.topic = b.topic;
       e.tenant_id = b.tenant_id.empty() ? "0" : b.tenant_id;
       e.data_id = b.batch_code;
@@ -93,19 +94,24 @@ BatchCheckReport BatchCompleter::CheckOnce(const std::function<bool()>& keep_goi
       // yet counted) either keeps the batch open or is in the payload's counts; the
       // counts written are the ones that decided the completion.
       std::optional<int64_t> total;
-      const bool done = pool_.Transact("complete batch", [&](storage::Connection& c) {
-        if (!events::LockOpenBatch(c, b.batch_code)) return false;
-        by_status = events::CountBatchByStatus(c, b.batch_code);
+      const events::CompletionOutcome outcome = pool_.Transact("complete batch", [&](storage::Connection& c) {
+        if (!events::LockOpenBatch(c, b.service, b.batch_code)) return events::CompletionOutcome{};
+        by_status = events::CountBatchEvents(c, b.service, b.batch_code);
         total = CompleteTotal(by_status, b.expected_events);
-        if (!total) return false;
+        if (!total) return events::CompletionOutcome{};
         e.payload = CompletionPayload(b.payload, b.batch_code, by_status).dump();
         return events::CompleteBatch(c, b.batch_code, e, nlohmann::json(by_status).dump());
       });
-      if (done) {
+      if (outcome.kind == events::CompletionOutcome::kCompleted) {
         ++report.completed;
         ++completed_;
-        spdlog::info("BATCH_COMPLETED batch={} event={} topic={} total={} by_status={}", b.batch_code, e.code,
-                     e.topic, *total, FormatByStatus(by_status));
+        spdlog::info("BATCH_COMPLETED batch={} event={} topic={} total={} by_status={}", VisibleText(b.batch_code),
+                     VisibleText(e.code), e.topic, *total, FormatByStatus(by_status));
+      } else if (outcome.kind == events::CompletionOutcome::kConflict) {
+        ++report.conflicts;
+        ++conflicts_;
+        spdlog::error("BATCH_COMPLETION_CONFLICT batch={} event={} service={} reason={}", VisibleText(b.batch_code),
+                      VisibleText(e.code), b.service, VisibleText(outcome.conflict));
       }
     }
     if (static_cast<int>(open.size()) < kPage) break;

@@ -6,8 +6,12 @@
 // added meanwhile keeps the batch open or is counted), produces its completion event
 // and marks it COMPLETED. Logged:
 //   BATCH_COMPLETED batch=<code> event=<completion code> topic=<topic> total=<n> by_status=SUCCESS:<n>,...
+// When an event this completer did not produce already holds the completion code (a
+// producer wrote it by hand), the batch is marked CONFLICT with the reason instead
+// (events/batches.h) and nothing is produced; logged at error level:
+//   BATCH_COMPLETION_CONFLICT batch=<code> event=<completion code> service=<s> reason=<which event>
 //
-// The completion event: code events::CompletionCode(batch), topic and tenant_id from
+// The completion event: code events::CompletionCode(service, batch), topic and tenant_id from
 // the row, data_id = the batch code, trace_id = the batch code, max_retry and priority
 // from the topic's settings (defaults for a topic this process does not know), payload
 // = the row's on_complete_payload (a JSON object; {} when empty) with "batch":
@@ -35,6 +39,7 @@ namespace dsync::dispatcher {
 struct BatchCheckReport {
   uint64_t open = 0;       // OPEN batches looked at
   uint64_t completed = 0;  // completion events produced by this check
+  uint64_t conflicts = 0;  // batches marked CONFLICT by this check
 };
 
 // The completion event's payload for a stored on_complete_payload text (see above).
@@ -53,12 +58,13 @@ class BatchCompleter {
 
   uint64_t checks() const { return checks_.load(); }
   uint64_t completed() const { return completed_.load(); }
+  uint64_t conflicts() const { return conflicts_.load(); }
 
  private:
   storage::ConnectionPool& pool_;
   const std::string service_;  // only this service's batches
   const std::map<std::string, TopicSettings> topics_;
-  std::atomic<uint64_t> checks_{0}, completed_{0};
+  std::atomic<uint64_t> checks_{0}, completed_{0}, conflicts_{0};
 };
 
 }  // namespace dsync::dispatcher

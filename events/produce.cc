@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+#include "core/visible_text.h"
+
 namespace dsync::events {
 namespace {
 
@@ -30,6 +33,18 @@ SELECT COLUMN_DEFAULT FROM information_schema.COLUMNS
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'distribute_event' AND COLUMN_NAME = 'service')";
 
 }  // namespace
+
+std::string CodeProblem(std::string_view code) {
+  if (FirstInvalidUtf8(code)) return "is not valid UTF-8";
+  if (auto cp = FirstHiddenCharacter(code)) {
+    const bool control = *cp < 0x20 || *cp == 0x7f || (*cp >= 0x80 && *cp < 0xa0);
+    return "contains " + CodePointName(*cp) +
+           (control ? " (a control character)" : " (an invisible or bidi control character)");
+  }
+  return "";
+}
+
+bool IsReservedCode(std::string_view code) { return code.starts_with(kReservedCodePrefix); }
 
 std::string DefaultService(storage::Connection& c) {
   std::string d = c.QueryString(kServiceDefault).value_or("");
@@ -68,6 +83,14 @@ int InsertEvents(storage::Connection& c, const std::vector<NewEventRow>& events)
     }
     sql += " ON DUPLICATE KEY UPDATE id = id";
     c.Execute(sql, storage::Values(values));
+    auto stored = c.Query("SELECT COUNT(*) FROM distribute_event WHERE code IN (" + storage::Marks(n) + ")",
+                          storage::Values(codes));
+    const int64_t rows = stored->next() ? stored->getInt64(1) : 0;
+    if (rows != static_cast<int64_t>(n)) {
+      throw DbError(DbError::Kind::kOther, 0,
+                    std::to_string(n) + " distinct codes are stored as " + std::to_string(rows) +
+                        " events: distribute_event.code does not compare byte for byte (run dsync migrate)");
+    }
   }
   return existing;
 }

@@ -7,11 +7,30 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "storage/connection.h"
 
 namespace dsync::events {
+
+// Event and batch codes are keys compared byte for byte (V015; docs/event-lifecycle.md
+// "Codes"). Beyond their length, a code must be well-formed UTF-8 without hidden
+// characters (core/visible_text.h: C0/C1 controls, bidi controls, zero-width
+// characters), so that two codes that look alike are alike; and a code produced
+// through the API or the CLI may not start with kReservedCodePrefix, the prefix of
+// batch completion events (events/batches.h), so that no producer can take a batch's
+// completion code first. Plain-SQL producers are not checked: the completer refuses
+// an event it did not produce (events/batches.h, CONFLICT).
+inline constexpr std::string_view kReservedCodePrefix = "done:";
+
+// Why `code` cannot be a code ("contains U+202E (an invisible or bidi control
+// character)", "is not valid UTF-8"), or "" when it can. Lengths are the caller's
+// (the columns' sizes).
+std::string CodeProblem(std::string_view code);
+
+// True when `code` starts with kReservedCodePrefix.
+bool IsReservedCode(std::string_view code);
 
 // One event to insert. Optional columns are NULL when empty.
 struct NewEventRow {
@@ -34,8 +53,12 @@ bool InsertEvent(storage::Connection& c, const NewEventRow& e);
 
 // Multi-row INSERTs of many events (500 per statement); codes that exist are left as
 // they are. Returns how many existed (a plain read before each statement: a producer
-// racing on the same codes can only make it low; an event is never doubled).
-// REQUIRES: inside the caller's transaction (all or none). Throws DbError.
+// racing on the same codes can only make it low; an event is never doubled). After
+// each statement every code of it must be stored as one row: a database that merged
+// two codes the caller holds distinct (a key column not yet byte-for-byte, V015)
+// throws DbError instead of answering more events than it stored.
+// REQUIRES: inside the caller's transaction (all or none), codes distinct. Throws
+// DbError.
 int InsertEvents(storage::Connection& c, const std::vector<NewEventRow>& events);
 
 }  // namespace dsync::events

@@ -2,10 +2,12 @@
 
 #include "core/process.h"
 
+#include <cctype>
 #include <random>
 #include <sstream>
 
 #include <spdlog/spdlog.h>
+#include <strings.h>
 #include <unistd.h>
 
 namespace dsync::storage {
@@ -71,6 +73,14 @@ constexpr int kLockLeaseSeconds = 600;
 // (the index or column is already gone).
 bool IsAlreadyApplied(int code) {
   return code == 1050 || code == 1060 || code == 1061 || code == 1091;
+}
+
+// A migration's SELECT is a check (see migrator.h).
+bool IsCheck(const std::string& statement) {
+  const auto first = statement.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && statement.size() - first > 7 &&
+         strncasecmp(statement.c_str() + first, "SELECT", 6) == 0 &&
+         std::isspace(static_cast<unsigned char>(statement[first + 6]));
 }
 
 std::string Checksum(const std::string& text) {
@@ -218,6 +228,12 @@ MigrateResult Migrator::Migrate(Millis lock_timeout) {
       spdlog::info("MIGRATION_APPLYING version={} name={}", m.version, m.name);
       for (const std::string& statement : SplitSqlStatements(m.text)) {
         TakeLock(*conn, holder, lock_timeout, clock);  // renews our lease
+        if (IsCheck(statement)) {
+          if (auto problem = conn->QueryString(statement)) {
+            throw SchemaError("migration " + std::to_string(m.version) + " (" + m.name + ") cannot apply: " + *problem);
+          }
+          continue;
+        }
         try {
           conn->ExecuteDdl(statement);
         } catch (const StatementError& e) {

@@ -11,6 +11,9 @@
 //     midway can simply run again: CREATE statements say IF NOT EXISTS, an ALTER
 //     that finds its column or index already there (1060/1061), and a DROP that finds
 //     it already gone (1091), count as done.
+//   - a statement that is a SELECT is a check: a non-NULL first value in its answer
+//     stops the migration with that text as the error (a migration that cannot apply
+//     to the data as it is says why and names the rows; V015).
 // RequireCurrent() is what every other command calls at start: it fails with a
 // SchemaError telling the user to run `dsync migrate` (or to upgrade dsync).
 //

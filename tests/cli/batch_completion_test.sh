@@ -56,7 +56,7 @@ if [[ $(waiting) != 1 ]]; then
   grep -vh "EVENT_\|STEP_\|CLAIM" $WORK/d1.log $WORK/d2.log | cut -c1-250 | tail -30
 fi
 wait_for '[[ $(waiting) == 1 ]]' 20 "the leader inside the completing transaction"
-expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE code = 'done:B1'")" 0 "no completion event yet"
+expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE code = 'done:batch-e2e:B1'")" 0 "no completion event yet"
 owner=$(sql "SELECT owner FROM distribute_lease_lock WHERE lock_name LIKE '%batch-e2e%'")
 leader=""
 for d in d1 d2; do
@@ -73,14 +73,14 @@ exec 7>&-
 wait_for '[[ $(sql "SELECT status FROM distribute_batch WHERE batch_code = '"'B1'"'") == COMPLETED ]]' 30 \
   "the other dispatcher completes the batch"
 expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'done:%'")" 1 "exactly one completion event"
-payload=$(sql "SELECT payload FROM distribute_event WHERE code = 'done:B1'")
+payload=$(sql "SELECT payload FROM distribute_event WHERE code = 'done:batch-e2e:B1'")
 echo "$payload" | grep -q '"total":1000' || fail "payload lacks the total: $payload"
 echo "$payload" | grep -q '"by_status":{"COMPENSATED":20,"SUCCESS":980}' || fail "payload lacks the counts: $payload"
 echo "$payload" | grep -q '"report":"nightly"' || fail "payload lacks the producer's fields: $payload"
 pass "completion payload: the producer's fields and the batch's counts"
 survivor=d1; [[ $leader == d1 ]] && survivor=d2
-grep -q "BATCH_COMPLETED batch=B1 event=done:B1" "$WORK/$survivor.log" || fail "no BATCH_COMPLETED line from $survivor"
-wait_for '[[ $(event_status done:B1) == SUCCESS ]]' 30 "the node ran the completion event"
+grep -q "BATCH_COMPLETED batch=B1 event=done:batch-e2e:B1" "$WORK/$survivor.log" || fail "no BATCH_COMPLETED line from $survivor"
+wait_for '[[ $(event_status done:batch-e2e:B1) == SUCCESS ]]' 30 "the node ran the completion event"
 sleep 0.5  # further checks by the leader change nothing
 expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE 'done:%'")" 1 "still exactly one"
 
@@ -94,5 +94,5 @@ grep -q 'on_complete: unknown topic' "$WORK/body" || fail "unclear error: $(cat 
 expect_eq "$(post "{\"batch_code\": \"B2\", \"events\": [$ev], \"on_complete\": {\"topic\": \"DONE\", \"x\": 1}}")" 400 "unknown on_complete field"
 expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE batch_code = 'B2'")$(sql "SELECT COUNT(*) FROM distribute_batch WHERE batch_code = 'B2'")" 00 "rejected batches wrote nothing"
 expect_eq "$(post "{\"batch_code\": \"B2\", \"events\": [$ev], \"on_complete\": {\"topic\": \"DONE\", \"payload\": {\"n\": 2}}}")" 201 "batch with on_complete"
-wait_for '[[ $(event_status done:B2) == SUCCESS ]]' 30 "B2's completion event produced and run"
+wait_for '[[ $(event_status done:batch-e2e:B2) == SUCCESS ]]' 30 "B2's completion event produced and run"
 echo "batch_completion_test: all ok"

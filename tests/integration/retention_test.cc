@@ -10,6 +10,7 @@
 #include "tests/support/fake_clock.h"
 
 #include "core/clock.h"
+#include "core/visible_text.h"
 #include "dispatcher/batch_completer.h"
 #include "dispatcher/retention.h"
 #include "events/batches.h"
@@ -267,22 +268,22 @@ TEST(BatchCompletionTest, OneCompletionEventOnceEveryEventOfTheBatchIsTerminal) 
   auto report = completer.CheckOnce([] { return true; });
   EXPECT_EQ(report.open, 1u);
   EXPECT_EQ(report.completed, 0u);
-  EXPECT_EQ(Events(db, "code = 'done:b1'"), 0);
+  EXPECT_EQ(Events(db, "code = 'done:kbs-sync:b1'"), 0);
 
   db.Exec("UPDATE distribute_event SET status = 'FAILED' WHERE code = 'b1-3'");
   db.Exec("UPDATE distribute_event SET status = 'COMPENSATED' WHERE code = 'b1-4'");
   report = completer.CheckOnce([] { return true; });
   EXPECT_EQ(report.completed, 1u);
-  EXPECT_EQ(Events(db, "code = 'done:b1' AND topic = 'DONE' AND status = 'PENDING' AND tenant_id = 'tenant-9' "
+  EXPECT_EQ(Events(db, "code = 'done:kbs-sync:b1' AND topic = 'DONE' AND status = 'PENDING' AND tenant_id = 'tenant-9' "
                        "AND data_id = 'b1' AND max_retry = 5 AND priority = -3 AND batch_code IS NULL"),
             1);
-  auto payload = nlohmann::json::parse(Text(db, "SELECT payload FROM distribute_event WHERE code = 'done:b1'"));
+  auto payload = nlohmann::json::parse(Text(db, "SELECT payload FROM distribute_event WHERE code = 'done:kbs-sync:b1'"));
   EXPECT_EQ(payload["report"], "daily");
   EXPECT_EQ(payload["batch"]["code"], "b1");
   EXPECT_EQ(payload["batch"]["total"], 5);
   EXPECT_EQ(payload["batch"]["by_status"], (nlohmann::json{{"SUCCESS", 3}, {"FAILED", 1}, {"COMPENSATED", 1}}));
   EXPECT_EQ(Text(db, "SELECT CONCAT(status, ' ', completion_code) FROM distribute_batch WHERE batch_code = 'b1'"),
-            "COMPLETED done:b1");
+            "COMPLETED done:kbs-sync:b1");
 
   // Checked again, by this leader or another: nothing more.
   EXPECT_EQ(completer.CheckOnce([] { return true; }).completed, 0u);
@@ -291,23 +292,32 @@ TEST(BatchCompletionTest, OneCompletionEventOnceEveryEventOfTheBatchIsTerminal) 
   EXPECT_EQ(Events(db, "code LIKE 'done:%'"), 1);
 }
 
-TEST(BatchCompletionTest, ABatchCompletedByAnotherLeaderOrAnEarlierRunIsProducedOnce) {
+TEST(BatchCompletionTest, AnEventHoldingTheCompletionCodeIsAConflictNotACompletion) {
   TestSchema db;
   Seed(db, "x-1", "SUCCESS", 0, 1, "bx");
   db.pool().Run("batch row", [&](storage::Connection& c) {
     events::InsertBatchCompletion(c, {"bx", "0", "DONE", "", std::nullopt});
     return 0;
   });
-  // A leader that died after inserting its completion event but before commit leaves
-  // nothing; one that committed leaves the row COMPLETED. Here the event exists (a
-  // producer wrote the derived code by hand) but the row is still OPEN: the check
-  // completes the row and does not double the event.
+  // A completer's insert commits with the COMPLETED mark, so an event holding the
+  // derived code while the row is still OPEN was written by a producer (plain SQL: the
+  // API and the CLI refuse the prefix). Until issue 34 the check took it as its own,
+  // marked the batch COMPLETED and logged BATCH_COMPLETED: the real completion event
+  // was never produced. Now the batch is CONFLICT, naming the event.
   db.Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) "
-          "VALUES ('0', 'done:bx', 'bx', 'DONE', '{}')");
+          "VALUES ('0', 'done:kbs-sync:bx', 'bx', 'OTHER', '{}')");
   BatchCompleter completer(db.pool(), CompletionSettings());
-  EXPECT_EQ(completer.CheckOnce([] { return true; }).completed, 1u);
-  EXPECT_EQ(Events(db, "code = 'done:bx'"), 1);
-  EXPECT_EQ(Text(db, "SELECT status FROM distribute_batch WHERE batch_code = 'bx'"), "COMPLETED");
+  auto report = completer.CheckOnce([] { return true; });
+  EXPECT_EQ(report.completed, 0u);
+  EXPECT_EQ(report.conflicts, 1u);
+  EXPECT_EQ(Events(db, "code = 'done:kbs-sync:bx'"), 1);
+  EXPECT_EQ(Events(db, "code = 'done:kbs-sync:bx' AND topic = 'OTHER'"), 1);  // left as the producer wrote it
+  EXPECT_EQ(Text(db, "SELECT status FROM distribute_batch WHERE batch_code = 'bx'"), "CONFLICT");
+  const std::string why = Text(db, "SELECT conflict FROM distribute_batch WHERE batch_code = 'bx'");
+  EXPECT_NE(why.find("done:kbs-sync:bx exists but was not produced by this batch's completer (topic OTHER"),
+            std::string::npos) << why;
+  // Not looked at again: an operator decides (docs/event-lifecycle.md "Batches").
+  EXPECT_EQ(completer.CheckOnce([] { return true; }).open, 0u);
 }
 
 TEST(BatchCompletionTest, ExpectedEventsAndHostilePayloadsFromPlainSql) {
@@ -320,19 +330,31 @@ TEST(BatchCompletionTest, ExpectedEventsAndHostilePayloadsFromPlainSql) {
   EXPECT_EQ(completer.CheckOnce([] { return true; }).completed, 0u);
   Seed(db, "p-2", "FAILED", 0, 1, "plain");
   EXPECT_EQ(completer.CheckOnce([] { return true; }).completed, 1u);
-  auto payload = nlohmann::json::parse(Text(db, "SELECT payload FROM distribute_event WHERE code = 'done:plain'"));
+  auto payload = nlohmann::json::parse(Text(db, "SELECT payload FROM distribute_event WHERE code = 'done:kbs-sync:plain'"));
   EXPECT_EQ(payload["on_complete_payload_error"], "nested deeper than 64 levels");
   EXPECT_EQ(payload["batch"]["total"], 2);
 }
 
 TEST(BatchCompletionTest, CompletionCodesAreDerivedAndFit) {
-  EXPECT_EQ(events::CompletionCode("b1"), "done:b1");
+  EXPECT_EQ(events::CompletionCode("kbs-sync", "b1"), "done:kbs-sync:b1");
   const std::string long_a(64, 'a');
   std::string long_b = long_a;
   long_b.back() = 'b';
-  EXPECT_EQ(events::CompletionCode(long_a).size(), 64u);
-  EXPECT_NE(events::CompletionCode(long_a), events::CompletionCode(long_b));
-  EXPECT_EQ(events::CompletionCode(long_a), events::CompletionCode(long_a));
+  EXPECT_EQ(events::CompletionCode("s", long_a).size(), 64u);
+  EXPECT_NE(events::CompletionCode("s", long_a), events::CompletionCode("s", long_b));
+  EXPECT_EQ(events::CompletionCode("s", long_a), events::CompletionCode("s", long_a));
+  // Scoped by service, unambiguously: the same batch code of two services, and a
+  // service holding ':' (hashed, so "a:b" + "c" and "a" + "b:c" differ).
+  EXPECT_NE(events::CompletionCode("s1", "b"), events::CompletionCode("s2", "b"));
+  EXPECT_NE(events::CompletionCode("a:b", "c"), events::CompletionCode("a", "b:c"));
+  EXPECT_EQ(events::CompletionCode("a:b", "c").rfind("done:a:b:c~", 0), 0u);
+  // A long code is cut at a character boundary.
+  std::string accents(39, 'x');
+  for (int i = 0; i < 12; ++i) accents += "\u00e9";
+  const std::string cut = events::CompletionCode("s", accents);
+  EXPECT_LE(cut.size(), 64u);
+  EXPECT_EQ(cut.substr(0, 46), "done:s:" + std::string(39, 'x'));
+  EXPECT_FALSE(FirstInvalidUtf8(cut).has_value()) << cut;
   EXPECT_EQ(CompletionPayload("not json", "b", {{"SUCCESS", 1}})["on_complete_payload_error"], "not valid JSON");
   EXPECT_EQ(CompletionPayload("[1]", "b", {})["on_complete_payload_error"], "not a JSON object");
   EXPECT_EQ(CompletionPayload("", "b", {{"FAILED", 2}})["batch"]["total"], 2);
