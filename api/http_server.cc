@@ -413,7 +413,7 @@ HttpServer::Reply HttpServer::ErrorReply(const Request& req) const {
     return {409, ErrorBody(e.what())};
   } catch (const SchemaError& e) {
     spdlog::warn("HTTP_SCHEMA_ERROR route={} err={}", RouteName(req.route), e.what());
-    return {503, ErrorBody(e.what())};
+    return {503, ErrorBody(options_.token.empty() ? MaskEndpoints(e.what()) : std::string(e.what()))};
   } catch (const DbError& e) {
     // The detail may name the database host and user: the log gets it, the client not.
     spdlog::warn("HTTP_DB_ERROR route={} err={}", RouteName(req.route), e.what());
