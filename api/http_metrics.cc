@@ -22,6 +22,20 @@ void WriteMetrics(const HttpStats& stats, metrics::TextWriter& w) {
   }
   w.Family("dsync_http_open_streams", "Open server-sent-event streams.", Type::kGauge);
   w.Sample("dsync_http_open_streams", {}, stats.open_streams.load());
+  const HttpConnectionStats& c = stats.connections;
+  w.Family("dsync_http_connections", "Open client connections.", Type::kGauge);
+  w.Sample("dsync_http_connections", {}, c.open.load());
+  w.Family("dsync_http_connections_accepted_total", "Client connections accepted.", Type::kCounter);
+  w.Sample("dsync_http_connections_accepted_total", {}, static_cast<double>(c.accepted.load()));
+  w.Family("dsync_http_connections_timed_out_total",
+           "Connections closed by a deadline, by phase: idle (no request), head (request line and headers), body.",
+           Type::kCounter);
+  w.Sample("dsync_http_connections_timed_out_total", {{"phase", "idle"}}, static_cast<double>(c.timed_out_idle.load()));
+  w.Sample("dsync_http_connections_timed_out_total", {{"phase", "head"}}, static_cast<double>(c.timed_out_head.load()));
+  w.Sample("dsync_http_connections_timed_out_total", {{"phase", "body"}}, static_cast<double>(c.timed_out_body.load()));
+  w.Family("dsync_http_connections_evicted_total", "Connections closed to make room (max_connections).",
+           Type::kCounter);
+  w.Sample("dsync_http_connections_evicted_total", {}, static_cast<double>(c.evicted.load()));
 }
 
 }  // namespace dsync::api

@@ -1,27 +1,21 @@
+// The HTTP API: the route table, the checks made on a request's head (Host, token,
+// route, method, query, media type), the handlers, event streams. How connections are
+// read and answered is api/http_connections.cc.
 #include "api/http_server.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <chrono>
-#include <map>
+#include <cstring>
 #include <optional>
-#include <ostream>
-#include <set>
 #include <utility>
 #include <vector>
 
-#include <Poco/Exception.h>
-#include <Poco/Net/HTTPRequestHandler.h>
-#include <Poco/Net/HTTPRequestHandlerFactory.h>
-#include <Poco/Net/HTTPServer.h>
-#include <Poco/Net/HTTPServerParams.h>
-#include <Poco/Net/HTTPServerRequest.h>
-#include <Poco/Net/HTTPServerRequestImpl.h>
-#include <Poco/Net/HTTPServerResponse.h>
-#include <Poco/Net/NetException.h>
-#include <Poco/Net/ServerSocket.h>
-#include <Poco/Net/SocketAddress.h>
-#include <Poco/ThreadPool.h>
-#include <Poco/Timespan.h>
 #include <spdlog/spdlog.h>
 
 #include "api/http_text.h"
@@ -29,30 +23,56 @@
 
 namespace dsync::api {
 
-struct HttpServer::Reply {
-  Reply() = default;
-  Reply(int status, std::string body, std::string content_type = "application/json")
-      : status(status), body(std::move(body)), content_type(std::move(content_type)) {}
-  int status = 200;
-  std::string body;                     // JSON text, or the metrics text
-  std::string content_type = "application/json";
-  std::vector<std::pair<std::string, std::string>> headers;
+// One route: a method and a path pattern ("{code}" matches one non-empty segment, its
+// percent-decoded text becomes Request::code), the query parameters it takes (each at
+// most once), and its handler. Routes sharing a pattern share the 405's Allow header,
+// in table order.
+struct HttpServer::RouteSpec {
+  Route route;
+  std::string_view method;
+  std::string_view pattern;
+  std::vector<std::string> query_keys;
+  Reply (HttpServer::*handler)(Request&);
 };
 
 struct HttpServer::Request {
+  const HttpRequestHead* head = nullptr;
   std::string method;
   Route route = Route::kUnknown;
-  std::string code;  // the {code} path segment, percent-decoded
+  const RouteSpec* spec = nullptr;  // null: the console's files
+  std::string path;                 // as sent (percent-encoded)
+  std::string code;                 // the {code} / {address} segment, percent-decoded
   std::vector<std::pair<std::string, std::string>> query;
   std::string body;
-  bool body_consumed = true;  // false: a body may still be in the socket (close after replying)
+  HttpResponder* out = nullptr;     // Serve only
+  bool streamed = false;            // the handler wrote the answer itself
 };
+
+const std::vector<HttpServer::RouteSpec>& HttpServer::Routes() {
+  static const std::vector<RouteSpec> kRoutes = {
+      {Route::kHealth, "GET", "/healthz", {}, &HttpServer::Health},
+      {Route::kMetrics, "GET", "/metrics", {}, &HttpServer::Metrics},
+      {Route::kNodes, "GET", "/v1/nodes", {"all"}, &HttpServer::Nodes},
+      {Route::kDrainNode, "POST", "/v1/nodes/{address}/drain", {}, &HttpServer::DrainNode},
+      {Route::kOverview, "GET", "/v1/overview", {"topics"}, &HttpServer::Overview},
+      {Route::kVerify, "GET", "/v1/verify", {}, &HttpServer::VerifyResults},
+      {Route::kVerify, "POST", "/v1/verify", {}, &HttpServer::Verify},
+      {Route::kListEvents, "GET", "/v1/events", {"topic", "status", "limit", "after", "batch", "tenant", "code"},
+       &HttpServer::ListEvents},
+      {Route::kCreateEvent, "POST", "/v1/events", {}, &HttpServer::CreateEvent},
+      {Route::kCreateBatch, "POST", "/v1/batches", {}, &HttpServer::CreateBatch},
+      {Route::kGetBatch, "GET", "/v1/batches/{code}", {}, &HttpServer::GetBatch},
+      {Route::kGetEvent, "GET", "/v1/events/{code}", {}, &HttpServer::GetEvent},
+      {Route::kStreamEvent, "GET", "/v1/events/{code}/stream", {}, &HttpServer::StreamEvent},
+      {Route::kRetryEvent, "POST", "/v1/events/{code}/retry", {}, &HttpServer::RetryEvent},
+  };
+  return kRoutes;
+}
 
 namespace {
 
 using nlohmann::json;
-
-constexpr int64_t kLingerMaxBytes = 64LL << 20;
+using Clock = std::chrono::steady_clock;
 
 // The progress document a stream sends.
 json Progress(const EventDetail& d) {
@@ -74,48 +94,82 @@ json Progress(const EventDetail& d) {
           {"last_error", e.last_error.empty() ? json(nullptr) : json(e.last_error)}};
 }
 
-// After a reply that left (part of) a request body unread: stop sending, then read and
-// drop what the client still sends for a moment, so that closing the socket does not
-// reset the connection before the client has read the reply.
-void LingeringClose(Poco::Net::HTTPServerRequest& raw) {
-  auto* impl = dynamic_cast<Poco::Net::HTTPServerRequestImpl*>(&raw);
-  if (impl == nullptr) return;
-  try {
-    Poco::Net::StreamSocket& socket = impl->socket();
-    socket.shutdownSend();
-    socket.setReceiveTimeout(Poco::Timespan(0, 500 * 1000));
-    char buf[16384];
-    for (int64_t total = 0; total < kLingerMaxBytes;) {
-      const int n = socket.receiveBytes(buf, sizeof buf);
-      if (n <= 0) break;
-      total += n;
-    }
-  } catch (const std::exception&) {
-    // Timed out or reset: the socket closes either way.
-  }
+// "/a/b" -> {"a", "b"}; "/" -> {""}.
+std::vector<std::string_view> PathSegments(std::string_view path) {
+  std::vector<std::string_view> s = Split(path, '/');
+  if (!s.empty() && s.front().empty()) s.erase(s.begin());
+  return s;
 }
 
-class Handler final : public Poco::Net::HTTPRequestHandler {
- public:
-  explicit Handler(HttpServer& server) : server_(server) {}
-  void handleRequest(Poco::Net::HTTPServerRequest& request, Poco::Net::HTTPServerResponse& response) override {
-    server_.Handle(request, response);
+// Does `path` fit `pattern`? `param` gets the segment a "{...}" matched.
+bool Matches(std::string_view pattern, const std::vector<std::string_view>& path, std::string_view* param) {
+  const std::vector<std::string_view> p = PathSegments(pattern);
+  if (p.size() != path.size()) return false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i].starts_with('{')) {
+      if (path[i].empty()) return false;
+      if (param != nullptr) *param = path[i];
+    } else if (p[i] != path[i]) {
+      return false;
+    }
   }
+  return true;
+}
 
- private:
-  HttpServer& server_;
-};
-
-class HandlerFactory final : public Poco::Net::HTTPRequestHandlerFactory {
- public:
-  explicit HandlerFactory(HttpServer& server) : server_(server) {}
-  Poco::Net::HTTPRequestHandler* createRequestHandler(const Poco::Net::HTTPServerRequest&) override {
-    return new Handler(server_);
+// The name of a Host header value without its port, lower-case: "LocalHost:8080" ->
+// "localhost", "[::1]:80" -> "[::1]".
+std::string HostName(std::string_view host) {
+  std::string_view name = host;
+  if (name.starts_with('[')) {
+    const size_t close = name.find(']');
+    name = close == std::string_view::npos ? name : name.substr(0, close + 1);
+  } else if (const size_t colon = name.rfind(':'); colon != std::string_view::npos) {
+    name = name.substr(0, colon);
   }
+  std::string out(name);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (out.size() > 1 && out.back() == '.') out.pop_back();  // "localhost." is "localhost"
+  return out;
+}
 
- private:
-  HttpServer& server_;
-};
+// The class of a datasource check's failure, without the host, port, user or schema
+// its text names (shown to clients without the token).
+std::string ErrorClass(const std::string& text) {
+  std::string lower = text;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("access denied") != std::string::npos) return "access denied";
+  if (lower.find("unknown database") != std::string::npos) return "unknown database";
+  return "unreachable";
+}
+
+// What a client without the token sees of an answer: a node's datasource_errors keep
+// the datasource and the class of the failure; every other error text (keys holding
+// "error", "why", "reason", "message", the whole process log) is masked
+// (MaskEndpoints). Payloads are the producer's data and stay as stored.
+void Redact(json& j, bool error_text = false) {
+  if (j.is_object()) {
+    for (auto& [key, value] : j.items()) {
+      if (key == "payload") continue;
+      if (key == "datasource_errors" && value.is_object()) {
+        for (auto& [name, text] : value.items()) {
+          if (text.is_string()) text = ErrorClass(text.get<std::string>()) + " (details in the node's log)";
+        }
+        continue;
+      }
+      const bool error_key = error_text || key == "process_log" || key.find("error") != std::string::npos ||
+                             key == "why" || key == "reason" || key == "message";
+      if (value.is_string()) {
+        if (error_key) value = MaskEndpoints(value.get<std::string>());
+      } else {
+        Redact(value, error_key);
+      }
+    }
+  } else if (j.is_array()) {
+    for (auto& v : j) Redact(v, error_text);
+  } else if (j.is_string() && error_text) {
+    j = MaskEndpoints(j.get<std::string>());
+  }
+}
 
 }  // namespace
 
@@ -144,6 +198,7 @@ HttpOptions HttpOptionsFromSettings(const ApiSettings& api) {
   HttpOptions o;
   o.listen = api.listen;
   o.token = api.token;
+  o.allowed_hosts = api.allowed_hosts;
   o.max_body_bytes = api.max_body_bytes;
   return o;
 }
@@ -158,55 +213,92 @@ void HttpServer::Start() {
   if (started_) throw std::logic_error("HttpServer::Start called twice");
   if (options_.threads < 1) throw UsageError("api: threads must be at least 1");
   if (options_.max_body_bytes < 1) throw UsageError("api.max_body_bytes must be at least 1");
-  Poco::Net::SocketAddress address;
-  try {
-    address = Poco::Net::SocketAddress(options_.listen);
-  } catch (const Poco::Exception& e) {
-    throw UsageError("api.listen: '" + options_.listen + "' is not HOST:PORT (" + e.displayText() + ")");
-  }
-  Poco::Net::ServerSocket socket;
-  try {
-    // SO_REUSEADDR (restart while old connections linger) but not SO_REUSEPORT, which
-    // would let a second server share the port silently.
-    socket.bind(address, /*reuseAddress=*/true, /*reusePort=*/false);
-    socket.listen(128);
-  } catch (const Poco::Exception& e) {
-    throw Error("api.listen: cannot listen on " + options_.listen + ": " + e.displayText());
-  }
-  port_ = socket.address().port();
 
-  auto* params = new Poco::Net::HTTPServerParams;
-  params->setMaxThreads(options_.threads);
-  params->setMaxQueued(256);
-  params->setKeepAlive(true);
-  params->setMaxKeepAliveRequests(1000);
-  params->setKeepAliveTimeout(Poco::Timespan(10, 0));
-  params->setTimeout(Poco::Timespan(options_.socket_timeout.count() * 1000));
-  params->setServerName("dsync");
-  params->setSoftwareVersion("");
-  threads_ = std::make_unique<Poco::ThreadPool>("dsync-http", 1, options_.threads + 1);
-  server_ = std::make_unique<Poco::Net::HTTPServer>(new HandlerFactory(*this), *threads_, socket, params);
-  server_->start();
+  // HOST:PORT or [V6]:PORT.
+  const std::string& listen = options_.listen;
+  const size_t colon = listen.rfind(':');
+  std::string host = colon == std::string::npos ? "" : listen.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "" : listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 ||
+      std::stoi(port) > 65535) {
+    throw UsageError("api.listen: '" + listen + "' is not HOST:PORT");
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0 || found == nullptr) {
+    throw UsageError("api.listen: '" + listen + "' is not HOST:PORT (" + ::gai_strerror(rc) + ")");
+  }
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, &::freeaddrinfo);
+  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  if (fd < 0) throw Error("api.listen: cannot listen on " + listen + ": " + std::strerror(errno));
+  // SO_REUSEADDR (restart while old connections linger) but not SO_REUSEPORT, which
+  // would let a second server share the port silently.
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0 || ::listen(fd, 512) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    throw Error("api.listen: cannot listen on " + listen + ": " + why);
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+
+  // The Host allow-list (DNS rebinding): what the config names; else, without a token,
+  // the loopback names and the listen host; else (a token) any.
+  if (!options_.allowed_hosts.empty()) {
+    for (const auto& h : options_.allowed_hosts) {
+      if (h == "*") {
+        allowed_hosts_.clear();
+        break;
+      }
+      allowed_hosts_.push_back(HostName(h));
+    }
+  } else if (options_.token.empty()) {
+    allowed_hosts_ = {"localhost", "127.0.0.1", "[::1]"};
+    const std::string listen_host = HostName(listen);
+    if (listen_host != "0.0.0.0" && listen_host != "[::]" &&
+        std::find(allowed_hosts_.begin(), allowed_hosts_.end(), listen_host) == allowed_hosts_.end()) {
+      allowed_hosts_.push_back(listen_host);
+    }
+  }
+
+  HttpConnectionOptions c;
+  c.threads = options_.threads;
+  c.max_connections = options_.max_connections;
+  c.max_body_bytes = options_.max_body_bytes;
+  c.idle_timeout = options_.idle_timeout;
+  c.header_timeout = options_.header_timeout;
+  c.body_timeout = options_.body_timeout;
+  c.write_timeout = options_.write_timeout;
+  HttpService& service = *this;
+  connections_ = std::make_unique<HttpConnections>(service, c, stats_.connections);
+  connections_->Start(fd);
   started_ = true;
-  spdlog::info("HTTP_LISTENING listen={} port={} auth={} max_body_bytes={} threads={}", options_.listen, port_,
-               options_.token.empty() ? "none" : "bearer", options_.max_body_bytes, options_.threads);
+  std::string hosts;
+  for (const auto& h : allowed_hosts_) hosts += (hosts.empty() ? "" : ",") + h;
+  spdlog::info("HTTP_LISTENING listen={} port={} auth={} allowed_hosts={} max_body_bytes={} threads={}",
+               options_.listen, port_, options_.token.empty() ? "none" : "bearer", hosts.empty() ? "*" : hosts,
+               options_.max_body_bytes, options_.threads);
 }
 
 void HttpServer::Stop() {
-  std::unique_ptr<Poco::Net::HTTPServer> server;
-  std::unique_ptr<Poco::ThreadPool> threads;
+  std::unique_ptr<HttpConnections> connections;
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
-    server = std::move(server_);
-    threads = std::move(threads_);
+    connections = std::move(connections_);
   }
-  stop_cv_.notify_all();
-  if (!server) return;
-  server->stopAll(/*abortCurrent=*/true);  // shuts the sockets of open connections down
-  threads->joinAll();                      // running handlers have returned
-  server.reset();
-  threads.reset();
+  stop_cv_.notify_all();  // streams end
+  if (!connections) return;
+  connections->Stop();    // closes the socket and idle connections; running requests finish
+  connections.reset();
   spdlog::info("HTTP_STOPPED port={}", port_);
 }
 
@@ -215,246 +307,212 @@ bool HttpServer::WaitFor(Millis d) {
   return !stop_cv_.wait_for(lock, d, [this] { return stopping_.load(); });
 }
 
-void HttpServer::Handle(Poco::Net::HTTPServerRequest& raw, Poco::Net::HTTPServerResponse& response) {
-  const auto started = std::chrono::steady_clock::now();
-  Request req;
-  req.method = raw.getMethod();
-  Reply reply;
-  bool streamed = false;
+bool HttpServer::HostAllowed(const HttpRequestHead& head) const {
+  if (allowed_hosts_.empty()) return true;
+  const std::string* host = head.Find("Host");
+  // HTTP/1.0 clients may send none; a browser always does, so no page can rebind one.
+  if (host == nullptr) return head.minor_version == 0;
+  const std::string name = HostName(*host);
+  return std::find(allowed_hosts_.begin(), allowed_hosts_.end(), name) != allowed_hosts_.end();
+}
+
+void HttpServer::Prepare(const HttpRequestHead& head, Request& req) const {
+  req.head = &head;
+  req.method = head.method;
+  if (!HostAllowed(head)) {
+    throw HttpError(421, "the Host header names a host this server does not answer for (api.allowed_hosts)");
+  }
+  const size_t qpos = head.target.find('?');
+  req.path = head.target.substr(0, qpos);
+  const std::string_view raw_query =
+      qpos == std::string::npos ? std::string_view() : std::string_view(head.target).substr(qpos + 1);
+
+  // Route (no side effects yet).
+  const std::vector<std::string_view> segments = PathSegments(req.path);
+  std::string allow;
+  std::string_view param;
+  for (const RouteSpec& r : Routes()) {
+    std::string_view p;
+    if (!Matches(r.pattern, segments, &p)) continue;
+    if (allow.find(r.method) == std::string::npos) allow += (allow.empty() ? "" : ", ") + std::string(r.method);
+    if (r.method == req.method && req.spec == nullptr) {
+      req.spec = &r;
+      req.route = r.route;
+      param = p;
+    }
+  }
+  const bool console_file = allow.empty() && console::FindAsset(req.path) != nullptr;
+  if (console_file) allow = "GET";
+
+  // Authentication comes before anything that tells the client about the server (the
+  // console's files tell nothing: they hold no data).
+  if (!options_.token.empty() && !console_file) {
+    bool ok = false;
+    if (const std::string* header = head.Find("Authorization")) {
+      const size_t space = header->find(' ');
+      if (space != std::string::npos && IEquals(std::string_view(*header).substr(0, space), "Bearer")) {
+        ok = ConstantTimeEquals(options_.token, std::string(Trim(std::string_view(*header).substr(space + 1))));
+      }
+    }
+    if (!ok) throw HttpError(401, "missing or wrong bearer token (Authorization: Bearer <api.token>)");
+  }
+  if (allow.empty()) throw HttpError(404, "no such route");
+  if (console_file && req.method == "GET") req.route = Route::kConsole;
+  if (req.route == Route::kUnknown) {
+    throw HttpError(405, "method " + std::string(MethodLabel(req.method)) + " is not allowed here (allowed: " + allow + ")",
+                    allow);
+  }
+  if (!param.empty()) {
+    req.code = PercentDecode(param, /*plus_as_space=*/false);
+    // No stored code can hold these; the database is not asked about them.
+    if (!IsCleanText(req.code)) throw UsageError("the code in the path is not valid UTF-8 text without control characters");
+  }
+
+  // Query parameters: each route takes a fixed set, each at most once.
+  static const std::vector<std::string> kNone;
+  const std::vector<std::string>& keys = req.spec != nullptr ? req.spec->query_keys : kNone;
+  for (std::string_view pair : Split(raw_query, '&')) {
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    std::string key = PercentDecode(pair.substr(0, eq), true);
+    std::string value = eq == std::string_view::npos ? "" : PercentDecode(pair.substr(eq + 1), true);
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      std::string known;
+      for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k;
+      throw UsageError("unknown query parameter (" + (known.empty() ? "this route takes none" : "known: " + known) + ")");
+    }
+    for (const auto& [k, _] : req.query) {
+      if (k == key) throw UsageError("query parameter '" + key + "' is given twice");
+    }
+    req.query.emplace_back(std::move(key), std::move(value));
+  }
+
+  // The body: POST routes take JSON; other methods none.
+  if (req.method == "POST") {
+    const std::string* type = head.Find("Content-Type");
+    const std::string_view media = type == nullptr ? "" : Trim(std::string_view(*type).substr(0, type->find(';')));
+    if (!IEquals(media, "application/json")) throw HttpError(415, "Content-Type must be application/json");
+  } else if (head.has_body()) {
+    throw UsageError("a " + std::string(MethodLabel(req.method)) + " request takes no body");
+  }
+}
+
+HttpServer::Reply HttpServer::ErrorReply(const Request& req) const {
   try {
-    reply = Dispatch(req, raw, response, streamed);
+    throw;
   } catch (const HttpError& e) {
-    reply = {e.status, ErrorBody(e.what())};
+    Reply reply{e.status, ErrorBody(e.what())};
     if (e.status == 401) reply.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"dsync\"");
     if (e.status == 405) reply.headers.emplace_back("Allow", e.allow);
+    return reply;
   } catch (const UsageError& e) {
-    reply = {400, ErrorBody(e.what())};
+    return {400, ErrorBody(e.what())};
   } catch (const NotFoundError& e) {
-    reply = {404, ErrorBody(e.what())};
+    return {404, ErrorBody(e.what())};
   } catch (const ConflictError& e) {
-    reply = {409, ErrorBody(e.what())};
+    return {409, ErrorBody(e.what())};
   } catch (const SchemaError& e) {
     spdlog::warn("HTTP_SCHEMA_ERROR route={} err={}", RouteName(req.route), e.what());
-    reply = {503, ErrorBody(e.what())};
+    return {503, ErrorBody(options_.token.empty() ? MaskEndpoints(e.what()) : std::string(e.what()))};
   } catch (const DbError& e) {
     // The detail may name the database host and user: the log gets it, the client not.
     spdlog::warn("HTTP_DB_ERROR route={} err={}", RouteName(req.route), e.what());
-    reply = {503, ErrorBody(e.kind() == DbError::Kind::kPoolExhausted
-                                ? "the database is busy; try again later"
-                                : "the database is unavailable; try again later")};
+    return {503, ErrorBody(e.kind() == DbError::Kind::kPoolExhausted ? "the database is busy; try again later"
+                                                                      : "the database is unavailable; try again later")};
   } catch (const std::exception& e) {
     spdlog::error("HTTP_INTERNAL_ERROR route={} err={}", RouteName(req.route), e.what());
-    reply = {500, ErrorBody("internal error")};
+    return {500, ErrorBody("internal error")};
+  }
+}
+
+std::optional<HttpReply> HttpServer::Screen(const HttpRequestHead& head) {
+  Request req;
+  try {
+    Prepare(head, req);
+    return std::nullopt;
+  } catch (...) {
+    Reply reply = ErrorReply(req);
+    stats_.requests.Increment({RouteName(req.route), MethodLabel(req.method), std::to_string(reply.status)});
+    if (reply.status == 421) {
+      spdlog::warn("HTTP_HOST_REFUSED method={} route={}", MethodLabel(req.method), RouteName(req.route));
+    }
+    return reply;
+  }
+}
+
+void HttpServer::Refused(const HttpRequestHead* head, int status) {
+  Route route = Route::kUnknown;
+  if (head != nullptr) {
+    const std::vector<std::string_view> segments = PathSegments(std::string_view(head->target).substr(0, head->target.find('?')));
+    for (const RouteSpec& r : Routes()) {
+      if (r.method == head->method && Matches(r.pattern, segments, nullptr)) route = r.route;
+    }
+  }
+  stats_.requests.Increment({RouteName(route), head != nullptr ? MethodLabel(head->method) : "other", std::to_string(status)});
+}
+
+void HttpServer::Serve(HttpRequest& request, HttpResponder& out) {
+  const auto started = Clock::now();
+  Request req;
+  req.out = &out;
+  Reply reply;
+  try {
+    Prepare(request.head, req);  // as Screen did: it cannot fail now but is cheap
+    req.body = std::move(request.body);
+    reply = req.route == Route::kConsole ? ConsoleAsset(req) : (this->*(req.spec->handler))(req);
+  } catch (...) {
+    reply = ErrorReply(req);
   }
   int status = reply.status;
-  if (streamed || response.sent()) {
+  if (req.streamed || out.started()) {
     status = 200;  // a stream: its headers went out; an error after that ends it early
   } else {
-    try {
-      response.setStatusAndReason(static_cast<Poco::Net::HTTPResponse::HTTPStatus>(reply.status));
-      response.setContentType(reply.content_type);
-      response.set("Cache-Control", "no-store");
-      response.set("X-Content-Type-Options", "nosniff");
-      for (const auto& [name, value] : reply.headers) response.set(name, value);
-      if (!req.body_consumed) response.setKeepAlive(false);
-      response.setContentLength64(static_cast<Poco::Int64>(reply.body.size()));
-      std::ostream& out = response.send();
-      out.write(reply.body.data(), static_cast<std::streamsize>(reply.body.size()));
-      out.flush();
-    } catch (const std::exception& e) {
-      spdlog::debug("HTTP_SEND_FAILED route={} err={}", RouteName(req.route), e.what());
-    }
-    if (!req.body_consumed) LingeringClose(raw);
+    reply.headers.emplace_back("Cache-Control", "no-store");
+    reply.headers.emplace_back("X-Content-Type-Options", "nosniff");
+    if (!out.Send(reply)) spdlog::debug("HTTP_SEND_FAILED route={}", RouteName(req.route));
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   stats_.requests.Increment({RouteName(req.route), MethodLabel(req.method), std::to_string(status)});
   stats_.duration[static_cast<size_t>(req.route)].Observe(seconds);
   spdlog::debug("HTTP_REQUEST method={} route={} status={} ms={:.1f}", MethodLabel(req.method), RouteName(req.route),
                 status, seconds * 1000);
 }
 
-HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerRequest& raw,
-                                       Poco::Net::HTTPServerResponse& response, bool& streamed) {
-  // Does the request carry a body we have not read? (Until read, the answer decides
-  // whether the connection can be kept.)
-  bool chunked = raw.getChunkedTransferEncoding();
-  int64_t declared = 0;
-  try {
-    declared = raw.hasContentLength() ? raw.getContentLength64() : 0;
-  } catch (const Poco::Exception&) {
-    req.body_consumed = false;
-    throw HttpError(400, "malformed Content-Length");
-  }
-  if (declared < 0) {
-    req.body_consumed = false;
-    throw HttpError(400, "malformed Content-Length");
-  }
-  req.body_consumed = !chunked && declared == 0;
-
-  // Route (no side effects yet).
-  const std::string& uri = raw.getURI();
-  const size_t qpos = uri.find('?');
-  const std::string_view raw_path = std::string_view(uri).substr(0, qpos);
-  const std::string_view raw_query =
-      qpos == std::string::npos ? std::string_view() : std::string_view(uri).substr(qpos + 1);
-  std::vector<std::string_view> segments = Split(raw_path, '/');
-  // "/a/b" splits into "", "a", "b".
-  const bool rooted = segments.size() >= 2 && segments[0].empty();
-  std::vector<std::string_view> s(rooted ? segments.begin() + 1 : segments.end(), segments.end());
-  const std::string method = req.method;
-  std::string allow;
-  auto at = [&](size_t i, std::string_view v) { return s.size() > i && s[i] == v; };
-  if (s.size() == 1 && at(0, "healthz")) {
-    req.route = Route::kHealth, allow = "GET";
-  } else if (s.size() == 1 && at(0, "metrics")) {
-    req.route = Route::kMetrics, allow = "GET";
-  } else if (s.size() == 2 && at(0, "v1") && at(1, "nodes")) {
-    req.route = Route::kNodes, allow = "GET";
-  } else if (s.size() == 4 && at(0, "v1") && at(1, "nodes") && !s[2].empty() && at(3, "drain")) {
-    req.route = Route::kDrainNode, allow = "POST";
-  } else if (s.size() == 2 && at(0, "v1") && at(1, "overview")) {
-    req.route = Route::kOverview, allow = "GET";
-  } else if (s.size() == 2 && at(0, "v1") && at(1, "verify")) {
-    req.route = Route::kVerify, allow = "GET, POST";
-  } else if (console::FindAsset(raw_path) != nullptr) {
-    req.route = Route::kConsole, allow = "GET";
-  } else if (s.size() == 2 && at(0, "v1") && at(1, "events")) {
-    req.route = method == "POST" ? Route::kCreateEvent : Route::kListEvents, allow = "GET, POST";
-  } else if (s.size() == 2 && at(0, "v1") && at(1, "batches")) {
-    req.route = Route::kCreateBatch, allow = "POST";
-  } else if (s.size() == 3 && at(0, "v1") && at(1, "batches") && !s[2].empty()) {
-    req.route = Route::kGetBatch, allow = "GET";
-  } else if (s.size() == 3 && at(0, "v1") && at(1, "events") && !s[2].empty()) {
-    req.route = Route::kGetEvent, allow = "GET";
-  } else if (s.size() == 4 && at(0, "v1") && at(1, "events") && !s[2].empty() && at(3, "stream")) {
-    req.route = Route::kStreamEvent, allow = "GET";
-  } else if (s.size() == 4 && at(0, "v1") && at(1, "events") && !s[2].empty() && at(3, "retry")) {
-    req.route = Route::kRetryEvent, allow = "POST";
-  }
-
-  // Authentication comes before anything that tells the client about the server (the
-  // console's files tell nothing: they hold no data).
-  if (!options_.token.empty() && req.route != Route::kConsole) {
-    std::string scheme, credentials;
-    bool ok = false;
-    if (raw.has("Authorization")) {
-      const std::string& header = raw.get("Authorization");
-      const size_t space = header.find(' ');
-      if (space != std::string::npos && IEquals(std::string_view(header).substr(0, space), "Bearer")) {
-        ok = ConstantTimeEquals(options_.token, std::string(Trim(std::string_view(header).substr(space + 1))));
-      }
-    }
-    if (!ok) throw HttpError(401, "missing or wrong bearer token (Authorization: Bearer <api.token>)");
-  }
-  if (req.route == Route::kUnknown) throw HttpError(404, "no such route");
-  bool method_allowed = false;
-  for (std::string_view m : Split(allow, ',')) method_allowed |= Trim(m) == method;
-  if (!method_allowed) {
-    throw HttpError(405, "method " + std::string(MethodLabel(method)) + " is not allowed here (allowed: " + allow + ")",
-                    allow);
-  }
-  if (req.route == Route::kGetBatch || req.route == Route::kGetEvent || req.route == Route::kStreamEvent ||
-      req.route == Route::kRetryEvent || req.route == Route::kDrainNode) {
-    req.code = PercentDecode(s[2], /*plus_as_space=*/false);
-    // No stored code can hold these; the database is not asked about them.
-    if (!IsCleanText(req.code)) throw UsageError("the code in the path is not valid UTF-8 text without control characters");
-  }
-
-  // Query parameters: each route takes a fixed set, each at most once.
-  static const std::map<Route, std::set<std::string>> kQueryKeys = {
-      {Route::kListEvents, {"topic", "status", "limit", "after", "batch", "tenant", "code"}},
-      {Route::kNodes, {"all"}}, {Route::kOverview, {"topics"}}};
-  if (!raw_query.empty()) {
-    auto allowed = kQueryKeys.find(req.route);
-    for (std::string_view pair : Split(raw_query, '&')) {
-      if (pair.empty()) continue;
-      const size_t eq = pair.find('=');
-      std::string key = PercentDecode(pair.substr(0, eq), true);
-      std::string value = eq == std::string_view::npos ? "" : PercentDecode(pair.substr(eq + 1), true);
-      if (allowed == kQueryKeys.end() || !allowed->second.count(key)) {
-        std::string known;
-        if (allowed != kQueryKeys.end()) {
-          for (const auto& k : allowed->second) known += (known.empty() ? "" : ", ") + k;
-        }
-        throw UsageError("unknown query parameter (" + (known.empty() ? "this route takes none" : "known: " + known) +
-                         ")");
-      }
-      for (const auto& [k, _] : req.query) {
-        if (k == key) throw UsageError("query parameter '" + key + "' is given twice");
-      }
-      req.query.emplace_back(std::move(key), std::move(value));
-    }
-  }
-
-  // The body: POST routes read it (bounded); other methods must not send one.
-  if (method == "POST") {
-    const std::string type = raw.getContentType();
-    const std::string_view media = Trim(std::string_view(type).substr(0, type.find(';')));
-    if (!IEquals(media, "application/json")) {
-      throw HttpError(415, "Content-Type must be application/json");
-    }
-    if (declared > options_.max_body_bytes) {
-      throw HttpError(413, "the request body is " + std::to_string(declared) + " bytes; the limit is " +
-                               std::to_string(options_.max_body_bytes) + " (api.max_body_bytes)");
-    }
-    std::istream& in = raw.stream();
-    char buf[16384];
-    for (;;) {
-      in.read(buf, sizeof buf);
-      const std::streamsize n = in.gcount();
-      if (n <= 0) break;
-      if (static_cast<int64_t>(req.body.size()) + n > options_.max_body_bytes) {
-        throw HttpError(413, "the request body exceeds " + std::to_string(options_.max_body_bytes) +
-                                 " bytes (api.max_body_bytes)");
-      }
-      req.body.append(buf, static_cast<size_t>(n));
-    }
-    if (in.bad() || (!chunked && static_cast<int64_t>(req.body.size()) != declared)) {
-      throw HttpError(400, "the request body ended early or could not be read");
-    }
-    req.body_consumed = true;
-  } else if (!req.body_consumed) {
-    throw HttpError(400, "a " + std::string(MethodLabel(method)) + " request takes no body");
-  }
-
-  switch (req.route) {
-    case Route::kCreateEvent: return CreateEvent(req);
-    case Route::kCreateBatch: return CreateBatch(req);
-    case Route::kListEvents: return ListEvents(req);
-    case Route::kGetEvent: return {200, Dump(ToJson(store_.Get(req.code)))};
-    case Route::kGetBatch: return {200, Dump(ToJson(store_.GetBatch(req.code)))};
-    case Route::kRetryEvent: return RetryEvent(req, req.code);
-    case Route::kNodes: return Nodes(req);
-    case Route::kHealth: return Health();
-    case Route::kMetrics: return {200, RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8"};
-    case Route::kDrainNode:
-      if (!req.body.empty()) throw UsageError("a drain takes no body");
-      return {200, Dump(ToJson(store_.Drain(req.code)))};
-    case Route::kOverview: {
-      bool by_topic = false;
-      for (const auto& [key, value] : req.query) {
-        if (value == "true" || value == "1") by_topic = true;
-        else if (value != "false" && value != "0") throw UsageError(key + " must be true or false");
-      }
-      return {200, Dump(console::Overview(store_, throughput_, by_topic))};
-    }
-    case Route::kConsole: return ConsoleAsset(raw, raw_path);
-    case Route::kVerify: return Verify(req);
-    case Route::kStreamEvent:
-      StreamEvent(req.code, response);
-      streamed = true;
-      return {};
-    case Route::kUnknown: break;
-  }
-  throw HttpError(404, "no such route");
+std::string HttpServer::PublicDump(json j) const {
+  if (options_.token.empty()) Redact(j);
+  return Dump(j);
 }
 
-HttpServer::Reply HttpServer::Verify(const Request& req) {
-  if (req.method == "GET") {  // the latest result per (topic or table, filter, table, target)
-    json results = json::array();
-    for (const auto& v : ReadLatestVerify(store_.pool())) results.push_back(v.ToJson());
-    return {200, Dump(json{{"results", results}})};
+HttpServer::Reply HttpServer::GetEvent(Request& req) { return {200, PublicDump(ToJson(store_.Get(req.code)))}; }
+
+HttpServer::Reply HttpServer::GetBatch(Request& req) { return {200, PublicDump(ToJson(store_.GetBatch(req.code)))}; }
+
+HttpServer::Reply HttpServer::Metrics(Request&) {
+  return {200, RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8"};
+}
+
+HttpServer::Reply HttpServer::DrainNode(Request& req) {
+  if (!req.body.empty()) throw UsageError("a drain takes no body");
+  return {200, PublicDump(ToJson(store_.Drain(req.code)))};
+}
+
+HttpServer::Reply HttpServer::Overview(Request& req) {
+  bool by_topic = false;
+  for (const auto& [key, value] : req.query) {
+    if (value == "true" || value == "1") by_topic = true;
+    else if (value != "false" && value != "0") throw UsageError(key + " must be true or false");
   }
+  return {200, PublicDump(console::Overview(store_, throughput_, by_topic))};
+}
+
+HttpServer::Reply HttpServer::VerifyResults(Request&) {
+  // The latest result per (topic or table, filter, table, target).
+  json results = json::array();
+  for (const auto& v : ReadLatestVerify(store_.pool())) results.push_back(v.ToJson());
+  return {200, PublicDump(json{{"results", results}})};
+}
+
+HttpServer::Reply HttpServer::Verify(Request& req) {
   VerifyRequest r = ParseApiVerifyRequest(ParseJsonBody(req.body));
   VerifyService* service;
   {
@@ -467,15 +525,15 @@ HttpServer::Reply HttpServer::Verify(const Request& req) {
   return {200, Dump(report.ToJson(r.max_keys))};
 }
 
-HttpServer::Reply HttpServer::CreateEvent(const Request& req) {
+HttpServer::Reply HttpServer::CreateEvent(Request& req) {
   NewEvent e = ParseNewEvent(ParseJsonBody(req.body));
   ProduceResult r = store_.Produce(e);
-  Reply reply{r.created ? 201 : 200, Dump(ToJson(r.event))};
+  Reply reply{r.created ? 201 : 200, PublicDump(ToJson(r.event))};
   reply.headers.emplace_back("Location", "/v1/events/" + PercentEncode(r.event.code));
   return reply;
 }
 
-HttpServer::Reply HttpServer::CreateBatch(const Request& req) {
+HttpServer::Reply HttpServer::CreateBatch(Request& req) {
   json body = ParseJsonBody(req.body);
   if (!body.is_object()) throw UsageError("the batch must be a JSON object {batch_code, events}");
   for (const auto& [key, _] : body.items()) {
@@ -503,7 +561,7 @@ HttpServer::Reply HttpServer::CreateBatch(const Request& req) {
           Dump(json{{"batch_code", r.batch_code}, {"created", r.created}, {"existing", r.existing}})};
 }
 
-HttpServer::Reply HttpServer::ListEvents(const Request& req) {
+HttpServer::Reply HttpServer::ListEvents(Request& req) {
   EventFilter f;
   for (const auto& [key, value] : req.query) {
     if (key == "topic") f.topic = value;
@@ -517,11 +575,11 @@ HttpServer::Reply HttpServer::ListEvents(const Request& req) {
   EventPage page = store_.List(f);
   json events = json::array();
   for (const auto& e : page.events) events.push_back(ToJson(e));
-  return {200, Dump(json{{"events", std::move(events)},
-                         {"next", page.next ? json(std::to_string(*page.next)) : json(nullptr)}})};
+  return {200, PublicDump(json{{"events", std::move(events)},
+                               {"next", page.next ? json(std::to_string(*page.next)) : json(nullptr)}})};
 }
 
-HttpServer::Reply HttpServer::RetryEvent(const Request& req, const std::string& code) {
+HttpServer::Reply HttpServer::RetryEvent(Request& req) {
   RetryFrom from = RetryFrom::kFailedStep;
   if (!req.body.empty()) {
     json body = ParseJsonBody(req.body);
@@ -533,10 +591,10 @@ HttpServer::Reply HttpServer::RetryEvent(const Request& req, const std::string& 
       else throw UsageError("from must be \"start\" or \"failed_step\"");
     }
   }
-  return {200, Dump(ToJson(store_.Retry(code, from)))};
+  return {200, PublicDump(ToJson(store_.Retry(req.code, from)))};
 }
 
-HttpServer::Reply HttpServer::Nodes(const Request& req) {
+HttpServer::Reply HttpServer::Nodes(Request& req) {
   bool all = false;
   for (const auto& [key, value] : req.query) {
     if (key != "all") continue;
@@ -546,13 +604,14 @@ HttpServer::Reply HttpServer::Nodes(const Request& req) {
   }
   json nodes = json::array();
   for (const auto& n : store_.Nodes(all)) nodes.push_back(ToJson(n));
-  return {200, Dump(json{{"nodes", std::move(nodes)}})};
+  return {200, PublicDump(json{{"nodes", std::move(nodes)}})};
 }
 
-HttpServer::Reply HttpServer::ConsoleAsset(const Poco::Net::HTTPServerRequest& raw, std::string_view path) {
-  const console::Asset& asset = *console::FindAsset(path);
+HttpServer::Reply HttpServer::ConsoleAsset(Request& req) {
+  const console::Asset& asset = *console::FindAsset(req.path);
   const std::string etag = console::ETag(asset);
-  const bool fresh = raw.has("If-None-Match") && raw.get("If-None-Match") == etag;
+  const std::string* if_none_match = req.head->Find("If-None-Match");
+  const bool fresh = if_none_match != nullptr && *if_none_match == etag;
   Reply reply{fresh ? 304 : 200, fresh ? "" : std::string(asset.text), asset.content_type};
   reply.headers = {{"Cache-Control", "no-cache"},  // revalidate: a new binary may bring new files
                    {"ETag", etag},
@@ -563,7 +622,7 @@ HttpServer::Reply HttpServer::ConsoleAsset(const Poco::Net::HTTPServerRequest& r
   return reply;
 }
 
-HttpServer::Reply HttpServer::Health() {
+HttpServer::Reply HttpServer::Health(Request&) {
   api::Health h = store_.CheckHealth();
   json body = ToJson(h);
   if (!h.database_ok) {
@@ -573,7 +632,8 @@ HttpServer::Reply HttpServer::Health() {
   return {h.database_ok ? 200 : 503, Dump(body)};
 }
 
-void HttpServer::StreamEvent(const std::string& code, Poco::Net::HTTPServerResponse& response) {
+HttpServer::Reply HttpServer::StreamEvent(Request& req) {
+  const std::string& code = req.code;
   EventDetail d = store_.Get(code);  // 404 before anything is sent
   const int max_streams = options_.max_streams > 0 ? options_.max_streams : std::max(1, options_.threads / 2);
   if (stats_.open_streams.fetch_add(1) >= max_streams) {
@@ -586,53 +646,54 @@ void HttpServer::StreamEvent(const std::string& code, Poco::Net::HTTPServerRespo
     ~Slot() { n.fetch_sub(1); }
   } slot{stats_.open_streams};
 
-  response.setStatusAndReason(Poco::Net::HTTPResponse::HTTP_OK);
-  response.setContentType("text/event-stream");
-  response.set("Cache-Control", "no-store");
-  response.set("X-Accel-Buffering", "no");
-  response.setChunkedTransferEncoding(true);
-  response.setKeepAlive(false);
-  std::ostream& out = response.send();
-  auto write = [&out](const std::string& text) {
-    out << text;
-    out.flush();
-    return out.good();
+  // From here on the answer is written as it goes; no read deadline applies to it.
+  req.streamed = true;
+  HttpResponder& out = *req.out;
+  struct End {
+    HttpResponder& out;
+    ~End() { out.End(); }
   };
+  if (!out.Begin(200, "text/event-stream",
+                 {{"Cache-Control", "no-store"}, {"X-Accel-Buffering", "no"}, {"X-Content-Type-Options", "nosniff"}})) {
+    return {};
+  }
+  End end{out};
+  auto write = [&out](const std::string& text) { return out.Write(text); };
 
   std::string last;
-  auto last_write = std::chrono::steady_clock::now();
+  auto last_write = Clock::now();
   bool db_down = false;
   for (;;) {
-    const std::string data = Dump(Progress(d));
+    const std::string data = PublicDump(Progress(d));
     if (data != last) {
-      if (!write("event: progress\ndata: " + data + "\n\n")) return;  // the client left
+      if (!write("event: progress\ndata: " + data + "\n\n")) return {};  // the client left
       last = data;
-      last_write = std::chrono::steady_clock::now();
+      last_write = Clock::now();
     }
     if (IsTerminal(d.event.status)) {
       write("event: end\ndata: " + data + "\n\n");
-      return;
+      return {};
     }
     if (!WaitFor(options_.stream_poll_interval)) {
       write("event: error\ndata: " + Dump(json{{"error", "the server is shutting down"}}) + "\n\n");
-      return;
+      return {};
     }
-    if (std::chrono::steady_clock::now() - last_write >= options_.stream_ping_interval) {
-      if (!write(": ping\n\n")) return;
-      last_write = std::chrono::steady_clock::now();
+    if (Clock::now() - last_write >= options_.stream_ping_interval) {
+      if (!write(": ping\n\n")) return {};
+      last_write = Clock::now();
     }
     try {
       d = store_.Get(code);
       db_down = false;
     } catch (const NotFoundError&) {
       write("event: error\ndata: " + Dump(json{{"error", "the event no longer exists"}}) + "\n\n");
-      return;
+      return {};
     } catch (const DbError& e) {
       // Keep the stream: the database may come back (the pool reconnects).
       if (!db_down) spdlog::warn("HTTP_STREAM_DB_ERROR err={}", e.what());
       db_down = true;
-      if (!write(": the database is unavailable; retrying\n\n")) return;
-      last_write = std::chrono::steady_clock::now();
+      if (!write(": the database is unavailable; retrying\n\n")) return {};
+      last_write = Clock::now();
     }
   }
 }

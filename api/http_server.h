@@ -47,22 +47,34 @@
 //   GET  /v1/verify                {results: [...]}: v_verify_latest, newest first (the
 //                                  console's Verify page)
 //
-// Rejections, all 4xx with a JSON message, and none writes anything:
-//   401 a token is configured and the request lacks `Authorization: Bearer <token>`
-//       (every route; compared in constant time; the token is never logged)
-//   400 bad JSON, bad field, unknown field, unknown topic, junk query parameter
-//   404 unknown route or code; 405 known route, other method (Allow header set)
+// Rejections, all 4xx with a JSON message, and none writes anything. Those marked * are
+// decided from the request head alone, before any body is read; when a body was
+// announced the connection then closes without reading it (api/http_connections.h):
+//   421* the Host header names a host not allowed (api.allowed_hosts; DNS rebinding):
+//       without a token and without allowed_hosts only loopback names and the listen
+//       host are answered, with a token any unless allowed_hosts is given
+//   401* a token is configured and the request lacks `Authorization: Bearer <token>`
+//       (every route but the console's files; compared in constant time; never logged)
+//   400 bad JSON, bad field, unknown field, unknown topic, junk query parameter*,
+//       a body on a GET*, a malformed request*
+//   404* unknown route; 404 unknown code; 405* known route, other method (Allow set)
+//   408* the head or the body took longer than its deadline
 //   409 retry of an event that is not FAILED or COMPENSATED
-//   413 a body over max_body_bytes, by Content-Length or counted while reading (chunked)
-//   415 a POST whose Content-Type is not application/json (so a web page cannot
+//   411* a POST without Content-Length that is not chunked
+//   413* a body over max_body_bytes, by Content-Length or counted while reading (chunked)
+//   415* a POST whose Content-Type is not application/json (so a web page cannot
 //       submit to a local server with a plain form)
-//   503 too many open streams
+//   503 too many open streams, or too many requests waiting for a worker
 // A database failure answers 503 with a generic message (the detail, which may name
-// the host and user, goes to the log only); anything unexpected 500.
+// the host and user, goes to the log only); anything unexpected 500. Without a token,
+// nothing answered names a database host, port, user or schema: a node's
+// `datasource_errors` (GET /v1/nodes, the overview) show the datasource and a class
+// ("unreachable", "access denied", "unknown database") only, and the error texts of
+// events, steps, process logs and verify results are masked (MaskEndpoints).
 //
-// Thread safety: Start/Stop from one controlling thread; requests are served on
-// `threads` threads of the server's own pool. Each open SSE stream holds one of
-// them, so at most `max_streams` streams are open at once.
+// Thread safety: Start/Stop from one controlling thread; requests are read by one I/O
+// thread and answered on `threads` workers (api/http_connections.h). Each open SSE
+// stream holds a worker, so at most `max_streams` (threads / 2) streams are open.
 #pragma once
 
 #include <array>
@@ -71,41 +83,40 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "api/console.h"
 #include "api/event_store.h"
+#include "api/http_connections.h"
 #include "api/verify_service.h"
 #include "config/settings.h"
 #include "core/clock.h"
 #include "core/metrics.h"
 #include "storage/connection_pool.h"
 
-namespace Poco {
-class ThreadPool;
-namespace Net {
-class HTTPServer;
-class HTTPServerRequest;
-class HTTPServerResponse;
-}  // namespace Net
-}  // namespace Poco
-
 namespace dsync::api {
 
 struct HttpOptions {
   std::string listen = "127.0.0.1:8080";  // HOST:PORT ([v6]:PORT); port 0: any free port
   std::string token;                      // bearer token; empty: no authentication
+  std::vector<std::string> allowed_hosts; // Host names answered ("*": any); empty: see above
   int64_t max_body_bytes = 1048576;       // larger request bodies are refused with 413
-  int threads = 16;                       // connections served at once
+  int threads = 16;                       // requests answered at once
   int max_streams = 0;                    // open SSE streams at most; 0: threads / 2
+  int max_connections = 1024;             // open connections; then the longest idle closes
   Millis stream_poll_interval{200};       // how often a stream reads its event
   Millis stream_ping_interval{15000};     // `: ping` after this long without a message
-  Millis socket_timeout{30000};           // a client silent this long mid-request is dropped
+  Millis idle_timeout{10000};             // a connection without a request this long closes
+  Millis header_timeout{10000};           // request line + headers, whole, from their first byte
+  Millis body_timeout{30000};             // the body, whole
+  Millis write_timeout{10000};            // one answer (one stream message) to a client that does not read
 };
 
-// listen, token and max_body_bytes from the config's `api` section.
+// listen, token, allowed_hosts and max_body_bytes from the config's `api` section.
 HttpOptions HttpOptionsFromSettings(const ApiSettings& api);
 
 // The routes, as the `route` label of the request metrics.
@@ -121,25 +132,26 @@ struct HttpStats {
   std::array<metrics::Histogram, kRouteCount> duration;  // per route, seconds
   std::atomic<int> open_streams{0};
   std::atomic<uint64_t> rejected_streams{0};  // 503: max_streams reached
+  HttpConnectionStats connections;
 };
 
 // The server's families of /metrics (dsync_http_*); api/http_metrics.cc.
 void WriteMetrics(const HttpStats& stats, metrics::TextWriter& w);
 
-class HttpServer {
+class HttpServer final : private HttpService {
  public:
   // `store` must outlive the server, and so must the components `components` reads
   // (their writers run on each scrape of /metrics). Does not bind until Start().
   HttpServer(EventStore& store, HttpOptions options, metrics::Registry components = {});
-  ~HttpServer();  // Stop()s
+  ~HttpServer() override;  // Stop()s
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds and starts serving. Throws UsageError for a malformed listen address,
   // Error when the address cannot be bound (in use, not local). Once only.
   void Start();
-  // Stops accepting, ends open streams, aborts idle keep-alive connections, and
-  // waits for running requests. Idempotent.
+  // Stops accepting, ends open streams, closes idle connections, and waits for
+  // running requests. Idempotent.
   void Stop();
 
   // The bound port (the ephemeral one when listen asked for port 0); 0 before Start.
@@ -149,24 +161,42 @@ class HttpServer {
   // The /metrics text, for `dsync` tools and tests.
   std::string RenderMetrics();
 
-  // Called by the request handler (internal).
-  void Handle(Poco::Net::HTTPServerRequest& request, Poco::Net::HTTPServerResponse& response);
-
  private:
-  struct Reply;
   struct Request;
-  Reply Dispatch(Request& req, Poco::Net::HTTPServerRequest& raw,
-                 Poco::Net::HTTPServerResponse& response, bool& streamed);
-  Reply CreateEvent(const Request& req);
-  Reply CreateBatch(const Request& req);
-  Reply ListEvents(const Request& req);
-  Reply RetryEvent(const Request& req, const std::string& code);
-  Reply Nodes(const Request& req);
-  Reply Health();
-  Reply Verify(const Request& req);
-  Reply ConsoleAsset(const Poco::Net::HTTPServerRequest& raw, std::string_view path);
+  struct RouteSpec;
+  using Reply = HttpReply;
+  static const std::vector<RouteSpec>& Routes();
+
+  // HttpService
+  std::optional<HttpReply> Screen(const HttpRequestHead& head) override;
+  void Serve(HttpRequest& request, HttpResponder& out) override;
+  void Refused(const HttpRequestHead* head, int status) override;
+
+  // Everything decided from the head (Host, route, token, method, code, query, media
+  // type). Throws HttpError / UsageError.
+  void Prepare(const HttpRequestHead& head, Request& req) const;
+  bool HostAllowed(const HttpRequestHead& head) const;
+  // JSON text of an answer; without a token its error texts are redacted (see above).
+  std::string PublicDump(nlohmann::json j) const;
+  // The answer for an exception thrown while preparing or handling `req`.
+  Reply ErrorReply(const Request& req) const;
+
+  Reply CreateEvent(Request& req);
+  Reply CreateBatch(Request& req);
+  Reply ListEvents(Request& req);
+  Reply GetEvent(Request& req);
+  Reply GetBatch(Request& req);
+  Reply RetryEvent(Request& req);
+  Reply Nodes(Request& req);
+  Reply DrainNode(Request& req);
+  Reply Overview(Request& req);
+  Reply Health(Request& req);
+  Reply Metrics(Request& req);
+  Reply Verify(Request& req);
+  Reply VerifyResults(Request& req);
+  Reply ConsoleAsset(Request& req);
   // Writes the whole stream itself; throws (before any byte is sent) like the others.
-  void StreamEvent(const std::string& code, Poco::Net::HTTPServerResponse& response);
+  Reply StreamEvent(Request& req);
   // Waits up to `d`; false when the server is stopping.
   bool WaitFor(Millis d);
 
@@ -177,13 +207,13 @@ class HttpServer {
   SystemClock clock_;
   console::ThroughputHistory throughput_{clock_};
   uint16_t port_ = 0;
+  std::vector<std::string> allowed_hosts_;  // lower-case; empty: any
 
   std::mutex mu_;
   std::condition_variable stop_cv_;
   std::atomic<bool> stopping_{false};
   bool started_ = false;
-  std::unique_ptr<Poco::ThreadPool> threads_;
-  std::unique_ptr<Poco::Net::HTTPServer> server_;
+  std::unique_ptr<HttpConnections> connections_;
   std::mutex verify_mu_;
   std::unique_ptr<VerifyService> verify_;  // created on the first POST /v1/verify
 };

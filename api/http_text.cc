@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <regex>
 
 #include "core/json_limits.h"
 
@@ -148,6 +149,24 @@ int64_t ParseCount(const std::string& name, const std::string& text, size_t max_
     throw UsageError(name + " must be a positive integer");
   }
   return std::stoll(text);
+}
+
+std::string MaskEndpoints(std::string_view text) {
+  using std::regex;
+  static const regex kUrl(R"([A-Za-z][A-Za-z0-9+.-]*://[^\s'"]*[^\s'":,;.)])");
+  static const regex kUserAtHost(R"('[^']*'@'[^']*')");
+  static const regex kQuotedName(R"(\b(on|host|database|schema|user|table|server|db)( name)? '[^']*')", regex::icase);
+  static const regex kBracketed(R"(\[[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\](:[0-9]{1,5})?)");
+  static const regex kIpv4(R"(\b[0-9]{1,3}(\.[0-9]{1,3}){3}(:[0-9]{1,5})?\b)");
+  static const regex kHostPort(R"(\b[A-Za-z0-9_-]*[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*:[0-9]{2,5}\b)");
+  std::string out(text);
+  out = std::regex_replace(out, kUrl, "<database URL>");
+  out = std::regex_replace(out, kUserAtHost, "'***'@'***'");
+  out = std::regex_replace(out, kQuotedName, "$1$2 '***'");
+  out = std::regex_replace(out, kBracketed, "<host>");
+  out = std::regex_replace(out, kIpv4, "<host>");
+  out = std::regex_replace(out, kHostPort, "<host>:<port>");
+  return out;
 }
 
 }  // namespace dsync::api

@@ -48,6 +48,12 @@ const char* MethodLabel(const std::string& m);
 // Parses JSON with a nesting limit (a deep body would otherwise recurse through the
 // stack when serialised). Throws UsageError.
 nlohmann::json ParseJsonBody(const std::string& body);
+// Error text for a client without the token: database URLs, 'user'@'host' pairs, the
+// quoted names after "on", "host", "database", "schema", "user", "table", IP
+// addresses and host:port pairs are replaced by placeholders ("<database URL>",
+// "'***'", "<host>", "<host>:<port>"). Heuristic, for texts that dsync and the MySQL
+// client library write; the rest of the text stays.
+std::string MaskEndpoints(std::string_view text);
 // Strict non-negative integer of at most `max_digits` digits. Throws UsageError.
 int64_t ParseCount(const std::string& name, const std::string& text, size_t max_digits);
 

@@ -41,7 +41,8 @@ enum class Scope { kSettings, kTopic, kStep };
 enum class Kind {
   kString,       // min/max bound the length; `choices` ("a|b|c") restricts the values
   kInteger,      // an int or int64_t field; min/max bound the value
-  kMillis,       // a *_ms key: integer milliseconds in [1, kMaxMillis]
+  kMillis,       // a *_ms key: integer milliseconds in [max(1, min), max_ms]
+  kStringList,   // an array of strings (environment: comma-separated); min/max bound each length
   kBool,
   kDatasources,  // structured keys: no field, no environment variable
   kTopics,
@@ -55,7 +56,7 @@ struct Target {
   StepSpec* step = nullptr;
 };
 
-using FieldRef = std::variant<std::string*, int*, int64_t*, Millis*, bool*>;
+using FieldRef = std::variant<std::string*, int*, int64_t*, Millis*, bool*, std::vector<std::string>*>;
 
 // Where a key's value lives: its scope, its kind and, for a scalar key, the accessor of
 // its field (null for structured kinds). Scalar keys get it from Field<...>() below.
@@ -96,6 +97,7 @@ constexpr Kind KindOf() {
   if constexpr (std::is_same_v<T, std::string>) return Kind::kString;
   else if constexpr (std::is_same_v<T, Millis>) return Kind::kMillis;
   else if constexpr (std::is_same_v<T, bool>) return Kind::kBool;
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return Kind::kStringList;
   else {
     static_assert(std::is_same_v<T, int> || std::is_same_v<T, int64_t>, "a field type FieldRef holds");
     return Kind::kInteger;
@@ -128,6 +130,7 @@ struct KeyDescriptor {
   FieldAccess field;
   int64_t min = 0;          // kInteger: smallest value; kString: shortest length
   int64_t max = kMaxInt;    // kInteger: largest value; kString: longest length
+  int64_t max_ms = kMaxMillis;  // kMillis: largest value (min: the smallest, at least 1)
   std::string_view choices = {};
   bool required = false;    // must be present in its object (when a file is given)
   bool no_default = false;  // the initialiser is no fixed default (see doc); implied by `required`
@@ -167,13 +170,16 @@ constexpr KeyDescriptor kKeys[] = {
     // registry
     {.path = "registry.heartbeat_interval_ms",
      .field = Field<&Settings::registry, &RegistrySettings::heartbeat_interval>(),
-     .doc = "How often a node refreshes its registry row; at most offline_timeout_ms / 2."},
+     .min = 100,
+     .doc = "How often a node refreshes its registry row; at most offline_timeout_ms / 2. At least 100."},
     {.path = "registry.offline_timeout_ms",
      .field = Field<&Settings::registry, &RegistrySettings::offline_timeout>(),
-     .doc = "A node silent this long (database clock) is marked offline; also how long the server lets any dsync session sit idle inside a transaction (MariaDB idle_transaction_timeout)."},
+     .min = 1000,
+     .doc = "A node silent this long (database clock) is marked offline; also how long the server lets any dsync session sit idle inside a transaction (MariaDB idle_transaction_timeout). At least 1000."},
     {.path = "registry.sweep_interval_ms",
      .field = Field<&Settings::registry, &RegistrySettings::sweep_interval>(),
-     .doc = "How often the offline sweeper marks silent nodes offline."},
+     .min = 100,
+     .doc = "How often the offline sweeper marks silent nodes offline. At least 100."},
     {.path = "registry.purge_after_ms",
      .field = Field<&Settings::registry, &RegistrySettings::purge_after>(),
      .doc = "Registry rows silent this long are deleted; more than offline_timeout_ms."},
@@ -181,10 +187,12 @@ constexpr KeyDescriptor kKeys[] = {
     // dispatcher
     {.path = "dispatcher.poll_interval_ms",
      .field = Field<&Settings::dispatcher, &DispatcherSettings::poll_interval>(),
-     .doc = "Dispatcher polling interval while events are waiting; at most idle_interval_ms."},
+     .min = 10,
+     .doc = "Dispatcher polling interval while events are waiting; at most idle_interval_ms. At least 10."},
     {.path = "dispatcher.idle_interval_ms",
      .field = Field<&Settings::dispatcher, &DispatcherSettings::idle_interval>(),
-     .doc = "Dispatcher polling interval when nothing is waiting."},
+     .min = 10,
+     .doc = "Dispatcher polling interval when nothing is waiting. At least 10."},
     {.path = "dispatcher.busy_interval_ms",
      .field = Field<&Settings::dispatcher, &DispatcherSettings::busy_interval>(),
      .doc = "Dispatcher pause after a round that assigned events or found every node full "
@@ -192,11 +200,13 @@ constexpr KeyDescriptor kKeys[] = {
             "due once events flowed; at most poll_interval_ms."},
     {.path = "dispatcher.lease_ttl_ms",
      .field = Field<&Settings::dispatcher, &DispatcherSettings::lease_ttl>(),
-     .doc = "Lifetime of the dispatcher lease (database clock); the holder renews it every third, and writes only while a quarter is left."},
+     .min = 1000, .max_ms = 600000,
+     .doc = "Lifetime of the dispatcher lease (database clock); the holder renews it every third, and writes only while a quarter is left. "
+            "From 1000 to 600000 (a shorter lease renews in a busy loop; a longer one leaves the cluster without a dispatcher that long after its leader dies)."},
     {.path = "dispatcher.batch_size",
      .field = Field<&Settings::dispatcher, &DispatcherSettings::batch_size>(),
-     .min = 1,
-     .doc = "Most events assigned per dispatch round. At least 1."},
+     .min = 1, .max = 10000,
+     .doc = "Most events assigned per dispatch round (one transaction). From 1 to 10000."},
     {.path = "dispatcher.wakeups",
      .field = Field<&Settings::dispatcher, &DispatcherSettings::wakeups>(),
      .doc = "Send a wake-up datagram (UDP) to each node right after assigning it events, and "
@@ -204,8 +214,9 @@ constexpr KeyDescriptor kKeys[] = {
             "row). false: polling only."},
     {.path = "dispatcher.batch_check_interval_ms",
      .field = Field<&Settings::dispatcher, &DispatcherSettings::batch_check_interval>(),
+     .min = 100,
      .doc = "How often the leader checks open batches that name a completion event "
-            "(distribute_batch): one GROUP BY per open batch."},
+            "(distribute_batch): one GROUP BY per open batch. At least 100."},
 
     {.path = "dispatcher.wakeup_listen",
      .field = Field<&Settings::dispatcher, &DispatcherSettings::wakeup_listen>(),
@@ -240,7 +251,8 @@ constexpr KeyDescriptor kKeys[] = {
             "rows and locks. 1 to 10000."},
     {.path = "retention.interval_ms",
      .field = Field<&Settings::retention, &RetentionSettings::interval>(),
-     .doc = "Pause between two retention passes of the leader."},
+     .min = 100,
+     .doc = "Pause between two retention passes of the leader. At least 100."},
     {.path = "retention.batch_pause_ms",
      .field = Field<&Settings::retention, &RetentionSettings::batch_pause>(),
      .doc = "Least pause between two batches of a pass; the pause is also at least 3 times what the last batch took, so a pass keeps the database busy at most a quarter of the time and backs off when it is slow."},
@@ -254,7 +266,8 @@ constexpr KeyDescriptor kKeys[] = {
     // consumer
     {.path = "consumer.poll_interval_ms",
      .field = Field<&Settings::consumer, &ConsumerSettings::poll_interval>(),
-     .doc = "How often a node looks for events assigned to it."},
+     .min = 10,
+     .doc = "How often a node looks for events assigned to it. At least 10."},
     {.path = "consumer.drain_timeout_ms",
      .field = Field<&Settings::consumer, &ConsumerSettings::drain_timeout>(),
      .doc = "On shutdown, how long running events may take to finish."},
@@ -287,8 +300,14 @@ constexpr KeyDescriptor kKeys[] = {
      .doc = "Bearer token the API requires; empty: no authentication."},
     {.path = "api.max_body_bytes",
      .field = Field<&Settings::api, &ApiSettings::max_body_bytes>(),
-     .min = 1, .max = kMaxInt64,
-     .doc = "Largest request body the API accepts. At least 1."},
+     .min = 1, .max = 64LL << 20,
+     .doc = "Largest request body the API accepts (held in memory while read). From 1 to 67108864 (64 MiB)."},
+    {.path = "api.allowed_hosts",
+     .field = Field<&Settings::api, &ApiSettings::allowed_hosts>(),
+     .min = 1, .max = 255,
+     .doc = "Host header names the API answers (a port after the name is ignored; \"*\": any), against "
+            "DNS rebinding; others get 421. Empty: with no api.token, loopback names (localhost, "
+            "127.0.0.1, [::1]) and api.listen's host; with a token, any. Environment: comma-separated."},
 
     // topics.<name>
     {.path = "topics.<name>.max_retry",
@@ -302,14 +321,17 @@ constexpr KeyDescriptor kKeys[] = {
      .doc = "Longest delay between retries."},
     {.path = "topics.<name>.max_processing_time_ms",
      .field = Field<&TopicSettings::max_processing_time>(),
-     .doc = "Longest an event may go without activity before it is treated as stuck."},
+     .min = 100,
+     .doc = "Longest an event may go without activity before it is treated as stuck. At least 100."},
     {.path = "topics.<name>.claim_timeout_ms",
      .field = Field<&TopicSettings::claim_timeout>(),
+     .min = 100,
      .doc = "Longest an event may stay assigned to a live node that does not claim it (the node does not "
-            "serve the topic, or reports room to run it) before the sweeper hands it back."},
+            "serve the topic, or reports room to run it) before the sweeper hands it back. At least 100."},
     {.path = "topics.<name>.batch_limit",
      .field = Field<&TopicSettings::batch_limit>(),
-     .doc = "Most events of this topic per dispatch round; 0: dispatcher.batch_size. At least 0."},
+     .max = 10000,
+     .doc = "Most events of this topic per dispatch round; 0: dispatcher.batch_size. From 0 to 10000."},
     {.path = "topics.<name>.priority",
      .field = Field<&TopicSettings::priority>(),
      .min = kMinInt,
@@ -474,8 +496,8 @@ void Assign(const KeyDescriptor& key, const json& value, const Target& target,
         Fail(where, "integer out of range");
       }
       auto number = value.get<int64_t>();
-      int64_t min = key.field.kind == Kind::kMillis ? 1 : key.min;
-      int64_t max = key.field.kind == Kind::kMillis ? kMaxMillis : key.max;
+      int64_t min = key.field.kind == Kind::kMillis ? std::max<int64_t>(1, key.min) : key.min;
+      int64_t max = key.field.kind == Kind::kMillis ? key.max_ms : key.max;
       if (number < min) {
         Fail(where, "must be at least " + std::to_string(min) + ", got " + std::to_string(number));
       }
@@ -495,6 +517,22 @@ void Assign(const KeyDescriptor& key, const json& value, const Target& target,
       if (!value.is_boolean()) Fail(where, "expected true or false, got " + Describe(value));
       *std::get<bool*>(field) = value.get<bool>();
       return;
+    case Kind::kStringList: {
+      if (!value.is_array()) Fail(where, "expected an array of strings, got " + Describe(value));
+      std::vector<std::string> list;
+      for (size_t i = 0; i < value.size(); ++i) {
+        const std::string item_where = std::string(where) + "[" + std::to_string(i) + "]";
+        if (!value[i].is_string()) Fail(item_where, "expected a string, got " + Describe(value[i]));
+        const auto& text = value[i].get_ref<const std::string&>();
+        if (key.min > 0 && text.empty()) Fail(item_where, "must not be empty");
+        if (static_cast<int64_t>(text.size()) > key.max) {
+          Fail(item_where, "must be at most " + std::to_string(key.max) + " characters");
+        }
+        list.push_back(text);
+      }
+      *std::get<std::vector<std::string>*>(field) = std::move(list);
+      return;
+    }
     case Kind::kDatasources:
     case Kind::kTopics:
     case Kind::kSteps:
@@ -554,6 +592,20 @@ json FromEnvText(const KeyDescriptor& key, const std::string& name, const std::s
       if (text == "true") return true;
       if (text == "false") return false;
       Fail(name, "expected true or false, got '" + Printable(text) + "'");
+    case Kind::kStringList: {  // "a, b" -> ["a", "b"]; "" -> []
+      json list = json::array();
+      size_t start = 0;
+      while (start <= text.size() && !text.empty()) {
+        size_t comma = text.find(',', start);
+        if (comma == std::string::npos) comma = text.size();
+        std::string item = text.substr(start, comma - start);
+        item.erase(0, item.find_first_not_of(" \t"));
+        item.erase(item.find_last_not_of(" \t") + 1);
+        list.push_back(item);
+        start = comma + 1;
+      }
+      return list;
+    }
     default:
       return text;
   }

@@ -76,7 +76,8 @@ struct ConsumerSettings {
 struct ApiSettings {
   std::string listen = "127.0.0.1:8080";  // api.listen (--listen): HOST:PORT of the HTTP API. Default 127.0.0.1:8080
   std::string token;                      // api.token: bearer token the API requires. Default "": no auth
-  int64_t max_body_bytes = 1048576;       // api.max_body_bytes: largest request body, >= 1. Default 1 MiB
+  int64_t max_body_bytes = 1048576;       // api.max_body_bytes: largest request body, 1..64 MiB. Default 1 MiB
+  std::vector<std::string> allowed_hosts; // api.allowed_hosts: Host names answered ("*": any). Default []: loopback names and the listen host without a token, any with one
 };
 
 // One step of a topic's plan. `params` holds the type-specific keys (source, target,

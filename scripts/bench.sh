@@ -88,6 +88,17 @@
 #             500, busy_pause_ms DSYNC_BENCH_PURGE_BUSY_PAUSE_MS (2000)) during the whole
 #             burn-down: both events/s, their ratio (target >= 0.90), and the rows the
 #             purge removed meanwhile (count and per second)
+#   slowclients  issue 34: `dsync serve` alone, with no other client, then with
+#             DSYNC_BENCH_SLOW_IDLE (200) idle connections and DSYNC_BENCH_SLOW_SLOWLORIS
+#             (50) slowloris ones (a request head, one byte a second) held open:
+#             GET /healthz latency p50/p99/max over DSYNC_BENCH_SLOW_REQUESTS (200)
+#             sequential requests (a fresh connection each; one that gets no answer in
+#             DSYNC_BENCH_SLOW_TIMEOUT_S (120) counts as failed) and single-event POST
+#             /v1/events throughput (4 keep-alive clients, 5 s), median of
+#             DSYNC_BENCH_RUNS; then the probe of the single defects (POST without
+#             Content-Length, a 1 GiB Content-Length, a foreign Host).
+#             bench/slow_clients.py is the client. DSYNC_BENCH_SLOW_BIN runs another
+#             binary (an older build) for the before figures
 #   pgboss    the peer: pg-boss (bench/pgboss, pinned) on a throwaway PostgreSQL with
 #             fsync and synchronous_commit on, 20,000 no-op jobs, 4 workers, batch fetch +
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
@@ -119,7 +130,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ports.sh
 
-sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss paired galera sync purge)
+sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss paired galera sync purge slowclients)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -1255,6 +1266,50 @@ section_sync() {
   drop_schema
 }
 
+# slowclients: see the header. One server for every case; the probe last (it may leave
+# the old server's threads busy for a while).
+section_slowclients() {
+  local idle=${DSYNC_BENCH_SLOW_IDLE:-200} slowloris=${DSYNC_BENCH_SLOW_SLOWLORIS:-50}
+  local server_bin=${DSYNC_BENCH_SLOW_BIN:-$bin} requests=${DSYNC_BENCH_SLOW_REQUESTS:-200}
+  local timeout_s=${DSYNC_BENCH_SLOW_TIMEOUT_S:-120} api_port c i m r line p50s p99s maxs posts failed
+  new_schema slowclients
+  new_work
+  write_config "$work/dsync.json"
+  api_port=$(free_port)
+  local saved_bin=$bin
+  bin=$server_bin
+  start_proc serve serve --listen "127.0.0.1:$api_port" --log-level warn
+  bin=$saved_bin
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$api_port") 2>/dev/null && break
+    sleep 0.1
+  done
+  for c in "0 0" "$idle $slowloris"; do
+    read -r i m <<<"$c"
+    p50s=() p99s=() maxs=() posts=() failed=()
+    for r in $(seq 1 "$runs"); do
+      line=$(python3 bench/slow_clients.py measure --port "$api_port" --idle "$i" --slow "$m" \
+        --healthz "$requests" --prefix "s$i-$m-$r" --timeout "$timeout_s")
+      echo "  idle=$i slowloris=$m run $r: $line"
+      p50s+=("$(field healthz_p50_ms "$line")")
+      p99s+=("$(field healthz_p99_ms "$line")")
+      maxs+=("$(field healthz_max_ms "$line")")
+      posts+=("$(field posts_per_s "$line")")
+      failed+=("$(field healthz_failed "$line")/$(field posts_failed "$line")")
+      sleep 1  # the previous run's connections close
+    done
+    result slowclients "idle=$i slowloris=$m binary=${server_bin#"$PWD"/}" \
+      "healthz_p50_ms=$(echo "${p50s[*]}" | median) healthz_p99_ms=$(echo "${p99s[*]}" | median)" \
+      "healthz_max_ms=$(echo "${maxs[*]}" | median) posts_per_s=$(echo "${posts[*]}" | median)" \
+      "runs_posts_per_s=$(IFS=,; echo "${posts[*]}") runs_p99_ms=$(IFS=,; echo "${p99s[*]}")" \
+      "runs_failed_healthz/posts=$(IFS=,; echo "${failed[*]}")"
+  done
+  line=$(python3 bench/slow_clients.py probe --port "$api_port")
+  result slowclients "probe $line"
+  stop_procs
+  drop_schema
+}
+
 for s in "${selected[@]}"; do
   echo
   echo "==== section $s ===="
@@ -1365,4 +1420,9 @@ gf3=$(pick '^RESULT galera target=galera_failover steps=3 ' events_per_s)
 [[ -n $rss ]] && echo "TARGET node peak RSS with 1,000 in flight $rss MiB (<= 64: $(meets "$rss" 64))"
 pr=$(pick '^RESULT purge ' ratio)
 [[ -n $pr ]] && echo "TARGET burn-down events/s with the retention purge running / without = $pr (>= 0.90: $(awk -v v="$pr" 'BEGIN { print (v >= 0.9 ? "met" : "missed") }'))"
+sl=$(printf '%s\n' "${results[@]}" | grep -E '^RESULT slowclients idle=[1-9]' | head -1 || true)
+if [[ -n $sl ]]; then
+  sl99=$(field healthz_p99_ms "$sl")
+  echo "TARGET /healthz with $(field idle "$sl") idle + $(field slowloris "$sl") slowloris connections: p99 $sl99 ms (<= 100: $(meets "$sl99" 100))"
+fi
 echo "logs:     $logs"

@@ -206,13 +206,13 @@ TEST(SettingsTest, WrongTypesRejected) {
   EXPECT_EQ(ParseError(WithTopics(R"("registry": {"offline_timeout_ms": 1.5})")),
             "config: registry.offline_timeout_ms: expected an integer, got a non-integer number");
   EXPECT_EQ(ParseError(WithTopics(R"("registry": {"sweep_interval_ms": 0})")),
-            "config: registry.sweep_interval_ms: must be at least 1, got 0");
+            "config: registry.sweep_interval_ms: must be at least 100, got 0");
   EXPECT_EQ(ParseError(WithTopics(R"("registry": {"purge_after_ms": -5})")),
             "config: registry.purge_after_ms: must be at least 1, got -5");
   EXPECT_EQ(ParseError(WithTopics(R"("dispatcher": {"batch_size": 0})")),
             "config: dispatcher.batch_size: must be at least 1, got 0");
   EXPECT_EQ(ParseError(WithTopics(R"("dispatcher": {"batch_size": 3000000000})")),
-            "config: dispatcher.batch_size: must be at most 2147483647, got 3000000000");
+            "config: dispatcher.batch_size: must be at most 10000, got 3000000000");
   EXPECT_EQ(ParseError(WithTopics(R"("consumer": {"capacity": true})")),
             "config: consumer.capacity: expected an integer, got a boolean");
   EXPECT_EQ(ParseError(WithTopics(R"("consumer": {"capacity": 10001})")),
@@ -242,6 +242,61 @@ TEST(SettingsTest, WrongTypesRejected) {
   EXPECT_EQ(ParseError(R"({"topics": {"T": {"steps": [{"name": "a", "type": "demo", "max_retry": "3"}]}}})"),
             "config: topics.T.steps[0].max_retry: expected an integer, got a string");
   EXPECT_EQ(ParseError("[1, 2]"), "config: expected a JSON object at the top level, got an array");
+}
+
+// Issue 34: a setting that can hurt (a busy loop, a flood of log lines, a body or a
+// transaction without bound) is refused at start, naming its key; the defaults and the
+// example file stay valid (ExampleFileParsesAndValidates).
+TEST(SettingsTest, HarmfulValuesRefusedWithTheirKey) {
+  struct Case {
+    std::string json;
+    std::string message;
+  };
+  const Case cases[] = {
+      {R"("dispatcher": {"lease_ttl_ms": 1})", "config: dispatcher.lease_ttl_ms: must be at least 1000, got 1"},
+      {R"("dispatcher": {"lease_ttl_ms": 86400000})", "config: dispatcher.lease_ttl_ms: must be at most 600000, got 86400000"},
+      {R"("dispatcher": {"batch_size": 2000000000})", "config: dispatcher.batch_size: must be at most 10000, got 2000000000"},
+      {R"("dispatcher": {"poll_interval_ms": 1, "busy_interval_ms": 1})", "config: dispatcher.poll_interval_ms: must be at least 10, got 1"},
+      {R"("dispatcher": {"idle_interval_ms": 5})", "config: dispatcher.idle_interval_ms: must be at least 10, got 5"},
+      {R"("dispatcher": {"batch_check_interval_ms": 1})", "config: dispatcher.batch_check_interval_ms: must be at least 100, got 1"},
+      {R"("registry": {"heartbeat_interval_ms": 1})", "config: registry.heartbeat_interval_ms: must be at least 100, got 1"},
+      {R"("registry": {"offline_timeout_ms": 10})", "config: registry.offline_timeout_ms: must be at least 1000, got 10"},
+      {R"("registry": {"sweep_interval_ms": 5})", "config: registry.sweep_interval_ms: must be at least 100, got 5"},
+      {R"("consumer": {"poll_interval_ms": 1})", "config: consumer.poll_interval_ms: must be at least 10, got 1"},
+      {R"("retention": {"interval_ms": 1})", "config: retention.interval_ms: must be at least 100, got 1"},
+      {R"("api": {"max_body_bytes": 9223372036854775807})", "config: api.max_body_bytes: must be at most 67108864, got 9223372036854775807"},
+      {R"("api": {"allowed_hosts": "localhost"})", "config: api.allowed_hosts: expected an array of strings, got a string"},
+      {R"("api": {"allowed_hosts": ["localhost", ""]})", "config: api.allowed_hosts[1]: must not be empty"},
+      {R"("api": {"allowed_hosts": [7]})", "config: api.allowed_hosts[0]: expected a string, got an integer"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(ParseError(WithTopics(c.json)), c.message) << c.json;
+  const std::string steps = R"("steps": [{"name": "a", "type": "demo"}])";
+  EXPECT_EQ(ParseError(R"({"topics": {"T": {"max_processing_time_ms": 1, )" + steps + "}}}"),
+            "config: topics.T.max_processing_time_ms: must be at least 100, got 1");
+  EXPECT_EQ(ParseError(R"({"topics": {"T": {"claim_timeout_ms": 1, )" + steps + "}}}"),
+            "config: topics.T.claim_timeout_ms: must be at least 100, got 1");
+  EXPECT_EQ(ParseError(R"({"topics": {"T": {"batch_limit": 2000000000, )" + steps + "}}}"),
+            "config: topics.T.batch_limit: must be at most 10000, got 2000000000");
+  // The environment and flags (Validate) meet the same bounds.
+  EXPECT_EQ(ParseError(WithTopics(""), {{"DSYNC_DISPATCHER_LEASE_TTL_MS", "1"}}),
+            "config: DSYNC_DISPATCHER_LEASE_TTL_MS: must be at least 1000, got 1");
+  Settings s = ParseSettings(WithTopics(""), {});
+  s.api.max_body_bytes = int64_t{1} << 40;
+  EXPECT_EQ(ValidateError(s), "config: api.max_body_bytes: must be at most 67108864, got 1099511627776");
+  // The bounds themselves are accepted.
+  EXPECT_NO_THROW(ParseSettings(WithTopics(R"("dispatcher": {"lease_ttl_ms": 1000, "batch_size": 10000},
+      "registry": {"heartbeat_interval_ms": 500, "offline_timeout_ms": 1000, "sweep_interval_ms": 100},
+      "api": {"max_body_bytes": 67108864, "allowed_hosts": ["*"]})"), {}).Validate());
+}
+
+TEST(SettingsTest, AllowedHostsFromFileAndEnvironment) {
+  EXPECT_TRUE(ParseSettings(WithTopics(""), {}).api.allowed_hosts.empty());
+  EXPECT_EQ(ParseSettings(WithTopics(R"("api": {"allowed_hosts": ["dsync.internal", "*"]})"), {}).api.allowed_hosts,
+            (std::vector<std::string>{"dsync.internal", "*"}));
+  EXPECT_EQ(ParseSettings(WithTopics(""), {{"DSYNC_API_ALLOWED_HOSTS", " a.example ,b.example"}}).api.allowed_hosts,
+            (std::vector<std::string>{"a.example", "b.example"}));
+  EXPECT_EQ(ParseError(WithTopics(""), {{"DSYNC_API_ALLOWED_HOSTS", "a,,b"}}),
+            "config: DSYNC_API_ALLOWED_HOSTS[1]: must not be empty");
 }
 
 TEST(SettingsTest, TopicNamesChecked) {
@@ -478,6 +533,11 @@ std::map<std::string, EnvProbe> EnvProbes() {
       {"api.listen", {"0.0.0.0:9090", [](const Settings& s) { return s.api.listen; }}},
       {"api.token", {"s3cret", [](const Settings& s) { return s.api.token; }}},
       {"api.max_body_bytes", {"4096", [](const Settings& s) { return std::to_string(s.api.max_body_bytes); }}},
+      {"api.allowed_hosts", {"a.example,b.example", [](const Settings& s) {
+         std::string joined;
+         for (const auto& h : s.api.allowed_hosts) joined += (joined.empty() ? "" : ",") + h;
+         return joined;
+       }}},
   };
 }
 
@@ -496,14 +556,19 @@ TEST(SettingsTest, EveryEnvKeyRoundTripsAndMatchesItsDefault) {
     if (!key.default_value.empty()) {
       auto parsed = nlohmann::json::parse(key.default_value);
       std::string expected = parsed.is_string() ? parsed.get<std::string>() : parsed.dump();
+      if (parsed.is_array()) {  // lists read back comma-joined, as their variable is written
+        expected.clear();
+        for (const auto& item : parsed) expected += (expected.empty() ? "" : ",") + item.get<std::string>();
+      }
       EXPECT_EQ(probe->second.read(defaults), expected);
     }
     // The variable overrides the file and the default.
     Settings s = ParseSettings(WithTopics(""), {{key.env, probe->second.sample}});
     EXPECT_EQ(probe->second.read(s), probe->second.sample);
     EXPECT_NE(probe->second.read(defaults), probe->second.sample);
-    // A value of the wrong type is reported under the variable's name (strings take anything).
-    if (key.default_value.empty() || key.default_value[0] != '"') {
+    // A value of the wrong type is reported under the variable's name (strings and
+    // lists of strings take anything).
+    if (key.default_value.empty() || (key.default_value[0] != '"' && key.default_value[0] != '[')) {
       if (key.path != "database") {
         std::string message = ParseError(WithTopics(""), {{key.env, "not-a-number"}});
         EXPECT_EQ(message.rfind("config: " + key.env + ": ", 0), 0u) << message;
