@@ -135,6 +135,7 @@ const char* RouteName(Route r) {
     case Route::kOverview: return "/v1/overview";
     case Route::kConsole: return "/ (console)";
     case Route::kVerify: return "/v1/verify";
+    case Route::kCancelEvent: return "/v1/events/{code}/cancel";
     case Route::kUnknown: return "other";
   }
   return "other";
@@ -330,6 +331,8 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
     req.route = Route::kStreamEvent, allow = "GET";
   } else if (s.size() == 4 && at(0, "v1") && at(1, "events") && !s[2].empty() && at(3, "retry")) {
     req.route = Route::kRetryEvent, allow = "POST";
+  } else if (s.size() == 4 && at(0, "v1") && at(1, "events") && !s[2].empty() && at(3, "cancel")) {
+    req.route = Route::kCancelEvent, allow = "POST";
   }
 
   // Authentication comes before anything that tells the client about the server (the
@@ -354,7 +357,7 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
                     allow);
   }
   if (req.route == Route::kGetBatch || req.route == Route::kGetEvent || req.route == Route::kStreamEvent ||
-      req.route == Route::kRetryEvent || req.route == Route::kDrainNode) {
+      req.route == Route::kRetryEvent || req.route == Route::kDrainNode || req.route == Route::kCancelEvent) {
     req.code = PercentDecode(s[2], /*plus_as_space=*/false);
     // No stored code can hold these; the database is not asked about them.
     if (!IsCleanText(req.code)) throw UsageError("the code in the path is not valid UTF-8 text without control characters");
@@ -424,6 +427,9 @@ HttpServer::Reply HttpServer::Dispatch(Request& req, Poco::Net::HTTPServerReques
     case Route::kGetEvent: return {200, Dump(ToJson(store_.Get(req.code)))};
     case Route::kGetBatch: return {200, Dump(ToJson(store_.GetBatch(req.code)))};
     case Route::kRetryEvent: return RetryEvent(req, req.code);
+    case Route::kCancelEvent:
+      return {200, Dump(ToJson(store_.Cancel(req.code, ParseCancelReason(req.body.empty() ? json::object()
+                                                                                         : ParseJsonBody(req.body)))))};
     case Route::kNodes: return Nodes(req);
     case Route::kHealth: return Health();
     case Route::kMetrics: return {200, RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8"};
