@@ -112,16 +112,17 @@ constexpr const char* kAttentionUnknownTopic = DSYNC_ATTENTION_RECORDED("unknown
 constexpr const char* kAttentionUnroutable = DSYNC_ATTENTION_RECORDED("unroutable");
 // Services that may hold events without a dispatcher: those of the registry, of the
 // lease rows, and the column default of distribute_event.service (what a plain INSERT
-// gets); each without a live lease is read by its own range of idx_due. Events of a
-// service named nowhere else are left to the view, which reads every PENDING row.
+// gets; bound, as ReadDefaultService reads it: information_schema's text has another
+// character set); each without a live lease is read by its own range of idx_due.
+// Events of a service named nowhere else are left to the view, which reads every
+// PENDING row. Params: the column default, limit.
 constexpr const char* kAttentionNoDispatcher =
     "SELECT 'no_dispatcher_for_service' AS reason, " DSYNC_ATTENTION_COLUMNS "'' AS blocker_code, "
     "CONCAT('no live dispatcher of service ', e.service, ' holds its lease (dispatcher:', e.service, ')')"
     DSYNC_ATTENTION_TAIL " FROM (SELECT DISTINCT c.service FROM ("
     "SELECT service_name AS service FROM distribute_node_registry "
     "UNION SELECT SUBSTRING(lock_name, 12) FROM distribute_lease_lock WHERE lock_name LIKE 'dispatcher:%' "
-    "UNION SELECT TRIM(BOTH CHAR(39) FROM COLUMN_DEFAULT) FROM information_schema.COLUMNS "
-    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'distribute_event' AND COLUMN_NAME = 'service') c "
+    "UNION SELECT ?) c "
     "WHERE NOT " DSYNC_HAS_DISPATCHER("c") ") s "
     "STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_due) ON e.status = 'PENDING' AND e.service = s.service "
     "WHERE NOT " DSYNC_UNROUTABLE("e") " AND NOT " DSYNC_COMP_RETRYING("e") " LIMIT ?";  // in idx_due order
@@ -241,11 +242,25 @@ std::vector<EventRow> ListEvents(storage::Connection& c, const EventListFilter& 
   return out;
 }
 
+namespace {
+
+// Runs `sql` (q's statement, or a count over it) with its row limit, and the
+// no_dispatcher statement with the column default first.
+std::unique_ptr<storage::ResultSet> RunAttention(storage::Connection& c, const std::string& sql,
+                                                 const AttentionQuery& q, int64_t limit,
+                                                 const std::string& default_service) {
+  if (q.sql == kAttentionNoDispatcher) return c.Query(sql, default_service, limit);
+  return c.Query(sql, limit);
+}
+
+}  // namespace
+
 std::vector<AttentionEntry> ReadNeedingAttention(storage::Connection& c, int64_t n) {
   std::vector<AttentionEntry> out;
+  const std::string default_service = ReadDefaultService(c).value_or("");
   for (const AttentionQuery& q : kAttentionQueries) {
     const bool held = std::string_view(q.reason) == "held_behind";
-    auto rs = c.Query(q.sql, held ? n * kHeldRowsPerEvent : n);
+    auto rs = RunAttention(c, q.sql, q, held ? n * kHeldRowsPerEvent : n, default_service);
     std::set<std::string> seen;  // held_behind: the first row of each event names its earliest blocker
     while (rs->next()) {
       Columns col(*rs);
@@ -276,10 +291,12 @@ std::vector<AttentionEntry> ReadNeedingAttention(storage::Connection& c, int64_t
 
 std::map<std::string, int64_t> CountNeedingAttention(storage::Connection& c, int64_t cap) {
   std::map<std::string, int64_t> out;
+  const std::string default_service = ReadDefaultService(c).value_or("");
   for (const AttentionQuery& q : kAttentionQueries) {
     const bool held = std::string_view(q.reason) == "held_behind";
     const std::string sql = std::string("SELECT COUNT(DISTINCT t.code) FROM (") + q.sql + ") t";
-    out[q.reason] = std::min<int64_t>(cap, c.QueryInt(sql, held ? cap * kHeldRowsPerEvent : cap).value_or(0));
+    auto rs = RunAttention(c, sql, q, held ? cap * kHeldRowsPerEvent : cap, default_service);
+    out[q.reason] = rs->next() ? std::min<int64_t>(cap, rs->getInt64(1)) : 0;
   }
   return out;
 }

@@ -88,9 +88,15 @@ function attentionTable(o) {
       h('td', {class: 'code'}, eventLink(a.code)),
       h('td', null, a.topic), h('td', null, statusBadge(a.status)),
       h('td', {class: 'code'}, `${a.tenant_id || ''}/${a.data_id || ''}`),
-      h('td', {class: 'err', title: attentionWhy(a), 'data-why': ''},
-        a.blocker_code ? ['behind ', eventLink(a.blocker_code), ': '] : null,
-        truncate(attentionWhy(a), 160))))));
+      h('td', {class: 'err', title: attentionWhy(a), 'data-why': ''}, whyCell(a))))));
+}
+
+// The why, with a held event's blocker as a link ("held behind <link> (its reason)").
+function whyCell(a) {
+  const why = attentionWhy(a);
+  const head = 'held behind ' + (a.blocker_code || '');
+  if (!a.blocker_code || !why.startsWith(head)) return truncate(why, 160);
+  return ['held behind ', eventLink(a.blocker_code), truncate(why.slice(head.length), 160)];
 }
 
 export function nodeRows(nodes, extra) {
