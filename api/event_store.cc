@@ -660,7 +660,7 @@ EventRow EventStore::Cancel(const std::string& code, const std::string& reason_g
   RequireText("reason", reason, 1, 500);
   std::string from;
   pool_.Transact("cancel event", [&](storage::Connection& c) {
-    std::optional<events::CancelTarget> t = events::ReadCancelTarget(c, code);
+    std::optional<events::CancelTarget> t = events::ReadCancelTarget(c, code, settings_.registry.offline_timeout);
     if (!t) throw NotFoundError("no event " + Quote(code));
     from = t->status;
     if (IsTerminal(t->status)) {
@@ -672,6 +672,11 @@ EventRow EventStore::Cancel(const std::string& code, const std::string& reason_g
                           "; only PENDING or ASSIGNED events that have not started can be cancelled "
                           "(drain or stop the node; the sweeper hands a dead node's events back)");
     }
+    if (t->status == "ASSIGNED" && t->held_by_live_node) {
+      throw ConflictError("event " + Quote(code) + " is ASSIGNED to live node " + t->node_address +
+                          ", which may be starting it; if the node does not claim it the sweeper hands it back "
+                          "(claim_timeout_ms), then cancel it");
+    }
     if (t->phase != "FORWARD") {
       throw ConflictError("event " + Quote(code) + " is compensating; cancelling would leave its done steps "
                           "applied: let the compensation finish");
@@ -682,7 +687,7 @@ EventRow EventStore::Cancel(const std::string& code, const std::string& reason_g
       throw ConflictError("event " + Quote(code) + " has steps that ran (" + steps +
                           "); cancelling could leave their effects: it finishes by running or compensating");
     }
-    if (!events::CancelEvent(c, t->id, t->version, reason)) {
+    if (!events::CancelEvent(c, t->id, t->version, reason, settings_.registry.offline_timeout)) {
       throw ConflictError("event " + Quote(code) + " changed while cancelling it (a node may have claimed it); "
                           "look again: dsync events show " + code);
     }

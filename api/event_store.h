@@ -255,8 +255,8 @@ class EventStore {
   // CountNeedingAttention), every reason present. Throws DbError.
   std::map<std::string, int64_t> CountNeedingAttention(int64_t cap);
 
-  // Ends an event that will never run (events/cancel.h): PENDING or ASSIGNED, not
-  // started, -> FAILED with last_error "cancelled: <reason>". `reason` 1..500
+  // Ends an event that will never run (events/cancel.h): PENDING, or ASSIGNED to a node
+  // that is not live, not started, -> FAILED with last_error "cancelled: <reason>". `reason` 1..500
   // characters of clean text (empty: "no reason given"). Returns the event as it now
   // is. Throws UsageError, NotFoundError, ConflictError (it started, is finished or
   // compensating, or changed meanwhile: the message says which).

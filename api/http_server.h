@@ -30,7 +30,7 @@
 //                                  failed_step) -> 200 + the event; 409 unless FAILED/COMPENSATED
 //   POST /v1/events/{code}/cancel  {"reason": "..."} (body optional) -> 200 + the event, now
 //                                  FAILED "cancelled: <reason>" (EventStore::Cancel); 409
-//                                  unless PENDING/ASSIGNED and not started
+//                                  unless not started (PENDING, or ASSIGNED to a dead node)
 //   GET  /v1/events?...&batch=&tenant=&code=   also by batch code, tenant_id, code prefix
 //   GET  /v1/nodes?all=true        {nodes: [...]} (live nodes; all rows with all=true)
 //   POST /v1/nodes/{address}/drain the node drains (EventStore::Drain) -> 200 + the node;

@@ -427,7 +427,7 @@ const std::vector<CommandSpec>& Commands() {
                              "(v_events_needing_attention; --limit per reason)"},
         kJsonOption}},
       {"cancel",
-       "end an event that will never run (PENDING or ASSIGNED, not started): FAILED with last_error "
+       "end an event that will never run (PENDING, or ASSIGNED to a dead node; not started): FAILED with last_error "
        "\"cancelled: REASON\"; events held behind it by the ordering rule then run",
        "CODE",
        1,

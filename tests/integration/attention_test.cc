@@ -200,18 +200,28 @@ TEST_F(AttentionTest, CancelRefusesWhatStartedOrEndedAndIsFencedByTheVersion) {
   } catch (const ConflictError& e) {
     EXPECT_NE(std::string(e.what()).find("has steps that ran (x (SUCCESS))"), std::string::npos) << e.what();
   }
+  try {
+    store.Cancel("Q1", "x");
+    ADD_FAILURE() << "cancelled an event assigned to a live node (it may be running a deferred first step)";
+  } catch (const ConflictError& e) {
+    EXPECT_NE(std::string(e.what()).find("is ASSIGNED to live node a:1"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(store.Cancel("nope", "x"), NotFoundError);
   EXPECT_THROW(store.Cancel("Q1", std::string("bad\x01reason")), UsageError);
   EXPECT_EQ(Text(db, "SELECT GROUP_CONCAT(code, status, version ORDER BY id) FROM distribute_event"), before);
 
-  // The statement is fenced by the version read: a claim in between wins.
-  bool won = db.pool().Run("cancel", [&](storage::Connection& c) { return events::CancelEvent(c, running, 1, "x"); });
-  EXPECT_FALSE(won);  // RUNNING
-  db.Exec("UPDATE distribute_event SET version = 2 WHERE code = 'Q1'");  // as a claim-and-hand-back would
-  won = db.pool().Run("cancel", [&](storage::Connection& c) { return events::CancelEvent(c, assigned, 1, "x"); });
-  EXPECT_FALSE(won);
+  // The statement itself holds the rules, fenced by the version read: a RUNNING event,
+  // an ASSIGNED one whose node is live, and a stale version all match nothing.
+  auto cancel = [&](int64_t id, int64_t version) {
+    return db.pool().Run("cancel",
+                         [&](storage::Connection& c) { return events::CancelEvent(c, id, version, "x", 30s); });
+  };
+  EXPECT_FALSE(cancel(running, 1));
+  EXPECT_FALSE(cancel(assigned, 1));  // a:1 is live
+  db.Exec("UPDATE distribute_event SET node_address = 'dead:1', version = 2 WHERE code = 'Q1'");  // its node died
+  EXPECT_FALSE(cancel(assigned, 1));  // the version read is stale
   EXPECT_EQ(StatusOf(db, assigned), "ASSIGNED");
-  EXPECT_EQ(store.Cancel("Q1", "x").status, "FAILED");  // not yet claimed: cancellable
+  EXPECT_EQ(store.Cancel("Q1", "x").status, "FAILED");  // assigned to a dead node, never claimed: cancellable
 }
 
 TEST_F(AttentionTest, EventsOfAServiceNoLiveDispatcherServesAreListed) {
