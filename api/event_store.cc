@@ -10,6 +10,7 @@
 #include "dispatcher/lease_lock.h"
 #include "events/assign.h"
 #include "events/batches.h"
+#include "events/cancel.h"
 #include "events/produce.h"
 #include "events/retry.h"
 #include "registry/node_directory.h"
@@ -346,7 +347,21 @@ nlohmann::json ToJson(const AttentionRow& a) {
           {"retry_count", a.retry_count},
           {"modifier_time", TextOrNull(a.modifier_time)},
           {"idle_s", a.idle_s},
-          {"last_error", TextOrNull(a.last_error)}};
+          {"last_error", TextOrNull(a.last_error)},
+          {"detail", TextOrNull(a.detail)},
+          {"blocker_code", TextOrNull(a.blocker_code)},
+          {"service", a.service},
+          {"tenant_id", a.tenant_id},
+          {"data_id", a.data_id},
+          {"next_run_time", TextOrNull(a.next_run_time)}};
+}
+
+std::string ParseCancelReason(const nlohmann::json& body) {
+  if (!body.is_object()) throw UsageError("the cancel body must be a JSON object {\"reason\": ...}");
+  for (const auto& [key, _] : body.items()) {
+    if (key != "reason") throw UsageError("unknown field (expected reason)");
+  }
+  return OptionalString(body, "reason");
 }
 
 nlohmann::json ToJson(const Health& h) {
@@ -651,9 +666,60 @@ std::vector<AttentionRow> EventStore::NeedingAttention(int limit_per_reason) {
   for (auto& a : entries) {
     out.push_back(AttentionRow{std::move(a.code), std::move(a.topic), std::move(a.status), std::move(a.phase),
                                std::move(a.reason), std::move(a.node_address), std::move(a.modifier_time),
-                               std::move(a.last_error), a.attempt, a.retry_count, a.idle_s});
+                               std::move(a.last_error), a.attempt, a.retry_count, a.idle_s,
+                               std::move(a.detail), std::move(a.blocker_code), std::move(a.service),
+                               std::move(a.tenant_id), std::move(a.data_id), std::move(a.next_run_time)});
   }
   return out;
+}
+
+std::map<std::string, int64_t> EventStore::CountNeedingAttention(int64_t cap) {
+  return pool_.Run("count events needing attention",
+                   [&](storage::Connection& c) { return events::CountNeedingAttention(c, cap); });
+}
+
+EventRow EventStore::Cancel(const std::string& code, const std::string& reason_given) {
+  RequireText("code", code, 1, 64);
+  const std::string reason = reason_given.empty() ? "no reason given" : reason_given;
+  RequireText("reason", reason, 1, 500);
+  std::string from;
+  pool_.Transact("cancel event", [&](storage::Connection& c) {
+    std::optional<events::CancelTarget> t = events::ReadCancelTarget(c, code, settings_.registry.offline_timeout);
+    if (!t) throw NotFoundError("no event " + Quote(code));
+    from = t->status;
+    if (IsTerminal(t->status)) {
+      throw ConflictError("event " + Quote(code) + " is already " + t->status + "; nothing to cancel");
+    }
+    if (t->status != "PENDING" && t->status != "ASSIGNED") {
+      throw ConflictError("event " + Quote(code) + " is " + t->status +
+                          (t->node_address.empty() ? "" : " on node " + t->node_address) +
+                          "; only PENDING or ASSIGNED events that have not started can be cancelled "
+                          "(drain or stop the node; the sweeper hands a dead node's events back)");
+    }
+    if (t->status == "ASSIGNED" && t->held_by_live_node) {
+      throw ConflictError("event " + Quote(code) + " is ASSIGNED to live node " + t->node_address +
+                          ", which may be starting it; if the node does not claim it the sweeper hands it back "
+                          "(claim_timeout_ms), then cancel it");
+    }
+    if (t->phase != "FORWARD") {
+      throw ConflictError("event " + Quote(code) + " is compensating; cancelling would leave its done steps "
+                          "applied: let the compensation finish");
+    }
+    if (!t->started_steps.empty()) {
+      std::string steps;
+      for (const auto& st : t->started_steps) steps += (steps.empty() ? "" : ", ") + st;
+      throw ConflictError("event " + Quote(code) + " has steps that ran (" + steps +
+                          "); cancelling could leave their effects: it finishes by running or compensating");
+    }
+    if (!events::CancelEvent(c, t->id, t->version, reason, settings_.registry.offline_timeout)) {
+      throw ConflictError("event " + Quote(code) + " changed while cancelling it (a node may have claimed it); "
+                          "look again: dsync events show " + code);
+    }
+  });
+  EventRow e = GetEvent(code);
+  spdlog::info("EVENT_CANCELLED event={} trace={} from={} version={} reason=\"{}\"", e.code,
+               e.trace_id.empty() ? e.code : e.trace_id, from, e.version, reason);
+  return e;
 }
 
 std::map<std::string, int64_t> EventStore::CountByStatus() {

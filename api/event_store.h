@@ -145,15 +145,24 @@ struct EventPage {
 
 enum class RetryFrom { kStart, kFailedStep };
 
-// An event that needs an operator's look (the rules of v_events_needing_attention):
-// reason "failed" (FAILED), "stuck" (ASSIGNED/RUNNING/COMPENSATING, no activity for
-// 5 minutes) or "compensation_retrying" (a compensation failed and is retried).
+// An event that needs an operator's look (the rules of v_events_needing_attention,
+// events/rows.h): reason "failed" (FAILED), "stuck" (ASSIGNED/RUNNING/COMPENSATING, no
+// activity for 5 minutes), "compensation_retrying" (a compensation failed and is
+// retried), and for PENDING events that cannot make progress "unknown_topic",
+// "unroutable", "no_dispatcher_for_service", "held_behind" (blocker_code names the
+// blocker, detail its reason) and "delayed" (holds later events back until its due
+// time). JSON: detail, blocker_code and next_run_time are null when empty.
 struct AttentionRow {
   std::string code, topic, status, phase, reason, node_address, modifier_time, last_error;
   int attempt = 0, retry_count = 0;
   int64_t idle_s = 0;
+  std::string detail, blocker_code, service, tenant_id, data_id, next_run_time;
 };
 nlohmann::json ToJson(const AttentionRow& a);
+
+// The reason of POST /v1/events/{code}/cancel: {"reason": "..."} or {} (empty: none
+// given); unknown fields are rejected. Throws UsageError.
+std::string ParseCancelReason(const nlohmann::json& body);
 
 struct NodeView {
   std::string node_address, status;  // online | draining | offline
@@ -253,6 +262,17 @@ class EventStore {
   // (newest first), then stuck, then compensations retrying. Three index range reads
   // (idx_due by status), never a scan of finished events. Throws DbError.
   std::vector<AttentionRow> NeedingAttention(int limit_per_reason);
+
+  // Events needing attention by reason, each counted up to `cap` (events/rows.h
+  // CountNeedingAttention), every reason present. Throws DbError.
+  std::map<std::string, int64_t> CountNeedingAttention(int64_t cap);
+
+  // Ends an event that will never run (events/cancel.h): PENDING, or ASSIGNED to a node
+  // that is not live, not started, -> FAILED with last_error "cancelled: <reason>". `reason` 1..500
+  // characters of clean text (empty: "no reason given"). Returns the event as it now
+  // is. Throws UsageError, NotFoundError, ConflictError (it started, is finished or
+  // compensating, or changed meanwhile: the message says which).
+  EventRow Cancel(const std::string& code, const std::string& reason);
 
   // Never throws: a database failure is reported in the result.
   Health CheckHealth();

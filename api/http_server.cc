@@ -65,6 +65,7 @@ const std::vector<HttpServer::RouteSpec>& HttpServer::Routes() {
       {Route::kGetEvent, "GET", "/v1/events/{code}", {}, &HttpServer::GetEvent},
       {Route::kStreamEvent, "GET", "/v1/events/{code}/stream", {}, &HttpServer::StreamEvent},
       {Route::kRetryEvent, "POST", "/v1/events/{code}/retry", {}, &HttpServer::RetryEvent},
+      {Route::kCancelEvent, "POST", "/v1/events/{code}/cancel", {}, &HttpServer::CancelEvent},
   };
   return kRoutes;
 }
@@ -189,6 +190,7 @@ const char* RouteName(Route r) {
     case Route::kOverview: return "/v1/overview";
     case Route::kConsole: return "/ (console)";
     case Route::kVerify: return "/v1/verify";
+    case Route::kCancelEvent: return "/v1/events/{code}/cancel";
     case Route::kUnknown: return "other";
   }
   return "other";
@@ -592,6 +594,11 @@ HttpServer::Reply HttpServer::RetryEvent(Request& req) {
     }
   }
   return {200, PublicDump(ToJson(store_.Retry(req.code, from)))};
+}
+
+HttpServer::Reply HttpServer::CancelEvent(Request& req) {
+  json body = req.body.empty() ? json::object() : ParseJsonBody(req.body);
+  return {200, PublicDump(ToJson(store_.Cancel(req.code, ParseCancelReason(body))))};
 }
 
 HttpServer::Reply HttpServer::Nodes(Request& req) {

@@ -28,6 +28,9 @@
 //                                  FAILED / COMPENSATED, then the stream closes
 //   POST /v1/events/{code}/retry   {"from": "start" | "failed_step"} (body optional; default
 //                                  failed_step) -> 200 + the event; 409 unless FAILED/COMPENSATED
+//   POST /v1/events/{code}/cancel  {"reason": "..."} (body optional) -> 200 + the event, now
+//                                  FAILED "cancelled: <reason>" (EventStore::Cancel); 409
+//                                  unless not started (PENDING, or ASSIGNED to a dead node)
 //   GET  /v1/events?...&batch=&tenant=&code=   also by batch code, tenant_id, code prefix
 //   GET  /v1/nodes?all=true        {nodes: [...]} (live nodes; all rows with all=true)
 //   POST /v1/nodes/{address}/drain the node drains (EventStore::Drain) -> 200 + the node;
@@ -122,7 +125,7 @@ HttpOptions HttpOptionsFromSettings(const ApiSettings& api);
 // The routes, as the `route` label of the request metrics.
 enum class Route {
   kCreateEvent, kListEvents, kGetEvent, kStreamEvent, kRetryEvent, kCreateBatch, kGetBatch,
-  kNodes, kHealth, kMetrics, kDrainNode, kOverview, kConsole, kVerify, kUnknown,
+  kNodes, kHealth, kMetrics, kDrainNode, kOverview, kConsole, kVerify, kCancelEvent, kUnknown,
 };
 inline constexpr size_t kRouteCount = static_cast<size_t>(Route::kUnknown) + 1;
 const char* RouteName(Route r);  // "/v1/events/{code}", ...
@@ -187,6 +190,7 @@ class HttpServer final : private HttpService {
   Reply GetEvent(Request& req);
   Reply GetBatch(Request& req);
   Reply RetryEvent(Request& req);
+  Reply CancelEvent(Request& req);
   Reply Nodes(Request& req);
   Reply DrainNode(Request& req);
   Reply Overview(Request& req);

@@ -55,6 +55,21 @@ void WriteDatabaseMetrics(EventStore& store, metrics::TextWriter& w) {
     spdlog::warn("METRICS_DB_ERROR err={}", e.what());
   }
   try {
+    // Every reason of v_events_needing_attention, 0 when none; each counted by its own
+    // index-backed statement (events/rows.h), up to kAttentionCap.
+    constexpr int64_t kAttentionCap = 10000;
+    const auto counts = store.CountNeedingAttention(kAttentionCap);
+    w.Family("dsync_events_needing_attention",
+             "Events that cannot make progress or need a look, by reason (v_events_needing_attention); "
+             "each reason counted up to 10000.",
+             Type::kGauge);
+    for (const auto& [reason, n] : counts) {
+      w.Sample("dsync_events_needing_attention", {{"reason", reason}}, static_cast<double>(n));
+    }
+  } catch (const Error& e) {
+    spdlog::warn("METRICS_ATTENTION_ERROR err={}", e.what());
+  }
+  try {
     // The latest verify result per (topic or table, filter, table) (V013).
     // One series per (subject, table, target): the newest of its filters.
     std::vector<LatestVerify> latest;

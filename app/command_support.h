@@ -47,6 +47,9 @@ int RunEvents(const Invocation& inv);
 int RunRetry(const Invocation& inv);
 int RunDrain(const Invocation& inv);
 int RunNodes(const Invocation& inv);
+// `dsync events --attention` and `dsync cancel` (app/attention_command.cc).
+int RunEventsAttention(const Invocation& inv);
+int RunCancel(const Invocation& inv);
 // Retention on demand (app/purge_command.cc).
 int RunPurge(const Invocation& inv);
 // "90s", "15m", "12h", "7d", "500ms" -> milliseconds, at most 36500d (100 years).

@@ -27,6 +27,7 @@
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/dispatcher_service.h"
 #include "dispatcher/dispatcher_waker.h"
+#include "events/rows.h"
 #include "saga/commit_group.h"
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
@@ -58,7 +59,36 @@ int RunMigrate(const Invocation& inv) {
     std::cout << "schema migrated from version " << result.from_version << " to " << result.to_version
               << "\n";
   }
+  // Which service a plain INSERT that names none belongs to (V014's column default).
+  if (auto column_default = pool.Run("read the service default",
+                                     [](storage::Connection& c) { return events::ReadDefaultService(c); })) {
+    std::cout << "a plain INSERT INTO distribute_event that names no service belongs to service '"
+              << *column_default << "' (the column default)";
+    if (*column_default != s.service) {
+      std::cout << "; this config's service is '" << s.service << "', whose dispatchers never run them (change it: "
+                << "ALTER TABLE distribute_event ALTER COLUMN service SET DEFAULT '" << s.service << "')";
+    }
+    std::cout << "\n";
+  }
   return 0;
+}
+
+// One WARN line at the start of a node or dispatcher whose service is not the one a
+// plain INSERT gets (the column default of distribute_event.service): those events
+// are another service's and this process never runs them. Never throws: a failed
+// read is logged and the start goes on.
+void WarnIfNotDefaultService(storage::ConnectionPool& pool, const std::string& service, const char* role) {
+  try {
+    auto column_default =
+        pool.Run("read the service default", [](storage::Connection& c) { return events::ReadDefaultService(c); });
+    if (!column_default || *column_default == service) return;
+    spdlog::warn("SERVICE_NOT_DEFAULT role={} service={} column_default={} hint=\"a plain INSERT INTO "
+                 "distribute_event that names no service belongs to {}, not to this {}: name the service in the "
+                 "INSERT, or ALTER TABLE distribute_event ALTER COLUMN service SET DEFAULT '{}'\"",
+                 role, service, *column_default, *column_default, role, service);
+  } catch (const Error& e) {
+    spdlog::warn("SERVICE_DEFAULT_UNREAD role={} service={} err={}", role, service, e.what());
+  }
 }
 
 // --- node ------------------------------------------------------------------
@@ -182,6 +212,7 @@ int RunNode(const Invocation& inv) {
   spdlog::info("NODE_STARTING node={} service={} capacity={} prefetch={} pool={} topics={} db={}",
                options.node_address, s.service, options.capacity, PrefetchText(options.prefetch), pool->stats().max_size,
                nlohmann::json(options.topics).dump(), pool->url().Masked());
+  WarnIfNotDefaultService(*pool, s.service, "node");
   parts.node.Start();
   std::string cause = parts.node.WaitForDrainRequest(signals);
   spdlog::info("NODE_STOPPING node={} cause=\"{}\"", options.node_address, cause);
@@ -214,6 +245,7 @@ int RunDispatcher(const Invocation& inv) {
   dispatcher::DispatcherService service(*pool, s, clock);
   spdlog::info("DISPATCHER_STARTING owner={} lock={} db={}", service.owner(), service.lock_name(),
                pool->url().Masked());
+  WarnIfNotDefaultService(*pool, s.service, "dispatcher");
   service.Start();
   const char* stop_signal = WaitForStopSignal(signals);
   spdlog::info("DISPATCHER_STOPPING owner={} signal={}", service.owner(), stop_signal);
@@ -276,6 +308,7 @@ int RunAll(const Invocation& inv) {
   ApiParts api_parts(*pool, s, clock,
                      ComponentMetrics({.pool = pool.get(), .dispatcher = &dispatcher,
                                        .saga = &parts.engine.stats(), .consumer = &parts.node.stats()}));
+  WarnIfNotDefaultService(*pool, s.service, "all");
   api_parts.server.Start();
   dispatcher.Start();
   parts.node.Start();
@@ -390,7 +423,16 @@ const std::vector<CommandSpec>& Commands() {
         {"limit", true, "rows (1-1000, default 50)"},
         {"after", true, "page cursor printed by the previous page"},
         {"batch", true, "progress of this batch by status"},
+        {"attention", false, "every event that cannot make progress or needs a look, with why "
+                             "(v_events_needing_attention; --limit per reason)"},
         kJsonOption}},
+      {"cancel",
+       "end an event that will never run (PENDING, or ASSIGNED to a dead node; not started): FAILED with last_error "
+       "\"cancelled: REASON\"; events held behind it by the ordering rule then run",
+       "CODE",
+       1,
+       1,
+       {{"reason", true, "why (kept in last_error and the process log; default: no reason given)"}, kJsonOption}},
       {"retry",
        "re-drive a FAILED or COMPENSATED event: from the failed step (steps still SUCCESS are kept) "
        "or from the start",
@@ -458,6 +500,7 @@ int RunCommand(const Invocation& inv) {
   if (inv.command == "produce") return RunProduce(inv);
   if (inv.command == "events") return RunEvents(inv);
   if (inv.command == "retry") return RunRetry(inv);
+  if (inv.command == "cancel") return RunCancel(inv);
   if (inv.command == "drain") return RunDrain(inv);
   if (inv.command == "verify") return RunVerify(inv);
   throw UsageError("command '" + inv.command + "' is not implemented");

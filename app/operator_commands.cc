@@ -301,6 +301,7 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
 }  // namespace
 
 int RunEvents(const Invocation& inv) {
+  if (inv.Flag("attention")) return RunEventsAttention(inv);
   if (!inv.args.empty() && inv.args[0] != "show") {
     throw UsageError("unexpected argument '" + inv.args[0] + "' for 'dsync events' (did you mean: dsync events show CODE)");
   }

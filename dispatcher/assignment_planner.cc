@@ -206,6 +206,19 @@ int AssignmentPlanner::remaining() const {
   return std::max(0, std::min(free_slots(), config_.batch_size - assigned_total_));
 }
 
+bool AssignmentPlanner::Known(const std::string& topic) const {
+  if (config_.topics.count(topic) > 0) return true;
+  return std::any_of(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.Serves(topic); });
+}
+
+std::vector<std::string> AssignmentPlanner::UnorderedTopics() const {
+  std::vector<std::string> out;
+  for (const auto& [topic, policy] : config_.topics) {
+    if (!policy.ordered) out.push_back(topic);
+  }
+  return out;
+}
+
 PageFilter AssignmentPlanner::NextPageFilter() const {
   PageFilter f;
   f.limit = remaining();

@@ -163,6 +163,12 @@ class AssignmentPlanner {
   const std::map<std::string, std::string>& Unroutable() const { return unroutable_; }
   // Assignments made this cycle, per node address.
   std::map<std::string, int> assigned_per_node() const;
+  // Whether the topic is known to this cycle: configured, or served (explicitly or by
+  // "*") by a live non-draining node. Events of a topic that is neither are never
+  // given to any node (DispatchCycle records them as unknown_topic).
+  bool Known(const std::string& topic) const;
+  // Configured topics with ordered = false, sorted.
+  std::vector<std::string> UnorderedTopics() const;
 
  private:
   struct Node {

@@ -23,12 +23,18 @@
 //     wait never fill a page and block the ones behind them.
 //
 // Unroutable topics (AssignmentPlanner::Unroutable: no live node serves the topic,
-// reaches every datasource of its plan, or could build its plan) are recorded in
-// distribute_unroutable_topic (V009) with the reason and their PENDING events
+// reaches every datasource of its plan, or could build its plan; kind 'unroutable')
+// and unknown topics (PENDING events of a topic that neither the config defines nor
+// any live node serves, AssignmentPlanner::Known; kind 'unknown_topic', found by
+// one GROUP BY over the service's PENDING rows of idx_due every 10 s) are recorded in
+// distribute_unroutable_topic (V009, V017) with the reason and their PENDING events
 // counted, in one transaction fenced like the assignments: when the set or a reason
-// changes, and every 5 s while it is not empty (the rows' updated_time
-// tells the inspection view v_events_needing_attention they are current). Nothing is
-// read or written while every topic is routable and was so at the last record.
+// changes, and every 5 s while it is not empty (the rows' updated_time tells the
+// inspection view v_events_needing_attention they are current). While every topic is
+// routable and known, nothing is written, and the only read is that GROUP BY.
+// The config's unordered topics go to distribute_unordered_topic (V017) once per
+// tenure of the lease (and when unfenced, once), so that the view knows which events
+// the ordering rule holds.
 //
 // Thread safety: RunOnce from one thread at a time; stats() from any thread.
 #pragma once
@@ -59,6 +65,7 @@ struct CycleOptions {
 
 // A topic no live node can run, as the last cycle saw it.
 struct UnroutableTopic {
+  std::string kind = "unroutable";  // or "unknown_topic"
   std::string reason;
   int64_t pending = 0;  // its PENDING events, counted at the last record
 };
@@ -154,8 +161,11 @@ class DispatchCycle {
     int64_t id;
   };
   std::vector<PendingEvent> ReadDue(const PageFilter& filter, const Cursor& after);
-  // Records planner_.Unroutable() (see the file comment). Throws DbError.
+  // Records planner_.Unroutable() and the unknown topics (see the file comment).
+  // Failures are logged, never thrown: the record is for the operator.
   void RecordUnroutable(const std::optional<LeaseFence>& fence);
+  // Records the config's unordered topics once per lease tenure (see the file comment).
+  void RecordUnordered(const std::optional<LeaseFence>& fence);
   CycleResult RunPages(const std::optional<LeaseFence>& fence, const std::function<bool()>& leading);
 
   storage::ConnectionPool& pool_;
@@ -165,9 +175,14 @@ class DispatchCycle {
   AssignmentPlanner planner_;
   bool backlog_ = false;  // CycleResult::backlog of the last cycle; RunOnce's thread only
   std::function<void(const std::vector<std::string>&)> on_assigned_;
-  // What RecordUnroutable last wrote, and when (RunOnce's thread only).
+  // What RecordUnroutable last wrote (topic -> kind + '\n' + reason), and when; the
+  // unknown topics the last count found (RunOnce's thread only).
   std::optional<std::map<std::string, std::string>> recorded_unroutable_;
   Clock::TimePoint recorded_at_{};
+  std::map<std::string, std::string> unknown_;
+  std::optional<Clock::TimePoint> counted_at_;  // the last look for unknown topics
+  // The lease token RecordUnordered last wrote under (-1: unfenced; nullopt: never).
+  std::optional<int64_t> unordered_token_;
 
   std::mutex mu_;
   CycleStats stats_;

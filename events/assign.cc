@@ -136,6 +136,15 @@ std::map<std::string, int64_t> CountPendingByTopic(storage::Connection& c, const
   return ReadCounts(*c.Query(CountPendingSql(topics.size()), storage::Values(values)));
 }
 
+// Params: service.
+constexpr const char* kCountPendingTopics =
+    "SELECT topic, COUNT(*) FROM distribute_event FORCE INDEX (idx_due) "
+    "WHERE status = 'PENDING' AND service = ? GROUP BY topic";
+
+std::map<std::string, int64_t> CountPendingTopics(storage::Connection& c, const std::string& service) {
+  return ReadCounts(*c.Query(kCountPendingTopics, service));
+}
+
 std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& f) {
   std::vector<DueEvent> out;
   auto rs = c.Query(kSelectDueEvents, f.service, f.after_priority, f.after_priority, f.after_id, f.any_topic, f.served,

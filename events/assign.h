@@ -36,6 +36,12 @@ std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::
 std::map<std::string, int64_t> CountPendingByTopic(storage::Connection& c, const std::string& service,
                                                    const std::vector<storage::Value>& topics);
 
+// PENDING events of the service by topic, every topic (a covering range of idx_due over
+// the PENDING rows: its cost grows with the backlog, never with finished events). The
+// dispatcher leader runs it every 10 s to find topics nobody knows (unknown_topic).
+// Throws DbError.
+std::map<std::string, int64_t> CountPendingTopics(storage::Connection& c, const std::string& service);
+
 // A due PENDING event as the dispatcher reads it.
 struct DueEvent {
   int64_t id = 0;

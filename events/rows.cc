@@ -1,5 +1,9 @@
 #include "events/rows.h"
 
+#include <algorithm>
+#include <set>
+#include <string_view>
+
 #include "events/columns.h"
 
 namespace dsync::events {
@@ -43,23 +47,145 @@ constexpr const char* kSelectProcessLog = "SELECT process_log FROM distribute_ev
 constexpr const char* kBatchProgress =
     "SELECT status, COUNT(*) FROM distribute_event WHERE batch_code = ? GROUP BY status";
 
-// Events needing attention, by the rules of v_events_needing_attention, one reason per
-// part so that each reads its own range of idx_due (status first). Params: limit three
-// times.
-#define DSYNC_ATTENTION_COLUMNS                                                              \
-  "code, topic, status, phase, IFNULL(node_address, ''), attempt, retry_count, "             \
-  DSYNC_ISO("modifier_time") ", TIMESTAMPDIFF(SECOND, modifier_time, NOW(3)), IFNULL(last_error, '')"
-constexpr const char* kNeedingAttention =
-    "(SELECT 'failed', " DSYNC_ATTENTION_COLUMNS " FROM distribute_event WHERE status = 'FAILED' "
-    "ORDER BY id DESC LIMIT ?) "
-    "UNION ALL (SELECT 'stuck', " DSYNC_ATTENTION_COLUMNS " FROM distribute_event "
-    "WHERE status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND modifier_time < NOW(3) - INTERVAL 5 MINUTE "
-    "ORDER BY id LIMIT ?) "
-    "UNION ALL (SELECT 'compensation_retrying', " DSYNC_ATTENTION_COLUMNS " FROM distribute_event e "
-    "WHERE e.phase = 'COMPENSATE' AND e.status IN ('PENDING', 'ASSIGNED', 'COMPENSATING') "
+// Events needing attention, by the rules of v_events_needing_attention (V017), one
+// statement per reason, each ending in "LIMIT ?" (its only parameter). Every column is
+// named, so that a statement also serves as a derived table for CountNeedingAttention.
+// The listed event is `e`.
+#define DSYNC_ATTENTION_COLUMNS                                                                   \
+  "e.code AS code, e.topic AS topic, e.status AS status, e.phase AS phase, "                      \
+  "IFNULL(e.node_address, '') AS node_address, e.attempt AS attempt, e.retry_count AS retry_count, " \
+  DSYNC_ISO("e.modifier_time") " AS modifier_time, "                                              \
+  "TIMESTAMPDIFF(SECOND, e.modifier_time, NOW(3)) AS idle_s, IFNULL(e.last_error, '') AS last_error, "
+#define DSYNC_ATTENTION_TAIL                                                                      \
+  " AS detail, e.service AS service, e.tenant_id AS tenant_id, e.data_id AS data_id, "            \
+  DSYNC_ISO("e.next_run_time") " AS next_run_time"
+// No detail and no blocker.
+#define DSYNC_ATTENTION_PLAIN DSYNC_ATTENTION_COLUMNS "'' AS blocker_code, ''" DSYNC_ATTENTION_TAIL
+
+// A compensation failed and is retried (listed as compensation_retrying).
+#define DSYNC_COMP_RETRYING(x)                                                                    \
+  "(" x ".phase = 'COMPENSATE' AND EXISTS (SELECT 1 FROM distribute_event_step s "                \
+  "WHERE s.job_code = " x ".code AND s.status = 'COMPENSATING' AND s.compensation_retry_count > 0))"
+// The leader recorded the event's topic as unroutable or unknown within the last minute.
+#define DSYNC_UNROUTABLE(x)                                                                       \
+  "EXISTS (SELECT 1 FROM distribute_unroutable_topic u WHERE u.service_name = " x ".service "     \
+  "AND u.topic = " x ".topic AND u.updated_time >= NOW(3) - INTERVAL 60 SECOND)"
+// A dispatcher of the event's service holds its lease, or held it in the last 15 s (a
+// lock name over 64 bytes is hashed: not judged).
+#define DSYNC_HAS_DISPATCHER(x)                                                                   \
+  "(LENGTH(CONCAT('dispatcher:', " x ".service)) > 64 OR EXISTS (SELECT 1 FROM distribute_lease_lock l " \
+  "WHERE l.lock_name = CONCAT('dispatcher:', " x ".service) AND l.expires_at >= NOW(3) - INTERVAL 15 SECOND))"
+// The ordering rule holds the event (its topic is not recorded unordered).
+#define DSYNC_ORDERED(x)                                                                          \
+  "NOT EXISTS (SELECT 1 FROM distribute_unordered_topic o WHERE o.service_name = " x ".service "  \
+  "AND o.topic = " x ".topic)"
+// An earlier event of x's entity blocks it: PENDING and delayed or of a recorded
+// topic, or in flight and idle 5 minutes.
+#define DSYNC_EARLIER_BLOCKER(x)                                                                  \
+  "(EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = " x ".tenant_id AND p.data_id = " x ".data_id " \
+  "AND p.status = 'PENDING' AND p.id < " x ".id AND p.service = " x ".service "                   \
+  "AND (p.next_run_time > NOW(3) OR " DSYNC_UNROUTABLE("p") ")) "                                  \
+  "OR EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = " x ".tenant_id AND p.data_id = " x ".data_id " \
+  "AND p.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND p.id < " x ".id AND p.service = " x ".service " \
+  "AND p.modifier_time < NOW(3) - INTERVAL 5 MINUTE))"
+
+constexpr const char* kAttentionFailed =
+    "SELECT 'failed' AS reason, " DSYNC_ATTENTION_PLAIN " FROM distribute_event e WHERE e.status = 'FAILED' "
+    "ORDER BY e.id DESC LIMIT ?";
+constexpr const char* kAttentionStuck =
+    "SELECT 'stuck' AS reason, " DSYNC_ATTENTION_PLAIN " FROM distribute_event e "
+    "WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND e.modifier_time < NOW(3) - INTERVAL 5 MINUTE "
+    "ORDER BY e.id LIMIT ?";
+constexpr const char* kAttentionCompensationRetrying =
+    "SELECT 'compensation_retrying' AS reason, " DSYNC_ATTENTION_PLAIN " FROM distribute_event e "
+    "WHERE e.status IN ('PENDING', 'ASSIGNED', 'COMPENSATING') "
     "AND NOT (e.status <> 'PENDING' AND e.modifier_time < NOW(3) - INTERVAL 5 MINUTE) "
-    "AND EXISTS (SELECT 1 FROM distribute_event_step s WHERE s.job_code = e.code AND s.status = 'COMPENSATING' "
-    "AND s.compensation_retry_count > 0) ORDER BY e.id LIMIT ?)";
+    "AND " DSYNC_COMP_RETRYING("e") " ORDER BY e.id LIMIT ?";
+// From the leader's records (a few rows) to their PENDING events. Params: kind, limit.
+#define DSYNC_ATTENTION_RECORDED(kind)                                                            \
+  "SELECT u.kind AS reason, " DSYNC_ATTENTION_COLUMNS "'' AS blocker_code, u.reason" DSYNC_ATTENTION_TAIL \
+  " FROM distribute_unroutable_topic u STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_due) "   \
+  "ON e.status = 'PENDING' AND e.topic = u.topic AND e.service = u.service_name "                 \
+  "WHERE u.kind = '" kind "' AND u.updated_time >= NOW(3) - INTERVAL 60 SECOND "                  \
+  "AND NOT " DSYNC_COMP_RETRYING("e") " ORDER BY e.id LIMIT ?"
+constexpr const char* kAttentionUnknownTopic = DSYNC_ATTENTION_RECORDED("unknown_topic");
+constexpr const char* kAttentionUnroutable = DSYNC_ATTENTION_RECORDED("unroutable");
+// Services that may hold events without a dispatcher: those of the registry, of the
+// lease rows, and the column default of distribute_event.service (what a plain INSERT
+// gets; bound, as ReadDefaultService reads it: information_schema's text has another
+// character set); each without a live lease is read by its own range of idx_due.
+// Events of a service named nowhere else are left to the view, which reads every
+// PENDING row. Params: the column default, limit.
+constexpr const char* kAttentionNoDispatcher =
+    "SELECT 'no_dispatcher_for_service' AS reason, " DSYNC_ATTENTION_COLUMNS "'' AS blocker_code, "
+    "CONCAT('no live dispatcher of service ', e.service, ' holds its lease (dispatcher:', e.service, ')')"
+    DSYNC_ATTENTION_TAIL " FROM (SELECT DISTINCT c.service FROM ("
+    "SELECT service_name AS service FROM distribute_node_registry "
+    "UNION SELECT SUBSTRING(lock_name, 12) FROM distribute_lease_lock WHERE lock_name LIKE 'dispatcher:%' "
+    "UNION SELECT ?) c "
+    "WHERE NOT " DSYNC_HAS_DISPATCHER("c") ") s "
+    "STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_due) ON e.status = 'PENDING' AND e.service = s.service "
+    "WHERE NOT " DSYNC_UNROUTABLE("e") " AND NOT " DSYNC_COMP_RETRYING("e") " LIMIT ?";  // in idx_due order
+// Held events, found from their blockers (at most 1,000 of each kind): PENDING events
+// due later (idx_due, next_run_time checked in the index), PENDING events of recorded
+// topics (from the records), and stuck in-flight ones; then each blocker's later
+// PENDING events (idx_entity_status). Ordered by held event, then blocker: the first
+// row of an event names its earliest blocker.
+#define DSYNC_BLOCKER_WHY_PENDING                                                                 \
+  "IFNULL((SELECT CONCAT(u.kind, ': ', u.reason) FROM distribute_unroutable_topic u WHERE u.service_name = p.service " \
+  "AND u.topic = p.topic AND u.updated_time >= NOW(3) - INTERVAL 60 SECOND), "                    \
+  "CONCAT('delayed: due at ', DATE_FORMAT(p.next_run_time, '%Y-%m-%d %H:%i:%s'), ' UTC'))"
+constexpr const char* kAttentionHeldBehind =
+    "SELECT 'held_behind' AS reason, " DSYNC_ATTENTION_COLUMNS "b.code AS blocker_code, "
+    "CONCAT('held behind ', b.code, ' (', b.why, ')')" DSYNC_ATTENTION_TAIL " FROM ("
+    "(SELECT p.id, p.code, p.tenant_id, p.data_id, p.service, " DSYNC_BLOCKER_WHY_PENDING " AS why "
+    "FROM distribute_event p FORCE INDEX (idx_due) WHERE p.status = 'PENDING' AND p.next_run_time > NOW(3) "
+    "ORDER BY p.priority, p.id LIMIT 1000) "
+    "UNION (SELECT p.id, p.code, p.tenant_id, p.data_id, p.service, " DSYNC_BLOCKER_WHY_PENDING " AS why "
+    "FROM distribute_unroutable_topic u STRAIGHT_JOIN distribute_event p FORCE INDEX (idx_due) "
+    "ON p.status = 'PENDING' AND p.topic = u.topic AND p.service = u.service_name "
+    "WHERE u.updated_time >= NOW(3) - INTERVAL 60 SECOND ORDER BY p.id LIMIT 1000) "
+    "UNION ALL (SELECT p.id, p.code, p.tenant_id, p.data_id, p.service, CONCAT('stuck: ', p.status, ' on ', "
+    "IFNULL(p.node_address, '-'), ', no activity since ', DATE_FORMAT(p.modifier_time, '%Y-%m-%d %H:%i:%s')) AS why "
+    "FROM distribute_event p WHERE p.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') "
+    "AND p.modifier_time < NOW(3) - INTERVAL 5 MINUTE ORDER BY p.id LIMIT 1000)) b "
+    "STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_entity_status) ON e.tenant_id = b.tenant_id "
+    "AND e.data_id = b.data_id AND e.status = 'PENDING' AND e.id > b.id AND e.service = b.service "
+    "WHERE " DSYNC_ORDERED("e") " AND NOT " DSYNC_UNROUTABLE("e") " AND " DSYNC_HAS_DISPATCHER("e")
+    " AND NOT " DSYNC_COMP_RETRYING("e") " ORDER BY e.id, b.id LIMIT ?";
+constexpr const char* kAttentionDelayed =
+    "SELECT 'delayed' AS reason, " DSYNC_ATTENTION_COLUMNS "'' AS blocker_code, "
+    "CONCAT('due at ', DATE_FORMAT(e.next_run_time, '%Y-%m-%d %H:%i:%s'), ' UTC; later events of ', "
+    "e.tenant_id, '/', e.data_id, ' wait for it')" DSYNC_ATTENTION_TAIL
+    " FROM distribute_event e FORCE INDEX (idx_due) WHERE e.status = 'PENDING' AND e.next_run_time > NOW(3) "
+    "AND NOT " DSYNC_UNROUTABLE("e") " AND " DSYNC_HAS_DISPATCHER("e") " AND NOT " DSYNC_COMP_RETRYING("e")
+    " AND NOT (" DSYNC_ORDERED("e") " AND " DSYNC_EARLIER_BLOCKER("e") ") "
+    "AND EXISTS (SELECT 1 FROM distribute_event q WHERE q.tenant_id = e.tenant_id AND q.data_id = e.data_id "
+    "AND q.status = 'PENDING' AND q.id > e.id AND q.service = e.service AND " DSYNC_ORDERED("q") ") "
+    "ORDER BY e.id LIMIT ?";
+
+struct AttentionQuery {
+  const char* reason;
+  const char* sql;
+};
+// In listing order.
+constexpr AttentionQuery kAttentionQueries[] = {
+    {"failed", kAttentionFailed},
+    {"stuck", kAttentionStuck},
+    {"compensation_retrying", kAttentionCompensationRetrying},
+    {"unknown_topic", kAttentionUnknownTopic},
+    {"unroutable", kAttentionUnroutable},
+    {"no_dispatcher_for_service", kAttentionNoDispatcher},
+    {"held_behind", kAttentionHeldBehind},
+    {"delayed", kAttentionDelayed},
+};
+// held_behind gives one row per (event, blocker): read this many per event wanted.
+constexpr int64_t kHeldRowsPerEvent = 4;
+
+// The column default of distribute_event.service (V014).
+constexpr const char* kDefaultService =
+    "SELECT COLUMN_DEFAULT FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+    "AND TABLE_NAME = 'distribute_event' AND COLUMN_NAME = 'service'";
 
 constexpr const char* kCountByStatus = "SELECT status, COUNT(*) FROM distribute_event GROUP BY status";
 
@@ -116,17 +242,88 @@ std::vector<EventRow> ListEvents(storage::Connection& c, const EventListFilter& 
   return out;
 }
 
+namespace {
+
+// Runs `sql` (q's statement, or a count over it) with its row limit, and the
+// no_dispatcher statement with the column default first.
+std::unique_ptr<storage::ResultSet> RunAttention(storage::Connection& c, const std::string& sql,
+                                                 const AttentionQuery& q, int64_t limit,
+                                                 const std::string& default_service) {
+  if (q.sql == kAttentionNoDispatcher) return c.Query(sql, default_service, limit);
+  return c.Query(sql, limit);
+}
+
+}  // namespace
+
 std::vector<AttentionEntry> ReadNeedingAttention(storage::Connection& c, int64_t n) {
   std::vector<AttentionEntry> out;
-  auto rs = c.Query(kNeedingAttention, n, n, n);
-  while (rs->next()) {
-    Columns col(*rs);
-    out.push_back({.reason = col.String(), .code = col.String(), .topic = col.String(), .status = col.String(),
-                   .phase = col.String(), .node_address = col.String(), .attempt = col.Int(),
-                   .retry_count = col.Int(), .modifier_time = col.String(), .idle_s = col.Int64(),
-                   .last_error = col.String()});
+  const std::string default_service = ReadDefaultService(c).value_or("");
+  for (const AttentionQuery& q : kAttentionQueries) {
+    const bool held = std::string_view(q.reason) == "held_behind";
+    auto rs = RunAttention(c, q.sql, q, held ? n * kHeldRowsPerEvent : n, default_service);
+    std::set<std::string> seen;  // held_behind: the first row of each event names its earliest blocker
+    while (rs->next()) {
+      Columns col(*rs);
+      AttentionEntry a;  // column by column, in the statement's order
+      a.reason = col.String();
+      a.code = col.String();
+      a.topic = col.String();
+      a.status = col.String();
+      a.phase = col.String();
+      a.node_address = col.String();
+      a.attempt = col.Int();
+      a.retry_count = col.Int();
+      a.modifier_time = col.String();
+      a.idle_s = col.Int64();
+      a.last_error = col.String();
+      a.blocker_code = col.String();
+      a.detail = col.String();
+      a.service = col.String();
+      a.tenant_id = col.String();
+      a.data_id = col.String();
+      a.next_run_time = col.String();
+      if (held && (!seen.insert(a.code).second || static_cast<int64_t>(seen.size()) > n)) continue;
+      out.push_back(std::move(a));
+    }
   }
   return out;
+}
+
+std::map<std::string, int64_t> CountNeedingAttention(storage::Connection& c, int64_t cap) {
+  std::map<std::string, int64_t> out;
+  const std::string default_service = ReadDefaultService(c).value_or("");
+  for (const AttentionQuery& q : kAttentionQueries) {
+    const bool held = std::string_view(q.reason) == "held_behind";
+    const std::string sql = std::string("SELECT COUNT(DISTINCT t.code) FROM (") + q.sql + ") t";
+    auto rs = RunAttention(c, sql, q, held ? cap * kHeldRowsPerEvent : cap, default_service);
+    out[q.reason] = rs->next() ? std::min<int64_t>(cap, rs->getInt64(1)) : 0;
+  }
+  return out;
+}
+
+const std::vector<std::string>& AttentionReasons() {
+  static const std::vector<std::string> reasons = [] {
+    std::vector<std::string> r;
+    for (const AttentionQuery& q : kAttentionQueries) r.emplace_back(q.reason);
+    return r;
+  }();
+  return reasons;
+}
+
+std::optional<std::string> ReadDefaultService(storage::Connection& c) {
+  std::optional<std::string> text = c.QueryString(kDefaultService);
+  if (!text) return std::nullopt;
+  // MariaDB reports the default as an SQL literal ('kbs-sync'), MySQL as the value.
+  std::string v = *text;
+  if (v.size() >= 2 && v.front() == '\'' && v.back() == '\'') {
+    std::string unquoted;
+    for (size_t i = 1; i + 1 < v.size(); ++i) {
+      if ((v[i] == '\'' || v[i] == '\\') && i + 2 < v.size()) ++i;  // '' and \' escapes
+      unquoted += v[i];
+    }
+    v = unquoted;
+  }
+  return v;
 }
 
 std::map<std::string, int64_t> CountByStatus(storage::Connection& c) {

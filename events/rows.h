@@ -50,19 +50,42 @@ struct EventListFilter {
 // is bound. Throws DbError.
 std::vector<EventRow> ListEvents(storage::Connection& c, const EventListFilter& f);
 
-// An event needing attention by the rules of v_events_needing_attention: `failed`,
-// `stuck` (in flight, idle 5 minutes) or `compensation_retrying`.
+// An event needing attention by the rules of v_events_needing_attention (V017):
+// `failed`, `stuck` (in flight, idle 5 minutes), `compensation_retrying`, and for
+// PENDING events `unknown_topic`, `unroutable`, `no_dispatcher_for_service`,
+// `held_behind` (blocker_code names the blocker, detail its reason) and `delayed`
+// (due later while later events of its entity wait for it; detail gives the due time).
 struct AttentionEntry {
   std::string reason, code, topic, status, phase, node_address;
   int attempt = 0, retry_count = 0;
   std::string modifier_time;
   int64_t idle_s = 0;
   std::string last_error;
+  std::string detail;        // empty for failed, stuck, compensation_retrying
+  std::string blocker_code;  // held_behind only
+  std::string service, tenant_id, data_id;
+  std::string next_run_time;  // UTC text
 };
 
-// At most `limit_per_reason` events of each reason, one part per reason so that each
-// reads its own range of idx_due (status first). Throws DbError.
+// At most `limit_per_reason` events of each reason, one statement per reason, each
+// reading only the rows its reason can hold: FAILED rows (newest first), in-flight
+// rows, the PENDING rows of recorded unroutable/unknown topics, PENDING rows due
+// later, and the held events found from their blockers (at most 1,000 blockers are
+// followed). `no_dispatcher_for_service` reads the PENDING range of idx_due with one
+// lease probe per service. Throws DbError.
 std::vector<AttentionEntry> ReadNeedingAttention(storage::Connection& c, int64_t limit_per_reason);
+
+// Events needing attention by reason (every reason present, 0 when none), each
+// counted up to `cap` (a count of `cap` means "at least"), by the same statements as
+// ReadNeedingAttention. For /metrics. Throws DbError.
+std::map<std::string, int64_t> CountNeedingAttention(storage::Connection& c, int64_t cap);
+
+// The reasons, in the order ReadNeedingAttention lists them.
+const std::vector<std::string>& AttentionReasons();
+
+// The service a plain INSERT INTO distribute_event that names none belongs to: the
+// column default of distribute_event.service (V014); nullopt before V014. Throws DbError.
+std::optional<std::string> ReadDefaultService(storage::Connection& c);
 
 // Events by status (a covering read of idx_due). Throws DbError.
 std::map<std::string, int64_t> CountByStatus(storage::Connection& c);

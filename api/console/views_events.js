@@ -197,6 +197,18 @@ export async function eventView(main, ctx) {
     }
   }
 
+  // Ends an event that will never run (POST .../cancel; the server refuses one that started).
+  async function cancelEvent() {
+    if (!await ctx.confirm('Cancel this event?', `Event ${code} ends FAILED ("cancelled: cancelled from the console") without running; events held behind it then run.`, 'Cancel event')) return;
+    try {
+      await ctx.api(path + '/cancel', {method: 'POST', body: {reason: 'cancelled from the console'}});
+      ctx.setStatus('event cancelled', 'ok');
+      await load();
+    } catch (e) {
+      ctx.setStatus('cancel failed: ' + e.message, 'bad');
+    }
+  }
+
   function render(d) {
     lastStatus = d.status;
     const canRetry = d.status === 'FAILED' || d.status === 'COMPENSATED';
@@ -204,10 +216,13 @@ export async function eventView(main, ctx) {
     const b2 = h('button', {type: 'button', id: 'retry-start', class: 'quiet', disabled: !canRetry}, 'Retry from start');
     b1.addEventListener('click', () => retry('failed_step'));
     b2.addEventListener('click', () => retry('start'));
+    const canCancel = d.status === 'PENDING' || d.status === 'ASSIGNED';
+    const b3 = h('button', {type: 'button', id: 'cancel-event', class: 'quiet', disabled: !canCancel}, 'Cancel event');
+    b3.addEventListener('click', cancelEvent);
     replace(main, 
       h('p', {class: 'crumbs'}, h('a', {href: '#/events'}, 'Events'), ' / '),
       h('h1', {class: 'code', id: 'event-code'}, d.code),
-      h('div', {class: 'actions'}, b1, b2, TERMINAL.has(d.status) ? null : h('span', {class: 'live-dot'}, 'live')),
+      h('div', {class: 'actions'}, b1, b2, b3, TERMINAL.has(d.status) ? null : h('span', {class: 'live-dot'}, 'live')),
       d.last_error ? h('p', {class: 'error', id: 'last-error'}, d.last_error) : null,
       h('section', {class: 'panel', 'aria-labelledby': 'ev-s'}, h('h2', {id: 'ev-s'}, 'Saga'),
         d.steps.length ? h('div', {class: 'scroll'}, sagaDiagram(d)) : h('p', {class: 'muted'}, 'No step has run yet.')),

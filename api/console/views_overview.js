@@ -67,19 +67,36 @@ function throughputChart(samples) {
       h('span', {class: 'key produced'}, 'produced/s ' + last.produced.toFixed(1))));
 }
 
+// Why an event needs attention, as text: the detail the server gives (held behind
+// which event and why, the due time of a delayed one, why a topic cannot run), else
+// the last error, else how long a stuck one has been idle.
+function attentionWhy(a) {
+  if (a.detail) return a.detail;
+  if (a.reason === 'stuck') return `no activity for ${fmtMs(a.idle_s * 1000)}` + (a.node_address ? ` on ${a.node_address}` : '');
+  return a.last_error || '';
+}
+
 function attentionTable(o) {
   const rows = o.attention || [];
   if (!rows.length) return h('p', {class: 'ok-text'}, 'Nothing needs attention.');
   return h('table', {class: 'grid'},
-    h('caption', null, `Events needing attention (failed, stuck 5 min, compensations retrying; up to ${o.attention_limit} each)`),
-    h('thead', null, h('tr', null, ['Reason', 'Event', 'Topic', 'Status', 'Node', 'Idle', 'Last error']
+    h('caption', null, `Events needing attention (failed, stuck, held behind a blocker, unknown or unroutable topic, no dispatcher, delayed; up to ${o.attention_limit} each)`),
+    h('thead', null, h('tr', null, ['Reason', 'Event', 'Topic', 'Status', 'Entity', 'Why']
       .map((c) => h('th', {scope: 'col'}, c)))),
-    h('tbody', null, rows.map((a) => h('tr', {'data-attention': a.reason},
-      h('td', null, h('span', {class: ['reason', 'r-' + a.reason]}, a.reason.replace('_', ' '))),
+    h('tbody', null, rows.map((a) => h('tr', {'data-attention': a.reason, 'data-code': a.code},
+      h('td', null, h('span', {class: ['reason', 'r-' + a.reason]}, a.reason.replaceAll('_', ' '))),
       h('td', {class: 'code'}, eventLink(a.code)),
       h('td', null, a.topic), h('td', null, statusBadge(a.status)),
-      h('td', null, a.node_address || '—'), h('td', {class: 'num'}, fmtMs(a.idle_s * 1000)),
-      h('td', {class: 'err', title: a.last_error || ''}, truncate(a.last_error, 120))))));
+      h('td', {class: 'code'}, `${a.tenant_id || ''}/${a.data_id || ''}`),
+      h('td', {class: 'err', title: attentionWhy(a), 'data-why': ''}, whyCell(a))))));
+}
+
+// The why, with a held event's blocker as a link ("held behind <link> (its reason)").
+function whyCell(a) {
+  const why = attentionWhy(a);
+  const head = 'held behind ' + (a.blocker_code || '');
+  if (!a.blocker_code || !why.startsWith(head)) return truncate(why, 160);
+  return ['held behind ', eventLink(a.blocker_code), truncate(why.slice(head.length), 160)];
 }
 
 export function nodeRows(nodes, extra) {

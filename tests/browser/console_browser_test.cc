@@ -346,5 +346,65 @@ TEST_F(ConsoleBrowserTest, WithATokenThePageShowsTheSignInAndNoData) {
   ExpectNoInjection(b, "overview with token");
 }
 
+// No silent waits (issue 34): an event held behind a blocker of a topic no config
+// knows is listed on the overview with the blocker (a link, its code rendered as text)
+// and the blocker's reason; the event page's Cancel asks first, then ends the blocker,
+// and the held event leaves the list.
+TEST_F(ConsoleBrowserTest, HeldEventsShowTheirBlockerAndCancelEndsTheBlocker) {
+  const std::string blocker = "<b>ghost</b>";
+  db_.pool().Run("seed", [&](storage::Connection& c) {
+    c.Execute("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, service) "
+              "VALUES ('t9', ?, 'd9', 'GHOST', '{}', 'console-test'), ('t9', 'held-1', 'd9', 'DEMO', '{}', 'console-test')",
+              blocker);
+    // What the leader records (dispatcher/dispatch_cycle.h), and its live lease.
+    c.Execute("INSERT INTO distribute_unroutable_topic (topic, service_name, reason, kind, since_time, updated_time) "
+              "VALUES ('GHOST', 'console-test', 'no config of the leading dispatcher defines topic GHOST and no live "
+              "node serves it', 'unknown_topic', NOW(3), NOW(3) + INTERVAL 1 HOUR)");
+    c.Execute("INSERT INTO distribute_lease_lock (lock_name, owner, token, expires_at) "
+              "VALUES ('dispatcher:console-test', 'someone:1:x', 1, NOW(3) + INTERVAL 1 HOUR)");
+  });
+  server_ = Serve("");
+  const std::string base = "http://127.0.0.1:" + std::to_string(server_->port()) + "/";
+  testing::Chromium b;
+  b.Navigate(base + "#/overview");
+  ASSERT_TRUE(b.WaitFor("document.querySelector('tr[data-attention=held_behind]')")) << b.Eval("document.body.innerText");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-attention=held_behind]').dataset.code"), "held-1");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-attention=held_behind] td[data-why] a').textContent"), blocker);
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-attention=held_behind] td[data-why]').textContent"),
+            "held behind " + blocker +
+                " (unknown_topic: no config of the leading dispatcher defines topic GHOST and no live node serves it)");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-attention=unknown_topic]').dataset.code"), blocker);
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-attention=held_behind] td:nth-child(5)').textContent"), "t9/d9");
+  ExpectNoInjection(b, "overview with a held event");
+  Shot(b, "overview-held");
+
+  // The blocker's page: Cancel asks first; dismissed, nothing changes; confirmed, it ends.
+  b.Eval("document.querySelector('tr[data-attention=held_behind] td[data-why] a').click()");
+  ASSERT_TRUE(b.WaitFor("document.getElementById('event-code')?.textContent === " + Js(blocker)));
+  ASSERT_TRUE(b.WaitFor("document.getElementById('cancel-event') && !document.getElementById('cancel-event').disabled"));
+  b.Eval("document.getElementById('cancel-event').click()");
+  ASSERT_TRUE(b.WaitFor("document.getElementById('confirm').open"));
+  EXPECT_EQ(b.Eval("document.getElementById('confirm-title').textContent"), "Cancel this event?");
+  b.Eval("document.getElementById('confirm-cancel').click()");
+  ASSERT_TRUE(b.WaitFor("!document.getElementById('confirm').open"));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(Sql("SELECT status FROM distribute_event WHERE code = 'held-1'"), "PENDING");
+  EXPECT_EQ(Sql("SELECT status FROM distribute_event WHERE topic = 'GHOST'"), "PENDING") << "dismissed: nothing written";
+  b.Eval("document.getElementById('cancel-event').click()");
+  ASSERT_TRUE(b.WaitFor("document.getElementById('confirm').open"));
+  b.Eval("document.getElementById('confirm-ok').click()");
+  EXPECT_TRUE(WaitSql("SELECT CONCAT(status, ' ', last_error) FROM distribute_event WHERE topic = 'GHOST'",
+                      "FAILED cancelled: cancelled from the console"));
+  EXPECT_TRUE(b.WaitFor("document.getElementById('cancel-event').disabled"));
+  ExpectNoInjection(b, "blocker page");
+  Shot(b, "event-cancelled");
+
+  // Back on the overview, held-1 is no longer held (it is due; a dispatcher would run it).
+  b.Navigate(base + "#/overview");
+  ASSERT_TRUE(b.WaitFor("document.body.dataset.view === 'overview' && document.querySelector('tr[data-attention=failed]')"));
+  EXPECT_EQ(b.Eval("document.querySelectorAll('tr[data-attention=held_behind]').length"), 0);
+  EXPECT_TRUE(b.errors().empty()) << b.errors().front();
+}
+
 }  // namespace
 }  // namespace dsync::api
