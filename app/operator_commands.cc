@@ -237,8 +237,11 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
   field("status", e.status + (e.phase == "COMPENSATE" && !api::IsTerminal(e.status) ? " (compensation phase)" : ""));
   field("entity", e.tenant_id + " / " + e.data_id);
   field("node", Or(e.node_address, "-"));
+  // Retries are the steps' own failures; resets (node died, connection lost) are not
+  // charged to them (docs/event-lifecycle.md, "Retry arithmetic").
   field("attempt", std::to_string(e.attempt) + " (retries " + std::to_string(e.retry_count) + " of " +
-                       std::to_string(e.max_retry) + ", version " + std::to_string(e.version) + ")");
+                       std::to_string(e.max_retry) + ", resets not charged " + std::to_string(e.reset_count) +
+                       ", version " + std::to_string(e.version) + ")");
   field("progress", e.progress ? std::to_string(*e.progress) + "%" : "-");
   field("created", When(e.create_time));
   field("started", When(e.started_time));
@@ -345,7 +348,9 @@ int RunRetry(const Invocation& inv) {
   if (inv.Flag("json")) {
     std::cout << api::ToJson(e).dump(2) << "\n";
   } else {
-    std::cout << "event " << e.code << " re-driven " << (from == api::RetryFrom::kStart ? "from the start" : "from the failed step")
+    std::cout << "event " << e.code << " re-driven "
+              << (e.phase == "COMPENSATE" ? "to finish its compensation (retry it again once COMPENSATED to run it forward)"
+                  : from == api::RetryFrom::kStart ? "from the start" : "from the failed step")
               << ": " << e.status << " (version " << e.version << "); follow it: dsync events show " << e.code << "\n";
   }
   return 0;

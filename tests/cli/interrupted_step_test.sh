@@ -57,7 +57,7 @@ pass "the step says it was interrupted and compensated"
 pass "last_error names the spent retries"
 expect_eq "$(sql "SELECT CONCAT(JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[2].node')), ' ',
                   JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[2].why'))) FROM distribute_event WHERE code = 'big-1'")" \
-  "127.0.0.1:7601 reset: node 127.0.0.1:7601 offline" "process_log: the sweeper's reset after the kill, naming n1"
+  "127.0.0.1:7601 reset (not charged): node 127.0.0.1:7601 offline" "process_log: the sweeper's reset after the kill, naming n1"
 expect_eq "$(sql "SELECT GROUP_CONCAT(CONCAT(j.f, '>', j.t) SEPARATOR ' ') FROM distribute_event e,
                     JSON_TABLE(e.process_log, '\$[*]' COLUMNS (f VARCHAR(20) PATH '\$.from', t VARCHAR(20) PATH '\$.to')) j
                   WHERE e.code = 'big-1'")" \

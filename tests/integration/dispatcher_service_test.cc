@@ -102,7 +102,7 @@ TEST(DispatcherServiceTest, TheLeaderSweepsADeadNodeAndRedispatchesItsEvents) {
   service.Start();
   ASSERT_TRUE(Eventually([&] { return Count(db, "status = 'ASSIGNED' AND node_address = 'live:1'") == 10; }));
   service.Stop();
-  EXPECT_EQ(Count(db, "code LIKE 'r%' AND last_error = 'reset: node dead:1 offline'"), 10);
+  EXPECT_EQ(Count(db, "code LIKE 'r%' AND last_error = 'reset (not charged): node dead:1 offline'"), 10);
   EXPECT_EQ(Count(db, "status = 'ASSIGNED' AND retry_count = 1"), 5);  // the RUNNING ones
   DispatcherStats st = service.stats();
   EXPECT_EQ(st.sweeper.resets_node_offline, 10u);
