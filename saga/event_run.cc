@@ -331,7 +331,15 @@ EventRun::Claim EventRun::FailResetTooOften(storage::Connection& c) {
   const size_t failing = NextNotSucceeded(0);
   for (StepState& s : steps_) {
     if (s.status != "EXECUTING") continue;
-    events::MarkStepInterrupted(c, s.code, "interrupted (its node died, froze or lost the database): " + why);
+    const std::string note = "interrupted (its node died, froze or lost the database): " + why;
+    if (s.plan_step != nullptr && s.plan_step->handler->CompensatesInterrupted()) {
+      // It may have applied part of its change (table_sync commits chunk by chunk): it
+      // counts as applied (a retry from the start is refused, a compensation undoes it).
+      events::MarkStepInterruptedUndoable(c, s.code, note);
+      s.compensation_data = nlohmann::json::object();
+    } else {
+      events::MarkStepInterrupted(c, s.code, note);
+    }
     s.status = "FAILED";
   }
   failed_at_claim_ = why;
