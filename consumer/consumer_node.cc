@@ -4,6 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <string>
+
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
@@ -98,10 +101,24 @@ registry::NodeMetadata ConsumerNode::Metadata() const {
   return m;
 }
 
-// Whether process `pid` of this host is running (signal 0: EPERM means it exists).
-static bool ProcessRunning(int64_t pid) {
+// The program name (argv[0] without its directory) of process `pid` ("self": this
+// one), from /proc; "" when it cannot be read.
+static std::string ProgramName(const std::string& pid) {
+  std::ifstream cmdline("/proc/" + pid + "/cmdline");
+  std::string argv0;
+  if (!cmdline || !std::getline(cmdline, argv0, '\0')) return "";
+  return argv0.substr(argv0.rfind('/') == std::string::npos ? 0 : argv0.rfind('/') + 1);
+}
+
+// Whether process `pid` of this host may be the previous incarnation: it is running
+// (signal 0: EPERM means it exists) and, when /proc tells, runs the program this one
+// runs (a pid reused by another program since is not it).
+static bool SameProgramRunning(int64_t pid) {
   if (pid <= 0) return false;
-  return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  const std::string theirs = ProgramName(std::to_string(pid));
+  const std::string ours = ProgramName("self");
+  return theirs.empty() || ours.empty() || theirs == ours;  // cannot tell: take it as running
 }
 
 void ConsumerNode::RefuseIfAddressInUse() {
@@ -113,7 +130,7 @@ void ConsumerNode::RefuseIfAddressInUse() {
   // The same host: its previous process (systemd, a container restart) may be dead
   // although its heartbeat is still fresh. This process itself may even have its pid
   // (a container's pid 1). A process still running there holds the address.
-  if (!m.host.empty() && m.host == metadata_.host && (m.pid == metadata_.pid || !ProcessRunning(m.pid))) {
+  if (!m.host.empty() && m.host == metadata_.host && (m.pid == metadata_.pid || !SameProgramRunning(m.pid))) {
     spdlog::info("NODE_PREVIOUS_INCARNATION_GONE node={} service={} incarnation={} heartbeat_age_ms={} "
                  "action=\"handing back what it held\"",
                  options_.node_address, options_.service, m.incarnation, holder->heartbeat_age.count());

@@ -13,8 +13,8 @@
 // pid and heartbeat age), so that a second process never resets and takes over the
 // first's events. Its previous incarnation counts as dead, although its heartbeat may
 // be fresh (systemd restarted it within the offline timeout), when it ran on this
-// host and its pid is not running here (or is this process's own, a container's pid
-// 1); on another host it is judged by the heartbeat only: start again once it is
+// host and its pid is not running here, runs another program now (/proc), or is this
+// process's own (a container's pid 1); on another host it is judged by the heartbeat only: start again once it is
 // older than the offline timeout, as the message says.
 // Then whatever a previous process left under the same address (ASSIGNED, RUNNING,
 // COMPENSATING) is handed back to PENDING with the usual fenced reset: a fresh
