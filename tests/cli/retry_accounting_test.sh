@@ -11,14 +11,18 @@
 #  C: a drain whose timeout fires while a step is blocked on a row lock (another
 #     session holds the demo ledger row the step writes) ends within its timeout plus a
 #     few seconds: the blocked statement is killed, the event handed back uncharged.
+#  D: the same for a table_delete step blocked on a row of its target datasource.
 source "$(dirname "$0")/lib.sh"
+with_datasources
 
 write_config retry_accounting '{
   "ONCE": { "max_retry": 0, "backoff_base_ms": 100, "backoff_max_ms": 200, "ordered": false,
             "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" } ] },
   "ONE":  { "max_retry": 0, "backoff_base_ms": 100, "backoff_max_ms": 200, "ordered": false,
-            "steps": [ { "name": "s1", "type": "demo" } ] }
-}' '{"consumer": {"drain_timeout_ms": 1000, "capacity": 2}}'
+            "steps": [ { "name": "s1", "type": "demo" } ] },
+  "DEL":  { "max_retry": 0, "backoff_base_ms": 100, "backoff_max_ms": 200, "ordered": false,
+            "steps": [ { "name": "del", "type": "table_delete", "target": "env_b", "table": "t", "where": "id = :id" } ] }
+}' "$DATASOURCES" '{"consumer": {"drain_timeout_ms": 1000, "capacity": 2}}'
 node_of() { sql "SELECT IFNULL(node_address, '') FROM distribute_event WHERE code = '$1'"; }
 event_col() { sql "SELECT $2 FROM distribute_event WHERE code = '$1'"; }
 start_dispatch n1 7801
@@ -72,11 +76,16 @@ MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$SCHEMA" -
   SELECT SLEEP(60); ROLLBACK" >/dev/null 2>&1 &
 LOCKER=$!
 STARTED_PIDS+=("$LOCKER")
-wait_for '[[ $(sql "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '"'SELECT SLEEP(60)%'"'") == 1 ]]' 10 \
+# Sessions and lock waits of this test's schemas only (the server is shared).
+session_of() { sql "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE '$1%' AND DB = '$2'"; }
+lock_waits() {
+  sql "SELECT COUNT(*) FROM information_schema.INNODB_TRX x JOIN information_schema.PROCESSLIST p
+       ON p.ID = x.trx_mysql_thread_id WHERE x.trx_state = 'LOCK WAIT' AND p.DB = '$1'"
+}
+wait_for '[[ -n $(session_of "SELECT SLEEP(60)" "$SCHEMA") ]]' 10 \
   "the locking session holds blk#1"
 produce blk '{}' ONE
-wait_for '[[ $(sql "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = '"'LOCK WAIT'"'") -ge 1 ]]' 20 \
-  "the step of blk waits for the lock"
+wait_for '[[ $(lock_waits "$SCHEMA") -ge 1 ]]' 20 "the step of blk waits for the lock"
 t0=$(now_ms)
 kill -TERM "$PID_n1"
 set +e
@@ -94,10 +103,35 @@ expect_eq "$(event_col blk 'retry_count + reset_count')" 0 "blk: the drain charg
   || fail "blk last_error: $(event_col blk last_error)"
 pass "blk: last_error says the drain charged nothing"
 # The lock goes away; a node runs blk to the end, once.
-sql "KILL $(sql "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP(60)%'")" || true
+sql "KILL $(session_of "SELECT SLEEP(60)" "$SCHEMA")" || true
 start_node n2 7802
 wait_for '[[ $(event_status blk) == SUCCESS ]]' 30 "blk SUCCESS on n2"
 expect_eq "$(sql "SELECT applications FROM demo_ledger WHERE idempotency_key = 'blk#1'")" 1 "blk applied once"
+
+# --- D: a drain timeout with a table_delete step blocked in its target -------------
+on_both "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10)); INSERT INTO t VALUES (1, 'a'), (2, 'b')"
+MYSQL_PWD=$DB_PASS mariadb -h "$DB_HOST" -P "$DB_PORT" -u "$DB_USER" "$TGT" -e "
+  BEGIN; SELECT * FROM t WHERE id = 1 FOR UPDATE; SELECT SLEEP(61); ROLLBACK" >/dev/null 2>&1 &
+STARTED_PIDS+=("$!")
+wait_for '[[ -n $(session_of "SELECT SLEEP(61)" "$TGT") ]]' 10 \
+  "the locking session holds row 1 of the target"
+produce del-1 '{"id": 1}' DEL
+wait_for '[[ $(lock_waits "$TGT") -ge 1 ]]' 20 "the table_delete step waits for the lock"
+t0=$(now_ms)
+kill -TERM "$PID_n2"
+set +e
+wait "$PID_n2"
+rc=$?
+set -e
+took=$(( $(now_ms) - t0 ))
+expect_eq "$rc" 0 "n2 exits 0 after its drain"
+(( took < 5000 )) || fail "the drain took $took ms (drain_timeout_ms 1000): the step blocked in the target was not stopped"
+pass "the drain ended in $took ms although the step was blocked in its target datasource"
+expect_eq "$(event_status del-1) $(event_col del-1 'retry_count + reset_count')" "PENDING 0" "del-1 handed back, nothing charged"
+sql "KILL $(session_of "SELECT SLEEP(61)" "$TGT")" || true
+start_node n3 7803
+wait_for '[[ $(event_status del-1) == SUCCESS ]]' 30 "del-1 SUCCESS on n3"
+expect_eq "$(dbq "$TGT" "SELECT GROUP_CONCAT(id) FROM t")" 2 "row 1 deleted once, row 2 kept"
 
 expect_eq "$(process_log_gaps)" "" "process_log chains without gaps"
 expect_eq "$(saga_violations)" 0 "saga order holds"
