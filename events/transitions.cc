@@ -123,6 +123,10 @@ constexpr const char* kMarkStepCompensated = R"(
 UPDATE distribute_event_step SET status = 'COMPENSATED', compensated_at = NOW(3) WHERE code = ?)";
 
 // Params: error, code.
+constexpr const char* kNoteCompensationInterruption = R"(
+UPDATE distribute_event_step SET error_details = ? WHERE code = ?)";
+
+// Params: error, code.
 constexpr const char* kRecordCompensationFailure = R"(
 UPDATE distribute_event_step SET error_details = ?,
   compensation_retry_count = compensation_retry_count + 1
@@ -615,6 +619,10 @@ void MarkStepCompensating(storage::Connection& c, const std::string& code, const
 
 void MarkStepCompensated(storage::Connection& c, const std::string& code) {
   c.Execute(kMarkStepCompensated, code);
+}
+
+void NoteCompensationInterruption(storage::Connection& c, const std::string& code, const std::string& error) {
+  c.Execute(kNoteCompensationInterruption, error, code);
 }
 
 void RecordCompensationFailure(storage::Connection& c, const std::string& code,

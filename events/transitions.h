@@ -237,6 +237,10 @@ void MarkStepCompensating(storage::Connection& c, const std::string& code, const
 // COMPENSATING -> COMPENSATED: compensated_at = NOW(3).
 void MarkStepCompensated(storage::Connection& c, const std::string& code);
 
+// A compensation that failed not by its own fault (the database connection was lost):
+// error_details only; compensation_retry_count unchanged; stays COMPENSATING.
+void NoteCompensationInterruption(storage::Connection& c, const std::string& code, const std::string& error);
+
 // A failed compensation: error_details, compensation_retry_count+1; stays COMPENSATING.
 void RecordCompensationFailure(storage::Connection& c, const std::string& code,
                                const std::string& error);

@@ -813,14 +813,16 @@ Outcome EventRun::RunCompensation() {
     if (a.result.kind != StepResult::Kind::kOk) {
       a.ctx.reset();
       if (stop_.stop_requested()) return Abandon("stopped while compensating " + step.code);
-      return CompensationFailure(order[k], a.result);
+      return CompensationFailure(order[k], a.result, a.not_step_fault ? Charge::kReset : Charge::kRetry);
     }
     try {
       CommitCompensated(order, k, *a.ctx);
     } catch (const DbError& e) {
       if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
       a.ctx.reset();
-      return CompensationFailure(order[k], StepResult::Transient(std::string("could not record compensation: ") + e.what()));
+      // The compensation succeeded; recording it did not: not the step's fault.
+      return CompensationFailure(order[k], StepResult::Transient(std::string("could not record compensation: ") + e.what()),
+                                 Charge::kReset);
     }
   }
   d_.stats.compensated++;
@@ -853,9 +855,27 @@ void EventRun::CommitCompensated(const std::vector<size_t>& order, size_t k, Eng
   if (!last) steps_[order[k + 1]].status = "COMPENSATING";
 }
 
-Outcome EventRun::CompensationFailure(size_t i, const StepResult& result) {
+Outcome EventRun::CompensationFailure(size_t i, const StepResult& result, Charge charge) {
   StepState& step = steps_[i];
   const bool permanent = result.kind == StepResult::Kind::kPermanent;
+  if (!permanent && charge == Charge::kReset) {
+    // As ForwardFailure's: the database failed, not the compensation. Again later,
+    // without using one of its retries; max_resets bounds it.
+    const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, reset_count_);
+    const std::string why = "reset (not charged; reset " + std::to_string(reset_count_ + 1) + " of " +
+                            std::to_string(topic().max_resets) + " allowed): compensation of '" + step.name +
+                            "': " + result.error;
+    spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} phase=COMPENSATE kind=not_charged err=\"{}\"",
+                 ev_.code, d_.node, trace_, step.name, step.code, result.error);
+    fence_ = d_.pool.Transact("schedule compensation retry", [&, held = fence_](storage::Connection& c) {
+      events::Fence after = Held(events::ScheduleEventRetry(c, held, d_.node, 0, backoff, why, why, 1),
+                                 "schedule compensation retry");
+      events::NoteCompensationInterruption(c, step.code, result.error);
+      return after;
+    });
+    d_.stats.retries++;
+    return Outcome::kRetryScheduled;
+  }
   spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} phase=COMPENSATE kind={} "
                "compensation_retry_count={} err=\"{}\"",
                ev_.code, d_.node, trace_, step.name, step.code, permanent ? "permanent" : "transient",

@@ -398,7 +398,7 @@ class EventRun {
   Claim FailResetTooOften(storage::Connection& c);
   std::string ResetsExhausted() const;
   void CommitCompensated(const std::vector<size_t>& order, size_t k, EngineContext& ctx);
-  Outcome CompensationFailure(size_t i, const StepResult& result);
+  Outcome CompensationFailure(size_t i, const StepResult& result, Charge charge = Charge::kRetry);
   Outcome Abandon(const std::string& why);
 
   size_t NextNotSucceeded(size_t from) const {

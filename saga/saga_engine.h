@@ -44,7 +44,8 @@
 //     turns COMPENSATING with result {"failed_step", "step_code", "error", "kind":
 //     "permanent" | "retries_exhausted"}.
 //   - A failure that is not the step's fault (its database connection was lost, its
-//     success could not be recorded) uses no retry: the event goes PENDING with
+//     success could not be recorded; forward or compensating) uses no retry (nor a
+//     compensation retry): the event goes PENDING with
 //     reset_count + 1 ("reset (not charged to retries; reset 1 of 5): ..."), the step
 //     FAILED with retry_count unchanged.
 //   - A claim that finds reset_count > topic max_resets (its runs were reset that

@@ -88,8 +88,13 @@ std::map<std::string, TopicSettings> Topics() {
   flaky.max_retry = 0;
   flaky.steps = {Step("s1", "conn_lost_once")};
 
+  TopicSettings flaky_undo = demo;  // s2 fails for good; s1's compensation loses its connection once
+  flaky_undo.max_retry = 0;
+  flaky_undo.steps = {Step("s1", "conn_lost_once"), Demo("s2")};
+
   return {{"DEMO", demo},       {"RETRY_MANY", retry_many}, {"TIMEOUT", timeout}, {"CHUNKED", chunked},
-          {"ONCE", once},       {"TWICE", twice},           {"BAD_SQL", bad_sql}, {"FLAKY", flaky}};
+          {"ONCE", once},       {"TWICE", twice},           {"BAD_SQL", bad_sql}, {"FLAKY", flaky},
+          {"FLAKY_UNDO", flaky_undo}};
 }
 
 // A step whose SQL is wrong: the server answers 1064 (syntax), every time.
@@ -114,6 +119,9 @@ class ConnLostOnceStep final : public StepHandler {
     return StepResult::Ok();
   }
   StepResult Compensate(StepContext& ctx) override {
+    // The compensation's connection is lost the first time it runs (attempt 2: the
+    // event's second claim), not later.
+    if (ctx.attempt() == 2) throw DbError(DbError::Kind::kConnectionLost, 2013, "Lost connection to server (2013)");
     ctx.tx().Execute("DELETE FROM demo_ledger WHERE idempotency_key = ?", ctx.idempotency_key());
     return StepResult::Ok();
   }
@@ -717,6 +725,21 @@ TEST_F(SagaEngineTest, NodeLoadViewCountsInFlightEventsOfLiveNodes) {
   EXPECT_EQ(Int("SELECT COUNT(*) FROM v_node_load"), 1);
   EXPECT_EQ(engine_a_.Run(Load("E19"), {}), Outcome::kSucceeded);
   EXPECT_EQ(Int("SELECT in_flight FROM v_node_load WHERE node_address = ?", kNodeA), 0);
+}
+
+TEST_F(SagaEngineTest, LostConnectionInACompensationUsesNoRetry) {
+  // max_retry 0: a charged compensation failure would end the event FAILED at once.
+  Produce("E47", json{{"demo", {{"fail", {{"s2", "permanent"}}}}}}, "FLAKY_UNDO");
+  EXPECT_EQ(AssignAndRun("E47", engine_a_), Outcome::kRetryScheduled);  // attempt 1: s1's connection lost
+  EXPECT_EQ(EventInt("E47", "reset_count"), 1);
+  EXPECT_EQ(AssignAndRun("E47", engine_a_), Outcome::kRetryScheduled);  // attempt 2: s2 fails, s1's undo loses it
+  EXPECT_EQ(EventStr("E47", "phase"), "COMPENSATE");
+  EXPECT_EQ(StepInt("E47#1", "compensation_retry_count"), 0);
+  EXPECT_EQ(EventInt("E47", "reset_count"), 2);
+  EXPECT_EQ(EventStr("E47", "last_error").rfind("reset (not charged; reset 2 of 5 allowed): compensation of 's1'", 0), 0u)
+      << EventStr("E47", "last_error");
+  EXPECT_EQ(AssignAndRun("E47", engine_a_), Outcome::kCompensated);
+  EXPECT_EQ(LedgerRows("E47"), 0);
 }
 
 TEST_F(SagaEngineTest, AbandonedRunIsHandedBackAtItsOwnVersionOnly) {
