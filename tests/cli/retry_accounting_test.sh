@@ -78,14 +78,29 @@ LOCKER=$!
 STARTED_PIDS+=("$LOCKER")
 # Sessions and lock waits of this test's schemas only (the server is shared).
 session_of() { sql "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE '$1%' AND DB = '$2'"; }
+# Sessions of schema $1 waiting for a row lock: in LOCK WAIT (INNODB_TRX), or in a
+# statement for a second or more that is not the locker's sleep (INNODB_TRX does not
+# always list a waiting INSERT's transaction).
 lock_waits() {
-  sql "SELECT COUNT(*) FROM information_schema.INNODB_TRX x JOIN information_schema.PROCESSLIST p
-       ON p.ID = x.trx_mysql_thread_id WHERE x.trx_state = 'LOCK WAIT' AND p.DB = '$1'"
+  sql "SELECT COUNT(*) FROM information_schema.PROCESSLIST p
+       LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID
+       WHERE p.DB = '$1' AND p.ID <> CONNECTION_ID() AND p.COMMAND IN ('Query', 'Execute')
+         AND p.INFO NOT LIKE 'SELECT SLEEP%' AND (x.trx_state = 'LOCK WAIT' OR p.TIME >= 1)"
 }
 wait_for '[[ -n $(session_of "SELECT SLEEP(60)" "$SCHEMA") ]]' 10 \
   "the locking session holds blk#1"
 produce blk '{}' ONE
-wait_for '[[ $(lock_waits "$SCHEMA") -ge 1 ]]' 20 "the step of blk waits for the lock"
+# wait_lock SCHEMA WHAT EVENT: until a session of SCHEMA waits for a row lock (30 s).
+wait_lock() {
+  local _
+  for _ in $(seq 1 600); do (( $(lock_waits "$1") >= 1 )) && { pass "$2"; return; }; sleep 0.05; done
+  sql "SELECT code, status, node_address, last_error FROM distribute_event WHERE code = '$3'" >&2
+  sql "SELECT p.ID, p.DB, p.STATE, LEFT(p.INFO, 80), x.trx_state FROM information_schema.PROCESSLIST p
+       LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID WHERE p.COMMAND <> 'Sleep'" >&2
+  tail -n 12 "$WORK"/n*.log >&2
+  fail "$2: no session of $1 waits for a lock"
+}
+wait_lock "$SCHEMA" "the step of blk waits for the lock" blk
 t0=$(now_ms)
 kill -TERM "$PID_n1"
 set +e
@@ -116,7 +131,7 @@ STARTED_PIDS+=("$!")
 wait_for '[[ -n $(session_of "SELECT SLEEP(61)" "$TGT") ]]' 10 \
   "the locking session holds row 1 of the target"
 produce del-1 '{"id": 1}' DEL
-wait_for '[[ $(lock_waits "$TGT") -ge 1 ]]' 20 "the table_delete step waits for the lock"
+wait_lock "$TGT" "the table_delete step waits for the lock" del-1
 t0=$(now_ms)
 kill -TERM "$PID_n2"
 set +e
