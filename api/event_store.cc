@@ -246,6 +246,7 @@ nlohmann::json ToJson(const EventRow& e) {
           {"version", e.version},
           {"attempt", e.attempt},
           {"retry_count", e.retry_count},
+          {"reset_count", e.reset_count},
           {"max_retry", e.max_retry},
           {"progress", e.progress ? nlohmann::json(*e.progress) : nlohmann::json(nullptr)},
           {"batch_code", TextOrNull(e.batch_code)},
@@ -582,13 +583,34 @@ EventPage EventStore::List(const EventFilter& f) {
 
 EventRow EventStore::Retry(const std::string& code, RetryFrom from) {
   RequireText("code", code, 1, 64);
-  const char* why = from == RetryFrom::kStart ? "operator retry from the start" : "operator retry from the failed step";
+  std::string why = from == RetryFrom::kStart ? "operator retry from the start" : "operator retry from the failed step";
   pool_.Transact("retry event", [&](storage::Connection& c) {
     std::optional<events::RetryTarget> target = events::LockForRetry(c, code);
     if (!target) throw NotFoundError("no event " + Quote(code));
     if (target->status != "FAILED" && target->status != "COMPENSATED") {
       throw ConflictError("event " + Quote(code) + " is " + target->status +
                           "; only FAILED or COMPENSATED events can be retried");
+    }
+    // A step whose effect is still in place never runs forward again ("Retry
+    // semantics"): a compensation that did not finish is finished first.
+    const std::vector<events::AppliedStep> applied =
+        target->status == "FAILED" ? events::ReadAppliedSteps(c, code) : std::vector<events::AppliedStep>{};
+    if (target->status == "FAILED" && target->phase == "COMPENSATE") {
+      if (from == RetryFrom::kStart) {
+        throw ConflictError("event " + Quote(code) + " failed while compensating; steps still applied: " +
+                            (applied.empty() ? std::string("none") : events::DescribeApplied(applied)) +
+                            "; retry it without --from start to finish the compensation first");
+      }
+      why = "operator retry: finishing the compensation (still applied: " +
+            (applied.empty() ? std::string("none") : events::DescribeApplied(applied)) + ")";
+      if (!events::ResumeCompensation(c, target->id, target->version, code, why)) {
+        throw ConflictError("event " + Quote(code) + " changed while retrying it; try again");
+      }
+      return;
+    }
+    if (from == RetryFrom::kStart && !applied.empty()) {
+      throw ConflictError("event " + Quote(code) + ": steps " + events::DescribeApplied(applied) +
+                          " are applied; --from start would apply them twice; retry it from the failed step");
     }
     events::ResetStepsForRetry(c, code, from == RetryFrom::kStart);
     if (!events::RetryEvent(c, target->id, target->version, why)) {
@@ -597,7 +619,8 @@ EventRow EventStore::Retry(const std::string& code, RetryFrom from) {
   });
   EventRow e = GetEvent(code);
   spdlog::info("EVENT_RETRIED event={} trace={} from={} version={}", e.code, e.trace_id.empty() ? e.code : e.trace_id,
-               from == RetryFrom::kStart ? "start" : "failed_step", e.version);
+               e.phase == "COMPENSATE" ? "compensation" : from == RetryFrom::kStart ? "start" : "failed_step",
+               e.version);
   return e;
 }
 

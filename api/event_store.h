@@ -20,16 +20,26 @@
 // A rejected event writes nothing; a rejected batch writes none of its events.
 //
 // Retry semantics (FAILED or COMPENSATED events only; anything else is a
-// ConflictError naming the status):
+// ConflictError naming the status). A step whose effect is still in place (SUCCESS,
+// COMPENSATING, or failed with compensation data) never runs forward again:
+//   FAILED while compensating (phase COMPENSATE: a compensation failed for good, or
+//                its node kept dying): the compensation is finished, not the forward
+//                run redone: PENDING in phase COMPENSATE, the unfinished
+//                compensations' retries afresh, reset_count 0, the original failure
+//                kept in result. The event ends COMPENSATED (retry it again to run it
+//                forward from a clean state) or FAILED again. kStart is refused
+//                (ConflictError naming the steps still applied).
 //   kStart       every step row goes back to PENDING: the whole plan runs again, each
-//                step with its old code as idempotency key.
+//                step with its old code as idempotency key. Refused (ConflictError
+//                naming them) for a FAILED event with steps still applied.
 //   kFailedStep  steps still SUCCESS stay SUCCESS (not run again); the others go back
 //                to PENDING. A COMPENSATED event has no SUCCESS step left, so this is
 //                the same as kStart for it.
-// The event becomes PENDING / phase FORWARD with retry_count 0, version + 1, result
-// and last_error cleared, and a process_log entry {"why": "operator retry ..."}; its
-// attempt keeps counting (it fences the next claim). One transaction, conditional
-// on the status and version read, so two concurrent retries re-drive it once.
+// Otherwise the event becomes PENDING / phase FORWARD with retry_count and reset_count
+// 0, version + 1, result and last_error cleared, and a process_log entry {"why":
+// "operator retry ..."}; its attempt keeps counting (it fences the next claim). One
+// transaction, conditional on the status and version read, so two concurrent retries
+// re-drive it once.
 //
 // Thread safety: thread-safe (the pool is).
 #pragma once

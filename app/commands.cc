@@ -146,6 +146,7 @@ consumer::ConsumerOptions NodeOptions(const Invocation& inv, const Settings& s) 
   options.poll_interval = s.consumer.poll_interval;
   options.idle_interval = std::max(s.consumer.poll_interval, s.dispatcher.idle_interval);
   options.drain_timeout = s.consumer.drain_timeout;
+  options.offline_timeout = s.registry.offline_timeout;
   options.wakeups = s.consumer.wakeups;
   options.wakeup_listen = s.consumer.wakeup_listen;
   return options;
@@ -209,6 +210,7 @@ int RunNode(const Invocation& inv) {
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
   NodeParts parts(*pool, s, topics, clock, options);
+  parts.node.RefuseIfAddressInUse();  // a live node holds the address: exit 1, one line, nothing touched
   spdlog::info("NODE_STARTING node={} service={} capacity={} prefetch={} pool={} topics={} db={}",
                options.node_address, s.service, options.capacity, PrefetchText(options.prefetch), pool->stats().max_size,
                nlohmann::json(options.topics).dump(), pool->url().Masked());
@@ -308,6 +310,7 @@ int RunAll(const Invocation& inv) {
   ApiParts api_parts(*pool, s, clock,
                      ComponentMetrics({.pool = pool.get(), .dispatcher = &dispatcher,
                                        .saga = &parts.engine.stats(), .consumer = &parts.node.stats()}));
+  parts.node.RefuseIfAddressInUse();  // before anything starts: exit 1 with one line
   WarnIfNotDefaultService(*pool, s.service, "all");
   api_parts.server.Start();
   dispatcher.Start();

@@ -248,8 +248,11 @@ int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
   field("status", Shown(e.status) + (e.phase == "COMPENSATE" && !api::IsTerminal(e.status) ? " (compensation phase)" : ""));
   field("entity", Shown(e.tenant_id) + " / " + Shown(e.data_id));
   field("node", Or(e.node_address, "-"));
+  // Retries are the steps' own failures; resets (node died, connection lost) are not
+  // charged to them (docs/event-lifecycle.md, "Retry arithmetic").
   field("attempt", std::to_string(e.attempt) + " (retries " + std::to_string(e.retry_count) + " of " +
-                       std::to_string(e.max_retry) + ", version " + std::to_string(e.version) + ")");
+                       std::to_string(e.max_retry) + ", resets not charged " + std::to_string(e.reset_count) +
+                       ", version " + std::to_string(e.version) + ")");
   field("progress", e.progress ? std::to_string(*e.progress) + "%" : "-");
   field("created", When(e.create_time));
   field("started", When(e.started_time));
@@ -362,7 +365,9 @@ int RunRetry(const Invocation& inv) {
   if (inv.Flag("json")) {
     PrintJson(api::ToJson(e));
   } else {
-    std::cout << "event " << Shown(e.code) << " re-driven " << (from == api::RetryFrom::kStart ? "from the start" : "from the failed step")
+    std::cout << "event " << Shown(e.code) << " re-driven "
+              << (e.phase == "COMPENSATE" ? "to finish its compensation (retry it again once COMPENSATED to run it forward)"
+                  : from == api::RetryFrom::kStart ? "from the start" : "from the failed step")
               << ": " << Shown(e.status) << " (version " << e.version << "); follow it: dsync events show " << Shown(e.code) << "\n";
   }
   return 0;

@@ -312,7 +312,10 @@ constexpr KeyDescriptor kKeys[] = {
     // topics.<name>
     {.path = "topics.<name>.max_retry",
      .field = Field<&TopicSettings::max_retry>(),
-     .doc = "Retries of a failing step before the event is compensated. At least 0."},
+     .doc = "Retries of a failing step after its first attempt (max_retry + 1 attempts) before the event is compensated. At least 0."},
+    {.path = "topics.<name>.max_resets",
+     .field = Field<&TopicSettings::max_resets>(),
+     .doc = "Resets that are not a step's fault (its node died or froze, the database connection was lost) an event may take without using max_retry; the claim after one more ends it FAILED. At least 0."},
     {.path = "topics.<name>.backoff_base_ms",
      .field = Field<&TopicSettings::backoff_base>(),
      .doc = "Delay before the first retry; later retries back off up to backoff_max_ms."},

@@ -91,7 +91,8 @@ struct StepSpec {
 };
 
 struct TopicSettings {
-  int max_retry = 3;                  // max_retry: retries of a failing step before compensation, >= 0. Default 3
+  int max_retry = 3;                  // max_retry: retries of a failing step after its first attempt (N + 1 attempts) before compensation, >= 0. Default 3
+  int max_resets = 5;                 // max_resets: resets not charged to max_retry (node died, connection lost) an event may take; one more and it ends FAILED, >= 0. Default 5
   Millis backoff_base{1000};          // backoff_base_ms: delay before the first retry. Default 1 s
   Millis backoff_max{60000};          // backoff_max_ms: longest delay between retries. Default 60 s
   Millis max_processing_time{300000}; // max_processing_time_ms: longest without activity before the event is stuck. Default 5 min

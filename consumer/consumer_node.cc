@@ -1,7 +1,11 @@
 #include "consumer/consumer_node.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <fstream>
+#include <string>
 
 #include <spdlog/spdlog.h>
 
@@ -9,6 +13,7 @@
 #include "core/process.h"
 #include "events/poll.h"
 #include "events/reset.h"
+#include "registry/node_directory.h"
 
 namespace dsync::consumer {
 namespace {
@@ -25,6 +30,10 @@ constexpr Millis kBusyWindow{1000};
 constexpr size_t kMaxBatch = 64;
 // At most one early beat per this, for a changed automatic prefetch.
 constexpr Millis kPrefetchBeatGap{1000};
+// After a drain's timeout: how long cancelled runs get to end, and how often their
+// statements are killed meanwhile.
+constexpr Millis kDrainGrace{3000};
+constexpr Millis kDrainKillInterval{500};
 
 }  // namespace
 
@@ -92,8 +101,59 @@ registry::NodeMetadata ConsumerNode::Metadata() const {
   return m;
 }
 
+// The program name (argv[0] without its directory) of process `pid` ("self": this
+// one), from /proc; "" when it cannot be read.
+static std::string ProgramName(const std::string& pid) {
+  std::ifstream cmdline("/proc/" + pid + "/cmdline");
+  std::string argv0;
+  if (!cmdline || !std::getline(cmdline, argv0, '\0')) return "";
+  return argv0.substr(argv0.rfind('/') == std::string::npos ? 0 : argv0.rfind('/') + 1);
+}
+
+// Whether process `pid` of this host may be the previous incarnation: it is running
+// (signal 0: EPERM means it exists) and, when /proc tells, runs the program this one
+// runs (a pid reused by another program since is not it).
+static bool SameProgramRunning(int64_t pid) {
+  if (pid <= 0) return false;
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  const std::string theirs = ProgramName(std::to_string(pid));
+  const std::string ours = ProgramName("self");
+  return theirs.empty() || ours.empty() || theirs == ours;  // cannot tell: take it as running
+}
+
+void ConsumerNode::RefuseIfAddressInUse() {
+  std::optional<registry::LiveHolder> holder = pool_.Run("read node address holder", [&](storage::Connection& c) {
+    return registry::ReadLiveHolder(c, options_.service, options_.node_address, options_.offline_timeout);
+  });
+  if (!holder) return;  // nobody holds it, or its holder is dead by the offline timeout
+  const registry::NodeMetadata& m = holder->metadata;
+  // The same host: its previous process (systemd, a container restart) may be dead
+  // although its heartbeat is still fresh. This process itself may even have its pid
+  // (a container's pid 1). A process still running there holds the address.
+  if (!m.host.empty() && m.host == metadata_.host && (m.pid == metadata_.pid || !SameProgramRunning(m.pid))) {
+    spdlog::info("NODE_PREVIOUS_INCARNATION_GONE node={} service={} incarnation={} heartbeat_age_ms={} "
+                 "action=\"handing back what it held\"",
+                 options_.node_address, options_.service, m.incarnation, holder->heartbeat_age.count());
+    return;
+  }
+  const bool same_host = !m.host.empty() && m.host == metadata_.host;
+  throw ConflictError(
+      "node address " + options_.node_address + " (service " + options_.service + ") is in use by a live node (" +
+      (m.host.empty() ? std::string("host unknown") : "host " + m.host) + ", pid " + std::to_string(m.pid) +
+      ", last heartbeat " + std::to_string(holder->heartbeat_age.count()) + " ms ago); stop it or give this node "
+      "another --node-address" +
+      (same_host ? std::string()
+                 : "; if that process is gone, start again once its heartbeat is older than offline_timeout_ms (" +
+                       std::to_string(options_.offline_timeout.count()) + " ms)"));
+}
+
 void ConsumerNode::Start() {
-  int orphans = HandBack(HandBackScope::kEverythingHeld, "reset: node restarted");
+  // A second process under a live node's address would hand back (reset) the events
+  // that node is running and take them over: refuse it (docs/event-lifecycle.md,
+  // "Node addresses").
+  RefuseIfAddressInUse();
+  int orphans = HandBack(HandBackScope::kEverythingHeld,
+                         "reset (not charged): node restarted");
   stats_.handed_back_at_start += static_cast<uint64_t>(orphans);
   heartbeat_.Start();
   started_ = true;
@@ -118,7 +178,7 @@ void ConsumerNode::Start() {
                options_.service, options_.capacity, orphans);
 }
 
-int ConsumerNode::HandBack(HandBackScope scope, const char* reason, const std::set<int64_t>& running) {
+int ConsumerNode::HandBack(HandBackScope scope, const std::string& reason, const std::set<int64_t>& running) {
   std::vector<events::HeldEvent> held = pool_.Run("read held events", [&](storage::Connection& c) {
     return scope == HandBackScope::kEverythingHeld ? events::ReadHeld(c, Key(), running)
                                                    : events::ReadUnclaimed(c, Key(), running);
@@ -174,8 +234,8 @@ int ConsumerNode::PollOnce() {
   if (static_cast<int>(events.size()) > free) events.resize(static_cast<size_t>(free));
   // First attempts are claimed here, all in one transaction; the rest are claimed
   // one by one by their worker (SagaEngine::Run).
-  std::vector<int64_t> candidates;
-  for (const auto& e : events) candidates.push_back(e.id);
+  std::vector<std::pair<int64_t, int>> candidates;  // (id, version as polled)
+  for (const auto& e : events) candidates.push_back({e.id, e.version});
   std::vector<saga::AssignedEvent> rest;
   std::vector<saga::AssignedEvent> claimed;
   try {
@@ -184,7 +244,7 @@ int ConsumerNode::PollOnce() {
     if (e.kind() == DbError::Kind::kCommitUnknown) {
       // The claim may have applied: whatever is RUNNING here is handed back.
       std::lock_guard lock(mu_);
-      abandoned_.insert(abandoned_.end(), candidates.begin(), candidates.end());
+      for (const auto& [id, version] : candidates) abandoned_.push_back({id, version});
     }
     throw;
   }
@@ -194,7 +254,7 @@ int ConsumerNode::PollOnce() {
     std::lock_guard lock(mu_);
     for (auto& e : claimed) {
       if (!accepting_ || !known_.insert(e.id).second) {
-        abandoned_.push_back(e.id);  // draining began meanwhile: hand it back
+        abandoned_.push_back({e.id, e.version + 1});  // draining began meanwhile: hand it back (claimed: + 1)
         continue;
       }
       const bool fast = engine_.Batchable(e);
@@ -219,28 +279,38 @@ int ConsumerNode::PollOnce() {
 }
 
 void ConsumerNode::HandBackAbandoned() {
-  std::vector<int64_t> ids;
+  std::vector<AbandonedRun> runs;
   {
     std::lock_guard lock(mu_);
-    ids.swap(abandoned_);
+    runs.swap(abandoned_);
   }
-  std::vector<int64_t> failed;
-  for (int64_t id : ids) {
+  // A drain that timed out stopped these runs itself: not counted against the events
+  // at all. Otherwise (the database went away mid-run, a commit of unknown outcome)
+  // the reset counts in reset_count, never in retry_count (events/reset.h).
+  const bool drain = drain_timed_out_.load();
+  const std::string why = drain ? "reset (not charged): drain timed out on node " + options_.node_address
+                                : "reset (not charged): run abandoned on node " + options_.node_address +
+                                      " (database unreachable or commit outcome unknown)";
+  std::vector<AbandonedRun> failed;
+  for (const AbandonedRun& run : runs) {
     try {
+      // At the run's own version (or the one its unknown commit left): a later claim of
+      // the event, here or elsewhere, is never reset by this.
       std::optional<events::HeldEvent> held = pool_.Run("read abandoned event", [&](storage::Connection& c) {
-        return events::ReadHeldById(c, id, Key());
+        return events::ReadAbandoned(c, run.id, run.version, Key());
       });
       if (!held) continue;  // it settled after all (the commit did apply), or was reset
       bool applied = pool_.Transact("hand back abandoned event", [&](storage::Connection& c) {
-        return events::ResetEvent(c, *held, "reset: run abandoned on node " + options_.node_address);
+        return events::ResetEvent(c, *held, why, std::nullopt,
+                                  drain ? events::ResetCharge::kFree : events::ResetCharge::kCountReset);
       });
       if (applied) {
         stats_.handed_back_abandoned++;
-        spdlog::info("EVENT_RESET event={} node={} from={} reason=\"run abandoned\"", held->code,
-                     options_.node_address, held->status);
+        spdlog::info("EVENT_RESET event={} node={} from={} version={} reason=\"{}\"", held->code,
+                     options_.node_address, held->status, held->version, drain ? "drain timed out" : "run abandoned");
       }
     } catch (const std::exception& e) {
-      failed.push_back(id);  // the database is still away: next poll
+      failed.push_back(run);  // the database is still away: next poll
     }
   }
   if (!failed.empty()) {
@@ -336,15 +406,17 @@ void ConsumerNode::WorkerLoop(std::stop_token stop) {
       }
     }
     std::vector<saga::Outcome> outcomes(batch.size(), saga::Outcome::kAbandoned);
+    std::vector<int> versions;  // each run's last version (its hand-back's fence)
+    for (const auto& e : batch) versions.push_back(e.claimed ? e.version + 1 : e.version);
     try {
       if (batch.size() == 1) {
-        outcomes[0] = engine_.Run(batch[0], work_stop_.get_token());
+        outcomes[0] = engine_.Run(batch[0], work_stop_.get_token(), &versions[0]);
       } else {
         std::vector<const saga::AssignedEvent*> events;
         for (const auto& e : batch) events.push_back(&e);
         stats_.batches++;
         stats_.batched_events += events.size();
-        outcomes = engine_.RunBatch(events, work_stop_.get_token());
+        outcomes = engine_.RunBatch(events, work_stop_.get_token(), &versions);
       }
     } catch (const std::exception& e) {
       spdlog::error("EVENT_RUN_CRASHED event={} node={} events={} err={}", batch[0].code, options_.node_address,
@@ -355,7 +427,7 @@ void ConsumerNode::WorkerLoop(std::stop_token stop) {
       for (size_t i = 0; i < batch.size(); ++i) {
         spdlog::debug("EVENT_RUN_DONE event={} node={} outcome={}", batch[i].code, options_.node_address,
                       saga::OutcomeName(outcomes[i]));
-        if (outcomes[i] == saga::Outcome::kAbandoned) abandoned_.push_back(batch[i].id);
+        if (outcomes[i] == saga::Outcome::kAbandoned) abandoned_.push_back({batch[i].id, versions[i]});
         known_.erase(batch[i].id);
       }
       stats_.in_flight = static_cast<int>(known_.size());
@@ -386,7 +458,8 @@ bool ConsumerNode::Drain() {
     accepting_ = false;
     for (const auto& q : queue_) {
       known_.erase(q.event.id);
-      if (q.event.claimed) abandoned_.push_back(q.event.id);  // RUNNING here, never started: hand back
+      // RUNNING here (claimed by the poll: version + 1), never started: hand back.
+      if (q.event.claimed) abandoned_.push_back({q.event.id, q.event.version + 1});
     }
     queue_.clear();
     stats_.in_flight = static_cast<int>(known_.size());
@@ -417,11 +490,30 @@ bool ConsumerNode::Drain() {
   while (stats_.in_flight.load() > 0 && clock_.Now() < deadline) clock_.SleepFor(Millis(20), {});
   if (stats_.in_flight.load() > 0) {
     clean = false;
-    spdlog::warn("NODE_DRAIN_TIMEOUT node={} cancelling={} (left for the sweeper)", options_.node_address,
+    spdlog::warn("NODE_DRAIN_TIMEOUT node={} cancelling={} (handed back, not charged)", options_.node_address,
                  stats_.in_flight.load());
+    drain_timed_out_ = true;
     work_stop_.request_stop();
-    auto grace = clock_.Now() + Millis(5000);
-    while (stats_.in_flight.load() > 0 && clock_.Now() < grace) clock_.SleepFor(Millis(20), {});
+    // A step blocked in a statement (a row lock, a long query) does not see the stop
+    // request: its statement is killed, again every kDrainKillInterval while runs
+    // remain (a step between two statements is not in one yet).
+    auto grace = clock_.Now() + kDrainGrace;
+    auto next_kill = clock_.Now();
+    while (stats_.in_flight.load() > 0 && clock_.Now() < grace) {
+      if (clock_.Now() >= next_kill) {
+        int killed = engine_.KillRunningStatements();
+        if (killed > 0) {
+          spdlog::info("NODE_DRAIN_KILLED_STATEMENTS node={} sessions={}", options_.node_address, killed);
+        }
+        next_kill = clock_.Now() + kDrainKillInterval;
+      }
+      clock_.SleepFor(Millis(20), {});
+    }
+    if (stats_.in_flight.load() > 0) {
+      // A step that ignores its stop token outside any statement: waited for below.
+      spdlog::error("NODE_DRAIN_STUCK node={} running={} after_ms={} (waiting for its step to return)",
+                    options_.node_address, stats_.in_flight.load(), (options_.drain_timeout + kDrainGrace).count());
+    }
   }
   for (auto& w : workers_) w.request_stop();
   work_cv_.notify_all();

@@ -7,9 +7,25 @@
 //   node.WaitForDrainRequest(signals);   // SIGTERM/SIGINT or an operator's `dsync drain`
 //   node.Drain();           // no new claims, in-flight finish, unclaimed handed back, offline
 //
-// At start, whatever a previous process left under the same address (ASSIGNED,
-// RUNNING, COMPENSATING) is handed back to PENDING with the usual fenced reset: a
-// fresh process holds nothing, so there is no reason to wait for a timeout.
+// Node addresses: at start, a live node of the service under the same address (its
+// registry row online or draining, its heartbeat within the offline timeout by the
+// database clock) makes Start() refuse (ConflictError, one line: the holder's host,
+// pid and heartbeat age), so that a second process never resets and takes over the
+// first's events. Its previous incarnation counts as dead, although its heartbeat may
+// be fresh (systemd restarted it within the offline timeout), when it ran on this
+// host and its pid is not running here, runs another program now (/proc), or is this
+// process's own (a container's pid 1); on another host it is judged by the heartbeat only: start again once it is
+// older than the offline timeout, as the message says.
+// Then whatever a previous process left under the same address (ASSIGNED, RUNNING,
+// COMPENSATING) is handed back to PENDING with the usual fenced reset: a fresh
+// process holds nothing, so there is no reason to wait for a timeout. The reset
+// counts in the event's reset_count, never in its retries (events/reset.h).
+//
+// Drain: in-flight runs get drain_timeout to finish; then they are stopped (the
+// stop token, and every statement they are blocked in is killed:
+// SagaEngine::KillRunningStatements), and handed back at the version each run held,
+// not counted against the events at all. The drain ends within drain_timeout plus a
+// few seconds even when a step is blocked on a lock.
 //
 // Polling is adaptive: while events arrive, again once a quarter of the capacity is
 // free (at least 1 ms, at most 10 ms later), so that claims come in batches; at once
@@ -86,6 +102,7 @@ struct ConsumerOptions {
   Millis poll_interval{200};                // pause after an empty poll, doubled up to idle_interval
   Millis idle_interval{1000};
   Millis drain_timeout{30000};
+  Millis offline_timeout{30000};            // registry.offline_timeout_ms: who is live (RefuseIfAddressInUse)
   bool wakeups = true;                      // consumer.wakeups (consumer/node_wakeups.h)
   std::string wakeup_listen;                // consumer.wakeup_listen; "": node_address
   // Datasources to check and report (name -> URL); nullopt: report none at all, and
@@ -113,8 +130,13 @@ class ConsumerNode {
   ~ConsumerNode();
 
   // Hands back orphans of a previous incarnation, starts heartbeats, the poller and
-  // the workers. Throws DbError when the database is unreachable at start.
+  // the workers. Throws DbError when the database is unreachable at start, and
+  // ConflictError (RefuseIfAddressInUse) before doing anything else.
   void Start();
+  // Throws ConflictError when a live node of the service holds this address (see the
+  // file comment, "Node addresses"); a process that starts other parts first (`dsync
+  // all`) calls it before them.
+  void RefuseIfAddressInUse();
   // Blocks until SIGTERM/SIGINT arrives (the caller blocked them in every thread) or
   // an operator marks this node draining. Returns a description of the cause.
   std::string WaitForDrainRequest(const sigset_t& signals);
@@ -135,7 +157,7 @@ class ConsumerNode {
   void WorkerLoop(std::stop_token stop);
   int PollOnce();
   enum class HandBackScope { kEverythingHeld, kUnclaimed };
-  int HandBack(HandBackScope scope, const char* reason, const std::set<int64_t>& running = {});
+  int HandBack(HandBackScope scope, const std::string& reason, const std::set<int64_t>& running = {});
   // Hands back events whose run was abandoned (database unreachable, shutdown):
   // they are still RUNNING/COMPENSATING here and would otherwise wait for the
   // sweeper's processing timeout. Retried at every poll until the database answers.
@@ -167,7 +189,12 @@ class ConsumerNode {
   };
   std::deque<Queued> queue_;
   std::set<int64_t> known_;               // queued or running here
-  std::vector<int64_t> abandoned_;        // runs that ended kAbandoned, to hand back
+  struct AbandonedRun {
+    int64_t id = 0;
+    int version = 0;  // the version the run last held (events::ReadAbandoned)
+  };
+  std::vector<AbandonedRun> abandoned_;   // runs that ended kAbandoned, to hand back
+  std::atomic<bool> drain_timed_out_{false};  // Drain() cancelled runs: their hand-back is not counted
   bool accepting_ = true;
   bool poll_now_ = false;
   Clock::TimePoint last_work_{};          // the last poll that found events (poller thread only)

@@ -133,14 +133,14 @@ bool EventSweeper::Reset(const ResetCandidate& c) {
   std::string error;
   switch (c.reason) {
     case ResetReason::kTimedOut:
-      error = "reset: no activity for " + std::to_string(c.idle.count()) + " ms on node " + node +
+      error = "reset (not charged): no activity for " + std::to_string(c.idle.count()) + " ms on node " + node +
               " (max_processing_time_ms " + std::to_string(c.timeout.count()) + ")";
       break;
     case ResetReason::kNotClaimed:
       error = "reset: not claimed by node " + node + " for " + std::to_string(c.idle.count()) +
               " ms (claim_timeout_ms " + std::to_string(c.timeout.count()) + "; " + c.detail + ")";
       break;
-    case ResetReason::kNodeOffline: error = "reset: node " + node + " offline"; break;
+    case ResetReason::kNodeOffline: error = "reset (not charged): node " + node + " offline"; break;
   }
   // A row lock on the event means a session of its owner is open mid-transaction (a
   // node paused by SIGSTOP or a frozen VM, a partition that kept its TCP session).

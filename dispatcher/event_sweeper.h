@@ -25,9 +25,12 @@
 // events/reset.h) on the (version, status) read in the same pass, so an event that
 // completed, was claimed or changed hands in between is never overwritten.
 //
-// retry_count + 1 only for a RUNNING event (a poison event that kills its node must
-// not loop forever); ASSIGNED and COMPENSATING resets add 0. phase is unchanged, so a
-// compensation resumes as a compensation. A timeout reset also re-checks the
+// No reset is charged to the event's retries (retry_count); a RUNNING or COMPENSATING
+// event's reset_count grows by one (events/reset.h: the claim after more than the
+// topic's max_resets ends it FAILED, so a poison event that kills its node still ends).
+// last_error and the process_log say "reset (not charged): node N offline" or "reset
+// (not charged): no activity for ...". phase is unchanged, so a compensation resumes as
+// a compensation. A timeout reset also re-checks the
 // staleness in its WHERE (owner writes refresh modifier_time without a version
 // change). Each reset is logged (warn):
 //   EVENT_RESET event=<code> node=<addr> reason=<node_offline|timed_out|not_claimed> trace=<trace_id or code> ...

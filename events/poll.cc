@@ -13,7 +13,7 @@ namespace {
 // claim-latency metric (NULL: assigned by hand).
 constexpr const char* kSelectAssigned = R"(
 SELECT id, code, tenant_id, data_id, topic, payload, phase, COALESCE(trace_id, ''),
-       version, attempt, retry_count, TIMESTAMPDIFF(MICROSECOND, assigned_time, NOW(3))
+       version, attempt, retry_count, reset_count, TIMESTAMPDIFF(MICROSECOND, assigned_time, NOW(3))
 FROM distribute_event
 WHERE node_address = ? AND status = 'ASSIGNED' AND service = ? AND (? = '' OR FIND_IN_SET(topic, ?) > 0)
 ORDER BY id
@@ -32,7 +32,7 @@ std::vector<AssignedEvent> PollAssigned(storage::Connection& c, const NodeKey& n
     AssignedEvent e{.id = id, .code = col.String(), .tenant_id = col.String(), .data_id = col.String(),
                     .topic = col.String(), .payload = col.String(), .phase = col.String(),
                     .trace_id = col.String(), .version = col.Int(), .attempt = col.Int(),
-                    .retry_count = col.Int()};
+                    .retry_count = col.Int(), .reset_count = col.Int()};
     if (auto age_us = col.OptionalInt64()) e.assigned_age = std::chrono::microseconds(std::max<int64_t>(0, *age_us));
     out.push_back(std::move(e));
   }

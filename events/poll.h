@@ -3,7 +3,7 @@
 // polled row (the node, and tests that poll as it does).
 //
 //   SELECT id, code, tenant_id, data_id, topic, payload, phase, trace_id, version,
-//          attempt, retry_count, NOW(3) - assigned_time
+//          attempt, retry_count, reset_count, NOW(3) - assigned_time
 //   FROM distribute_event WHERE node_address = ? AND status = 'ASSIGNED' AND service = ? ...
 //
 // Thread safety: stateless functions; AssignedEvent is a plain value.
@@ -36,7 +36,8 @@ struct AssignedEvent {
   std::string trace_id;      // empty: the engine uses the event code
   int version = 0;           // as assigned; the claim bumps it
   int attempt = 0;
-  int retry_count = 0;       // as polled: the claim-time poison guard uses it
+  int retry_count = 0;       // as polled: forward retries used (max_retry bounds them)
+  int reset_count = 0;       // as polled: resets taken (the claim-time poison guard, max_resets)
   // For the claim-latency metric: NOW(3) - assigned_time when polled (database clock)
   // and when it was polled (the engine's clock); the latency is their sum at the
   // claim's commit. Negative: unknown (not observed).

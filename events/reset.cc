@@ -13,9 +13,9 @@ namespace {
   "UPDATE distribute_event\nSET last_error = ?, " DSYNC_PROCESS_LOG_ENTRY(                  \
       "node_address", "'PENDING'", "last_error") ",\n"                                      \
   "    status = 'PENDING', node_address = NULL, version = version + 1, "                    \
-  "next_run_time = NOW(3),\n    retry_count = retry_count + ?\n"
+  "next_run_time = NOW(3),\n    reset_count = reset_count + ?\n"
 
-// Params: last_error, retry_count increment, id, version, status.
+// Params: last_error, reset_count increment, id, version, status.
 constexpr const char* kResetEvent = DSYNC_RESET_SET "WHERE id = ? AND version = ? AND status = ?";
 
 // Params: as kResetEvent, then the idle time in microseconds.
@@ -24,12 +24,12 @@ constexpr const char* kResetIdleEvent = DSYNC_RESET_SET
     "  AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND";
 
 // Params: error, job code. A reset of a COMPENSATING event interrupted the compensation
-// of its COMPENSATING step: counted as one of its failed compensations, so that one
-// that kills its node (or outlives max_processing_time) every time ends FAILED after
-// the topic's max_retry (the next claim checks, saga/event_run.cc) rather than looping.
-constexpr const char* kCountInterruptedCompensation = R"(
-UPDATE distribute_event_step
-SET compensation_retry_count = compensation_retry_count + 1, error_details = ?
+// of its COMPENSATING step: the step says so (error_details), but it is not counted as
+// a failed compensation (compensation_retry_count): the reset was not the step's
+// fault. The event's reset_count bounds a compensation that kills its node every time
+// (the claim checks max_resets, saga/event_run.cc).
+constexpr const char* kNoteInterruptedCompensation = R"(
+UPDATE distribute_event_step SET error_details = ?
 WHERE job_code = ? AND status = 'COMPENSATING')";
 
 // Params: node_address, service. Everything this address holds in its service, for
@@ -38,11 +38,14 @@ constexpr const char* kSelectHeld = R"(
 SELECT id, version, status, code FROM distribute_event
 WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND service = ?)";
 
-// Params: id, node_address, service. One event still held here after its run was abandoned
-// (ASSIGNED: its claim was deferred, AssignedEvent::claim_deferred).
-constexpr const char* kSelectHeldById = R"(
+// Params: id, node_address, service, the run's version twice. One event still held
+// here after its run was abandoned (ASSIGNED: its claim was deferred,
+// AssignedEvent::claim_deferred), at the run's version or the one its unknown commit
+// would have left (ReadAbandoned).
+constexpr const char* kSelectAbandoned = R"(
 SELECT id, version, status, code FROM distribute_event
-WHERE id = ? AND node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND service = ?)";
+WHERE id = ? AND node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND service = ?
+  AND version BETWEEN ? AND ? + 1)";
 
 // Params: node_address, service. What is assigned here but unclaimed, for the drain.
 constexpr const char* kSelectUnclaimed = R"(
@@ -147,13 +150,14 @@ const char* TimedOutSql() { return kSelectTimedOut; }
 const char* NotClaimedSql() { return kSelectNotClaimed; }
 
 bool ResetEvent(storage::Connection& c, const HeldEvent& e, const std::string& why,
-                std::optional<Millis> idle_for) {
-  const int retry = e.status == "RUNNING" ? 1 : 0;
-  uint64_t rows = idle_for ? c.Execute(kResetIdleEvent, why, retry, e.id, e.version, e.status,
+                std::optional<Millis> idle_for, ResetCharge charge) {
+  const bool claimed = e.status == "RUNNING" || e.status == "COMPENSATING";
+  const int resets = claimed && charge == ResetCharge::kCountReset ? 1 : 0;
+  uint64_t rows = idle_for ? c.Execute(kResetIdleEvent, why, resets, e.id, e.version, e.status,
                                        static_cast<int64_t>(idle_for->count()) * 1000)
-                           : c.Execute(kResetEvent, why, retry, e.id, e.version, e.status);
+                           : c.Execute(kResetEvent, why, resets, e.id, e.version, e.status);
   if (rows != 1) return false;
-  if (e.status == "COMPENSATING") c.Execute(kCountInterruptedCompensation, "compensation interrupted: " + why, e.code);
+  if (e.status == "COMPENSATING") c.Execute(kNoteInterruptedCompensation, "compensation interrupted: " + why, e.code);
   return true;
 }
 
@@ -166,8 +170,9 @@ std::vector<HeldEvent> ReadUnclaimed(storage::Connection& c, const NodeKey& node
   return ReadHeldRows(c, kSelectUnclaimed, node, skip);
 }
 
-std::optional<HeldEvent> ReadHeldById(storage::Connection& c, int64_t id, const NodeKey& node) {
-  auto rs = c.Query(kSelectHeldById, id, node.address, node.service);
+std::optional<HeldEvent> ReadAbandoned(storage::Connection& c, int64_t id, int64_t run_version,
+                                       const NodeKey& node) {
+  auto rs = c.Query(kSelectAbandoned, id, node.address, node.service, run_version, run_version);
   if (!rs->next()) return std::nullopt;
   return ReadHeldRow(*rs);
 }

@@ -7,14 +7,19 @@
 //   UPDATE distribute_event
 //   SET last_error=?, process_log=<append {node_address, status -> PENDING, last_error}>,
 //       status='PENDING', node_address=NULL, version=version+1, next_run_time=NOW(3),
-//       retry_count=retry_count+?
+//       reset_count=reset_count+?
 //   WHERE id=? AND version=? AND status=?   [AND modifier_time < NOW(3) - INTERVAL ?]
 //
 // Conditional on the (version, status) the caller read, so an event that completed,
-// was claimed or changed hands since is never overwritten. retry_count grows by one
-// only for a RUNNING event (a poison event that kills its node must not loop
-// forever); phase is unchanged, so a compensation resumes as a compensation. The
-// process_log entry names the node that held the event and gives the reason.
+// was claimed or changed hands since is never overwritten. A reset is never charged to
+// the event's retries (retry_count, bounded by max_retry, counts its steps' own
+// failures only: docs/event-lifecycle.md, "Retry arithmetic"). Instead reset_count
+// grows by one for a claimed (RUNNING or COMPENSATING) event, unless the caller says
+// the reset was not the run's doing at all (a drain that timed out); the claim that
+// finds reset_count > max_resets ends the event FAILED, so a poison event that kills
+// its node every time still ends. phase is unchanged, so a compensation resumes as a
+// compensation. The process_log entry names the node that held the event and gives
+// the reason (callers word it "reset (not charged to retries): ...").
 //
 // Thread safety: stateless functions; a Connection is used by one thread at a time.
 #pragma once
@@ -39,15 +44,20 @@ struct HeldEvent {
   std::string code;
 };
 
-// Resetting a COMPENSATING event also counts one failed compensation on its
-// COMPENSATING step (compensation_retry_count + 1, error_details = the reason): the
-// claim that finds it at the topic's max_retry fails the event (poison compensation).
-// Returns true when the reset applied. With `idle_for`, also requires that the event
-// has had no activity (modifier_time) for that long: an owner's fenced writes refresh
-// it without changing the version. Throws DbError (run it inside
-// ConnectionPool::Run / Transact).
+// Whether a reset of a claimed event counts in its reset_count (max_resets). Never in
+// retry_count.
+enum class ResetCharge {
+  kCountReset,  // node dead or frozen, idle too long, restarted, run abandoned
+  kFree,        // a drain that timed out: the operator stopped the run
+};
+
+// Resetting a COMPENSATING event also notes the interruption on its COMPENSATING step
+// (error_details = the reason; compensation_retry_count unchanged). Returns true when
+// the reset applied. With `idle_for`, also requires that the event has had no
+// activity (modifier_time) for that long: an owner's fenced writes refresh it without
+// changing the version. Throws DbError (run it inside ConnectionPool::Run / Transact).
 bool ResetEvent(storage::Connection& c, const HeldEvent& event, const std::string& why,
-                std::optional<Millis> idle_for = std::nullopt);
+                std::optional<Millis> idle_for = std::nullopt, ResetCharge charge = ResetCharge::kCountReset);
 
 // What a node holds, for the hand-backs (consumer/). Each throws DbError.
 // Everything ASSIGNED, RUNNING or COMPENSATING there (a restart's hand-back), except
@@ -56,8 +66,13 @@ std::vector<HeldEvent> ReadHeld(storage::Connection& c, const NodeKey& node, con
 // Only what is ASSIGNED there (a drain's hand-back), except the ids in `skip`.
 std::vector<HeldEvent> ReadUnclaimed(storage::Connection& c, const NodeKey& node,
                                      const std::set<int64_t>& skip = {});
-// One event still held there (a run abandoned by the node); nullopt when it is not.
-std::optional<HeldEvent> ReadHeldById(storage::Connection& c, int64_t id, const NodeKey& node);
+// One event still held there by a run the node abandoned at `run_version` (the
+// version the run last held): nullopt unless the event is there at that version, or
+// one above it (the run's last commit, whose outcome was unknown, applied after all).
+// A later claim of the event, even by this node again, is at least three versions up
+// (reset, assign, claim), so the hand-back never resets it.
+std::optional<HeldEvent> ReadAbandoned(storage::Connection& c, int64_t id, int64_t run_version,
+                                       const NodeKey& node);
 
 // An in-flight event the sweeper may reset (dispatcher/event_sweeper.h).
 struct InFlightEvent {

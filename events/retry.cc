@@ -7,7 +7,29 @@ namespace {
 
 // Params: code.
 constexpr const char* kLockForRetry =
-    "SELECT id, status, version FROM distribute_event WHERE code = ? FOR UPDATE";
+    "SELECT id, status, version, phase FROM distribute_event WHERE code = ? FOR UPDATE";
+
+// Params: job_code. The steps whose effect is in place (NeedsCompensation's rule,
+// saga/event_run.h), in plan order.
+constexpr const char* kSelectAppliedSteps = R"(
+SELECT step_name, status FROM distribute_event_step
+WHERE job_code = ? AND (status IN ('SUCCESS', 'COMPENSATING')
+                        OR (status IN ('FAILED', 'EXECUTING') AND compensation_data IS NOT NULL))
+ORDER BY sort, LENGTH(code), code)";
+
+// Params: job_code. The compensations left unfinished get their retries afresh.
+constexpr const char* kFreshCompensationRetries = R"(
+UPDATE distribute_event_step SET compensation_retry_count = 0
+WHERE job_code = ? AND status = 'COMPENSATING')";
+
+// Params: node, 'PENDING', why (log); id, version. Phase stays COMPENSATE; the result
+// keeps the original failure, without the compensation's.
+constexpr const char* kResumeCompensation = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
+  status = 'PENDING', node_address = NULL, version = version + 1, reset_count = 0,
+  next_run_time = '1970-01-01 00:00:00.000',
+  result = IF(JSON_VALID(result), JSON_REMOVE(result, '$.compensation_failed_step', '$.compensation_error'), result),
+  last_error = NULL, assigned_time = NULL, finished_time = NULL, modifier_time = NOW(3)
+WHERE id = ? AND version = ? AND status = 'FAILED' AND phase = 'COMPENSATE')";
 
 // Params: job_code.
 #define DSYNC_RESET_STEPS                                                                  \
@@ -22,7 +44,7 @@ constexpr const char* kResetUnfinishedSteps = DSYNC_RESET_STEPS " AND status <> 
 // Params: node, 'PENDING', why (log); id, version.
 constexpr const char* kRetryEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
   status = 'PENDING', phase = 'FORWARD', node_address = NULL, version = version + 1,
-  retry_count = 0, next_run_time = '1970-01-01 00:00:00.000', result = NULL, last_error = NULL,
+  retry_count = 0, reset_count = 0, next_run_time = '1970-01-01 00:00:00.000', result = NULL, last_error = NULL,
   progress = 0, assigned_time = NULL, started_time = NULL, finished_time = NULL,
   modifier_time = NOW(3)
 WHERE id = ? AND version = ? AND status IN ('FAILED', 'COMPENSATED'))";
@@ -32,7 +54,27 @@ WHERE id = ? AND version = ? AND status IN ('FAILED', 'COMPENSATED'))";
 std::optional<RetryTarget> LockForRetry(storage::Connection& c, const std::string& code) {
   auto rs = c.Query(kLockForRetry, code);
   if (!rs->next()) return std::nullopt;
-  return RetryTarget{rs->getInt64(1), rs->getString(2), rs->getInt(3)};
+  return RetryTarget{rs->getInt64(1), rs->getString(2), rs->getInt(3), rs->getString(4)};
+}
+
+std::vector<AppliedStep> ReadAppliedSteps(storage::Connection& c, const std::string& code) {
+  std::vector<AppliedStep> out;
+  auto rs = c.Query(kSelectAppliedSteps, code);
+  while (rs->next()) out.push_back({rs->getString(1), rs->getString(2)});
+  return out;
+}
+
+std::string DescribeApplied(const std::vector<AppliedStep>& steps) {
+  std::string text;
+  for (const AppliedStep& s : steps) text += (text.empty() ? "" : ", ") + s.name + " (" + s.status + ")";
+  return text;
+}
+
+bool ResumeCompensation(storage::Connection& c, int64_t id, int version, const std::string& code,
+                        const std::string& why) {
+  if (c.Execute(kResumeCompensation, "operator", "PENDING", why, id, version) != 1) return false;
+  c.Execute(kFreshCompensationRetries, code);
+  return true;
 }
 
 void ResetStepsForRetry(storage::Connection& c, const std::string& code, bool all) {

@@ -30,6 +30,7 @@ struct EventRow {
   std::string create_time, next_run_time, assigned_time, started_time, finished_time,
       modifier_time;  // "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC); empty when NULL
   std::string service;
+  int reset_count = 0;  // resets not charged to retries (V016; max_resets bounds them)
 };
 
 // The event with that code; nullopt when there is none. Throws DbError.

@@ -23,7 +23,7 @@ WHERE id = ? AND version = ? AND status = 'ASSIGNED' AND node_address = ? AND ph
 
 // Params: id, version.
 constexpr const char* kReadClaimState =
-    "SELECT phase, retry_count FROM distribute_event WHERE id = ? AND version = ?";
+    "SELECT phase, retry_count, reset_count FROM distribute_event WHERE id = ? AND version = ?";
 
 // Params: progress, id, version.
 constexpr const char* kTouchEvent = R"(
@@ -38,11 +38,12 @@ constexpr const char* kSucceedEvent = "UPDATE distribute_event SET " DSYNC_APPEN
   progress = 100, result = ?
 WHERE id = ? AND version = ?)";
 
-// Params: node, 'PENDING', why (log); retry increment, backoff (microseconds),
-// last_error, id, version.
+// Params: node, 'PENDING', why (log); retry increment, reset increment, backoff
+// (microseconds), last_error, id, version.
 constexpr const char* kScheduleEventRetry = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
   status = 'PENDING', node_address = NULL, version = version + 1,
-  retry_count = retry_count + ?, next_run_time = NOW(3) + INTERVAL ? MICROSECOND,
+  retry_count = retry_count + ?, reset_count = reset_count + ?,
+  next_run_time = NOW(3) + INTERVAL ? MICROSECOND,
   last_error = ?, modifier_time = NOW(3)
 WHERE id = ? AND version = ?)";
 
@@ -95,6 +96,12 @@ UPDATE distribute_event_step SET status = 'FAILED', error_details = ?,
   retry_count = retry_count + 1, compensation_data = COALESCE(?, compensation_data)
 WHERE code = ?)";
 
+// Params: error, compensation_data (NULL keeps the old), code.
+constexpr const char* kRecordStepInterruption = R"(
+UPDATE distribute_event_step SET status = 'FAILED', error_details = ?,
+  compensation_data = COALESCE(?, compensation_data)
+WHERE code = ?)";
+
 // Params: why, code.
 constexpr const char* kMarkStepInterrupted = R"(
 UPDATE distribute_event_step SET status = 'FAILED', error_details = ?
@@ -114,6 +121,10 @@ WHERE code = ?)";
 // Params: code.
 constexpr const char* kMarkStepCompensated = R"(
 UPDATE distribute_event_step SET status = 'COMPENSATED', compensated_at = NOW(3) WHERE code = ?)";
+
+// Params: error, code.
+constexpr const char* kNoteCompensationInterruption = R"(
+UPDATE distribute_event_step SET error_details = ? WHERE code = ?)";
 
 // Params: error, code.
 constexpr const char* kRecordCompensationFailure = R"(
@@ -204,7 +215,7 @@ std::optional<Fence> ClaimEvent(storage::Connection& c, const Fence& fence, cons
 std::optional<ClaimState> ReadClaimState(storage::Connection& c, const Fence& fence) {
   auto rs = c.Query(kReadClaimState, fence.id, fence.version);
   if (!rs->next()) return std::nullopt;
-  return ClaimState{std::string(rs->getString(1)), rs->getInt(2)};
+  return ClaimState{std::string(rs->getString(1)), rs->getInt(2), rs->getInt(3)};
 }
 
 bool TouchEvent(storage::Connection& c, const Fence& fence, int progress) {
@@ -224,9 +235,9 @@ std::optional<Fence> SucceedEvent(storage::Connection& c, const Fence& fence, co
 
 std::optional<Fence> ScheduleEventRetry(storage::Connection& c, const Fence& fence, const std::string& node,
                         int retry_increment, Millis backoff, const std::string& error,
-                        const std::string& why) {
-  return Matched(c.Execute(kScheduleEventRetry, node, "PENDING", why, retry_increment, Micros(backoff),
-                           error, fence.id, fence.version),
+                        const std::string& why, int reset_increment) {
+  return Matched(c.Execute(kScheduleEventRetry, node, "PENDING", why, retry_increment, reset_increment,
+                           Micros(backoff), error, fence.id, fence.version),
                  fence);
 }
 
@@ -588,6 +599,11 @@ void RecordStepFailure(storage::Connection& c, const std::string& code, const st
   c.Execute(kRecordStepFailure, error, compensation_json, code);
 }
 
+void RecordStepInterruption(storage::Connection& c, const std::string& code, const std::string& error,
+                            const std::optional<std::string>& compensation_json) {
+  c.Execute(kRecordStepInterruption, error, compensation_json, code);
+}
+
 void MarkStepInterrupted(storage::Connection& c, const std::string& code, const std::string& why) {
   c.Execute(kMarkStepInterrupted, why, code);
 }
@@ -603,6 +619,10 @@ void MarkStepCompensating(storage::Connection& c, const std::string& code, const
 
 void MarkStepCompensated(storage::Connection& c, const std::string& code) {
   c.Execute(kMarkStepCompensated, code);
+}
+
+void NoteCompensationInterruption(storage::Connection& c, const std::string& code, const std::string& error) {
+  c.Execute(kNoteCompensationInterruption, error, code);
 }
 
 void RecordCompensationFailure(storage::Connection& c, const std::string& code,

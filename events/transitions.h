@@ -47,10 +47,12 @@ namespace dsync::events {
 std::optional<Fence> ClaimEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                 const std::string& phase, const std::string& to, const std::string& why);
 
-// phase and retry_count at `version` (a plain read), for callers that did not poll them.
+// phase, retry_count and reset_count at `version` (a plain read), for callers that did
+// not poll them.
 struct ClaimState {
   std::string phase;
   int retry_count = 0;
+  int reset_count = 0;
 };
 std::optional<ClaimState> ReadClaimState(storage::Connection& c, const Fence& fence);
 
@@ -65,11 +67,14 @@ std::optional<Fence> SucceedEvent(storage::Connection& c, const Fence& fence, co
                   const std::string& result_json);
 
 // RUNNING or COMPENSATING -> PENDING with next_run_time = NOW(3) + backoff, node
-// cleared, version+1, retry_count + `retry_increment` (1 forward, 0 compensation),
-// last_error. The phase is unchanged.
+// cleared, version+1, retry_count + `retry_increment` (1 for a forward step's failure,
+// 0 for a compensation's or one that was not the step's fault), reset_count +
+// `reset_increment` (1 for a failure that was not the step's fault: the database
+// connection was lost; docs/event-lifecycle.md, "Retry arithmetic"), last_error. The
+// phase is unchanged.
 std::optional<Fence> ScheduleEventRetry(storage::Connection& c, const Fence& fence, const std::string& node,
                         int retry_increment, Millis backoff, const std::string& error,
-                        const std::string& why);
+                        const std::string& why, int reset_increment = 0);
 
 // RUNNING -> COMPENSATING, phase COMPENSATE, version+1; `result_json` records the
 // original failure ({"failed_step":..., "error":...}); last_error = `error`.
@@ -209,6 +214,12 @@ void MarkStepSucceeded(storage::Connection& c, const std::string& code,
 void RecordStepFailure(storage::Connection& c, const std::string& code, const std::string& error,
                        const std::optional<std::string>& compensation_json);
 
+// A forward failure that was not the step's fault (the database connection was lost):
+// status FAILED, error_details, compensation data kept unless new data was saved;
+// retry_count unchanged.
+void RecordStepInterruption(storage::Connection& c, const std::string& code, const std::string& error,
+                            const std::optional<std::string>& compensation_json);
+
 // EXECUTING -> FAILED for a step whose run was interrupted (its owner lost the event)
 // when the event turns to compensation instead of re-running it: error_details says
 // so; retry_count is unchanged.
@@ -225,6 +236,10 @@ void MarkStepCompensating(storage::Connection& c, const std::string& code, const
 
 // COMPENSATING -> COMPENSATED: compensated_at = NOW(3).
 void MarkStepCompensated(storage::Connection& c, const std::string& code);
+
+// A compensation that failed not by its own fault (the database connection was lost):
+// error_details only; compensation_retry_count unchanged; stays COMPENSATING.
+void NoteCompensationInterruption(storage::Connection& c, const std::string& code, const std::string& error);
 
 // A failed compensation: error_details, compensation_retry_count+1; stays COMPENSATING.
 void RecordCompensationFailure(storage::Connection& c, const std::string& code,

@@ -33,6 +33,14 @@ UPDATE distribute_node_registry
 SET not_claimed_count = not_claimed_count + 1, last_not_claimed_time = NOW(3)
 WHERE node_address = ?)";
 
+// Params: service_name, node_address, offline timeout in microseconds. A live row of
+// that address (as kSelectLiveNodes judges), by uk_service_instance.
+constexpr const char* kSelectLiveHolder = R"(
+SELECT metadata, TIMESTAMPDIFF(MICROSECOND, last_heartbeat_time, NOW(3))
+FROM distribute_node_registry
+WHERE service_name = ? AND node_address = ? AND status IN (1, 2)
+  AND last_heartbeat_time >= NOW(3) - INTERVAL ? MICROSECOND)";
+
 struct RawRow {
   std::string node_address;
   int64_t status = 0;
@@ -48,6 +56,18 @@ const char* LiveNodesSql() { return kSelectLiveNodes; }
 
 void NoteNotClaimed(storage::Connection& c, const std::string& node_address) {
   c.Execute(kNoteNotClaimed, node_address);
+}
+
+std::optional<LiveHolder> ReadLiveHolder(storage::Connection& c, const std::string& service,
+                                         const std::string& node_address, Millis offline_timeout) {
+  auto rs = c.Query(kSelectLiveHolder, service, node_address, static_cast<int64_t>(offline_timeout.count()) * 1000);
+  if (!rs->next()) return std::nullopt;
+  std::optional<std::string> metadata;
+  if (!rs->isNull(1)) metadata = rs->getString(1);
+  LiveHolder h;
+  h.metadata = ParseNodeMetadata(metadata).metadata;
+  h.heartbeat_age = Millis(rs->getInt64(2) / 1000);
+  return h;
 }
 
 NodeDirectory::NodeDirectory(storage::ConnectionPool& pool, std::string service_name,

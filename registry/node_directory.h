@@ -11,6 +11,7 @@
 #pragma once
 
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,6 +37,16 @@ struct NodeInfo {
 // Counts one hand-back of an event `node_address` did not claim on every registry row
 // of that address. Throws DbError (run it inside ConnectionPool::Run / Transact).
 void NoteNotClaimed(storage::Connection& c, const std::string& node_address);
+
+// The process holding a node address now: its registry row in `service` is live
+// (status 1 or 2, heartbeat within `offline_timeout` by the database clock).
+struct LiveHolder {
+  NodeMetadata metadata;    // host, pid, incarnation as its last beat wrote them
+  Millis heartbeat_age{0};
+};
+// nullopt when no live row holds the address. Throws DbError.
+std::optional<LiveHolder> ReadLiveHolder(storage::Connection& c, const std::string& service,
+                                         const std::string& node_address, Millis offline_timeout);
 
 // The live-node SELECT, for bench/dispatch_bench.cc's EXPLAIN. Params: service,
 // offline timeout (µs).

@@ -1,6 +1,7 @@
 #include "saga/event_run.h"
 
 #include "events/step_progress.h"
+#include "storage/error_class.h"
 
 #include <spdlog/spdlog.h>
 
@@ -155,6 +156,7 @@ std::optional<Outcome> EventRun::StartClaimed() {
     return Abandon("batch-claimed event cannot run: " + (ev_.claimed || deferred ? reject : "not claimed"));
   }
   retry_count_ = ev_.retry_count;
+  reset_count_ = ev_.reset_count;
   for (size_t i = 0; i < plan_->steps.size(); ++i) {
     steps_.push_back(PlanState(*plan_, PlanRow(*plan_, ev_, i, i == 0), i));
   }
@@ -206,7 +208,6 @@ std::optional<Outcome> EventRun::Claimed(Claim claim) {
     if (ev_.assigned_age.count() >= 0) {
       d_.stats.claim_latency.Observe(ev_.assigned_age + (d_.clock.Now() - ev_.polled_at));
     }
-    if (compensation_started_at_claim_) d_.stats.compensations_started++;
   }
   switch (claim) {
     case Claim::kNotClaimed:
@@ -244,20 +245,26 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
   const events::Fence assigned{ev_.id, ev_.version};
   fence_ = assigned;
   steps_.clear();
-  compensation_started_at_claim_ = false;
   failed_at_claim_.clear();
   // phase and retry_count cannot change without a version bump, so the polled values
   // hold at this version; a caller that did not poll them gets them read here.
   std::string phase = ev_.phase;
   retry_count_ = ev_.retry_count;
+  reset_count_ = ev_.reset_count;
   if (phase.empty()) {
     auto state = events::ReadClaimState(c, assigned);
     if (!state) return Claim::kNotClaimed;
     phase = state->phase;
     retry_count_ = state->retry_count;
+    reset_count_ = state->reset_count;
   }
   phase_ = phase == kCompensate ? kCompensate : kForward;
-  const bool poison = reject.empty() && phase_ == kForward && retry_count_ >= topic().max_retry;
+  // The claim-time poison guard (docs/event-lifecycle.md, "Retry arithmetic"): an event
+  // whose runs were reset more than max_resets times (its node died, froze or lost the
+  // database each time) ends FAILED here instead of running again. retry_count is no
+  // guard: it counts the steps' own failures, which ForwardFailure bounds when they
+  // happen, so an event with retries left always runs (max_retry 0 included).
+  const bool poison = reject.empty() && reset_count_ > topic().max_resets;
 
   const std::string to = phase_ == kCompensate ? "COMPENSATING" : "RUNNING";
   std::optional<events::Fence> claimed =
@@ -278,20 +285,7 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
     return fail_at_claim("more than " + std::to_string(kMaxStepRows) + " step rows; the event cannot run");
   }
 
-  if (poison) {
-    size_t failing = NextNotSucceeded(0);
-    std::string error = "retries exhausted (retry_count " + std::to_string(retry_count_) +
-                        " >= max_retry " + std::to_string(topic().max_retry) + ")";
-    nlohmann::json result = {{"failed_step", failing < steps_.size()
-                                                 ? nlohmann::json(steps_[failing].name)
-                                                 : nlohmann::json(nullptr)},
-                             {"error", error}};
-    spdlog::warn("EVENT_COMPENSATING event={} node={} trace={} reason=\"{}\"", ev_.code, d_.node,
-                 trace_, error);
-    bool done = StartCompensationIn(c, fence_, steps_, result, error);
-    compensation_started_at_claim_ = true;
-    return done ? Claim::kSettled : Claim::kRun;
-  }
+  if (poison) return FailResetTooOften(c);
 
   if (phase_ == kForward) {
     size_t next = NextNotSucceeded(0);
@@ -311,22 +305,52 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
                   "complete compensation");
     return Claim::kSettled;
   }
-  // Poison compensation: one whose every attempt was interrupted (it kills its node,
-  // or outlives max_processing_time) never reaches CompensationFailure; each reset
-  // counted it on the step (events/reset.h). Past max_retry (the first attempt and
-  // max_retry retries, as CompensationFailure allows) the event ends FAILED.
-  if (const StepState& first = steps_[order.front()];
-      first.status == "COMPENSATING" && first.compensation_retry_count > topic().max_retry) {
-    const std::string why = "it never completed: " + std::to_string(first.compensation_retry_count) +
-                            " attempts interrupted or failed (max_retry " + std::to_string(topic().max_retry) +
-                            "; its node died, lost the event or timed out each time)";
-    failed_at_claim_ = "compensation of '" + first.name + "' failed: " + why;  // as last_error reads
-    fence_ = Held(events::FailCompensation(c, fence_, d_.node, first.name, why), "fail compensation");
-    return Claim::kRejected;
-  }
   events::MarkStepCompensating(c, steps_[order.front()].code, d_.node, attempt_);
   steps_[order.front()].status = "COMPENSATING";
   return Claim::kRun;
+}
+
+std::string EventRun::ResetsExhausted() const {
+  return "reset " + std::to_string(reset_count_) + " times (node crashes, freezes or lost database connections; " +
+         "max_resets " + std::to_string(topic().max_resets) + "), never by a step's own failure";
+}
+
+EventRun::Claim EventRun::FailResetTooOften(storage::Connection& c) {
+  const std::string why = ResetsExhausted();
+  if (phase_ == kCompensate) {
+    // A compensation that kills its node (or outlives max_processing_time) every time.
+    std::vector<size_t> order = CompensationOrder(steps_);
+    const std::string step = order.empty() ? std::string("(none)") : steps_[order.front()].name;
+    failed_at_claim_ = "compensation of '" + step + "' failed: " + why;  // as last_error reads
+    fence_ = Held(events::FailCompensation(c, fence_, d_.node, step, why), "fail compensation");
+    return Claim::kRejected;
+  }
+  // Forward: FAILED, not compensated. The steps done stay done (a retry goes on from the
+  // failed step; nothing applies twice), and no handler code runs again on an event
+  // that took its nodes down max_resets + 1 times, compensation code included.
+  const size_t failing = NextNotSucceeded(0);
+  for (StepState& s : steps_) {
+    if (s.status != "EXECUTING") continue;
+    const std::string note = "interrupted (its node died, froze or lost the database): " + why;
+    if (s.plan_step != nullptr && s.plan_step->handler->CompensatesInterrupted()) {
+      // It may have applied part of its change (table_sync commits chunk by chunk): it
+      // counts as applied (a retry from the start is refused, a compensation undoes it).
+      events::MarkStepInterruptedUndoable(c, s.code, note);
+      s.compensation_data = nlohmann::json::object();
+    } else {
+      events::MarkStepInterrupted(c, s.code, note);
+    }
+    s.status = "FAILED";
+  }
+  failed_at_claim_ = why;
+  nlohmann::json result = {{"failed_step", failing < steps_.size() ? nlohmann::json(steps_[failing].name)
+                                                                   : nlohmann::json(nullptr)},
+                           {"step_code", failing < steps_.size() ? nlohmann::json(steps_[failing].code)
+                                                                 : nlohmann::json(nullptr)},
+                           {"error", why},
+                           {"kind", "resets_exhausted"}};
+  fence_ = Held(events::FailEvent(c, fence_, d_.node, result.dump(), why), "fail event");
+  return Claim::kRejected;
 }
 
 bool EventRun::LoadOrInsertSteps(storage::Connection& c, bool mark_first_executing,
@@ -456,7 +480,12 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
   } catch (const storage::StatementError& e) {
     std::string message;
     a.ctx->OnSqlError(e, message);
-    a.result = StepResult::Transient(message);
+    a.result = storage::IsPermanentSqlError(e) ? StepResult::Permanent(message) : StepResult::Transient(message);
+    a.not_step_fault = storage::IsConnectionFailure(e);
+  } catch (const DbError& e) {
+    a.result = storage::IsPermanentSqlError(e) ? StepResult::Permanent(OneLine(e.what()))
+                                               : StepResult::Transient(OneLine(e.what()));
+    a.not_step_fault = storage::IsConnectionFailure(e);
   } catch (const std::exception& e) {
     a.result = StepResult::Transient(OneLine(e.what()));
   } catch (...) {
@@ -466,6 +495,7 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
   (compensate ? d_.stats.compensation_duration : d_.stats.step_duration).Observe(took);
   if (!compensate) plan_->speed->Observe(std::chrono::duration_cast<std::chrono::microseconds>(took));
   if (a.result.kind != StepResult::Kind::kOk && d_.clock.Now() >= deadline) {
+    a.not_step_fault = false;
     a.result = StepResult{StepResult::Kind::kTransient, nullptr, a.result.compensation_data,
                           "timed out after " + std::to_string(timeout.count()) + " ms: " +
                               a.result.error};
@@ -507,7 +537,7 @@ std::optional<Outcome> EventRun::BeginStep() {
     // Failures are recorded under a claim: this run is not recorded, the step runs
     // again claimed (its effects through tx() were rolled back).
     if (claim_ != ClaimState::kClaimed) return RerunClaimed(pending_.result.error);
-    return ForwardFailure(i, pending_.result);
+    return ForwardFailure(i, pending_.result, pending_.not_step_fault ? Charge::kReset : Charge::kRetry);
   }
   try {
     staged_ = StageStepSuccess(i, *pending_.ctx, pending_.result);
@@ -534,13 +564,16 @@ std::optional<Outcome> EventRun::EndStep() {
     // nothing of this step was written, so it runs again.
     pending_.ctx.reset();
     staged_.reset();
+    // A drain that timed out killed the group's statement: stop, record nothing.
+    if (stop_.stop_requested()) return Abandon("stopped while recording step " + steps_[i].code);
     if (claim_ != ClaimState::kClaimed) return ClaimAndRerun(e.what());
     if (++reruns_ <= kMaxGroupReruns) {
       spdlog::debug("STEP_RERUN event={} node={} trace={} step={} why=\"{}\"", ev_.code, d_.node, trace_,
                     steps_[i].code, e.what());
       return std::nullopt;
     }
-    return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
+    return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()),
+                          Charge::kReset);
   } catch (const DbError& e) {
     return RecordFailed(i, e);
   }
@@ -564,8 +597,11 @@ std::optional<Outcome> EventRun::RecordFailed(size_t i, const DbError& e) {
   if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
   pending_.ctx.reset();
   staged_.reset();
+  if (stop_.stop_requested()) return Abandon("stopped while recording step " + steps_[i].code + ": " + e.what());
   if (claim_ != ClaimState::kClaimed) return ClaimAndRerun(e.what());
-  return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()));
+  // The step succeeded; recording it did not: not the step's fault.
+  return ForwardFailure(i, StepResult::Transient(std::string("could not record success: ") + e.what()),
+                        Charge::kReset);
 }
 
 EventRun::StagedSuccess EventRun::StageStepSuccess(size_t i, EngineContext& ctx, const StepResult& result) {
@@ -671,25 +707,47 @@ size_t EventRun::ApplyStepSuccess(size_t i, StagedSuccess& staged, const StepRes
   return staged.next_existing;
 }
 
-Outcome EventRun::ForwardFailure(size_t i, const StepResult& result) {
+Outcome EventRun::ForwardFailure(size_t i, const StepResult& result, Charge charge) {
   StepState& step = steps_[i];
   const bool permanent = result.kind == StepResult::Kind::kPermanent;
+  // max_retry: N retries after the first attempt (docs/event-lifecycle.md, "Retry
+  // arithmetic"): the step's own count (its failures so far) and the event's (the
+  // retries its steps used so far) must each be below their bound for one more.
   const bool step_retries_left = step.retry_count < step.max_retry;
-  // The claim that finds retry_count >= max_retry compensates (lifecycle, poison
-  // guard), so a retry that would reach it is not scheduled: compensate now.
-  const bool event_retries_left = retry_count_ + 1 < topic().max_retry;
+  const bool event_retries_left = retry_count_ < topic().max_retry;
   std::optional<std::string> compensation =
       result.compensation_data ? std::optional<std::string>(result.compensation_data->dump())
                                : std::nullopt;
   spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} kind={} retry_count={} err=\"{}\"",
                ev_.code, d_.node, trace_, step.name, step.code,
-               permanent ? "permanent" : "transient", step.retry_count, result.error);
+               permanent ? "permanent" : charge == Charge::kReset ? "not_charged" : "transient",
+               step.retry_count, result.error);
+
+  if (!permanent && charge == Charge::kReset) {
+    // The database connection was lost, or the step's success could not be recorded:
+    // not the step's fault. Run it again without using a retry; the reset bound
+    // (max_resets, checked at the next claim) ends an event that keeps doing this.
+    const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, reset_count_);
+    const std::string why = "reset (not charged; reset " + std::to_string(reset_count_ + 1) + " of " +
+                            std::to_string(topic().max_resets) + " allowed): step '" + step.name + "': " + result.error;
+    fence_ = d_.pool.Transact("schedule retry", [&, held = fence_](storage::Connection& c) {
+      events::Fence after =
+          Held(events::ScheduleEventRetry(c, held, d_.node, 0, backoff, why, why, 1), "schedule retry");
+      events::RecordStepInterruption(c, step.code, result.error, compensation);
+      return after;
+    });
+    d_.stats.retries++;
+    spdlog::info("EVENT_RETRY_SCHEDULED event={} node={} trace={} phase=FORWARD step={} charged=false "
+                 "reset_count={} backoff_ms={}",
+                 ev_.code, d_.node, trace_, step.name, reset_count_ + 1, backoff.count());
+    return Outcome::kRetryScheduled;
+  }
 
   if (!permanent && step_retries_left && event_retries_left) {
     const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, step.retry_count);
-    const std::string why = "step '" + step.name + "' failed (retry " +
-                            std::to_string(step.retry_count + 1) + " of " +
-                            std::to_string(step.max_retry) + "): " + result.error;
+    const int retries = std::min(step.max_retry, topic().max_retry);
+    const std::string why = "retry " + std::to_string(retry_count_ + 1) + " of " + std::to_string(retries) +
+                            ": step '" + step.name + "' failed: " + result.error;
     fence_ = d_.pool.Transact("schedule retry", [&, held = fence_](storage::Connection& c) {
       events::Fence after =
           Held(events::ScheduleEventRetry(c, held, d_.node, 1, backoff, why, why), "schedule retry");
@@ -705,9 +763,9 @@ Outcome EventRun::ForwardFailure(size_t i, const StepResult& result) {
 
   const std::string error =
       permanent ? result.error
-                : "retries exhausted (step retries " + std::to_string(step.retry_count + 1) + "/" +
-                      std::to_string(step.max_retry) + ", event retries " +
-                      std::to_string(retry_count_) + "/" + std::to_string(topic().max_retry) +
+                : "retries exhausted (step '" + step.name + "' failed " + std::to_string(step.retry_count + 1) +
+                      " times, max_retry " + std::to_string(step.max_retry) + "; event retries used " +
+                      std::to_string(retry_count_) + " of " + std::to_string(topic().max_retry) +
                       "): " + result.error;
   nlohmann::json original = {{"failed_step", step.name}, {"step_code", step.code},
                              {"error", result.error},
@@ -755,14 +813,16 @@ Outcome EventRun::RunCompensation() {
     if (a.result.kind != StepResult::Kind::kOk) {
       a.ctx.reset();
       if (stop_.stop_requested()) return Abandon("stopped while compensating " + step.code);
-      return CompensationFailure(order[k], a.result);
+      return CompensationFailure(order[k], a.result, a.not_step_fault ? Charge::kReset : Charge::kRetry);
     }
     try {
       CommitCompensated(order, k, *a.ctx);
     } catch (const DbError& e) {
       if (e.kind() == DbError::Kind::kCommitUnknown) return Abandon(e.what());
       a.ctx.reset();
-      return CompensationFailure(order[k], StepResult::Transient(std::string("could not record compensation: ") + e.what()));
+      // The compensation succeeded; recording it did not: not the step's fault.
+      return CompensationFailure(order[k], StepResult::Transient(std::string("could not record compensation: ") + e.what()),
+                                 Charge::kReset);
     }
   }
   d_.stats.compensated++;
@@ -795,9 +855,27 @@ void EventRun::CommitCompensated(const std::vector<size_t>& order, size_t k, Eng
   if (!last) steps_[order[k + 1]].status = "COMPENSATING";
 }
 
-Outcome EventRun::CompensationFailure(size_t i, const StepResult& result) {
+Outcome EventRun::CompensationFailure(size_t i, const StepResult& result, Charge charge) {
   StepState& step = steps_[i];
   const bool permanent = result.kind == StepResult::Kind::kPermanent;
+  if (!permanent && charge == Charge::kReset) {
+    // As ForwardFailure's: the database failed, not the compensation. Again later,
+    // without using one of its retries; max_resets bounds it.
+    const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, reset_count_);
+    const std::string why = "reset (not charged; reset " + std::to_string(reset_count_ + 1) + " of " +
+                            std::to_string(topic().max_resets) + " allowed): compensation of '" + step.name +
+                            "': " + result.error;
+    spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} phase=COMPENSATE kind=not_charged err=\"{}\"",
+                 ev_.code, d_.node, trace_, step.name, step.code, result.error);
+    fence_ = d_.pool.Transact("schedule compensation retry", [&, held = fence_](storage::Connection& c) {
+      events::Fence after = Held(events::ScheduleEventRetry(c, held, d_.node, 0, backoff, why, why, 1),
+                                 "schedule compensation retry");
+      events::NoteCompensationInterruption(c, step.code, result.error);
+      return after;
+    });
+    d_.stats.retries++;
+    return Outcome::kRetryScheduled;
+  }
   spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} phase=COMPENSATE kind={} "
                "compensation_retry_count={} err=\"{}\"",
                ev_.code, d_.node, trace_, step.name, step.code, permanent ? "permanent" : "transient",

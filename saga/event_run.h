@@ -332,7 +332,13 @@ class EventRun {
   struct Attempt {
     StepResult result;
     std::unique_ptr<EngineContext> ctx;
+    // The failure was the database's, not the step's: a lost connection, a server that
+    // does not answer (docs/event-lifecycle.md, "Retry arithmetic").
+    bool not_step_fault = false;
   };
+  // What a forward failure uses up: one of the event's retries (the step failed), or
+  // one of its resets (not the step's fault).
+  enum class Charge { kRetry, kReset };
 
   // Start of a run: the plan and the parsed payload; returns why the event must be
   // rejected (unknown topic, payload not JSON), empty when it can run.
@@ -385,9 +391,14 @@ class EventRun {
   size_t ApplyStepSuccess(size_t i, StagedSuccess& staged, const StepResult& result);
   // Recording step `i`'s success failed (not a group rollback).
   std::optional<Outcome> RecordFailed(size_t i, const DbError& e);
-  Outcome ForwardFailure(size_t i, const StepResult& result);
+  Outcome ForwardFailure(size_t i, const StepResult& result, Charge charge = Charge::kRetry);
+  // The claim-time poison guard: reset_count > max_resets. In the claim's transaction
+  // (`c`): FAILED with the reason; forward steps left EXECUTING marked interrupted, a
+  // compensation's step named as the one whose compensation failed.
+  Claim FailResetTooOften(storage::Connection& c);
+  std::string ResetsExhausted() const;
   void CommitCompensated(const std::vector<size_t>& order, size_t k, EngineContext& ctx);
-  Outcome CompensationFailure(size_t i, const StepResult& result);
+  Outcome CompensationFailure(size_t i, const StepResult& result, Charge charge = Charge::kRetry);
   Outcome Abandon(const std::string& why);
 
   size_t NextNotSucceeded(size_t from) const {
@@ -421,8 +432,8 @@ class EventRun {
   nlohmann::json payload_;
   std::string phase_ = kForward;
   int retry_count_ = 0;  // the event's forward retries at the claim
-  bool compensation_started_at_claim_ = false;  // the poison guard turned it COMPENSATING
-  std::string failed_at_claim_;  // why the claim failed the event (rejected, too many steps, a poison compensation)
+  int reset_count_ = 0;  // the event's resets at the claim (max_resets)
+  std::string failed_at_claim_;  // why the claim failed the event (rejected, too many steps, reset too often)
   std::vector<StepState> steps_;  // in forward (tree) order
   // RunForward / BeginStep / EndStep.
   size_t next_ = 0;           // the step to run next

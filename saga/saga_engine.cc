@@ -68,12 +68,14 @@ auto SagaEngine::Guarded(const AssignedEvent& event, F&& run) -> decltype(run())
   }
 }
 
-Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop) {
+Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop, int* last_version) {
   Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
             [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
             *groups_};
   EventRun run(std::move(deps), plans_, event, std::move(stop));
-  return Guarded(event, [&] { return run.Go(); });
+  Outcome out = Guarded(event, [&] { return run.Go(); });
+  if (last_version) *last_version = run.fence().version;
+  return out;
 }
 
 bool SagaEngine::Batchable(const AssignedEvent& event) const {
@@ -83,11 +85,12 @@ bool SagaEngine::Batchable(const AssignedEvent& event) const {
 }
 
 std::vector<Outcome> SagaEngine::RunBatch(const std::vector<const AssignedEvent*>& events,
-                                          std::stop_token stop) {
+                                          std::stop_token stop, std::vector<int>* last_versions) {
   struct Slot {
     const AssignedEvent* event;
     std::unique_ptr<EventRun> run;
     std::optional<Outcome> outcome;  // set once the event is done
+    int last_version = 0;            // the run's fence when it ended
   };
   const Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
                   [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
@@ -100,6 +103,7 @@ std::vector<Outcome> SagaEngine::RunBatch(const std::vector<const AssignedEvent*
   // Runs one half of a slot's next step; an outcome (or an exception, as in Run) ends it.
   auto advance = [&](Slot& s, auto&& half) {
     s.outcome = Guarded(*s.event, [&] { return half(*s.run); });
+    s.last_version = s.run->fence().version;
     if (s.outcome) s.run.reset();  // done: whatever it still holds (a group's turn) goes back now
   };
   for (Slot& s : slots) advance(s, [](EventRun& r) { return r.StartClaimed(); });
@@ -121,10 +125,18 @@ std::vector<Outcome> SagaEngine::RunBatch(const std::vector<const AssignedEvent*
   }
   std::vector<Outcome> outcomes;
   for (const Slot& s : slots) outcomes.push_back(*s.outcome);
+  if (last_versions) {
+    last_versions->clear();
+    for (const Slot& s : slots) last_versions->push_back(s.last_version);
+  }
   return outcomes;
 }
 
 CommitGroupStats& SagaEngine::group_stats() { return groups_->stats(); }
+
+int SagaEngine::KillRunningStatements() {
+  return pool_.KillLentStatements() + datasources_.KillLentStatements();
+}
 
 std::vector<AssignedEvent> SagaEngine::ClaimBatch(std::vector<AssignedEvent> events,
                                                   std::vector<AssignedEvent>& rest) {
@@ -133,7 +145,7 @@ std::vector<AssignedEvent> SagaEngine::ClaimBatch(std::vector<AssignedEvent> eve
     const Plans::Plan* plan = plans_.Find(e.topic);
     const bool blank = e.payload.find_first_not_of(" \t\r\n") == std::string::npos;
     if (plan != nullptr && !plan->steps.empty() && e.attempt == 0 && e.phase == kForward &&
-        e.retry_count < plan->topic->max_retry && (blank || (JsonNestingDepth(e.payload) <= kMaxJsonDepth && nlohmann::json::accept(e.payload)))) {
+        e.reset_count <= plan->topic->max_resets && (blank || (JsonNestingDepth(e.payload) <= kMaxJsonDepth && nlohmann::json::accept(e.payload)))) {
       batch.push_back(std::move(e));
     } else {
       rest.push_back(std::move(e));

@@ -31,21 +31,33 @@
 //   - Step codes "<event code>#<position>" (1-based), children "<parent code>.<n>".
 //     A step's output goes to its `output` column (V004), its input params to
 //     `payload`, its compensation data to `compensation_data`.
+//   - Retry arithmetic (docs/event-lifecycle.md, "Retry arithmetic"): `max_retry: N`
+//     is N retries after the first attempt, N + 1 attempts; 0 is one attempt, and an
+//     event is never compensated before its step ran.
 //   - Transient failure (Transient, an exception, or the deadline passed): retried
-//     with backoff while the step has retries left (retry_count < its max_retry) and
-//     the retry would still be claimable (event retry_count + 1 < topic max_retry,
-//     the lifecycle's claim-time poison guard); the step is left FAILED with
-//     error_details and retry_count + 1, the event PENDING with next_run_time =
-//     NOW(3) + RetryBackoff(topic backoff, step retry_count). Otherwise, and on
-//     Permanent, the event turns COMPENSATING with result {"failed_step", "step_code",
-//     "error", "kind": "permanent" | "retries_exhausted"}.
-//   - A claim that finds retry_count >= topic max_retry (a node crashed on it each
-//     time) compensates at once with error "retries exhausted (...)"; a step left
-//     EXECUTING by the lost owner is then settled FAILED ("interrupted").
+//     with backoff while the step has retries left (its retry_count < its max_retry)
+//     and the event has (its retry_count < topic max_retry); the step is left FAILED
+//     with error_details and retry_count + 1, the event PENDING with retry_count + 1
+//     and next_run_time = NOW(3) + RetryBackoff(topic backoff, step retry_count);
+//     process_log "retry 1 of 2: step 's' failed: <error>". Otherwise, and on
+//     Permanent (also SQL syntax and access errors, storage/error_class.h), the event
+//     turns COMPENSATING with result {"failed_step", "step_code", "error", "kind":
+//     "permanent" | "retries_exhausted"}.
+//   - A failure that is not the step's fault (its database connection was lost, its
+//     success could not be recorded; forward or compensating) uses no retry (nor a
+//     compensation retry): the event goes PENDING with
+//     reset_count + 1 ("reset (not charged to retries; reset 1 of 5): ..."), the step
+//     FAILED with retry_count unchanged.
+//   - A claim that finds reset_count > topic max_resets (its runs were reset that
+//     often: node crashes, freezes, lost connections) ends the event FAILED with
+//     "reset N times (...)" (kind "resets_exhausted"), forward steps left EXECUTING
+//     settled FAILED ("interrupted"); in phase COMPENSATE, FAILED with the step whose
+//     compensation never completed. Nothing is compensated or re-run: an operator
+//     retries it (api/event_store.h).
 //   - Compensation undoes every SUCCESS step (and a failed one that saved
 //     compensation data) in exact reverse plan order, children before their parent.
 //     A failed compensation is retried with backoff while the step's
-//     compensation_retry_count < topic max_retry (the step stays COMPENSATING, the
+//     compensation_retry_count < topic max_retry (max_retry + 1 attempts; the step stays COMPENSATING, the
 //     event PENDING with phase COMPENSATE, retry_count unchanged); then, or on
 //     Permanent, the event is FAILED and result gains "compensation_failed_step" and
 //     "compensation_error". The original failure stays in `result`.
@@ -168,7 +180,10 @@ class SagaEngine {
 
   // Never throws for handler failures (they become the event's state). Database
   // failures end the run with kAbandoned (the sweeper or a restart resets it).
-  Outcome Run(const AssignedEvent& event, std::stop_token stop);
+  // `last_version`, when given, receives the version the run last held the event at:
+  // the node hands an abandoned run back at that version, never at a later claim's
+  // (events::ReadAbandoned).
+  Outcome Run(const AssignedEvent& event, std::stop_token stop, int* last_version = nullptr);
 
   // Runs several batch-claimed events (AssignedEvent::claimed or claim_deferred) on the calling thread,
   // in rounds: each event's next step runs and its success is queued in the node's
@@ -176,7 +191,9 @@ class SagaEngine {
   // every event is done. Same rules, fences and outcomes as Run() for each (outcomes in
   // the order given); what it saves is a thread hand-off per step. For events whose
   // plan is fast (Batchable): a slow step would hold up the others of the batch.
-  std::vector<Outcome> RunBatch(const std::vector<const AssignedEvent*>& events, std::stop_token stop);
+  // `last_versions`: as Run's `last_version`, in the order given.
+  std::vector<Outcome> RunBatch(const std::vector<const AssignedEvent*>& events, std::stop_token stop,
+                                std::vector<int>* last_versions = nullptr);
   // The event was batch-claimed (or its claim deferred) and its plan's steps take under
   // Plans::StepSpeed::kFastStep on average here (so far).
   bool Batchable(const AssignedEvent& event) const;
@@ -185,7 +202,7 @@ class SagaEngine {
   bool StepsFast() const { return plans_.AllObservedFast(); }
 
   // The consumer's batched claim: claims every first attempt among `events` (attempt
-  // 0, phase FORWARD, a known topic with steps, a JSON payload, retries left) in one
+  // 0, phase FORWARD, a known topic with steps, a JSON payload, resets within bounds) in one
   // transaction of two statements (one multi-row UPDATE fenced per event by
   // (id, version), one multi-row INSERT of all their plan rows, first steps
   // EXECUTING) and returns those claimed, marked `claimed`. The others, whose claim
@@ -197,6 +214,12 @@ class SagaEngine {
   std::vector<AssignedEvent> ClaimBatch(std::vector<AssignedEvent> events,
                                         std::vector<AssignedEvent>& rest);
   CommitGroupStats& group_stats();
+  // Interrupts the statements the running steps are executing, on the framework
+  // database and every datasource (storage::ConnectionPool::KillLentStatements): a
+  // step blocked on a row lock or a long query then fails at once. For a drain that
+  // timed out, after its stop request (the runs then end kAbandoned, nothing
+  // recorded). Returns the sessions signalled.
+  int KillRunningStatements();
 
   SagaStats& stats() { return stats_; }
 

@@ -29,6 +29,17 @@ storage::ConnectionPool& Datasources::Get(const std::string& name) {
   return ref;
 }
 
+int Datasources::KillLentStatements() {
+  std::vector<storage::ConnectionPool*> pools;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, pool] : pools_) pools.push_back(pool.get());
+  }
+  int killed = 0;
+  for (storage::ConnectionPool* pool : pools) killed += pool->KillLentStatements();
+  return killed;
+}
+
 void StepRegistry::Register(const std::string& type, Factory factory) {
   factories_[type] = std::move(factory);
 }

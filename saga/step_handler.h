@@ -88,6 +88,9 @@ class Datasources {
   // Throws UsageError for an unknown name (with the known names), DbError.
   storage::ConnectionPool& Get(const std::string& name);
   bool Has(const std::string& name) const { return urls_.count(name) > 0; }
+  // storage::ConnectionPool::KillLentStatements on every datasource's pool opened so
+  // far (a drain that timed out stops steps blocked in a datasource).
+  int KillLentStatements();
 
  private:
   std::map<std::string, std::string> urls_;

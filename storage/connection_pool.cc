@@ -1,6 +1,8 @@
 #include "storage/connection_pool.h"
 
+#include <map>
 #include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -40,9 +42,16 @@ ConnectionPool::Lease ConnectionPool::Borrow() {
       idle_.pop_back();
       ++in_use_;
       bool stale = clock_.Now() - entry.since > options_.validate_idle_after;
-      if (!stale) return Lease(this, std::move(entry.conn));
+      if (!stale) {
+        lent_[entry.conn.get()] = {entry.conn->host_index(), entry.conn->server_id()};
+        return Lease(this, std::move(entry.conn));
+      }
       lock.unlock();
-      if (entry.conn->Ping()) return Lease(this, std::move(entry.conn));
+      if (entry.conn->Ping()) {
+        std::lock_guard relock(mu_);
+        lent_[entry.conn.get()] = {entry.conn->host_index(), entry.conn->server_id()};
+        return Lease(this, std::move(entry.conn));
+      }
       spdlog::info("DB_CONNECTION_DROPPED reason=failed_validation server_id={}", entry.conn->server_id());
       entry.conn.reset();
       lock.lock();
@@ -67,6 +76,7 @@ ConnectionPool::Lease ConnectionPool::Borrow() {
           preferred_host_ = conn->host_index();
           ++failovers_;
         }
+        lent_[conn.get()] = {conn->host_index(), conn->server_id()};
         return Lease(this, std::move(conn));
       } catch (...) {
         std::lock_guard relock(mu_);
@@ -135,6 +145,7 @@ bool ConnectionPool::MayKeep(const Connection& c) {
 
 void ConnectionPool::Return(std::unique_ptr<Connection> conn) {
   std::lock_guard lock(mu_);
+  lent_.erase(conn.get());
   // One process writes through one member: after a failover, connections still open
   // to the previous member are closed as they come back rather than reused.
   // A retired one is closed quietly: its user changed the session on purpose.
@@ -155,6 +166,30 @@ void ConnectionPool::Return(std::unique_ptr<Connection> conn) {
     idle_.push_back({std::move(conn), clock_.Now()});
   }
   cv_.notify_one();
+}
+
+int ConnectionPool::KillLentStatements() {
+  std::vector<std::pair<size_t, uint64_t>> sessions;  // (host index, server id)
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [conn, session] : lent_) sessions.push_back(session);
+  }
+  int killed = 0;
+  std::map<size_t, std::unique_ptr<Connection>> killers;  // one per host: KILL is per server
+  for (const auto& [host, id] : sessions) {
+    if (id == 0) continue;
+    try {
+      std::unique_ptr<Connection>& killer = killers[host];
+      if (!killer) killer = std::make_unique<Connection>(url_, host);
+      if (killer->host_index() != host) continue;  // that member is gone: so is the session
+      killer->Execute("KILL QUERY ?", id);
+      ++killed;
+    } catch (const DbError& e) {
+      // 1094 unknown thread: the session ended meanwhile.
+      if (e.code() != 1094) spdlog::warn("DB_KILL_QUERY_FAILED server_id={} url={} err={}", id, url_.Masked(), e.what());
+    }
+  }
+  return killed;
 }
 
 void ConnectionPool::BackOff(int attempt) {

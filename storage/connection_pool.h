@@ -38,12 +38,14 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -146,6 +148,14 @@ class ConnectionPool {
   // have to wait (an idle connection, or room to open one).
   bool MayKeep(const Connection& c);
 
+  // Interrupts the statement each connection lent out now is running (`KILL QUERY`
+  // through a connection of its own, to the same server): a drain that timed out uses
+  // it to stop a step blocked on a row lock or a long query, which then fails with
+  // 1317 (query interrupted) and ends its run. Idle sessions are not touched; a lent
+  // session between statements is not affected (call it again). Returns the number of
+  // sessions signalled; failures are logged (DB_KILL_QUERY_FAILED), never thrown.
+  int KillLentStatements();
+
   const DbUrl& url() const { return url_; }
   PoolStats stats();
 
@@ -211,6 +221,8 @@ class ConnectionPool {
     Clock::TimePoint since;
   };
   std::vector<Idle> idle_;  // LIFO: the warmest connection is reused first
+  // Connections lent out now: (host index, server id), for KillLentStatements.
+  std::map<const Connection*, std::pair<size_t, uint64_t>> lent_;
   int open_ = 0;            // idle + lent + being opened
   int in_use_ = 0;
   uint64_t connects_ = 0, discarded_ = 0, borrow_waits_ = 0, failovers_ = 0;

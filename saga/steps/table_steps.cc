@@ -27,6 +27,7 @@
 #include "saga/steps/table_sql.h"
 #include "saga/steps/table_text.h"
 #include "saga/steps/table_where.h"
+#include "storage/error_class.h"
 
 namespace dsync::saga {
 namespace {
@@ -692,6 +693,7 @@ json SaveUndo(Connection& c, const std::string& step_code, const Config& cfg, co
 }
 
 bool IsPermanent(const DbError& e) {
+  if (storage::IsPermanentSqlError(e)) return true;  // syntax, access, missing table or column
   switch (e.kind()) {
     case DbError::Kind::kNoSuchTable:
     case DbError::Kind::kDuplicateKey:  // a secondary unique key: retrying will not help

@@ -27,8 +27,13 @@
 #                    exactly the steps left SUCCESS/COMPENSATING; and per step, the
 #                    audit's applications minus undos equals the ledger row's presence
 #   double_owner     see below
+#   innocent_retries retries charged to innocent events: an event whose retry_count
+#                    is above what its scripted step failures use (kills, freezes and
+#                    the database restart are resets, never retries:
+#                    docs/event-lifecycle.md, "Retry arithmetic"); max_retry is 2,
+#                    exactly what fate 12 needs
 # and one summary line:
-#   events=… kills=… db_restarts=… freezes=… lost=0 double_owner=0 saga_violations=0 ledger_mismatches=0 …
+#   events=… kills=… db_restarts=… freezes=… lost=0 double_owner=0 innocent_retries=0 saga_violations=0 ledger_mismatches=0 …
 #
 # "No event ever had two owners at once", and why this check can fail: every demo
 # step of these events runs with {"audit": true}, so each application and each undo
@@ -106,7 +111,7 @@ cat > "$WORK/dsync.json" <<JSON
   "consumer":   { "poll_interval_ms": 50, "drain_timeout_ms": 10000, "capacity": $CAPACITY },
   "topics": {
     "CHAOS": {
-      "max_retry": 6, "backoff_base_ms": 100, "backoff_max_ms": 500, "max_processing_time_ms": 30000,
+      "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 500, "max_processing_time_ms": 30000,
       "ordered": false,
       "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" }, { "name": "s3", "type": "demo" } ]
     }
@@ -175,17 +180,19 @@ wait_for '[[ -n $(q "SELECT owner FROM distribute_lease_lock WHERE owner IS NOT 
   "the side service's dispatcher leads"
 
 # --- scripted fates -------------------------------------------------------------
+# `retries`: the forward retries the fate's own step failures use (retry_count must end
+# exactly there: a kill, a freeze or the database restart is never charged to them).
 sql "CREATE TABLE chaos_fate (slot INT PRIMARY KEY, fate VARCHAR(40) NOT NULL, payload TEXT NOT NULL,
-       expect_status VARCHAR(30) NOT NULL)"
-fate() {  # fate SLOT NAME STATUS EXTRA_DEMO_JSON
+       expect_status VARCHAR(30) NOT NULL, retries INT NOT NULL)"
+fate() {  # fate SLOT NAME STATUS EXTRA_DEMO_JSON [RETRIES]
   local payload
   payload=$(printf '{"demo": {"sleep_ms": %d, "audit": true%s}}' "$SLEEP_MS" "$4")
-  sql "INSERT INTO chaos_fate VALUES ($1, '$2', '$payload', '$3')"
+  sql "INSERT INTO chaos_fate VALUES ($1, '$2', '$payload', '$3', ${5:-0})"
 }
 for s in $(seq 0 10); do fate "$s" ok SUCCESS ""; done
-fate 11 transient_s1 SUCCESS ', "fail": {"s1": 1}'
-fate 12 transient_s2 SUCCESS ', "fail": {"s2": 2}'
-fate 13 transient_s3 SUCCESS ', "fail": {"s3": 1}'
+fate 11 transient_s1 SUCCESS ', "fail": {"s1": 1}' 1
+fate 12 transient_s2 SUCCESS ', "fail": {"s2": 2}' 2
+fate 13 transient_s3 SUCCESS ', "fail": {"s3": 1}' 1
 fate 14 permanent_s1 COMPENSATED ', "fail": {"s1": "permanent"}'
 fate 15 permanent_s2 COMPENSATED ', "fail": {"s2": "permanent"}'
 fate 16 permanent_s3 COMPENSATED ', "fail": {"s3": "permanent"}'
@@ -461,6 +468,15 @@ lost=$(sql "SELECT $EVENTS - COUNT(*) + COALESCE(SUM(status NOT IN $TERMINAL), 0
             WHERE service = 'chaos'")
 fate_mismatches=$(sql "SELECT COUNT(*) FROM distribute_event e JOIN chaos_fate f ON f.slot = $SLOT_OF_CODE
                        WHERE e.service = 'chaos' AND e.status <> f.expect_status")
+# Retries charged to innocent events: retry_count above what the event's own scripted
+# step failures use (0 for every fate but 11-13; the side service's are all plain).
+# max_retry is 2, which fate 12 needs exactly: a charged kill would also turn it.
+INNOCENT_ROWS="
+SELECT e.code, e.service, e.status, e.retry_count, e.reset_count, f.retries AS scripted, e.process_log
+FROM distribute_event e JOIN chaos_fate f ON f.slot = IF(e.service = 'side', 0, $SLOT_OF_CODE)
+WHERE e.retry_count > f.retries"
+innocent_retries=$(sql "SELECT COUNT(*) FROM ($INNOCENT_ROWS) x")
+resets_not_charged=$(sql "SELECT COALESCE(SUM(reset_count), 0) FROM distribute_event")
 # The side service: all SUCCESS; nothing ran across services, in event rows, step rows
 # or resets logged by either service's dispatchers.
 side_events=$(sql "SELECT COUNT(*) FROM distribute_event WHERE service = 'side'")
@@ -540,7 +556,8 @@ log "frozen node $frozen: held $(wc -w <<< "$frozen_held"), lost $frozen_lost, r
 # How hard the chaos bit (informational).
 logs=("$WORK"/n*.log)
 log "figures: claims=$(sql "SELECT SUM(attempt) FROM distribute_event")" \
-    "events_last_reset=$(sql "SELECT COUNT(*) FROM distribute_event WHERE last_error LIKE 'reset:%'")" \
+    "events_last_reset=$(sql "SELECT COUNT(*) FROM distribute_event WHERE last_error LIKE 'reset%'")" \
+    "resets_not_charged=$resets_not_charged" \
     "lost_ownership_logged=$(cat "${logs[@]}" | grep -c EVENT_LOST_OWNERSHIP || true)" \
     "abandoned_logged=$(cat "${logs[@]}" | grep -c EVENT_ABANDONED || true)" \
     "handed_back_at_restart=$(cat "${logs[@]}" | sed -n 's/.*NODE_STARTED.*orphans_handed_back=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')" \
@@ -565,6 +582,7 @@ fi
 
 elapsed=$(( (T_QUIET - T_START) / 1000 ))
 echo "${galera_line}events=$EVENTS kills=$kills db_restarts=$db_restarts freezes=$freezes lost=$lost double_owner=$double_owner" \
+     "innocent_retries=$innocent_retries" \
      "saga_violations=$violations ledger_mismatches=$ledger_mismatches fate_mismatches=$fate_mismatches" \
      "dispatcher_kills=$dispatcher_kills frozen_lost=$frozen_lost frozen_late_writes=$frozen_late_writes" \
      "side_events=$side_events side_lost=$side_lost cross_service=$cross_service seconds=$elapsed"
@@ -596,6 +614,10 @@ fi
 if (( ledger_mismatches > 0 )); then
   rc=1; show "ledger vs final state" "$LEDGER_BAD_EVENTS"; show "audit net vs ledger" "$AUDIT_NET_BAD"
 fi
+if (( innocent_retries > 0 )); then
+  rc=1; show "retries charged to innocent events" "$INNOCENT_ROWS"
+fi
+echo "retries charged to innocent events: $innocent_retries"
 if (( double_owner > 0 )); then
   rc=1; show "writes by a non-owner" "$STALE_WRITES"; show "effects committed twice" "$TWICE"
 fi

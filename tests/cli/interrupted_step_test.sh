@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Issue 16 item 2: a step interrupted mid-flight whose retries then run out is
-# compensated when its handler can undo an interrupted attempt (table_sync: its chunks
-# commit one by one, each with its before-image in the target). A table_sync step of
-# 100k rows (chunks of 500) into a target holding an older copy, topic max_retry 1: the
-# node running it is kill -9ed after some chunks committed; the next claim finds the
-# retries spent and compensates: the target is restored byte for byte, the event
-# COMPENSATED, its history whole.
+# Issue 16 item 2, as issue 34 changed it (a kill is a reset, never a retry): a
+# table_sync step of 100k rows (chunks of 500) into a target holding an older copy;
+# the node running it is kill -9ed after some chunks committed. The topic allows no
+# reset (max_resets 0), so the next claim ends the event FAILED ("reset 1 times"),
+# running and compensating nothing; the interrupted step counts as applied (its
+# handler can undo an interrupted attempt: compensation data {}), so `dsync retry
+# --from start` is refused naming it, and `dsync retry` resumes it from its last
+# committed chunk: SUCCESS, the target equal to the source, retry_count 0.
 source "$(dirname "$0")/lib.sh"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, retry_count, last_error FROM distribute_event" >&2; sql "SELECT step_name, status, error_details FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
@@ -13,7 +14,7 @@ with_datasources
 
 write_config interrupted '{
   "BIG": {
-    "max_retry": 1, "backoff_base_ms": 100, "ordered": false,
+    "max_retry": 1, "max_resets": 0, "backoff_base_ms": 100, "ordered": false,
     "steps": [ { "name": "big", "type": "table_sync", "source": "env_a", "target": "env_b",
                  "table": "big", "where": "grp = :g", "chunk_size": 500 } ]
   }
@@ -42,26 +43,41 @@ echo "n1 committed $by_n1 chunks ($rows_by_n1 rows) before kill -9"
 pass "the interrupted step left $(changed) target rows changed"
 expect_eq "$(sql "SELECT status FROM distribute_event_step WHERE job_code = 'big-1'")" EXECUTING "the step is left EXECUTING"
 
-# Its last retry is spent (max_retry 1): the next owner compensates, including the
-# interrupted step.
+# The sweeper resets it (node offline): its one reset is over max_resets 0, so the next
+# owner's claim fails it, running nothing.
 start_node n2 7602
-wait_for '[[ $(event_status big-1) == COMPENSATED ]]' 120 "big-1 COMPENSATED (is \$(event_status big-1))"
-expect_eq "$(changed)" 0 "the target is restored exactly as it was before the sync"
-expect_eq "$(sql "SELECT CONCAT(status, ' ', compensated_at IS NOT NULL) FROM distribute_event_step WHERE job_code = 'big-1'")" \
-  "COMPENSATED 1" "the interrupted step is COMPENSATED"
-[[ $(sql "SELECT error_details FROM distribute_event_step WHERE job_code = 'big-1'") == *"what it applied is compensated"* ]] \
-  || fail "the step's error_details do not say it was interrupted and compensated"
-pass "the step says it was interrupted and compensated"
-[[ $(sql "SELECT last_error FROM distribute_event WHERE code = 'big-1'") == *"retries exhausted"* ]] \
+wait_for '[[ $(event_status big-1) == FAILED ]]' 120 "big-1 FAILED (is \$(event_status big-1))"
+expect_eq "$(sql "SELECT CONCAT(retry_count, ' ', reset_count) FROM distribute_event WHERE code = 'big-1'")" "0 1" \
+  "the kill counted as a reset, not a retry"
+[[ $(sql "SELECT last_error FROM distribute_event WHERE code = 'big-1'") == "reset 1 times (node crashes"*"max_resets 0)"* ]] \
   || fail "last_error: $(sql "SELECT last_error FROM distribute_event WHERE code = 'big-1'")"
-pass "last_error names the spent retries"
+pass "last_error names the resets"
+expect_eq "$(sql "SELECT CONCAT(status, ' ', compensation_data) FROM distribute_event_step WHERE job_code = 'big-1'")" \
+  "FAILED {}" "the interrupted step FAILED, counted as applied (compensation data {})"
 expect_eq "$(sql "SELECT CONCAT(JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[2].node')), ' ',
                   JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[2].why'))) FROM distribute_event WHERE code = 'big-1'")" \
-  "127.0.0.1:7601 reset: node 127.0.0.1:7601 offline" "process_log: the sweeper's reset after the kill, naming n1"
+  "127.0.0.1:7601 reset (not charged): node 127.0.0.1:7601 offline" "process_log: the sweeper's reset after the kill, naming n1"
+
+# The operator: --from start would apply the interrupted step's chunks again: refused.
+set +e
+"$DSYNC_BIN" retry big-1 --from start --config "$WORK/dsync.json" >"$WORK/retry.out" 2>"$WORK/retry.err"
+rc=$?
+set -e
+[[ $rc != 0 && $(cat "$WORK/retry.err") == *"steps big (FAILED) are applied"* ]] \
+  || fail "retry --from start: rc $rc, $(cat "$WORK/retry.err")"
+pass "retry --from start refused, naming the applied step"
+"$DSYNC_BIN" retry big-1 --config "$WORK/dsync.json" >/dev/null
+wait_for '[[ $(event_status big-1) == SUCCESS ]]' 120 "big-1 SUCCESS after the retry (is \$(event_status big-1))"
+expect_eq "$(dbq "$TGT" "SELECT CONCAT((SELECT COUNT(*) FROM big), ' ', (SELECT COUNT(*) FROM big t
+                         LEFT JOIN \`$SRC\`.big s USING (id)
+                         WHERE NOT (BINARY t.name <=> BINARY s.name AND t.at <=> s.at AND t.grp <=> s.grp)))")" \
+  "100000 0" "the target equals the source (100000 rows, none different)"
+grep -q "TABLE_SYNC_RESUME step=big code=big-1#1" "$WORK"/n2.log || fail "the retry did not resume the step"
+pass "the retry resumed the step from its checkpoint"
 expect_eq "$(sql "SELECT GROUP_CONCAT(CONCAT(j.f, '>', j.t) SEPARATOR ' ') FROM distribute_event e,
                     JSON_TABLE(e.process_log, '\$[*]' COLUMNS (f VARCHAR(20) PATH '\$.from', t VARCHAR(20) PATH '\$.to')) j
                   WHERE e.code = 'big-1'")" \
-  "PENDING>ASSIGNED ASSIGNED>RUNNING RUNNING>PENDING PENDING>ASSIGNED ASSIGNED>RUNNING RUNNING>COMPENSATING COMPENSATING>COMPENSATED" \
-  "process_log: the whole history, reset and compensation included"
+  "PENDING>ASSIGNED ASSIGNED>RUNNING RUNNING>PENDING PENDING>ASSIGNED ASSIGNED>RUNNING RUNNING>FAILED FAILED>PENDING PENDING>ASSIGNED ASSIGNED>RUNNING RUNNING>SUCCESS" \
+  "process_log: the whole history, reset, failure and retry included"
 expect_eq "$(process_log_gaps)" "" "process_log chains without gaps"
 expect_eq "$(saga_violations)" 0 "saga order holds"

@@ -4,7 +4,7 @@
 # (version-fenced, process_log entry with the reason, metrics counter) and done by
 # another node; the node is noted in `dsync nodes` / GET /v1/nodes.
 #  A: a node restarted under its address with other --topics while holding ASSIGNED
-#     events (kill -9, restart). Its start hands them back ("reset: node restarted");
+#     events (kill -9, restart). Its start hands them back ("reset (not charged): node restarted");
 #     the dispatcher, still reading the old incarnation's metadata (serves DEMO, row
 #     live), gives them straight back to the address, where the new process never
 #     claims them: only the not-claimed hand-back frees them, and another node runs
@@ -53,7 +53,7 @@ start_bg n1b "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.
 # Its start hands the 4 back; the dispatcher, reading n1's metadata (and 0 events in
 # flight there now), assigns them to 7402 again: the only DEMO node it knows.
 wait_for '[[ $(count "code LIKE '"'a%'"' AND status = '"'ASSIGNED'"' AND node_address = '"'127.0.0.1:7402'"'
-                      AND process_log LIKE '"'%reset: node restarted%'"'") == 4 ]]' 10 \
+                      AND process_log LIKE '"'%reset (not charged): node restarted%'"'") == 4 ]]' 10 \
   "A: the 4 handed back at start and assigned to 7402 again"
 wait "$PID_rowlock" || fail "A: the row-lock session failed"
 start_bg n2 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7403 --topics DEMO
@@ -61,8 +61,8 @@ wait_for '[[ $(count "code LIKE '"'a%'"' AND status = '"'SUCCESS'"'") == 4 ]]' 4
 expect_eq "$(count "code LIKE 'a%' AND status = 'SUCCESS' AND node_address = '127.0.0.1:7403'")" 4 "A: all done by n2"
 # What freed them from 7402 was the not-claimed hand-back: each one's history has it,
 # after the start hand-back.
-expect_eq "$(count "code LIKE 'a%' AND LOCATE('reset: node restarted', process_log) > 0
-  AND LOCATE('reset: node restarted', process_log) < LOCATE('reset: not claimed by node 127.0.0.1:7402 for ', process_log)
+expect_eq "$(count "code LIKE 'a%' AND LOCATE('reset (not charged): node restarted', process_log) > 0
+  AND LOCATE('reset (not charged): node restarted', process_log) < LOCATE('reset: not claimed by node 127.0.0.1:7402 for ', process_log)
   AND process_log LIKE '%(claim_timeout_ms 1500; it does not serve topic DEMO)%'")" 4 \
   "A: the 4 handed back as not claimed by the restarted node, after its start hand-back (process_log)"
 grep -qE 'EVENT_RESET event=a[1-4] node=127.0.0.1:7402 reason=not_claimed' "$WORK/all.log" \

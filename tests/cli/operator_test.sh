@@ -125,19 +125,25 @@ wait_for '[[ $(event_status poison) == SUCCESS ]]' 20 "poison SUCCESS after the 
 expect_eq "$(sql "SELECT COUNT(*) FROM demo_ledger WHERE event_code = 'poison' AND applications = 1")" 3 "ledger: 3 steps applied once"
 expect_eq "$(saga_violations)" 0 "saga order holds"
 
-# Retry from the failed step keeps SUCCESS steps: FAILED event whose s1 compensation
-# always fails (s2 permanent) -> s1 stays SUCCESS-then-stuck; craft it with SQL.
+# A FAILED event whose compensation did not finish (s3 permanent, the compensation of
+# s2 always fails): s1 still SUCCESS, s2 COMPENSATING, both applied. A retry never runs
+# them forward again (issue 34: s2 used to be re-applied, its ledger row at 2, then 3):
+# it finishes the compensation; a second retry then runs the event from a clean state.
 dsync produce --topic DEMO --code keep --tenant t4 --data-id k --payload '{"demo": {"fail": {"s3": "permanent"}, "fail_compensation": {"s2": "always"}}}' >/dev/null
 wait_for '[[ $(event_status keep) == FAILED ]]' 30 "keep FAILED (compensation of s2 never succeeds)"
 expect_eq "$(sql "SELECT GROUP_CONCAT(status ORDER BY sort) FROM distribute_event_step WHERE job_code = 'keep'")" \
   "SUCCESS,COMPENSATING,FAILED" "s1 untouched, s2 compensation failed, s3 failed"
 sql "UPDATE distribute_event SET payload = '{}' WHERE code = 'keep'"
-s1_exec=$(sql "SELECT executed_at FROM distribute_event_step WHERE code = 'keep#1'")
+expect_fail 1 "steps still applied: s1 (SUCCESS), s2 (COMPENSATING); retry it without --from start" \
+  "retry --from start of a half-compensated event" -- dsync retry keep --from start
+out=$(dsync retry keep)
+[[ $out == "event keep re-driven to finish its compensation"* ]] || fail "retry output: $out"
+wait_for '[[ $(event_status keep) == COMPENSATED ]]' 20 "keep COMPENSATED (its compensation finished)"
+expect_eq "$(sql "SELECT COUNT(*) FROM demo_ledger WHERE event_code = 'keep'")" 0 "compensated: no ledger rows"
 dsync retry keep >/dev/null
 wait_for '[[ $(event_status keep) == SUCCESS ]]' 20 "keep SUCCESS"
-expect_eq "$(sql "SELECT executed_at FROM distribute_event_step WHERE code = 'keep#1'")" "$s1_exec" "s1 (SUCCESS) was not run again"
-expect_eq "$(sql "SELECT GROUP_CONCAT(applications ORDER BY step_name) FROM demo_ledger WHERE event_code = 'keep'")" "1,2,1" \
-  "ledger: s1 once, s2 re-applied on top of its never-undone effect, s3 once"
+expect_eq "$(sql "SELECT GROUP_CONCAT(applications ORDER BY step_name) FROM demo_ledger WHERE event_code = 'keep'")" "1,1,1" \
+  "ledger: every step applied exactly once"
 
 # --- drain: the node exits by itself ----------------------------------------
 expect_eq "$(dsync nodes --json | jq -r '.[0].status')" online "node online"

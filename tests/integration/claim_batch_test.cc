@@ -128,9 +128,9 @@ TEST_F(ClaimBatchTest, ClaimsFirstAttemptsAndLeavesTheRestUntouched) {
   // (d) an unknown topic, (e) a payload that is not JSON.
   ProduceAssigned("D", "NO_SUCH_TOPIC");
   ProduceAssigned("E", "DEMO", "{not json");
-  // (f) poison: retry_count at the topic's max_retry (3), still attempt 0.
+  // (f) poison: reset more than the topic's max_resets (5) times, still attempt 0.
   ProduceAssigned("F");
-  ASSERT_EQ(Exec("UPDATE distribute_event SET retry_count = 3 WHERE code = 'F'"), 1u);
+  ASSERT_EQ(Exec("UPDATE distribute_event SET reset_count = 6 WHERE code = 'F'"), 1u);
 
   std::vector<AssignedEvent> polled = Poll();
   ASSERT_EQ(polled.size(), 7u);

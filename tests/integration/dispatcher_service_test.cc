@@ -102,8 +102,10 @@ TEST(DispatcherServiceTest, TheLeaderSweepsADeadNodeAndRedispatchesItsEvents) {
   service.Start();
   ASSERT_TRUE(Eventually([&] { return Count(db, "status = 'ASSIGNED' AND node_address = 'live:1'") == 10; }));
   service.Stop();
-  EXPECT_EQ(Count(db, "code LIKE 'r%' AND last_error = 'reset: node dead:1 offline'"), 10);
-  EXPECT_EQ(Count(db, "status = 'ASSIGNED' AND retry_count = 1"), 5);  // the RUNNING ones
+  EXPECT_EQ(Count(db, "code LIKE 'r%' AND last_error = 'reset (not charged): node dead:1 offline'"), 10);
+  // The RUNNING ones count a reset, none a retry (a dead node is not a step failing).
+  EXPECT_EQ(Count(db, "status = 'ASSIGNED' AND reset_count = 1 AND retry_count = 0"), 5);
+  EXPECT_EQ(Count(db, "code LIKE 'r%' AND retry_count = 0"), 10);
   DispatcherStats st = service.stats();
   EXPECT_EQ(st.sweeper.resets_node_offline, 10u);
   EXPECT_EQ(st.sweeper.marked_offline, 1u);

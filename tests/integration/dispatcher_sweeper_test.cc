@@ -75,25 +75,29 @@ TEST(DispatcherSweeperTest, EventsOfNodesThatAreNotLiveGoBackToPending) {
   EXPECT_EQ(r.reset_timed_out, 0u);
   EXPECT_EQ(r.reset_races, 0u);
 
+  // No reset is charged to the retries (retry_count stays as it was): a claimed run's
+  // reset counts in reset_count (max_resets), an ASSIGNED one's in neither.
   struct Expect {
     int64_t id;
     int64_t version;
     int64_t retry_count;
+    int64_t reset_count;
     const char* phase;
     const char* node;
   };
-  for (const Expect& e : {Expect{assigned, 3, 0, "FORWARD", "dead:1"},
-                          Expect{running, 4, 2, "FORWARD", "dead:1"},  // a RUNNING reset is a retry
-                          Expect{compensating, 6, 3, "COMPENSATE", "dead:1"},
-                          Expect{gone, 4, 1, "FORWARD", "never-registered:1"},
-                          Expect{stopped, 3, 0, "FORWARD", "stopped:1"}}) {
+  for (const Expect& e : {Expect{assigned, 3, 0, 0, "FORWARD", "dead:1"},
+                          Expect{running, 4, 1, 1, "FORWARD", "dead:1"},
+                          Expect{compensating, 6, 3, 1, "COMPENSATE", "dead:1"},
+                          Expect{gone, 4, 0, 1, "FORWARD", "never-registered:1"},
+                          Expect{stopped, 3, 0, 0, "FORWARD", "stopped:1"}}) {
     SCOPED_TRACE(e.id);
     EXPECT_EQ(StatusOf(db, e.id), "PENDING");
     EXPECT_EQ(VersionOf(db, e.id), e.version);
     EXPECT_EQ(NodeOf(db, e.id), "NULL");
     EXPECT_EQ(IntField(db, e.id, "retry_count"), e.retry_count);
+    EXPECT_EQ(IntField(db, e.id, "reset_count"), e.reset_count);
     EXPECT_EQ(Field(db, e.id, "phase"), e.phase);
-    EXPECT_EQ(Field(db, e.id, "last_error"), std::string("reset: node ") + e.node + " offline");
+    EXPECT_EQ(Field(db, e.id, "last_error"), std::string("reset (not charged): node ") + e.node + " offline");
     EXPECT_EQ(IntField(db, e.id, "next_run_time <= NOW(3) AND next_run_time > NOW(3) - INTERVAL 60 SECOND"), 1);
     EXPECT_EQ(IntField(db, e.id, "modifier_time > NOW(3) - INTERVAL 60 SECOND"), 1);
   }
@@ -245,14 +249,16 @@ TEST(DispatcherSweeperTest, RunningEventsIdleBeyondTheirTopicsTimeoutAreReset) {
 
   EXPECT_EQ(StatusOf(db, stale), "PENDING");
   EXPECT_EQ(VersionOf(db, stale), 4);
-  EXPECT_EQ(IntField(db, stale, "retry_count"), 1);
+  EXPECT_EQ(IntField(db, stale, "retry_count"), 0);
+  EXPECT_EQ(IntField(db, stale, "reset_count"), 1);
   EXPECT_EQ(NodeOf(db, stale), "NULL");
-  EXPECT_EQ(Field(db, stale, "last_error").rfind("reset: no activity for 1", 0), 0u)
+  EXPECT_EQ(Field(db, stale, "last_error").rfind("reset (not charged): no activity for 1", 0), 0u)
       << Field(db, stale, "last_error");
   EXPECT_NE(Field(db, stale, "last_error").find("on node live:1 (max_processing_time_ms 60000)"),
             std::string::npos);
   EXPECT_EQ(StatusOf(db, stale_comp), "PENDING");
   EXPECT_EQ(IntField(db, stale_comp, "retry_count"), 0);
+  EXPECT_EQ(IntField(db, stale_comp, "reset_count"), 1);
   EXPECT_EQ(Field(db, stale_comp, "phase"), "COMPENSATE");
   EXPECT_EQ(StatusOf(db, unknown_stale), "PENDING");
 

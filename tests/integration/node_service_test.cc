@@ -52,7 +52,7 @@ TEST(NodeServiceTest, ANodeHandsBackPollsAndRunsOnlyItsServicesEvents) {
   EXPECT_EQ(node.stats().handed_back_at_start.load(), 2u);
   EXPECT_EQ(Row(db, "a-running"), "PENDING 4 -");
   EXPECT_EQ(Row(db, "a-assigned"), "PENDING 3 -");
-  EXPECT_EQ(Text(db, "SELECT last_error FROM distribute_event WHERE code = 'a-running'"), "reset: node restarted");
+  EXPECT_EQ(Text(db, "SELECT last_error FROM distribute_event WHERE code = 'a-running'"), "reset (not charged): node restarted");
   EXPECT_EQ(Row(db, "b-running"), "RUNNING 3 shared:1");
   EXPECT_EQ(Row(db, "b-assigned"), "ASSIGNED 2 shared:1");
 

@@ -216,7 +216,7 @@ class RunBatchTest : public testing::SagaTest {
   // What the sweeper does to an event whose owner is gone, then the dispatcher.
   void ResetAndAssign(const std::string& code) {
     ASSERT_EQ(Exec("UPDATE distribute_event SET status = 'PENDING', node_address = NULL, version = version + 1, "
-                   "retry_count = retry_count + 1, next_run_time = NOW(3) WHERE code = ? AND status <> 'PENDING'",
+                   "reset_count = reset_count + 1, next_run_time = NOW(3) WHERE code = ? AND status <> 'PENDING'",
                    code),
               1u);
     Assign(code);

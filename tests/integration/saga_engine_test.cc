@@ -15,7 +15,10 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "api/event_store.h"
 #include "core/clock.h"
+#include "core/error.h"
+#include "events/reset.h"
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
 #include "tests/support/assigned_events.h"
@@ -70,12 +73,65 @@ std::map<std::string, TopicSettings> Topics() {
   TopicSettings chunked = demo;
   chunked.steps = {Step("c1", "chunker"), Demo("s2")};
 
-  return {{"DEMO", demo}, {"RETRY_MANY", retry_many}, {"TIMEOUT", timeout}, {"CHUNKED", chunked}};
+  TopicSettings once = demo;  // max_retry 0: one attempt
+  once.max_retry = 0;
+  once.steps = {Demo("s1")};
+
+  TopicSettings twice = demo;  // max_retry 1: two attempts
+  twice.max_retry = 1;
+  twice.steps = {Demo("s1")};
+
+  TopicSettings bad_sql = demo;
+  bad_sql.steps = {Demo("s1"), Step("s2", "bad_sql")};
+
+  TopicSettings flaky = demo;
+  flaky.max_retry = 0;
+  flaky.steps = {Step("s1", "conn_lost_once")};
+
+  TopicSettings flaky_undo = demo;  // s2 fails for good; s1's compensation loses its connection once
+  flaky_undo.max_retry = 0;
+  flaky_undo.steps = {Step("s1", "conn_lost_once"), Demo("s2")};
+
+  return {{"DEMO", demo},       {"RETRY_MANY", retry_many}, {"TIMEOUT", timeout}, {"CHUNKED", chunked},
+          {"ONCE", once},       {"TWICE", twice},           {"BAD_SQL", bad_sql}, {"FLAKY", flaky},
+          {"FLAKY_UNDO", flaky_undo}};
 }
+
+// A step whose SQL is wrong: the server answers 1064 (syntax), every time.
+class BadSqlStep final : public StepHandler {
+ public:
+  StepResult Execute(StepContext& ctx) override {
+    ctx.tx().Execute("SELEC 1 FROM demo_ledger");
+    return StepResult::Ok();
+  }
+  StepResult Compensate(StepContext&) override { return StepResult::Ok(); }
+};
+
+// A step whose database connection is lost on its first execution (of each event),
+// then succeeds, writing its ledger row.
+class ConnLostOnceStep final : public StepHandler {
+ public:
+  StepResult Execute(StepContext& ctx) override {
+    if (ctx.attempt() == 1) throw DbError(DbError::Kind::kConnectionLost, 2013, "Lost connection to server (2013)");
+    ctx.tx().Execute("INSERT INTO demo_ledger (idempotency_key, event_code, step_name) VALUES (?, ?, ?) "
+                     "ON DUPLICATE KEY UPDATE applications = applications + 1",
+                     ctx.idempotency_key(), ctx.event_code(), ctx.step_name());
+    return StepResult::Ok();
+  }
+  StepResult Compensate(StepContext& ctx) override {
+    // The compensation's connection is lost the first time it runs (attempt 2: the
+    // event's second claim), not later.
+    if (ctx.attempt() == 2) throw DbError(DbError::Kind::kConnectionLost, 2013, "Lost connection to server (2013)");
+    ctx.tx().Execute("DELETE FROM demo_ledger WHERE idempotency_key = ?", ctx.idempotency_key());
+    return StepResult::Ok();
+  }
+};
 
 StepRegistry Registry() {
   StepRegistry r = StepRegistry::WithBuiltins();
   r.Register("chunker", [](const StepSpec&) { return std::make_unique<ChunkerStep>(); });
+  r.Register("bad_sql", [](const StepSpec&) { return std::make_unique<BadSqlStep>(); });
+  r.Register("conn_lost_once", [](const StepSpec&) { return std::make_unique<ConnLostOnceStep>(); });
   return r;
 }
 
@@ -139,7 +195,7 @@ class SagaEngineTest : public testing::SagaTest {
   // What the sweeper does to a RUNNING event whose node died.
   void ResetAsSweeper(const std::string& code) {
     ASSERT_EQ(Exec("UPDATE distribute_event SET status = 'PENDING', node_address = NULL, "
-                   "version = version + 1, retry_count = retry_count + 1, next_run_time = NOW(3), "
+                   "version = version + 1, reset_count = reset_count + 1, next_run_time = NOW(3), "
                    "last_error = 'node dead' WHERE code = ? AND status IN ('RUNNING', 'COMPENSATING')",
                    code),
               1u);
@@ -462,7 +518,8 @@ TEST_F(SagaEngineTest, CrashResumeReexecutesOnlyTheInterruptedStep) {
   EXPECT_EQ(StepInt("E8#1", "attempt"), 1);
   EXPECT_EQ(StepStr("E8#2", "node_address"), kNodeB);
   EXPECT_EQ(StepInt("E8#2", "attempt"), 2);
-  EXPECT_EQ(EventInt("E8", "retry_count"), 1);
+  EXPECT_EQ(EventInt("E8", "retry_count"), 0);  // the crash was not a retry
+  EXPECT_EQ(EventInt("E8", "reset_count"), 1);
 }
 
 TEST_F(SagaEngineTest, CrashResumeContinuesAStoppedCompensation) {
@@ -496,33 +553,96 @@ TEST_F(SagaEngineTest, ClaimIsFencedByThePhaseTheEngineActsOn) {
   EXPECT_EQ(LedgerRows("E23"), 0);
 }
 
-TEST_F(SagaEngineTest, PoisonEventIsCompensatedAtClaim) {
+TEST_F(SagaEngineTest, PoisonEventFailsAtClaimAfterMaxResets) {
   Produce("E10", json{{"demo", {{"sleep_ms", 100}}}});
   RunUntilExecutingThenStop("E10", "E10#2");
-  // Crashed its node three times: retries spent.
+  // Reset five times (its node died each time): max_resets 5 forgives them all.
   ASSERT_EQ(Exec("UPDATE distribute_event SET status = 'PENDING', node_address = NULL, version = version + 1, "
-                 "retry_count = 3 WHERE code = 'E10'"),
+                 "reset_count = 5 WHERE code = 'E10'"),
             1u);
-  EXPECT_EQ(AssignAndRun("E10", engine_b_, kNodeB), Outcome::kCompensated);
-  EXPECT_EQ(EventStr("E10", "status"), "COMPENSATED");
-  EXPECT_EQ(StepStr("E10#1", "status"), "COMPENSATED");
-  EXPECT_EQ(StepStr("E10#2", "status"), "FAILED");  // interrupted; never reached SUCCESS
+  RunUntilExecutingThenStop("E10", "E10#2");
+  EXPECT_EQ(StepStr("E10#2", "status"), "EXECUTING");
+  // A sixth: the claim ends it FAILED, running nothing, undoing nothing.
+  ASSERT_EQ(Exec("UPDATE distribute_event SET status = 'PENDING', node_address = NULL, version = version + 1, "
+                 "reset_count = 6 WHERE code = 'E10'"),
+            1u);
+  EXPECT_EQ(AssignAndRun("E10", engine_b_, kNodeB), Outcome::kFailed);
+  EXPECT_EQ(EventStr("E10", "status"), "FAILED");
+  EXPECT_EQ(EventInt("E10", "retry_count"), 0);
+  EXPECT_EQ(StepStr("E10#1", "status"), "SUCCESS");  // not undone, not re-run
+  EXPECT_EQ(StepStr("E10#2", "status"), "FAILED");   // interrupted; never reached SUCCESS
   EXPECT_NE(StepStr("E10#2", "error_details").find("interrupted"), std::string::npos);
-  EXPECT_EQ(LedgerRows("E10"), 0);
+  EXPECT_EQ(StepStr("E10#3", "status"), "PENDING");
+  EXPECT_EQ(Ledger("E10#1"), 1);
+  EXPECT_EQ(LedgerRows("E10"), 1);
   json result = Result("E10");
   EXPECT_EQ(result["failed_step"], "s2");
-  EXPECT_NE(result["error"].get<std::string>().find("retries exhausted"), std::string::npos);
+  EXPECT_EQ(result["kind"], "resets_exhausted");
+  EXPECT_EQ(result["error"].get<std::string>().rfind("reset 6 times (node crashes", 0), 0u) << result.dump();
+  EXPECT_EQ(EventStr("E10", "last_error"), result["error"].get<std::string>());
 }
 
 TEST_F(SagaEngineTest, TransientFailuresRunOutIntoCompensation) {
+  // max_retry 3: the first attempt and 3 retries, then compensation.
   Produce("E11", json{{"demo", {{"fail", {{"s2", 5}}}}}});
   EXPECT_EQ(AssignAndRun("E11", engine_a_), Outcome::kRetryScheduled);
   EXPECT_EQ(AssignAndRun("E11", engine_a_), Outcome::kRetryScheduled);
-  // retry_count 2: a third retry would be refused at its claim (>= max_retry 3).
+  EXPECT_EQ(AssignAndRun("E11", engine_a_), Outcome::kRetryScheduled);
+  EXPECT_EQ(EventInt("E11", "retry_count"), 3);
   EXPECT_EQ(AssignAndRun("E11", engine_a_), Outcome::kCompensated);
   EXPECT_EQ(Result("E11")["kind"], "retries_exhausted");
-  EXPECT_EQ(StepInt("E11#2", "retry_count"), 3);
+  EXPECT_EQ(StepInt("E11#2", "retry_count"), 4);
   EXPECT_EQ(LedgerRows("E11"), 0);
+  // The process log numbers the retries against max_retry.
+  const std::string log = EventStr("E11", "process_log");
+  for (const char* why : {"retry 1 of 3: step 's2' failed", "retry 2 of 3", "retry 3 of 3"}) {
+    EXPECT_NE(log.find(why), std::string::npos) << why << " in " << log;
+  }
+}
+
+TEST_F(SagaEngineTest, MaxRetryZeroIsOneAttemptNeverCompensationBeforeIt) {
+  Produce("E40", json::object(), "ONCE");
+  EXPECT_EQ(AssignAndRun("E40", engine_a_), Outcome::kSucceeded);
+  EXPECT_EQ(Ledger("E40#1"), 1);
+  Produce("E41", json{{"demo", {{"fail", {{"s1", 1}}}}}}, "ONCE");
+  EXPECT_EQ(AssignAndRun("E41", engine_a_), Outcome::kCompensated);  // its one attempt failed
+  EXPECT_EQ(StepInt("E41#1", "retry_count"), 1);
+  EXPECT_EQ(Result("E41")["kind"], "retries_exhausted");
+}
+
+TEST_F(SagaEngineTest, MaxRetryOneIsTwoAttempts) {
+  Produce("E42", json{{"demo", {{"fail", {{"s1", 1}}}}}}, "TWICE");
+  EXPECT_EQ(AssignAndRun("E42", engine_a_), Outcome::kRetryScheduled);
+  EXPECT_NE(EventStr("E42", "last_error").find("retry 1 of 1: step 's1' failed"), std::string::npos)
+      << EventStr("E42", "last_error");
+  EXPECT_EQ(AssignAndRun("E42", engine_a_), Outcome::kSucceeded);
+  Produce("E43", json{{"demo", {{"fail", {{"s1", 2}}}}}}, "TWICE");
+  EXPECT_EQ(AssignAndRun("E43", engine_a_), Outcome::kRetryScheduled);
+  EXPECT_EQ(AssignAndRun("E43", engine_a_), Outcome::kCompensated);
+  EXPECT_EQ(StepInt("E43#1", "retry_count"), 2);
+}
+
+TEST_F(SagaEngineTest, SqlSyntaxErrorIsPermanent) {
+  Produce("E44", json::object(), "BAD_SQL");
+  EXPECT_EQ(AssignAndRun("E44", engine_a_), Outcome::kCompensated);  // no retry scheduled
+  json result = Result("E44");
+  EXPECT_EQ(result["kind"], "permanent");
+  EXPECT_NE(result["error"].get<std::string>().find("(1064)"), std::string::npos) << result.dump();
+  EXPECT_EQ(EventInt("E44", "retry_count"), 0);
+  EXPECT_EQ(LedgerRows("E44"), 0);
+}
+
+TEST_F(SagaEngineTest, LostConnectionInAStepUsesNoRetry) {
+  // max_retry 0: a charged failure would compensate it at once.
+  Produce("E45", json::object(), "FLAKY");
+  EXPECT_EQ(AssignAndRun("E45", engine_a_), Outcome::kRetryScheduled);
+  EXPECT_EQ(EventInt("E45", "retry_count"), 0);
+  EXPECT_EQ(EventInt("E45", "reset_count"), 1);
+  EXPECT_EQ(StepInt("E45#1", "retry_count"), 0);
+  EXPECT_EQ(EventStr("E45", "last_error").rfind("reset (not charged; reset 1 of 5 allowed): step 's1'", 0), 0u)
+      << EventStr("E45", "last_error");
+  EXPECT_EQ(AssignAndRun("E45", engine_a_), Outcome::kSucceeded);
+  EXPECT_EQ(Ledger("E45#1"), 1);
 }
 
 TEST_F(SagaEngineTest, StepTimeoutIsTransient) {
@@ -605,6 +725,151 @@ TEST_F(SagaEngineTest, NodeLoadViewCountsInFlightEventsOfLiveNodes) {
   EXPECT_EQ(Int("SELECT COUNT(*) FROM v_node_load"), 1);
   EXPECT_EQ(engine_a_.Run(Load("E19"), {}), Outcome::kSucceeded);
   EXPECT_EQ(Int("SELECT in_flight FROM v_node_load WHERE node_address = ?", kNodeA), 0);
+}
+
+TEST_F(SagaEngineTest, LostConnectionInACompensationUsesNoRetry) {
+  // max_retry 0: a charged compensation failure would end the event FAILED at once.
+  Produce("E47", json{{"demo", {{"fail", {{"s2", "permanent"}}}}}}, "FLAKY_UNDO");
+  EXPECT_EQ(AssignAndRun("E47", engine_a_), Outcome::kRetryScheduled);  // attempt 1: s1's connection lost
+  EXPECT_EQ(EventInt("E47", "reset_count"), 1);
+  EXPECT_EQ(AssignAndRun("E47", engine_a_), Outcome::kRetryScheduled);  // attempt 2: s2 fails, s1's undo loses it
+  EXPECT_EQ(EventStr("E47", "phase"), "COMPENSATE");
+  EXPECT_EQ(StepInt("E47#1", "compensation_retry_count"), 0);
+  EXPECT_EQ(EventInt("E47", "reset_count"), 2);
+  EXPECT_EQ(EventStr("E47", "last_error").rfind("reset (not charged; reset 2 of 5 allowed): compensation of 's1'", 0), 0u)
+      << EventStr("E47", "last_error");
+  EXPECT_EQ(AssignAndRun("E47", engine_a_), Outcome::kCompensated);
+  EXPECT_EQ(LedgerRows("E47"), 0);
+}
+
+TEST_F(SagaEngineTest, AbandonedRunIsHandedBackAtItsOwnVersionOnly) {
+  // A run abandoned at version v (a shutdown mid-step): its hand-back resets the event
+  // at v, never a later claim of it, even by the same node.
+  Produce("E46", json{{"demo", {{"sleep_ms", 100}}}});
+  Assign("E46", kNodeA);
+  AssignedEvent ev = Load("E46");
+  std::stop_source stop;
+  int last_version = -1;
+  Outcome out = Outcome::kSucceeded;
+  std::thread runner([&] { out = engine_a_.Run(ev, stop.get_token(), &last_version); });
+  ASSERT_TRUE(Eventually("SELECT COUNT(*) FROM distribute_event_step WHERE code = 'E46#2' AND status = 'EXECUTING'"));
+  stop.request_stop();
+  runner.join();
+  ASSERT_EQ(out, Outcome::kAbandoned);
+  const int64_t v = EventInt("E46", "version");
+  EXPECT_EQ(last_version, v);  // the version the run held
+  const events::NodeKey node{EventStr("E46", "service"), kNodeA};
+  auto read = [&](int64_t version) {
+    return db_.pool().Run("read", [&](storage::Connection& c) {
+      return events::ReadAbandoned(c, Int("SELECT id FROM distribute_event WHERE code = 'E46'"), version, node);
+    });
+  };
+  EXPECT_TRUE(read(v).has_value());
+  // Meanwhile the sweeper reset it and node A claimed it again (a new run).
+  ResetAsSweeper("E46");
+  Assign("E46", kNodeA);
+  ASSERT_EQ(Exec("UPDATE distribute_event SET status = 'RUNNING', version = version + 1, attempt = attempt + 1 "
+                 "WHERE code = 'E46'"),
+            1u);
+  EXPECT_EQ(EventInt("E46", "version"), v + 3);
+  EXPECT_FALSE(read(v).has_value());  // the old run's hand-back finds nothing to reset
+  EXPECT_TRUE(read(v + 3).has_value());
+  // Settle it for the saga-order check: the new owner's reset, then a full run.
+  ResetAsSweeper("E46");
+  EXPECT_EQ(AssignAndRun("E46", engine_b_, kNodeB), Outcome::kSucceeded);
+  EXPECT_EQ(Ledger("E46#2"), 1);
+}
+
+// ---- the operator's retry of FAILED events (api::EventStore::Retry) -----------------
+
+class OperatorRetryTest : public SagaEngineTest {
+ protected:
+  OperatorRetryTest() : settings_(StoreSettings()), store_(db_.pool(), settings_) {}
+  static Settings StoreSettings() {
+    Settings s;
+    s.topics = Topics();
+    return s;
+  }
+  std::string RunToRest(const std::string& code) {
+    for (int i = 0; i < 12; ++i) {
+      const std::string status = EventStr(code, "status");
+      if (status == "FAILED" || status == "COMPENSATED" || status == "SUCCESS") return status;
+      AssignAndRun(code, engine_a_);
+    }
+    return EventStr(code, "status");
+  }
+  // The highest applications of any ledger row of the event (0: none).
+  int64_t MaxApplications(const std::string& code) {
+    return Int("SELECT COALESCE(MAX(applications), 0) FROM demo_ledger WHERE event_code = ?", code);
+  }
+  // Fixes the cause: the demo failures are gone from the payload.
+  void Fix(const std::string& code) { Exec("UPDATE distribute_event SET payload = '{}' WHERE code = ?", code); }
+  // A FAILED event whose compensation did not finish: retried, it finishes the
+  // compensation (no step runs forward again), then retried again it runs forward
+  // from a clean state: every demo step applied exactly once.
+  void ExpectRetriesApplyOnce(const std::string& code) {
+    SCOPED_TRACE(code);
+    ASSERT_EQ(EventStr(code, "status"), "FAILED");
+    EXPECT_THROW(store_.Retry(code, api::RetryFrom::kStart), ConflictError);  // names the applied steps
+    Fix(code);
+    api::EventRow e = store_.Retry(code, api::RetryFrom::kFailedStep);
+    EXPECT_EQ(e.status, "PENDING");
+    EXPECT_EQ(e.phase, "COMPENSATE");
+    EXPECT_EQ(RunToRest(code), "COMPENSATED");
+    EXPECT_EQ(LedgerRows(code), 0);
+    EXPECT_EQ(MaxApplications(code), 0);
+    store_.Retry(code, api::RetryFrom::kFailedStep);
+    EXPECT_EQ(RunToRest(code), "SUCCESS");
+    for (int i = 1; i <= 3; ++i) EXPECT_EQ(Ledger(code + "#" + std::to_string(i)), 1) << i;
+    EXPECT_THROW(store_.Retry(code, api::RetryFrom::kFailedStep), ConflictError);  // SUCCESS
+  }
+  Settings settings_;  // the store keeps a reference
+  api::EventStore store_;
+};
+
+TEST_F(OperatorRetryTest, FailedCompensationOfTheFirstStepIsFinishedNotRerun) {
+  // s2 fails for good; s1's compensation fails every time: FAILED with s1 COMPENSATING.
+  Produce("F1", json{{"demo", {{"fail", {{"s2", "permanent"}}}, {"fail_compensation", {{"s1", "always"}}}}}});
+  ASSERT_EQ(RunToRest("F1"), "FAILED");
+  EXPECT_EQ(StepStr("F1#1", "status"), "COMPENSATING");
+  EXPECT_EQ(Ledger("F1#1"), 1);
+  ExpectRetriesApplyOnce("F1");
+}
+
+TEST_F(OperatorRetryTest, FailedCompensationWithAStepNotYetUndoneIsFinished) {
+  // s3 fails for good; s2's compensation fails every time: s2 COMPENSATING, s1 still SUCCESS.
+  Produce("F2", json{{"demo", {{"fail", {{"s3", "permanent"}}}, {"fail_compensation", {{"s2", "always"}}}}}});
+  ASSERT_EQ(RunToRest("F2"), "FAILED");
+  EXPECT_EQ(StepStr("F2#1", "status"), "SUCCESS");
+  EXPECT_EQ(StepStr("F2#2", "status"), "COMPENSATING");
+  ExpectRetriesApplyOnce("F2");
+}
+
+TEST_F(OperatorRetryTest, FailedByResetsGoesOnFromTheFailedStep) {
+  // Its runs were reset more than max_resets times: FAILED forward, s1 done, s2 interrupted.
+  Produce("F3", json{{"demo", {{"sleep_ms", 100}}}});
+  RunUntilExecutingThenStop("F3", "F3#2");
+  ASSERT_EQ(Exec("UPDATE distribute_event SET status = 'PENDING', node_address = NULL, version = version + 1, "
+                 "reset_count = 6 WHERE code = 'F3'"),
+            1u);
+  ASSERT_EQ(AssignAndRun("F3", engine_a_), Outcome::kFailed);
+  EXPECT_THROW(store_.Retry("F3", api::RetryFrom::kStart), ConflictError);  // s1 is applied
+  Fix("F3");
+  api::EventRow e = store_.Retry("F3", api::RetryFrom::kFailedStep);
+  EXPECT_EQ(e.phase, "FORWARD");
+  EXPECT_EQ(e.reset_count, 0);
+  EXPECT_EQ(RunToRest("F3"), "SUCCESS");
+  for (int i = 1; i <= 3; ++i) EXPECT_EQ(Ledger("F3#" + std::to_string(i)), 1) << i;
+}
+
+TEST_F(OperatorRetryTest, FailedAtClaimRunsFromTheStart) {
+  // Rejected at its claim (payload not JSON): FAILED, no steps ran.
+  ProduceRaw("F4", "DEMO", "{not json");
+  ASSERT_EQ(RunToRest("F4"), "FAILED");
+  Fix("F4");
+  store_.Retry("F4", api::RetryFrom::kStart);
+  EXPECT_EQ(RunToRest("F4"), "SUCCESS");
+  for (int i = 1; i <= 3; ++i) EXPECT_EQ(Ledger("F4#" + std::to_string(i)), 1) << i;
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ saga::AssignedEvent LoadAssigned(storage::ConnectionPool& pool, const std::strin
   e.version = row->version;
   e.attempt = row->attempt;
   e.retry_count = row->retry_count;
+  e.reset_count = row->reset_count;
   return e;
 }
 
