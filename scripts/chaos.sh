@@ -20,8 +20,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 build=${DSYNC_BUILD_DIR:-build}
 [[ $build == /* ]] || build=$PWD/$build
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSYNC_WERROR=ON >/dev/null
-cmake --build "$build" -j"$(nproc)" --target dsync
+DSYNC_BUILD_DIR=$build bash scripts/build.sh dsync
 
 export DSYNC_BIN=$build/dsync
 export CHAOS_EVENTS=${CHAOS_EVENTS:-5000}

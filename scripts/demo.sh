@@ -61,10 +61,9 @@ if [[ -n ${DSYNC_DEMO_BIN:-} ]]; then  # a prebuilt binary (the test suite runs 
   bin=$DSYNC_DEMO_BIN
   build_s=0
 else
-  echo "== building dsync in $build/ (from scratch: a few minutes on 2 cores)"
+  echo "== building dsync in $build/ (from scratch: about 3 minutes on 2 cores; seconds once built)"
   build_start=$SECONDS
-  if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
-         cmake --build "$build" -j"$(nproc)" --target dsync; } >"$work/build.out" 2>&1; then
+  if ! DSYNC_BUILD_DIR=$build bash scripts/build.sh dsync >"$work/build.out" 2>&1; then
     tail -n 30 "$work/build.out" >&2
     echo "demo: build failed" >&2
     exit 1

@@ -10,8 +10,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 build=${DSYNC_BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSYNC_WERROR=ON >/dev/null
-cmake --build "$build" -j"$(nproc)"
+DSYNC_BUILD_DIR=$build bash scripts/build.sh
 
 dir=$(bash scripts/mariadb.sh start)
 trap 'bash scripts/mariadb.sh stop "$dir"' EXIT
