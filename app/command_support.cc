@@ -1,9 +1,12 @@
 #include "app/command_support.h"
 
 #include <algorithm>
+#include <iostream>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "core/visible_text.h"
 #include "storage/migrator.h"
 
 namespace dsync::app {
@@ -73,5 +76,26 @@ std::unique_ptr<storage::ConnectionPool> OpenDatabase(const Settings& s, int thr
   storage::Migrator(*pool).RequireCurrent();
   return pool;
 }
+
+OperatorStore OpenOperatorStore(const Invocation& inv) {
+  OperatorStore s;
+  s.settings = ResolveSettings(inv);
+  SetupLogging(inv.Get("log-level").value_or("warn"), "cli");
+  s.pool = OpenDatabase(s.settings);
+  s.store = std::make_unique<api::EventStore>(*s.pool, s.settings);
+  return s;
+}
+
+std::string Cell(const std::string& s, size_t width) {
+  std::string out = VisibleText(s);
+  if (out.size() > width) {
+    size_t cut = width - 3;  // not inside a UTF-8 sequence
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xc0) == 0x80) --cut;
+    out = out.substr(0, cut) + "...";
+  }
+  return out;
+}
+
+void PrintJson(const nlohmann::json& j) { std::cout << JsonForTerminal(j, 2) << "\n"; }
 
 }  // namespace dsync::app

@@ -1,5 +1,6 @@
 // What every `dsync` subcommand shares: settings resolution (file, DSYNC_* variables,
-// flags), opening the framework database, and stop-signal handling.
+// flags), opening the framework database, stop-signal handling, and what the operator
+// commands share (the event store they work through, how they print stored text).
 //
 // Thread safety: plain functions; BlockStopSignals affects the calling thread and the
 // threads it starts afterwards.
@@ -11,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "api/event_store.h"
 #include "app/cli.h"
 #include "config/settings.h"
 #include "storage/connection_pool.h"
@@ -40,6 +44,24 @@ std::vector<std::string> SplitList(const std::string& text);
 sigset_t BlockStopSignals();
 // Waits for one of them: "SIGTERM" or "SIGINT".
 const char* WaitForStopSignal(const sigset_t& signals);
+
+// What an operator command works through: its settings, a pool on the framework
+// database and the API's event store over it (the same operations the HTTP API serves).
+// Logging at --log-level (default warn), role "cli".
+struct OperatorStore {
+  Settings settings;
+  std::unique_ptr<storage::ConnectionPool> pool;
+  std::unique_ptr<api::EventStore> store;  // destroyed before the pool it uses
+};
+OperatorStore OpenOperatorStore(const Invocation& inv);
+
+// Stored text for a table cell: one line, hidden characters escaped (VisibleText), at
+// most `width` bytes, cut between UTF-8 sequences with "..." when longer.
+std::string Cell(const std::string& s, size_t width);
+
+// --json output: the API's JSON with the characters a terminal acts on escaped
+// (JsonForTerminal), indented by 2.
+void PrintJson(const nlohmann::json& j);
 
 // Operator commands (app/operator_commands.cc).
 int RunProduce(const Invocation& inv);

@@ -29,40 +29,11 @@ namespace {
 
 constexpr size_t kDefaultFileBatch = 1000;
 
-struct Store {
-  Settings settings;
-  std::unique_ptr<storage::ConnectionPool> pool;
-  std::unique_ptr<api::EventStore> store;
-};
-
-Store OpenStore(const Invocation& inv) {
-  Store s;
-  s.settings = ResolveSettings(inv);
-  SetupLogging(inv.Get("log-level").value_or("warn"), "cli");
-  s.pool = OpenDatabase(s.settings);
-  s.store = std::make_unique<api::EventStore>(*s.pool, s.settings);
-  return s;
-}
-
-// Stored text for a table cell: one line, hidden characters escaped (VisibleText), at
-// most `width` bytes.
-std::string Cell(const std::string& s, size_t width) {
-  std::string out = VisibleText(s);
-  if (out.size() > width) {
-    size_t cut = width - 3;  // not inside a UTF-8 sequence
-    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xc0) == 0x80) --cut;
-    out = out.substr(0, cut) + "...";
-  }
-  return out;
-}
-
 // Stored text shown whole, hidden characters escaped.
 std::string Shown(const std::string& s) { return VisibleText(s); }
 
 std::string Or(const std::string& s, const char* fallback) { return s.empty() ? fallback : VisibleText(s); }
 
-// --json output: the API's JSON with the characters a terminal acts on escaped.
-void PrintJson(const nlohmann::json& j) { std::cout << JsonForTerminal(j, 2) << "\n"; }
 
 // "2026-11-21T10:00:00.123Z" -> "2026-11-21 10:00:00.123".
 std::string When(const std::string& iso) {
@@ -193,7 +164,7 @@ int RunProduceFile(const Invocation& inv, Store& s, const std::string& file) {
 }  // namespace
 
 int RunProduce(const Invocation& inv) {
-  Store s = OpenStore(inv);
+  OperatorStore s = OpenOperatorStore(inv);
   // Wake the leading dispatcher once the events are in (dispatcher/dispatcher_waker.h).
   SystemClock clock;
   dispatcher::DispatcherWaker waker(*s.pool, s.settings.service, clock);
@@ -309,7 +280,7 @@ int RunEvents(const Invocation& inv) {
     throw UsageError("unexpected argument '" + inv.args[0] + "' for 'dsync events' (did you mean: dsync events show CODE)");
   }
   if (!inv.args.empty() && inv.args.size() != 2) throw UsageError("'dsync events show' needs CODE");
-  Store s = OpenStore(inv);
+  OperatorStore s = OpenOperatorStore(inv);
   if (!inv.args.empty()) return ShowEvent(inv, s, inv.args[1]);
 
   if (auto batch = inv.Get("batch")) {
@@ -360,7 +331,7 @@ int RunRetry(const Invocation& inv) {
       throw UsageError("--from must be start or failed-step, got '" + *f + "'");
     }
   }
-  Store s = OpenStore(inv);
+  OperatorStore s = OpenOperatorStore(inv);
   api::EventRow e = s.store->Retry(inv.args.at(0), from);
   if (inv.Flag("json")) {
     PrintJson(api::ToJson(e));
@@ -376,7 +347,7 @@ int RunRetry(const Invocation& inv) {
 // --- drain -----------------------------------------------------------------
 
 int RunDrain(const Invocation& inv) {
-  Store s = OpenStore(inv);
+  OperatorStore s = OpenOperatorStore(inv);
   api::NodeView n = s.store->Drain(inv.args.at(0));
   if (inv.Flag("json")) {
     PrintJson(api::ToJson(n));
@@ -390,7 +361,7 @@ int RunDrain(const Invocation& inv) {
 // --- nodes -----------------------------------------------------------------
 
 int RunNodes(const Invocation& inv) {
-  Store s = OpenStore(inv);
+  OperatorStore s = OpenOperatorStore(inv);
   auto nodes = s.store->Nodes(inv.Flag("all"));
   if (inv.Flag("json")) {
     nlohmann::json out = nlohmann::json::array();
