@@ -106,7 +106,7 @@ std::vector<api::NewEvent> ReadEventLines(std::istream& in, const std::string& n
   return events;
 }
 
-int RunProduceFile(const Invocation& inv, Store& s, const std::string& file) {
+int RunProduceFile(const Invocation& inv, OperatorStore& s, const std::string& file) {
   for (const char* flag : {"event", "code", "topic", "tenant", "data-id", "payload", "priority", "delay-ms", "trace-id"}) {
     if (inv.Get(flag)) throw UsageError(std::string("--") + flag + " cannot be combined with --file");
   }
@@ -204,7 +204,7 @@ void PrintEventTable(const std::vector<api::EventRow>& events) {
   }
 }
 
-int ShowEvent(const Invocation& inv, Store& s, const std::string& code) {
+int ShowEvent(const Invocation& inv, OperatorStore& s, const std::string& code) {
   api::EventDetail d = s.store->Get(code);
   if (inv.Flag("json")) {
     PrintJson(api::ToJson(d));
