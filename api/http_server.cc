@@ -201,7 +201,7 @@ HttpOptions HttpOptionsFromSettings(const ApiSettings& api) {
   o.listen = api.listen;
   o.token = api.token;
   o.allowed_hosts = api.allowed_hosts;
-  o.max_body_bytes = api.max_body_bytes;
+  o.connection.max_body_bytes = api.max_body_bytes;
   return o;
 }
 
@@ -213,8 +213,8 @@ HttpServer::~HttpServer() { Stop(); }
 void HttpServer::Start() {
   std::lock_guard lock(mu_);
   if (started_) throw std::logic_error("HttpServer::Start called twice");
-  if (options_.threads < 1) throw UsageError("api: threads must be at least 1");
-  if (options_.max_body_bytes < 1) throw UsageError("api.max_body_bytes must be at least 1");
+  if (options_.connection.threads < 1) throw UsageError("api: threads must be at least 1");
+  if (options_.connection.max_body_bytes < 1) throw UsageError("api.max_body_bytes must be at least 1");
 
   // HOST:PORT or [V6]:PORT.
   const std::string& listen = options_.listen;
@@ -271,23 +271,15 @@ void HttpServer::Start() {
     }
   }
 
-  HttpConnectionOptions c;
-  c.threads = options_.threads;
-  c.max_connections = options_.max_connections;
-  c.max_body_bytes = options_.max_body_bytes;
-  c.idle_timeout = options_.idle_timeout;
-  c.header_timeout = options_.header_timeout;
-  c.body_timeout = options_.body_timeout;
-  c.write_timeout = options_.write_timeout;
   HttpService& service = *this;
-  connections_ = std::make_unique<HttpConnections>(service, c, stats_.connections);
+  connections_ = std::make_unique<HttpConnections>(service, options_.connection, stats_.connections);
   connections_->Start(fd);
   started_ = true;
   std::string hosts;
   for (const auto& h : allowed_hosts_) hosts += (hosts.empty() ? "" : ",") + h;
   spdlog::info("HTTP_LISTENING listen={} port={} auth={} allowed_hosts={} max_body_bytes={} threads={}",
                options_.listen, port_, options_.token.empty() ? "none" : "bearer", hosts.empty() ? "*" : hosts,
-               options_.max_body_bytes, options_.threads);
+               options_.connection.max_body_bytes, options_.connection.threads);
 }
 
 void HttpServer::Stop() {
@@ -642,7 +634,7 @@ HttpServer::Reply HttpServer::Health(Request&) {
 HttpServer::Reply HttpServer::StreamEvent(Request& req) {
   const std::string& code = req.code;
   EventDetail d = store_.Get(code);  // 404 before anything is sent
-  const int max_streams = options_.max_streams > 0 ? options_.max_streams : std::max(1, options_.threads / 2);
+  const int max_streams = options_.max_streams > 0 ? options_.max_streams : std::max(1, options_.connection.threads / 2);
   if (stats_.open_streams.fetch_add(1) >= max_streams) {
     stats_.open_streams.fetch_sub(1);
     stats_.rejected_streams++;

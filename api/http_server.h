@@ -107,19 +107,14 @@ struct HttpOptions {
   std::string listen = "127.0.0.1:8080";  // HOST:PORT ([v6]:PORT); port 0: any free port
   std::string token;                      // bearer token; empty: no authentication
   std::vector<std::string> allowed_hosts; // Host names answered ("*": any); empty: see above
-  int64_t max_body_bytes = 1048576;       // larger request bodies are refused with 413
-  int threads = 16;                       // requests answered at once
-  int max_streams = 0;                    // open SSE streams at most; 0: threads / 2
-  int max_connections = 1024;             // open connections; then the longest idle closes
+  int max_streams = 0;                    // open SSE streams at most; 0: connection.threads / 2
   Millis stream_poll_interval{200};       // how often a stream reads its event
   Millis stream_ping_interval{15000};     // `: ping` after this long without a message
-  Millis idle_timeout{10000};             // a connection without a request this long closes
-  Millis header_timeout{10000};           // request line + headers, whole, from their first byte
-  Millis body_timeout{30000};             // the body, whole
-  Millis write_timeout{10000};            // one answer (one stream message) to a client that does not read
+  // Workers, body and connection limits, per-phase deadlines (api/http_connections.h).
+  HttpConnectionOptions connection;
 };
 
-// listen, token, allowed_hosts and max_body_bytes from the config's `api` section.
+// listen, token, allowed_hosts and connection.max_body_bytes from the config's `api` section.
 HttpOptions HttpOptionsFromSettings(const ApiSettings& api);
 
 // The routes, as the `route` label of the request metrics.

@@ -262,7 +262,7 @@ constexpr int kApiThreads = 16;
 
 api::HttpOptions ApiHttpOptions(const ApiSettings& a) {
   api::HttpOptions http = api::HttpOptionsFromSettings(a);
-  http.threads = kApiThreads;
+  http.connection.threads = kApiThreads;
   return http;
 }
 

@@ -68,7 +68,7 @@ class ConsoleBrowserTest : public ::testing::Test {
   std::unique_ptr<HttpServer> Serve(const std::string& token) {
     HttpOptions o;
     o.listen = "127.0.0.1:0";
-    o.threads = 8;
+    o.connection.threads = 8;
     o.token = token;
     o.stream_poll_interval = 50ms;
     auto server = std::make_unique<HttpServer>(store_, o);

@@ -155,8 +155,8 @@ class ApiAbuseTest : public ::testing::Test {
   HttpOptions Options() {
     HttpOptions o;
     o.listen = "127.0.0.1:0";
-    o.max_body_bytes = 64 * 1024;
-    o.threads = 6;
+    o.connection.max_body_bytes = 64 * 1024;
+    o.connection.threads = 6;
     return o;
   }
   void StartServer(HttpOptions o) {
@@ -228,9 +228,9 @@ TEST_F(ApiAbuseTest, IdleAndSlowlorisConnectionsDelayNobody) {
 // at idle_timeout; a body that stalls closes at body_timeout.
 TEST_F(ApiAbuseTest, WholePhaseDeadlinesCutTricklingAndIdleClients) {
   HttpOptions o = Options();
-  o.idle_timeout = 500ms;
-  o.header_timeout = 1000ms;
-  o.body_timeout = 1000ms;
+  o.connection.idle_timeout = 500ms;
+  o.connection.header_timeout = 1000ms;
+  o.connection.body_timeout = 1000ms;
   StartServer(o);
 
   Raw idle(server_->port());

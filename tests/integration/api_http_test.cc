@@ -109,8 +109,8 @@ class ApiHttpTest : public ::testing::Test {
   HttpOptions Options() {
     HttpOptions o;
     o.listen = "127.0.0.1:0";
-    o.max_body_bytes = kMaxBody;
-    o.threads = 6;
+    o.connection.max_body_bytes = kMaxBody;
+    o.connection.threads = 6;
     o.stream_poll_interval = 30ms;
     return o;
   }

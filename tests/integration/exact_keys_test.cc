@@ -249,8 +249,8 @@ class ExactKeysHttp : public ::testing::Test {
   ExactKeysHttp() : settings_(KeySettings("http-keys")), store_(db_.pool(), settings_) {
     api::HttpOptions o;
     o.listen = "127.0.0.1:0";
-    o.max_body_bytes = 1 << 20;
-    o.threads = 2;
+    o.connection.max_body_bytes = 1 << 20;
+    o.connection.threads = 2;
     server_ = std::make_unique<api::HttpServer>(store_, o);
     server_->Start();
   }
