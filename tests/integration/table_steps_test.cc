@@ -2,10 +2,12 @@
 // source and target datasources, a fake StepContext, and ordered dumps of whole
 // tables (every column as exact text) compared before and after.
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <optional>
 #include <stop_token>
@@ -15,10 +17,16 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "saga/step_handler.h"
 #include "saga/steps/table_steps.h"
 #include "saga/steps/table_verify.h"
+#include "table/chunk_table.h"
+#include "table/run_context.h"
+#include "table/spec.h"
+#include "table/sync.h"
+#include "tests/support/fake_clock.h"
 #include "tests/support/saga_fixtures.h"
 #include "tests/support/test_db.h"
 
@@ -1450,6 +1458,84 @@ TEST_F(TableStepsTest, RepairDoesOnlyWhatItsConfiguredStepWould) {
   FakeContext none(ds_, ctx.payload(), "EV-NONE#0");
   EXPECT_EQ(MakeTableRepairStep(testing::Step("repair", "table_repair"))->Execute(none).kind,
             StepResult::Kind::kPermanent);
+}
+
+// table/ runs a sync without the saga engine: a table::RunContext of its own (as a relay
+// of the sync would have), whose clock, not the process's, paces progress reports.
+class SteppingClock final : public Clock {
+ public:
+  explicit SteppingClock(Millis step) : step_(step) {}
+  TimePoint Now() override { return now_ += step_; }  // every read moves time on
+  bool SleepFor(Millis, std::stop_token stop) override { return !stop.stop_requested(); }
+  bool WaitFor(std::condition_variable_any&, std::unique_lock<std::mutex>&, std::stop_token, Millis,
+               const std::function<bool()>& done) override {
+    return done();
+  }
+
+ private:
+  const Millis step_;
+  TimePoint now_{};
+};
+
+class TableRunContext final : public table::RunContext {
+ public:
+  TableRunContext(Datasources& ds, Clock& clock, json payload) : ds_(ds), clock_(clock), payload_(std::move(payload)) {}
+  const std::string& event_code() const override { return event_; }
+  const std::string& step_code() const override { return code_; }
+  const json& payload() const override { return payload_; }
+  int attempt() const override { return 1; }
+  const json& compensation_data() const override { return compensation; }
+  std::stop_token stop_token() const override { return {}; }
+  bool StillOwner() override { return true; }
+  void ReportProgress(const json& p) override { progress.push_back(p); }
+  storage::ConnectionPool& Pool(const std::string& datasource) override { return ds_.Get(datasource); }
+  Clock& clock() override { return clock_; }
+
+  json compensation = nullptr;
+  std::vector<json> progress;
+
+ private:
+  Datasources& ds_;
+  Clock& clock_;
+  json payload_;
+  std::string event_ = "EV-T", code_ = "EV-T#0";
+};
+
+TEST_F(TableStepsTest, TheTableModuleSyncsWithoutTheEngineOnItsInjectedClock) {
+  CreateInBoth(kNumberedTable);
+  src_.Exec("INSERT INTO n SELECT seq, CONCAT('v', seq), 1 FROM seq_1_to_100");
+  const table::Spec spec = table::ParseSpec(
+      Spec("table_sync", {{"source", "env_a"}, {"target", "env_b"}, {"table", "n"}, {"where", "g = :g"},
+                          {"chunk_size", 10}, {"lanes", 1}}),
+      /*sync=*/true);
+  table::ChunkTable chunks;
+
+  // A clock that stands still: no second passes, so no progress is reported.
+  FakeClock still;
+  TableRunContext quiet(ds_, still, {{"g", 1}});
+  table::SyncResult r = table::RunSync(quiet, spec, chunks);
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 100}, {"inserted", 100}, {"updated", 0}, {"unchanged", 0}}));
+  EXPECT_EQ(Dump(tgt_, "n", "id"), Dump(src_, "n", "id"));
+  EXPECT_TRUE(quiet.progress.empty()) << quiet.progress.size();
+  EXPECT_EQ(r.compensation["step_code"], "EV-T#0");
+
+  // Its compensation restores the empty target, through the same context.
+  quiet.compensation = r.compensation;
+  json c = table::CompensateSync(quiet, spec, chunks);
+  EXPECT_EQ(c["removed"], 100) << c.dump();
+  EXPECT_EQ(tgt_.QueryInt("SELECT COUNT(*) FROM n"), 0);
+
+  // A clock on which every read is 2.5 s later: each chunk's end is past the 1 s
+  // progress interval, so every chunk reports (on the process's clock this run takes
+  // well under a second and would report none).
+  SteppingClock fast(Millis(2500));
+  TableRunContext ticking(ds_, fast, {{"g", 1}});
+  r = table::RunSync(ticking, spec, chunks);
+  EXPECT_EQ(Classic(r.output), (json{{"rows", 100}, {"inserted", 100}, {"updated", 0}, {"unchanged", 0}}));
+  EXPECT_EQ(Dump(tgt_, "n", "id"), Dump(src_, "n", "id"));
+  ASSERT_FALSE(ticking.progress.empty());
+  EXPECT_EQ(static_cast<int64_t>(ticking.progress.size()), r.output["chunks"].get<int64_t>());
+  EXPECT_EQ(ticking.progress.back()["running"], true);
 }
 
 }  // namespace
