@@ -79,7 +79,13 @@
 #             node per case); pt-table-sync (percona-toolkit) as the peer for the
 #             unchanged and 1 % cases of the 100k table (DSYNC_BENCH_SYNC_LANES: the
 #             step's `lanes`, default its own); and (issue 14) `dsync verify`
-#             of two equal copies of the 100k table vs CHECKSUM TABLE of both
+#             of two equal copies of the 100k table vs CHECKSUM TABLE of both.
+#             DSYNC_BENCH_SYNC_BIN_B (a second dsync binary, e.g. a build of main):
+#             parity instead: each dsync case (full, older, unchanged, 1 %) of both
+#             tables and the verify run with this build (a) and with that binary (b),
+#             alternated ABBA (odd runs a first), each case's medians and b/a ratio
+#             (above 1: this build is faster); no dump, INSERT ... SELECT or
+#             pt-table-sync then
 #   purge     issue 16 retention: DSYNC_BENCH_PURGE_ROWS (1,000,000) finished events of
 #             10 days ago, one step each, built by INSERT ... SELECT from a seq table;
 #             then a 1-step burn-down of DSYNC_BENCH_PURGE_EVENTS (100,000) events (1
@@ -156,7 +162,8 @@ wakeups=${DSYNC_BENCH_WAKEUPS:-true}  # dispatcher.wakeups and consumer.wakeups 
 extra=()
 wants sysbench && extra+=(sysbench)
 { wants pgboss || wants paired; } && extra+=(postgresql)
-wants sync && extra+=(percona-toolkit)
+# (pt-table-sync is the sync section's peer, not run in its parity mode)
+wants sync && [[ -z ${DSYNC_BENCH_SYNC_BIN_B:-} ]] && extra+=(percona-toolkit)
 # pg-boss 10 needs Node >= 20. Debian's `nodejs` (+ `npm`) is installed only when there
 # is no node at all: a NodeSource nodejs (which bundles npm) conflicts with Debian's npm.
 if { wants pgboss || wants paired; } && ! command -v node >/dev/null; then extra+=(nodejs npm); fi
@@ -1115,6 +1122,7 @@ section_galera() {
 sync_rows=${DSYNC_BENCH_SYNC_ROWS:-100000}
 sync_big_rows=${DSYNC_BENCH_SYNC_BIG_ROWS:-1000000}
 sync_lanes=${DSYNC_BENCH_SYNC_LANES:-}  # the step's `lanes` (default: the step's default)
+sync_bin_b=${DSYNC_BENCH_SYNC_BIN_B:-}  # a second binary: parity runs (sync_paired_table)
 
 # write_sync_config FILE: one topic SYNC with one table_sync step of table $sync_table.
 write_sync_config() {
@@ -1163,15 +1171,21 @@ sync_case() {
   echo "  $sync_table $name: ${secs} s, server sent $(( (b1 - b0) / 1024 )) KiB, node VmHWM ${hwm} MiB; $out"
   case_secs=$secs case_kib=$(( (b1 - b0) / 1024 )) case_hwm=$hwm
 }
+# sync_case_with BIN NAME: sync_case NAME on a node of binary BIN.
+sync_case_with() {
+  local saved=$bin
+  bin=$1
+  sync_case "$2" || { bin=$saved; return 1; }
+  bin=$saved
+}
 wait_gone() { for _ in $(seq 1 200); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.05; done; kill -9 "$1" 2>/dev/null || true; }
 
 # timed CMD...: seconds CMD took (wall clock)
 timed() { local t0 t1; t0=$(now_ns); "$@"; t1=$(now_ns); awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 
-sync_one_table() {  # sync_one_table TABLE ROWS WITH_PEER
-  sync_table=$1
-  local rows=$2 peer=$3 r
-  local -a full dump insel older unch one pt_unch pt_one hwm_full hwm_older kib_full kib_unch
+# sync_make_tables ROWS: sync_src.$sync_table with ROWS rows, an empty sync_tgt.$sync_table.
+sync_make_tables() {
+  local rows=$1
   root_sql "DROP DATABASE IF EXISTS sync_src; DROP DATABASE IF EXISTS sync_tgt; CREATE DATABASE sync_src; CREATE DATABASE sync_tgt"
   if [[ $sync_table == doc ]]; then
     local ddl="CREATE TABLE doc (id INT PRIMARY KEY, grp INT NOT NULL, title VARCHAR(200), body TEXT,
@@ -1187,6 +1201,13 @@ sync_one_table() {  # sync_one_table TABLE ROWS WITH_PEER
   fi
   root_sql "ANALYZE TABLE sync_src.$sync_table" >/dev/null
   echo "  $sync_table: $rows rows, $(root_sql "SELECT ROUND((DATA_LENGTH + INDEX_LENGTH) / 1048576) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'sync_src' AND TABLE_NAME = '$sync_table'") MiB on disk"
+}
+
+sync_one_table() {  # sync_one_table TABLE ROWS WITH_PEER
+  sync_table=$1
+  local rows=$2 peer=$3 r
+  local -a full dump insel older unch one pt_unch pt_one hwm_full hwm_older kib_full kib_unch
+  sync_make_tables "$rows"
   local sock; sock=$dir/sock
   for r in $(seq 1 "$runs"); do
     root_sql "TRUNCATE sync_tgt.$sync_table"
@@ -1231,22 +1252,72 @@ sync_one_table() {  # sync_one_table TABLE ROWS WITH_PEER
   result sync "$line"
 }
 
+# sync_paired_table TABLE ROWS: parity of two binaries (DSYNC_BENCH_SYNC_BIN_B): each case
+# run with this build (a) and $sync_bin_b (b) from the same state, in ABBA order over the
+# runs; medians per case and binary, and b/a (above 1: a is faster).
+sync_paired_table() {
+  sync_table=$1
+  local rows=$2 r c side first
+  local -A secs=() hwm=()
+  sync_make_tables "$rows"
+  for r in $(seq 1 "$runs"); do
+    if ((r % 2)); then first="a b"; else first="b a"; fi
+    for c in full older unchanged one_percent; do
+      for side in $first; do
+        case $c in
+          full) root_sql "TRUNCATE sync_tgt.$sync_table" ;;
+          older)  # the same older copy each time (the target equals the source here)
+            if [[ $sync_table == doc ]]; then
+              root_sql "UPDATE sync_tgt.doc SET title = CONCAT('old ', id), at = at - INTERVAL 1 DAY"
+            else
+              root_sql "UPDATE sync_tgt.narrow SET name = CONCAT('old ', id), n = n - 1"
+            fi ;;
+          one_percent) root_sql "UPDATE sync_src.$sync_table SET at = at + INTERVAL 1 SECOND WHERE id % 100 = 0" ;;
+        esac
+        if [[ $side == a ]]; then sync_case_with "$bin" "${c}_a"; else sync_case_with "$sync_bin_b" "${c}_b"; fi
+        secs[${c}_$side]+="${secs[${c}_$side]:+,}$case_secs"
+        hwm[${c}_$side]+="${hwm[${c}_$side]:+,}$case_hwm"
+      done
+    done
+  done
+  local line="paired table=$sync_table rows=$rows" ma mb
+  for c in full older unchanged one_percent; do
+    ma=$(echo "${secs[${c}_a]}" | median); mb=$(echo "${secs[${c}_b]}" | median)
+    echo "  $sync_table $c: a ${secs[${c}_a]} s (median $ma), b ${secs[${c}_b]} s (median $mb), b/a $(awk -v a="$ma" -v b="$mb" 'BEGIN { printf "%.3f", b / a }')"
+    line+=" ${c}_a_s=$ma ${c}_b_s=$mb ${c}_b_over_a=$(awk -v a="$ma" -v b="$mb" 'BEGIN { printf "%.3f", b / a }')"
+  done
+  line+=" vmhwm_full_a_mib=$(echo "${hwm[full_a]}" | median) vmhwm_full_b_mib=$(echo "${hwm[full_b]}" | median)"
+  result sync "$line"
+}
+
 # sync_verify_bench: `dsync verify` of two equal copies of sync_src.doc (issue 14) against
 # CHECKSUM TABLE of both sides (one statement, sequential), $runs runs, medians.
 quiet() { "$@" >/dev/null; }
 sync_verify_bench() {
-  local r v=() c=() rc
+  local r v=() vb=() c=() rc
   root_sql "TRUNCATE sync_tgt.doc; INSERT INTO sync_tgt.doc SELECT * FROM sync_src.doc"
   root_sql "CHECKSUM TABLE sync_src.doc, sync_tgt.doc" >/dev/null  # both tables in the buffer pool
+  local -a verify=(verify --config "$work/dsync.json" --source env_a --target env_b --table doc --where "1 = 1" --json)
   for r in $(seq 1 "$runs"); do
     c+=("$(timed quiet root_sql "CHECKSUM TABLE sync_src.doc, sync_tgt.doc")")
-    v+=("$(timed quiet "$bin" verify --config "$work/dsync.json" --source env_a --target env_b --table doc --where "1 = 1" --json)")
+    if [[ -n $sync_bin_b ]] && ! ((r % 2)); then  # parity: ABBA
+      vb+=("$(timed quiet "$sync_bin_b" "${verify[@]}")")
+      v+=("$(timed quiet "$bin" "${verify[@]}")")
+    else
+      v+=("$(timed quiet "$bin" "${verify[@]}")")
+      [[ -z $sync_bin_b ]] || vb+=("$(timed quiet "$sync_bin_b" "${verify[@]}")")
+    fi
   done
   set +e; "$bin" verify --config "$work/dsync.json" --source env_a --target env_b --table doc --where "1 = 1" >/dev/null; rc=$?; set -e
   [[ $rc == 0 ]] || echo "  (dsync verify of the equal copies exited $rc)"
   local mv mc; mv=$(echo "${v[*]}" | median); mc=$(echo "${c[*]}" | median)
   echo "  verify of two equal doc tables: dsync verify ${v[*]} s; CHECKSUM TABLE both sides ${c[*]} s"
   result sync "verify table=doc rows=$sync_rows verify_s=$mv checksum_table_both_s=$mc verify_vs_checksum_table=$(awk -v a="$mv" -v b="$mc" 'BEGIN { printf "%.2f", a / b }') exit=$rc"
+  if [[ -n $sync_bin_b ]]; then
+    local mb; mb=$(echo "${vb[*]}" | median)
+    echo "  verify parity: a ${v[*]} s (median $mv), b ${vb[*]} s (median $mb), b/a $(awk -v a="$mv" -v b="$mb" 'BEGIN { printf "%.3f", b / a }')"
+    result sync "paired verify table=doc rows=$sync_rows verify_a_s=$mv verify_b_s=$mb verify_b_over_a=$(awk -v a="$mv" -v b="$mb" 'BEGIN { printf "%.3f", b / a }')"
+  fi
 }
 
 section_sync() {
@@ -1256,10 +1327,16 @@ section_sync() {
   write_sync_config "$work/dsync.json"
   start_proc dispatcher dispatcher
   local disp=$last_pid
-  sync_one_table doc "$sync_rows" yes
+  if [[ -n $sync_bin_b ]]; then
+    [[ -x $sync_bin_b ]] || die "DSYNC_BENCH_SYNC_BIN_B=$sync_bin_b is not an executable"
+    echo "  parity: a = $bin, b = $sync_bin_b"
+    sync_paired_table doc "$sync_rows"
+  else
+    sync_one_table doc "$sync_rows" yes
+  fi
   sync_verify_bench
   sed -i "s/\"table\": \"doc\"/\"table\": \"narrow\"/" "$work/dsync.json"
-  sync_one_table narrow "$sync_big_rows" ""
+  if [[ -n $sync_bin_b ]]; then sync_paired_table narrow "$sync_big_rows"; else sync_one_table narrow "$sync_big_rows" ""; fi
   kill -TERM "$disp" 2>/dev/null || true
   wait_gone "$disp"
   root_sql "DROP DATABASE IF EXISTS sync_src; DROP DATABASE IF EXISTS sync_tgt"
