@@ -25,7 +25,6 @@ std::vector<SqlValue> FilterValues(const Spec& spec, const nlohmann::json& paylo
   });
 }
 
-
 TableSchema Describe(ConnectionPool& pool, const Spec& spec, const std::string& datasource) {
   auto schema = pool.Run(spec.What("describe table"), [&](Connection& c) {
     return DescribeTable(c, datasource, spec.table);

@@ -82,7 +82,7 @@ Counts TargetWriter::Commit(const ChunkWork& w) {
     record.rows_written = delta.inserted + delta.updated + delta.deleted;
     InsertChunk(tc, ctx_.step_code(), spec_, record);
     // Last, right before COMMIT: the window in which a node that loses the event can
-    // still commit a chunk is one round trip (at-least-once, table_steps.h).
+    // still commit a chunk is one round trip (at-least-once, saga/steps/table_steps.h).
     std::lock_guard<std::mutex> lock(*commits_.ctx_mu);
     CheckStillOwner(ctx_);
   });
@@ -188,7 +188,6 @@ std::optional<KeySpan> TargetWriter::ApplyChunk(Connection& tc, const ChunkWork&
   counts.deleted += static_cast<int64_t>(gone.size());
   return span;
 }
-
 
 Image ParseImage(const json& j, const Spec& spec) {
 try {

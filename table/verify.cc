@@ -51,7 +51,6 @@ std::vector<SqlValue> FilterValues(const TableCheck& check, const json& values, 
   });
 }
 
-
 std::map<std::string, TableSchema> DescribeSubqueries(ConnectionPool& pool, const std::string& datasource,
                                                       const TableCheck& check) {
   std::map<std::string, TableSchema> out;
