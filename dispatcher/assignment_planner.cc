@@ -205,9 +205,10 @@ std::string AssignmentPlanner::UnreachedReason(const std::string& topic, const s
   if (eligible.empty()) {
     return "topic " + topic + "'s plan failed to build on every live node serving it: " + detail;
   }
+  // The node detail first (as before per-step routing), then the first forward step
+  // no node can take, and what it misses.
   std::string reason = "no live node serving topic " + topic + " reaches every datasource it needs (" +
-                       RouteKey(needed) + ")";
-  // The first forward step no node can take, and what it misses.
+                       RouteKey(needed) + "): " + detail;
   for (const auto& step : policy.steps) {
     const bool taken = std::any_of(eligible.begin(), eligible.end(),
                                    [&](const Node* n) { return n->Reaches(step.datasources); });
@@ -220,14 +221,14 @@ std::string AssignmentPlanner::UnreachedReason(const std::string& topic, const s
     if (unreached.empty()) {
       // Each is reached by some node, never all by one: a later relay runs such a
       // step in halves; until then it waits.
-      reason += ", and step '" + step.name + "' needs " + SpokenList(step.datasources) +
+      reason += "; step '" + step.name + "' needs " + SpokenList(step.datasources) +
                 " together; no live node reaches " + (step.datasources.size() == 2 ? "both" : "all of them");
     } else {
-      reason += ", and step '" + step.name + "' needs " + SpokenList(unreached) + ", which no live node serving it reaches";
+      reason += "; step '" + step.name + "' needs " + SpokenList(unreached) + ", which no live node serving it reaches";
     }
     break;
   }
-  return reason + ": " + detail;
+  return reason;
 }
 
 int AssignmentPlanner::free_slots() const {

@@ -186,10 +186,10 @@ class AssignmentPlanner {
   bool CanTake(const std::string& address, const PendingEvent& e) const;
   // Topics no live non-draining node of this cycle can run, with a one-line reason
   // each ("no live node serves topic T"; "no live node serving topic T reaches every
-  // datasource it needs (env_a,env_b), and step 'docs' needs env_a and env_b
-  // together; no live node reaches both: a:1 lacks env_b; b:1 lacks env_a"; "...,
-  // and step 'docs' needs env_c, which no live node serving it reaches: ..."; "topic
-  // T's plan failed to build on every live node serving it: a:1 plan failed: ..."). Considers the configured topics and
+  // datasource it needs (env_a,env_b): a:1 lacks env_b; b:1 lacks env_a; step 'docs'
+  // needs env_a and env_b together; no live node reaches both"; "...; step 'docs'
+  // needs env_c, which no live node serving it reaches"; "topic T's plan failed to
+  // build on every live node serving it: a:1 plan failed: ..."). Considers the configured topics and
   // every topic a node reports bad; free slots do not matter (a busy node can still
   // run the topic later). With no live non-draining node at all, every such topic
   // is unroutable ("no live node takes work").

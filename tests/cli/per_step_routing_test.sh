@@ -10,7 +10,9 @@
 #  - gap-3: node B is kill -9'd while it runs the handed-on event; the sweeper resets
 #    it and node B2 (env_b too) finishes it from the step B was in (step 2 not re-run);
 #  - the same topic config on node C, whose config names both: every step of gap-4
-#    runs on C, no hand-on.
+#    runs on C, no hand-on;
+#  - a table_sync env_a -> env_b (a step needing both sides at once) is unroutable
+#    while no node reaches both, the reason naming the step; it runs on C.
 source "$(dirname "$0")/lib.sh"
 
 with_datasources
@@ -29,7 +31,9 @@ TOPICS='{
   "GAP": { "max_retry": 1, "backoff_base_ms": 100, "backoff_max_ms": 200,
            "steps": [ { "name": "del_a", "type": "table_delete", "target": "env_a", "table": "t", "where": "grp = :grp" },
                       { "name": "del_b", "type": "table_delete", "target": "env_b", "table": "t", "where": "grp = :grp" },
-                      { "name": "note", "type": "demo" } ] }
+                      { "name": "note", "type": "demo" } ] },
+  "SYNC": { "steps": [ { "name": "copy", "type": "table_sync", "source": "env_a", "target": "env_b", "table": "t",
+                         "where": "id = :id" } ] }
 }'
 base="mysql://$DB_USER:$DB_PASS@$DB_HOST:$DB_PORT"
 ONLY_A="{\"datasources\": {\"env_a\": \"$base/$SRC\"}}"
@@ -66,6 +70,15 @@ online "$A"; online "$B"
 md=$(sql "SELECT metadata FROM distribute_node_registry WHERE node_address = '$A'")
 [[ $md == *'"datasources":["env_a"]'* && $md != *bad_topics* ]] || fail "node A's metadata: $md"
 pass "node A (config: env_a only) loads GAP, which names env_b too, and reports env_a"
+
+# A step needing both sides at once waits while no node reaches both (a relay of a
+# later issue will split it), with a reason naming the step.
+produce sync-1 '{"id": 5}' SYNC
+attention() { sql "SELECT CONCAT(reason, '|', COALESCE(detail, '')) FROM v_events_needing_attention WHERE code = '$1'"; }
+wait_for '[[ $(attention sync-1) == unroutable* ]]' 15 "sync-1 listed as unroutable"
+[[ $(attention sync-1) == *"step 'copy' needs env_a and env_b together; no live node reaches both"* ]] \
+  || fail "reason: $(attention sync-1)"
+pass "sync-1: unroutable, 'step copy needs env_a and env_b together; no live node reaches both'"
 
 # --- gap-1: step 1 on A, handed on, steps 2 and 3 on B --------------------------
 before_a=$(dump "$SRC"); before_b=$(dump "$TGT")
@@ -139,6 +152,10 @@ expect_eq "$(sql "SELECT IFNULL(route, 'NULL') FROM distribute_event WHERE code 
 pass "gap-4: direct on C, no hand-on, with the same topic config"
 expect_eq "$(dbq "$SRC" "SELECT COUNT(*) FROM t WHERE grp = 4")/$(dbq "$TGT" "SELECT COUNT(*) FROM t WHERE grp = 4")" "0/0" \
   "gap-4: rows deleted on both sides"
+
+wait_status sync-1 SUCCESS 30
+expect_eq "$(sql "SELECT node_address FROM distribute_event WHERE code = 'sync-1'")" "$C" "sync-1 ran on C once it joined"
+expect_eq "$(dbq "$TGT" "SELECT v FROM t WHERE id = 5")" "row 5" "sync-1: env_b's row now equals env_a's"
 
 kill -TERM "$PID_c" "$PID_disp"
 wait "$PID_c" || fail "node C exit code $?"
