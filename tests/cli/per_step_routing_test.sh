@@ -98,7 +98,8 @@ pass "gap-1: the hand-on is in the process_log and one log line"
 show=$("$DSYNC_BIN" events show gap-1 --config "$WORK/both.json")
 echo "$show" | grep -E "del_a .*$A" >/dev/null && echo "$show" | grep -E "del_b .*$B" >/dev/null \
   || fail "dsync events show lacks the node of each step: $show"
-pass "dsync events show: the node of each step"
+echo "$show" | grep -E "^route +env_b " >/dev/null || fail "dsync events show lacks the route: $show"
+pass "dsync events show: the node of each step, and the route"
 
 # --- gap-2: the demo step fails; compensation on B, handed on, then on A ---------
 before_a=$(dump "$SRC"); before_b=$(dump "$TGT")
