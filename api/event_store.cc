@@ -247,6 +247,7 @@ nlohmann::json ToJson(const EventRow& e) {
           {"attempt", e.attempt},
           {"retry_count", e.retry_count},
           {"reset_count", e.reset_count},
+          {"route", TextOrNull(e.route)},
           {"max_retry", e.max_retry},
           {"progress", e.progress ? nlohmann::json(*e.progress) : nlohmann::json(nullptr)},
           {"batch_code", TextOrNull(e.batch_code)},

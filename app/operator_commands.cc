@@ -225,6 +225,8 @@ int ShowEvent(const Invocation& inv, OperatorStore& s, const std::string& code) 
                        std::to_string(e.max_retry) + ", resets not charged " + std::to_string(e.reset_count) +
                        ", version " + std::to_string(e.version) + ")");
   field("progress", e.progress ? std::to_string(*e.progress) + "%" : "-");
+  // Per-step routing: what the next step needs, since the event was handed on.
+  if (!e.route.empty()) field("route", Shown(e.route) + " (handed on: its next step needs this)");
   field("created", When(e.create_time));
   field("started", When(e.started_time));
   field("finished", When(e.finished_time));

@@ -641,6 +641,8 @@ void ParseDatasources(const json& value, Settings& settings) {
   for (const auto& [name, url] : value.items()) {
     std::string where = "datasources." + Printable(name);
     if (name.empty()) Fail(where, "datasource name must not be empty");
+    // distribute_event.route lists datasources separated by commas (config/step_datasources.h).
+    if (name.find(',') != std::string::npos) Fail(where, "datasource name must not contain ','");
     if (!url.is_string()) Fail(where, "expected a string, got " + Describe(url));
     if (url.get_ref<const std::string&>().empty()) Fail(where, "must not be empty");
     settings.datasources[name] = url.get<std::string>();

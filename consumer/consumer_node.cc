@@ -69,6 +69,18 @@ ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engi
         *options_.datasources, options_.datasource_check_interval, clock_, ConnectProbe, [this] {
           if (started_) BeatNow();
         });
+    // Per-step routing: a step this node does not reach (not in its datasources, or
+    // not reached at the prober's last check, as the heartbeat says) is handed on.
+    engine_.SetDatasourceReach([this](const std::vector<std::string>& names) {
+      for (const auto& name : names) {
+        if (options_.datasources->count(name) == 0) return false;
+      }
+      const std::vector<std::string> reachable = prober_->snapshot().reachable;  // sorted
+      for (const auto& name : names) {
+        if (!std::binary_search(reachable.begin(), reachable.end(), name)) return false;
+      }
+      return true;
+    });
   }
 }
 

@@ -43,7 +43,10 @@
 // datasources (consumer/datasource_prober.h) from Start() on and publishes the ones
 // it reaches, beating at once when that changes; `bad_topics` (topics whose plan the
 // caller could not build) are published as they are. The dispatcher sends the node
-// no event of a bad topic or of a topic needing a datasource it does not reach. An
+// no event of a bad topic, nor one whose next step needs a datasource it does not
+// reach (dispatcher/assignment_planner.h); the node installs the same judgement in the
+// saga engine (SagaEngine::SetDatasourceReach: `datasources` and the prober's last
+// check), which hands an event on before a step it does not reach. An
 // automatic prefetch (AutoPrefetch) that changed is published at once too, at most
 // once a second.
 //

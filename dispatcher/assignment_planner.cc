@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "config/step_datasources.h"
+
 namespace dsync::dispatcher {
 namespace {
 
@@ -56,27 +58,27 @@ PlannerConfig PlannerConfigFromSettings(const Settings& settings) {
     p.ordered = topic.ordered;
     p.batch_limit = std::max(0, topic.batch_limit);
     p.datasources = TopicDatasources(topic);
+    for (const StepSpec& step : topic.steps) p.steps.push_back({step.name, StepDatasources(step)});
     config.topics[name] = p;
   }
   return config;
 }
 
 std::vector<std::string> TopicDatasources(const TopicSettings& topic) {
-  std::set<std::string> names;
-  auto add = [&](const StepSpec& step, const char* key) {
-    auto it = step.params.find(key);
-    if (it != step.params.end() && it->is_string()) names.insert(it->get<std::string>());
-  };
+  std::vector<std::string> all;
   for (const StepSpec& step : topic.steps) {
-    // table_verify: the verify step of the table-sync work reads both sides too.
-    if (step.type == "table_sync" || step.type == "table_verify") {
-      add(step, "source");
-      add(step, "target");
-    } else if (step.type == "table_delete") {
-      add(step, "target");
-    }
+    std::vector<std::string> names = StepDatasources(step);
+    all.insert(all.end(), names.begin(), names.end());
   }
-  return {names.begin(), names.end()};
+  return ParseRoute(RouteKey(std::move(all)));  // sorted, unique
+}
+
+bool AssignmentPlanner::Node::Reaches(const std::vector<std::string>& names) const {
+  if (!load.datasources) return true;  // not reported: reaches every datasource
+  for (const auto& ds : names) {
+    if (std::find(load.datasources->begin(), load.datasources->end(), ds) == load.datasources->end()) return false;
+  }
+  return true;
 }
 
 AssignmentPlanner::AssignmentPlanner(PlannerConfig config) : config_(std::move(config)) {}
@@ -118,82 +120,115 @@ void AssignmentPlanner::ComputeRouting() {
   for (const auto& n : nodes_) {
     for (const auto& [topic, _] : n.load.bad_topics) topics.insert(topic);
   }
-  for (Node& n : nodes_) {
-    for (const auto& topic : topics) {
-      if (!n.Serves(topic)) continue;
-      if (n.load.bad_topics.count(topic) > 0) {
-        n.blocked.insert(topic);
-        continue;
-      }
-      if (!n.load.datasources) continue;  // not reported: reaches every datasource
-      for (const auto& ds : PolicyFor(topic).datasources) {
-        if (std::find(n.load.datasources->begin(), n.load.datasources->end(), ds) ==
-            n.load.datasources->end()) {
-          n.blocked.insert(topic);
-          break;
-        }
-      }
-    }
-  }
-  // At most this many nodes are named in a reason; the rest are counted.
-  constexpr size_t kNamedNodes = 4;
   for (const auto& topic : topics) {
     if (nodes_.empty()) {
       unroutable_[topic] = "no live node takes work";
       continue;
     }
-    std::vector<const Node*> serving;
-    bool runnable = false;
-    for (const Node& n : nodes_) {
-      // A node reporting the topic bad would serve it (it drops the topic from an
-      // explicit list): name it, with why.
-      if (!n.Serves(topic) && n.load.bad_topics.count(topic) == 0) continue;
+    const TopicPolicy& policy = PolicyFor(topic);
+    // serving: every node that would serve it (a node reporting the topic bad drops
+    // it from an explicit list: name it, with why); eligible: those whose plan built.
+    std::vector<Node*> serving, eligible;
+    for (Node& n : nodes_) {
+      const bool bad = n.load.bad_topics.count(topic) > 0;
+      if (!n.Serves(topic) && !bad) continue;
       serving.push_back(&n);
-      if (n.CanRun(topic)) runnable = true;
+      if (bad) {
+        n.blocked.insert(topic);
+      } else {
+        eligible.push_back(&n);
+      }
     }
-    if (runnable) continue;
-    if (serving.empty()) {
-      unroutable_[topic] = "no live node serves topic " + topic;
+    // Direct: a node reaching every datasource of the plan runs the whole saga.
+    bool direct = false;
+    for (const Node* n : eligible) direct = direct || n->Reaches(policy.datasources);
+    if (direct) {
+      for (Node* n : eligible) {
+        if (!n->Reaches(policy.datasources)) n->blocked.insert(topic);
+      }
       continue;
     }
-    const auto& needed = PolicyFor(topic).datasources;
-    std::string detail;
-    bool any_bad = false, any_unreached = false;
-    for (size_t i = 0; i < serving.size(); ++i) {
-      const Node& n = *serving[i];
-      std::string why;
-      auto bad = n.load.bad_topics.find(topic);
-      if (bad != n.load.bad_topics.end()) {
-        any_bad = true;
-        why = "plan failed: " + bad->second;
-      } else {
-        any_unreached = true;
-        std::string lacks;
-        for (const auto& ds : needed) {
-          if (std::find(n.load.datasources->begin(), n.load.datasources->end(), ds) ==
-              n.load.datasources->end()) {
-            lacks += (lacks.empty() ? "" : ",") + ds;
-          }
+    // Per step: only when every forward step has a node reaching all it needs.
+    std::vector<TopicPolicy::Step> steps = policy.steps;
+    if (steps.empty()) steps.push_back({"", policy.datasources});
+    bool every_step = !eligible.empty();
+    for (const auto& step : steps) {
+      const bool taken = std::any_of(eligible.begin(), eligible.end(),
+                                     [&](const Node* n) { return n->Reaches(step.datasources); });
+      every_step = every_step && taken;
+    }
+    if (every_step) {
+      for (Node* n : eligible) {
+        const bool some_step = std::any_of(steps.begin(), steps.end(),
+                                           [&](const TopicPolicy::Step& st) { return n->Reaches(st.datasources); });
+        if (some_step) {
+          n->per_step.insert(topic);
+        } else {
+          n->blocked.insert(topic);
         }
-        why = "lacks " + lacks;
       }
-      if (i < kNamedNodes) {
-        detail += (detail.empty() ? "" : "; ") + n.load.address + " " + why;
-      } else {
-        detail += "; and " + std::to_string(serving.size() - kNamedNodes) + " more";
-        break;
-      }
+      continue;
     }
-    std::string needs;
-    for (const auto& ds : needed) needs += (needs.empty() ? "" : ",") + ds;
-    std::string reason;
-    if (any_unreached) {
-      reason = "no live node serving topic " + topic + " reaches every datasource it needs (" + needs + ")";
-    } else if (any_bad) {
-      reason = "topic " + topic + "'s plan failed to build on every live node serving it";
-    }
-    unroutable_[topic] = reason + ": " + detail;
+    for (Node* n : eligible) n->blocked.insert(topic);
+    unroutable_[topic] = serving.empty() ? "no live node serves topic " + topic
+                                         : UnreachedReason(topic, serving, eligible);
   }
+}
+
+std::string AssignmentPlanner::UnreachedReason(const std::string& topic, const std::vector<Node*>& serving,
+                                               const std::vector<Node*>& eligible) const {
+  const TopicPolicy& policy = PolicyFor(topic);
+  const auto& needed = policy.datasources;
+  // At most this many nodes are named in a reason; the rest are counted.
+  constexpr size_t kNamedNodes = 4;
+  std::string detail;
+  for (size_t i = 0; i < serving.size(); ++i) {
+    const Node& n = *serving[i];
+    std::string why;
+    auto bad = n.load.bad_topics.find(topic);
+    if (bad != n.load.bad_topics.end()) {
+      why = "plan failed: " + bad->second;
+    } else {
+      std::string lacks;
+      for (const auto& ds : needed) {
+        if (!n.Reaches({ds})) lacks += (lacks.empty() ? "" : ",") + ds;
+      }
+      why = "lacks " + lacks;
+    }
+    if (i < kNamedNodes) {
+      detail += (detail.empty() ? "" : "; ") + n.load.address + " " + why;
+    } else {
+      detail += "; and " + std::to_string(serving.size() - kNamedNodes) + " more";
+      break;
+    }
+  }
+  if (eligible.empty()) {
+    return "topic " + topic + "'s plan failed to build on every live node serving it: " + detail;
+  }
+  // The node detail first (as before per-step routing), then the first forward step
+  // no node can take, and what it misses.
+  std::string reason = "no live node serving topic " + topic + " reaches every datasource it needs (" +
+                       RouteKey(needed) + "): " + detail;
+  for (const auto& step : policy.steps) {
+    const bool taken = std::any_of(eligible.begin(), eligible.end(),
+                                   [&](const Node* n) { return n->Reaches(step.datasources); });
+    if (taken) continue;
+    std::vector<std::string> unreached;
+    for (const auto& ds : step.datasources) {
+      const bool someone = std::any_of(eligible.begin(), eligible.end(), [&](const Node* n) { return n->Reaches({ds}); });
+      if (!someone) unreached.push_back(ds);
+    }
+    if (unreached.empty()) {
+      // Each is reached by some node, never all by one: a later relay runs such a
+      // step in halves; until then it waits.
+      reason += "; step '" + step.name + "' needs " + SpokenList(step.datasources) +
+                " together; no live node reaches " + (step.datasources.size() == 2 ? "both" : "all of them");
+    } else {
+      reason += "; step '" + step.name + "' needs " + SpokenList(unreached) + ", which no live node serving it reaches";
+    }
+    break;
+  }
+  return reason;
 }
 
 int AssignmentPlanner::free_slots() const {
@@ -289,7 +324,7 @@ PlanResult AssignmentPlanner::Plan(const std::vector<PendingEvent>& events) {
       ++result.skipped_topic_limit;
       continue;
     }
-    int chosen = Choose(e, policy);
+    int chosen = Choose(e, policy, NextWork(e));
     if (chosen < 0) {
       ++result.skipped_no_node;
       continue;
@@ -304,15 +339,27 @@ PlanResult AssignmentPlanner::Plan(const std::vector<PendingEvent>& events) {
   return result;
 }
 
-int AssignmentPlanner::Choose(const PendingEvent& e, const TopicPolicy& policy) {
-  int best = ChooseAmong(e, policy, /*use_prefetch=*/false);
-  return best >= 0 ? best : ChooseAmong(e, policy, /*use_prefetch=*/true);
+std::vector<std::string> AssignmentPlanner::NextWork(const PendingEvent& e) const {
+  if (!e.route.empty()) return ParseRoute(e.route);
+  const TopicPolicy& policy = PolicyFor(e.topic);
+  return policy.steps.empty() ? policy.datasources : policy.steps.front().datasources;
+}
+
+bool AssignmentPlanner::CanTake(const std::string& address, const PendingEvent& e) const {
+  const std::vector<std::string> needs = NextWork(e);
+  return std::any_of(nodes_.begin(), nodes_.end(),
+                     [&](const Node& n) { return n.load.address == address && n.CanTake(e.topic, needs); });
+}
+
+int AssignmentPlanner::Choose(const PendingEvent& e, const TopicPolicy& policy, const std::vector<std::string>& needs) {
+  int best = ChooseAmong(e, policy, needs, /*use_prefetch=*/false);
+  return best >= 0 ? best : ChooseAmong(e, policy, needs, /*use_prefetch=*/true);
 }
 
 int AssignmentPlanner::ChooseAmong(const PendingEvent& e, const TopicPolicy& policy,
-                                   bool use_prefetch) {
+                                   const std::vector<std::string>& needs, bool use_prefetch) {
   auto usable = [&](const Node& n) {
-    return (use_prefetch ? n.free() : n.free_within_capacity()) > 0 && n.CanRun(e.topic);
+    return (use_prefetch ? n.free() : n.free_within_capacity()) > 0 && n.CanTake(e.topic, needs);
   };
   int best = -1;
   switch (policy.strategy) {

@@ -14,15 +14,30 @@
 //     for its next free worker) is used only when no eligible node has room within
 //     its capacity; strategies rank nodes as if prefetch did not exist (least_load
 //     stays (in_flight + assigned) / capacity);
-//   - a node is eligible for an event when its topics contain the topic or "*" (no
-//     topics at all also means every topic), the topic is not among its bad_topics
-//     (its plan failed to build there), and it reaches every datasource of the
-//     topic's plan (TopicPolicy::datasources; a node that reports no datasources at
-//     all, an older version, counts as reaching every one);
-//   - a topic no live non-draining node is eligible for is unroutable: Unroutable()
-//     names it with the reason, and NextPageFilter() keeps its events out of the
-//     page (as it does for topics no node with a free slot can take), so they never
-//     fill a page ahead of events that can run;
+//   - a node serves an event's topic when its topics contain it or "*" (no topics at
+//     all also means every topic) and the topic is not among its bad_topics (its plan
+//     failed to build there). A node that reports no datasources at all (an older
+//     version) counts as reaching every one;
+//   - routing by the next piece of work, per topic per cycle (two tiers):
+//       direct:   some live non-draining node serving the topic reaches every
+//                 datasource of its plan (TopicPolicy::datasources): only such nodes
+//                 are candidates, for every event of the topic (the whole saga runs
+//                 on one node, as before per-step routing);
+//       per step: else the candidates for an event are the nodes serving the topic
+//                 that reach what its next step needs (PendingEvent::route, set by
+//                 the node that handed it on; for a fresh event, route NULL, the first
+//                 forward step's datasources, TopicPolicy::steps). The node running
+//                 the saga hands the event on before a step it does not reach
+//                 (saga/event_run.h), so its steps run on different nodes;
+//     a topic takes the per-step tier only when every forward step has some live node
+//     reaching all it needs (else no event of it would finish: none starts);
+//   - a topic no live non-draining node can run (no node serves it, its plan fails
+//     on every node serving it, or neither tier finds takers: the reason names the
+//     step and the datasources missing) is unroutable: Unroutable() names it with the
+//     reason, and NextPageFilter() keeps its events out of the page (as it does for
+//     topics no node with a free slot can take), so they never fill a page ahead of
+//     events that can run. CanTake() is the one place that decides who may take an
+//     event (a later relay of a step's halves extends it);
 //   - at most `batch_size` assignments per cycle, and at most the topic's batch_limit
 //     (0: batch_size) per topic;
 //   - ordered topics: an event is skipped when an earlier event of the same
@@ -71,8 +86,17 @@ struct TopicPolicy {
   Strategy strategy = Strategy::kLeastLoad;
   bool ordered = true;
   int batch_limit = 0;  // assignments of the topic per cycle; 0: only batch_size applies
-  // Datasources the topic's plan uses (TopicDatasources): a node must reach them all.
+  // Datasources the topic's plan uses (TopicDatasources): a node reaching them all
+  // runs the whole saga (the direct tier).
   std::vector<std::string> datasources;
+  // The forward steps in plan order, each with what it needs (StepDatasources), for
+  // the per-step tier. Empty (a policy built without them): one piece of work needing
+  // `datasources`, that is the direct tier only.
+  struct Step {
+    std::string name;
+    std::vector<std::string> datasources;
+  };
+  std::vector<Step> steps;
 };
 
 struct PlannerConfig {
@@ -85,9 +109,10 @@ struct PlannerConfig {
 // least_load.
 PlannerConfig PlannerConfigFromSettings(const Settings& settings);
 
-// The datasources a topic's plan names, sorted and unique: `source` and `target` of
-// table_sync steps, `target` of table_delete steps. Other step types (demo, custom
-// ones) name none that the dispatcher could know of.
+// The datasources a topic's plan names, sorted and unique: the union of its steps'
+// StepDatasources (config/step_datasources.h: `source` and `target` of table_sync and
+// table_verify steps, `target` of table_delete steps; other step types, demo and
+// custom ones, name none that the dispatcher could know of).
 std::vector<std::string> TopicDatasources(const TopicSettings& topic);
 
 // A live node as the cycle sees it.
@@ -153,10 +178,18 @@ class AssignmentPlanner {
   PageFilter NextPageFilter() const;
 
   const TopicPolicy& PolicyFor(const std::string& topic) const;
+  // What the event's next piece of work needs: its route, or (route NULL) the first
+  // forward step's datasources (all of the topic's without TopicPolicy::steps).
+  std::vector<std::string> NextWork(const PendingEvent& e) const;
+  // Whether the node at `address` may take `e` this cycle, free slots aside (the tier
+  // rules above). False for an address not live and non-draining.
+  bool CanTake(const std::string& address, const PendingEvent& e) const;
   // Topics no live non-draining node of this cycle can run, with a one-line reason
-  // each ("no live node serves topic T", "topic T needs datasource(s) env_b; no live
-  // node serving it reaches them (a:1 lacks env_b)", "topic T's plan failed to
-  // build on every node serving it (a:1: ...)"). Considers the configured topics and
+  // each ("no live node serves topic T"; "no live node serving topic T reaches every
+  // datasource it needs (env_a,env_b): a:1 lacks env_b; b:1 lacks env_a; step 'docs'
+  // needs env_a and env_b together; no live node reaches both"; "...; step 'docs'
+  // needs env_c, which no live node serving it reaches"; "topic T's plan failed to
+  // build on every live node serving it: a:1 plan failed: ..."). Considers the configured topics and
   // every topic a node reports bad; free slots do not matter (a busy node can still
   // run the topic later). With no live non-draining node at all, every such topic
   // is unroutable ("no live node takes work").
@@ -187,8 +220,16 @@ class AssignmentPlanner {
     bool Serves(const std::string& topic) const { return all_topics || topics.count(topic) > 0; }
     // Topics this node serves but cannot run (a datasource it lacks, a bad plan).
     std::set<std::string> blocked;
+    // Topics routed per step this cycle that this node can run some step of: it takes
+    // an event of them only when it reaches the event's next work.
+    std::set<std::string> per_step;
     bool CanRun(const std::string& topic) const {
       return Serves(topic) && (blocked.empty() || blocked.count(topic) == 0);
+    }
+    bool Reaches(const std::vector<std::string>& names) const;
+    // CanRun, and for a per-step topic reaching `needs` (the event's next work).
+    bool CanTake(const std::string& topic, const std::vector<std::string>& needs) const {
+      return CanRun(topic) && (per_step.empty() || per_step.count(topic) == 0 || Reaches(needs));
     }
   };
 
@@ -197,8 +238,14 @@ class AssignmentPlanner {
 
   // Index into nodes_ of the node for `e`, or -1: among nodes with room within their
   // capacity, else (prefetch) among nodes with any room.
-  int Choose(const PendingEvent& e, const TopicPolicy& policy);
-  int ChooseAmong(const PendingEvent& e, const TopicPolicy& policy, bool use_prefetch);
+  // `needs`: NextWork(e).
+  int Choose(const PendingEvent& e, const TopicPolicy& policy, const std::vector<std::string>& needs);
+  int ChooseAmong(const PendingEvent& e, const TopicPolicy& policy, const std::vector<std::string>& needs,
+                  bool use_prefetch);
+  // The reason a topic with serving nodes (some not bad) cannot be routed by either
+  // tier; `eligible` are the serving nodes whose plan built.
+  std::string UnreachedReason(const std::string& topic, const std::vector<Node*>& serving,
+                              const std::vector<Node*>& eligible) const;
 
   const PlannerConfig config_;
   std::vector<Node> nodes_;  // non-draining only, by address

@@ -52,6 +52,9 @@ struct DueEvent {
   int priority = 0;
   // How long it had been due when read (NOW(3) - max(next_run_time, modifier_time)).
   std::chrono::microseconds due_age{0};
+  // What its next step needs (V018 `route`: sorted, comma-separated datasources, set
+  // by a hand-on); "" for NULL: a fresh event, its first step's datasources apply.
+  std::string route;
 };
 
 // What a page of due events may hold (the planner's PageFilter, as statement params).

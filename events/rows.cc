@@ -19,7 +19,7 @@ namespace {
   "IFNULL(trace_id, ''), IFNULL(payload, ''), IFNULL(result, ''), IFNULL(last_error, ''), "      \
   DSYNC_ISO("create_time") ", " DSYNC_ISO("next_run_time") ", " DSYNC_ISO("assigned_time") ", "  \
   DSYNC_ISO("started_time") ", " DSYNC_ISO("finished_time") ", " DSYNC_ISO("modifier_time") ", service, "  \
-  "reset_count"
+  "reset_count, IFNULL(route, '')"
 
 // Params: code.
 constexpr const char* kSelectEventByCode =
@@ -203,7 +203,7 @@ EventRow ReadEventRow(storage::ResultSet& rs) {
                   .payload = col.String(), .result = col.String(), .last_error = col.String(),
                   .create_time = col.String(), .next_run_time = col.String(), .assigned_time = col.String(),
                   .started_time = col.String(), .finished_time = col.String(), .modifier_time = col.String(),
-                  .service = col.String(), .reset_count = col.Int()};
+                  .service = col.String(), .reset_count = col.Int(), .route = col.String()};
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ struct EventRow {
       modifier_time;  // "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC); empty when NULL
   std::string service;
   int reset_count = 0;  // resets not charged to retries (V016; max_resets bounds them)
+  std::string route;    // what its next step needs, set by a hand-on (V018); empty when NULL
 };
 
 // The event with that code; nullopt when there is none. Throws DbError.

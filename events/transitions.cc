@@ -47,6 +47,12 @@ constexpr const char* kScheduleEventRetry = "UPDATE distribute_event SET " DSYNC
   last_error = ?, modifier_time = NOW(3)
 WHERE id = ? AND version = ?)";
 
+// Params: node, 'PENDING', why (log); route, id, version. HandOnEvent.
+constexpr const char* kHandOnEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
+  status = 'PENDING', node_address = NULL, version = version + 1,
+  next_run_time = NOW(3), modifier_time = NOW(3), route = ?
+WHERE id = ? AND version = ? AND status IN ('RUNNING', 'COMPENSATING'))";
+
 // Params: node, 'COMPENSATING', why (log); result, last_error, id, version.
 constexpr const char* kStartCompensation = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
   status = 'COMPENSATING', phase = 'COMPENSATE', version = version + 1, result = ?,
@@ -117,6 +123,11 @@ WHERE code = ? AND status = 'EXECUTING')";
 constexpr const char* kMarkStepCompensating = R"(
 UPDATE distribute_event_step SET status = 'COMPENSATING', node_address = ?, attempt = ?
 WHERE code = ?)";
+
+// Params: code.
+constexpr const char* kReleaseStep = R"(
+UPDATE distribute_event_step SET node_address = NULL
+WHERE code = ? AND status IN ('EXECUTING', 'COMPENSATING'))";
 
 // Params: code.
 constexpr const char* kMarkStepCompensated = R"(
@@ -239,6 +250,11 @@ std::optional<Fence> ScheduleEventRetry(storage::Connection& c, const Fence& fen
   return Matched(c.Execute(kScheduleEventRetry, node, "PENDING", why, retry_increment, reset_increment,
                            Micros(backoff), error, fence.id, fence.version),
                  fence);
+}
+
+std::optional<Fence> HandOnEvent(storage::Connection& c, const Fence& fence, const std::string& node,
+                                 const std::string& route, const std::string& why) {
+  return Matched(c.Execute(kHandOnEvent, node, "PENDING", why, route, fence.id, fence.version), fence);
 }
 
 std::optional<Fence> StartCompensation(storage::Connection& c, const Fence& fence, const std::string& node,
@@ -616,6 +632,8 @@ void MarkStepCompensating(storage::Connection& c, const std::string& code, const
                           int attempt) {
   c.Execute(kMarkStepCompensating, node, attempt, code);
 }
+
+void ReleaseStep(storage::Connection& c, const std::string& code) { c.Execute(kReleaseStep, code); }
 
 void MarkStepCompensated(storage::Connection& c, const std::string& code) {
   c.Execute(kMarkStepCompensated, code);

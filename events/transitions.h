@@ -66,6 +66,19 @@ bool OwnsEvent(storage::Connection& c, const Fence& fence);
 std::optional<Fence> SucceedEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                   const std::string& result_json);
 
+// Hand-on (docs/event-lifecycle.md item 7): the owner does not reach the datasources
+// its event's next step (or next compensation) needs, so it gives the event up for a
+// node that does. RUNNING or COMPENSATING -> PENDING, node cleared, version+1,
+// next_run_time = modifier_time = NOW(3), route = `route` (what that step needs,
+// config/step_datasources.h RouteKey); phase, retry_count, reset_count and last_error
+// unchanged: nobody failed.
+//   UPDATE distribute_event SET process_log = <append {node, status -> PENDING, why}>,
+//     status = 'PENDING', node_address = NULL, version = version + 1,
+//     next_run_time = NOW(3), modifier_time = NOW(3), route = ?
+//   WHERE id = ? AND version = ? AND status IN ('RUNNING', 'COMPENSATING')
+std::optional<Fence> HandOnEvent(storage::Connection& c, const Fence& fence, const std::string& node,
+                                 const std::string& route, const std::string& why);
+
 // RUNNING or COMPENSATING -> PENDING with next_run_time = NOW(3) + backoff, node
 // cleared, version+1, retry_count + `retry_increment` (1 for a forward step's failure,
 // 0 for a compensation's or one that was not the step's fault), reset_count +
@@ -233,6 +246,12 @@ void MarkStepInterruptedUndoable(storage::Connection& c, const std::string& code
 // SUCCESS (or FAILED with compensation data, or COMPENSATING again) -> COMPENSATING.
 void MarkStepCompensating(storage::Connection& c, const std::string& code, const std::string& node,
                           int attempt);
+
+// The step a hand-on stops before (EXECUTING, or COMPENSATING): node_address cleared
+// (nobody runs it now; the next owner's MarkStepExecuting / MarkStepCompensating sets
+// its own), status unchanged (an EXECUTING step may have been interrupted mid-flight by
+// an earlier owner: it stays what the rules of such a step need).
+void ReleaseStep(storage::Connection& c, const std::string& code);
 
 // COMPENSATING -> COMPENSATED: compensated_at = NOW(3).
 void MarkStepCompensated(storage::Connection& c, const std::string& code);

@@ -1,5 +1,6 @@
 #include "saga/event_run.h"
 
+#include "config/step_datasources.h"
 #include "events/step_progress.h"
 #include "storage/error_class.h"
 
@@ -526,6 +527,11 @@ std::optional<Outcome> EventRun::BeginStep() {
     return Outcome::kSucceeded;
   }
   if (stop_.stop_requested()) return Abandon("stopped before step " + steps_[i].code);
+  if (!Reached(steps_[i], /*compensate=*/false)) {
+    // A hand-on is a status change: under a claim (a deferred one is claimed first).
+    if (claim_ != ClaimState::kClaimed) return RerunClaimed("step " + steps_[i].code + " needs a datasource not reached here");
+    if (std::optional<Outcome> handed = HandOnIfUnreached(i, /*compensate=*/false)) return handed;
+  }
   pending_ = Invoke(steps_[i], /*compensate=*/false);
   if (pending_.ctx && pending_.ctx->lost()) {
     pending_.ctx.reset();  // gives back the group's turn its tx() took (RunBatch keeps this run)
@@ -808,6 +814,7 @@ Outcome EventRun::RunCompensation() {
   for (size_t k = 0; k < order.size(); ++k) {
     StepState& step = steps_[order[k]];
     if (stop_.stop_requested()) return Abandon("stopped before compensating " + step.code);
+    if (std::optional<Outcome> handed = HandOnIfUnreached(order[k], /*compensate=*/true)) return *handed;
     Attempt a = Invoke(step, /*compensate=*/true);
     if (a.ctx && a.ctx->lost()) ThrowLost("compensation of " + step.code);
     if (a.result.kind != StepResult::Kind::kOk) {
@@ -916,6 +923,39 @@ Outcome EventRun::CompensationFailure(size_t i, const StepResult& result, Charge
                 "failed: {}\"",
                 ev_.code, d_.node, trace_, step.name, ElapsedMs(), step.name, error);
   return Outcome::kFailed;
+}
+
+std::vector<std::string> EventRun::Needs(const StepState& step, bool compensate) const {
+  if (step.plan_step == nullptr) return {};  // fails as "no longer in the plan" wherever it runs
+  const StepSpec& spec = step.plan_step->spec;
+  return compensate ? CompensationDatasources(spec) : StepDatasources(spec);
+}
+
+bool EventRun::Reached(const StepState& step, bool compensate) const {
+  if (!d_.reach) return true;
+  const std::vector<std::string> needs = Needs(step, compensate);
+  return needs.empty() || d_.reach(needs);
+}
+
+std::optional<Outcome> EventRun::HandOnIfUnreached(size_t i, bool compensate) {
+  const StepState& step = steps_[i];
+  if (Reached(step, compensate)) return std::nullopt;
+  const std::vector<std::string> needs = Needs(step, compensate);
+  const std::string route = RouteKey(needs);
+  const std::string what = (compensate ? "compensation of '" : "step '") + step.name + "'";
+  const std::string why = "handed on: " + what + " needs " + SpokenList(needs) + ", which node " + d_.node +
+                          " does not reach";
+  // One fenced transition: the event's UPDATE first (it takes the row lock and is the
+  // fence), then the step's node cleared. Nothing counted: no retry, no reset.
+  fence_ = d_.pool.Transact("hand on event", [&, held = fence_](storage::Connection& c) {
+    events::Fence after = Held(events::HandOnEvent(c, held, d_.node, route, why), "hand on");
+    events::ReleaseStep(c, step.code);
+    return after;
+  });
+  d_.stats.handed_on++;
+  spdlog::info("EVENT_HANDED_ON event={} node={} trace={} step={} code={} phase={} needs={} version={}", ev_.code,
+               d_.node, trace_, step.name, step.code, compensate ? kCompensate : kForward, route, fence_.version);
+  return Outcome::kHandedOn;
 }
 
 Outcome EventRun::Abandon(const std::string& why) {

@@ -164,6 +164,7 @@ struct Deps {
   DeadlineTimer& timer;
   std::function<Millis(Millis, Millis, int)> backoff;
   CommitGroups& groups;  // forward steps commit through it
+  const DatasourceReach& reach;  // empty: this node reaches every datasource
 };
 
 // The plan's step rows for an event's first claim (codes "<event code>#<n>").
@@ -400,6 +401,16 @@ class EventRun {
   void CommitCompensated(const std::vector<size_t>& order, size_t k, EngineContext& ctx);
   Outcome CompensationFailure(size_t i, const StepResult& result, Charge charge = Charge::kRetry);
   Outcome Abandon(const std::string& why);
+  // Per-step routing: when this node does not reach what step `i` needs (its forward
+  // run, or its compensation), hands the event on (events::HandOnEvent and
+  // events::ReleaseStep in one transaction) and returns kHandedOn; nullopt when it
+  // reaches it. REQUIRES: the event is claimed (claim_ == kClaimed). Throws
+  // OwnershipLostError when the fence no longer holds (nothing written).
+  std::optional<Outcome> HandOnIfUnreached(size_t i, bool compensate);
+  // What the step needs (empty: nothing, or a step the plan lost), and whether this
+  // node reaches it (Deps::reach; always without one).
+  std::vector<std::string> Needs(const StepState& step, bool compensate) const;
+  bool Reached(const StepState& step, bool compensate) const;
 
   size_t NextNotSucceeded(size_t from) const {
     while (from < steps_.size() && steps_[from].status == "SUCCESS") ++from;

@@ -24,6 +24,7 @@ const char* OutcomeName(Outcome o) {
     case Outcome::kFailed: return "failed";
     case Outcome::kLostOwnership: return "lost_ownership";
     case Outcome::kAbandoned: return "abandoned";
+    case Outcome::kHandedOn: return "handed_on";
   }
   return "unknown";
 }
@@ -71,7 +72,7 @@ auto SagaEngine::Guarded(const AssignedEvent& event, F&& run) -> decltype(run())
 Outcome SagaEngine::Run(const AssignedEvent& event, std::stop_token stop, int* last_version) {
   Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
             [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
-            *groups_};
+            *groups_, reach_};
   EventRun run(std::move(deps), plans_, event, std::move(stop));
   Outcome out = Guarded(event, [&] { return run.Go(); });
   if (last_version) *last_version = run.fence().version;
@@ -94,7 +95,7 @@ std::vector<Outcome> SagaEngine::RunBatch(const std::vector<const AssignedEvent*
   };
   const Deps deps{pool_, datasources_, clock_, node_address_, stats_, *timer_,
                   [this](Millis base, Millis max, int retries) { return Backoff(base, max, retries); },
-                  *groups_};
+                  *groups_, reach_};
   std::vector<Slot> slots;
   slots.reserve(events.size());
   for (const AssignedEvent* e : events) {

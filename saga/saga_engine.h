@@ -72,6 +72,12 @@
 //     treated as a transient failure of the step.
 //   - process_log: every status change appends {"at","node","from","to","why"} in
 //     the same statement, keeping the last 20.
+//   - Per-step routing (SetDatasourceReach): a step (or compensation) needing a
+//     datasource this node does not reach is not run here: the event is handed on
+//     (PENDING, node NULL, version + 1, route = what the step needs, phase unchanged,
+//     retries and resets unchanged) for the dispatcher to give to a node that
+//     reaches it, which resumes at that step (steps already SUCCESS never run again).
+//     Batched runs (RunBatch) hand on the same way: the check comes before each step.
 //
 // Thread safety: Run may be called from many threads at once (one event each).
 #pragma once
@@ -79,6 +85,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -107,6 +114,7 @@ enum class Outcome {
   kFailed,
   kLostOwnership,   // fenced out mid-run; nothing more was written
   kAbandoned,       // stopped (shutdown, database unreachable): left for the sweeper
+  kHandedOn,        // this node does not reach the next step's datasources: PENDING for one that does
 };
 const char* OutcomeName(Outcome o);
 
@@ -152,9 +160,14 @@ class Plans {
   std::map<std::string, Plan> plans_;
 };
 
+// Whether this node reaches every one of the named datasources now (its config names
+// them and its prober last reached them: consumer/consumer_node.h). Empty: reaches all.
+using DatasourceReach = std::function<bool(const std::vector<std::string>& names)>;
+
 struct SagaStats {
   std::atomic<uint64_t> claimed{0}, not_claimed{0}, succeeded{0}, retries{0}, compensated{0},
       failed{0}, lost_ownership{0}, steps_executed{0}, steps_compensated{0};
+  std::atomic<uint64_t> handed_on{0};  // runs that ended in a hand-on (a step needing what this node lacks)
   std::atomic<uint64_t> compensations_started{0};  // events this engine turned COMPENSATING
   std::atomic<uint64_t> claimed_at_commit{0};  // of `claimed`: deferred claims (AssignedEvent::claim_deferred)
   metrics::Histogram claim_latency;          // ASSIGNED -> claimed (see AssignedEvent::assigned_age)
@@ -223,6 +236,13 @@ class SagaEngine {
 
   SagaStats& stats() { return stats_; }
 
+  // Per-step routing: before each forward step and each compensation the run checks
+  // `reach` for what that step needs (config/step_datasources.h) and, when it is not
+  // reached, hands the event on (events::HandOnEvent: PENDING, node NULL, route = the
+  // step's needs; nothing charged) and ends with kHandedOn. Without it (the default)
+  // the node reaches everything. REQUIRES: called before the first Run / RunBatch.
+  void SetDatasourceReach(DatasourceReach reach) { reach_ = std::move(reach); }
+
  private:
   Millis Backoff(Millis base, Millis max, int retries);  // jittered, thread-safe
   // Run()'s error handling around `run` (returning Outcome or optional<Outcome>): a
@@ -235,6 +255,7 @@ class SagaEngine {
   Datasources& datasources_;
   Clock& clock_;
   const std::string node_address_;
+  DatasourceReach reach_;
   SagaStats stats_;
   std::unique_ptr<DeadlineTimer> timer_;  // step deadlines -> stop requests
   std::unique_ptr<CommitGroups> groups_;  // forward steps' group commit

@@ -16,6 +16,7 @@ void WriteMetrics(const SagaStats& s, metrics::TextWriter& w) {
   w.Sample("dsync_event_runs_total", {{"outcome", "compensated"}}, static_cast<double>(s.compensated.load()));
   w.Sample("dsync_event_runs_total", {{"outcome", "failed"}}, static_cast<double>(s.failed.load()));
   w.Sample("dsync_event_runs_total", {{"outcome", "lost_ownership"}}, static_cast<double>(s.lost_ownership.load()));
+  w.Sample("dsync_event_runs_total", {{"outcome", "handed_on"}}, static_cast<double>(s.handed_on.load()));
   w.Family("dsync_compensations_total", "Events whose compensation started on this node.", Type::kCounter);
   w.Sample("dsync_compensations_total", none, static_cast<double>(s.compensations_started.load()));
   w.Family("dsync_steps_total", "Step handler invocations, by action.", Type::kCounter);

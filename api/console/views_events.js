@@ -147,6 +147,8 @@ function fields(e) {
     ['Trace', e.trace_id || '—'], ['Created', fmtTime(e.create_time)], ['Started', fmtTime(e.started_time)],
     ['Finished', fmtTime(e.finished_time)], ['Run time', fmtMs(between(e.started_time, e.finished_time))],
     ['Next run', fmtTime(e.next_run_time)]];
+  // Per-step routing: a handed-on event's next step needs these datasources.
+  if (e.route) rows.push(['Route', e.route]);
   return h('dl', {class: 'fields'}, rows.map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
 }
 

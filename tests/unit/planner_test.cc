@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "config/settings.h"
 #include "dispatcher/assignment_planner.h"
@@ -45,7 +46,7 @@ std::vector<PendingEvent> Events(int count, const std::string& topic = "T", int6
 PlannerConfig Config(Strategy strategy, int batch_size = 500, bool ordered = true, int batch_limit = 0) {
   PlannerConfig c;
   c.batch_size = batch_size;
-  c.topics["T"] = TopicPolicy{strategy, ordered, batch_limit, {}};
+  c.topics["T"] = TopicPolicy{strategy, ordered, batch_limit, {}, {}};
   return c;
 }
 
@@ -251,7 +252,7 @@ TEST(PlannerTest, NodesServeOnlyTheirTopics) {
 
 TEST(PlannerTest, PageFilterNamesWhatTheNextPageCanUse) {
   PlannerConfig c = Config(Strategy::kLeastLoad, 100);
-  c.topics["U"] = TopicPolicy{Strategy::kLeastLoad, /*ordered=*/false, 2, {}};
+  c.topics["U"] = TopicPolicy{Strategy::kLeastLoad, /*ordered=*/false, 2, {}, {}};
   AssignmentPlanner p(c);
   NodeLoad drain = Node("d:1", 10, 0, {"*"});
   drain.draining = true;
@@ -290,8 +291,8 @@ TEST(PlannerTest, BatchSizeAndTopicBatchLimitCapTheCycle) {
 
 TEST(PlannerTest, OrderedTopicsAssignOnlyTheFirstEventOfAnEntityPerCycle) {
   PlannerConfig c;
-  c.topics["ORD"] = TopicPolicy{Strategy::kLeastLoad, true, 0, {}};
-  c.topics["FREE"] = TopicPolicy{Strategy::kLeastLoad, false, 0, {}};
+  c.topics["ORD"] = TopicPolicy{Strategy::kLeastLoad, true, 0, {}, {}};
+  c.topics["FREE"] = TopicPolicy{Strategy::kLeastLoad, false, 0, {}, {}};
   AssignmentPlanner p(c);
   p.BeginCycle({Node("a:1", 100)});
   std::vector<PendingEvent> batch;
@@ -510,8 +511,8 @@ TEST(PlannerTest, PrefetchRoomCountsForPageFilters) {
 // Topic S syncs env_a -> env_b; topic D needs nothing the dispatcher knows of.
 PlannerConfig RoutingConfig(Strategy strategy = Strategy::kLeastLoad) {
   PlannerConfig c;
-  c.topics["S"] = TopicPolicy{strategy, true, 0, {"env_a", "env_b"}};
-  c.topics["D"] = TopicPolicy{strategy, true, 0, {}};
+  c.topics["S"] = TopicPolicy{strategy, true, 0, {"env_a", "env_b"}, {}};
+  c.topics["D"] = TopicPolicy{strategy, true, 0, {}, {}};
   return c;
 }
 
@@ -650,6 +651,126 @@ TEST(PlannerTest, UnroutableWithoutServingOrLiveNodes) {
   p.BeginCycle({draining});
   EXPECT_EQ(p.Unroutable().size(), 2u);
   EXPECT_EQ(p.Unroutable().at("D"), "no live node takes work");
+}
+
+// --- per-step routing ----------------------------------------------------------
+
+// Topic G: [table_delete on env_a, table_delete on env_b, a demo step], built from the
+// config as a dispatcher builds it; topic X: one table_sync env_a -> env_b.
+PlannerConfig PerStepConfig(Strategy strategy = Strategy::kLeastLoad) {
+  auto step = [](const std::string& name, const std::string& type, nlohmann::json params) {
+    StepSpec s;
+    s.name = name;
+    s.type = type;
+    s.params = std::move(params);
+    return s;
+  };
+  Settings settings;
+  TopicSettings g;
+  g.strategy = StrategyName(strategy);
+  g.steps = {step("del_a", "table_delete", {{"target", "env_a"}, {"table", "t"}, {"where", "id = :id"}}),
+             step("del_b", "table_delete", {{"target", "env_b"}, {"table", "t"}, {"where", "id = :id"}}),
+             step("note", "demo", nlohmann::json::object())};
+  settings.topics["G"] = g;
+  TopicSettings x;
+  x.steps = {step("docs", "table_sync", {{"source", "env_a"}, {"target", "env_b"}, {"table", "t"}})};
+  settings.topics["X"] = x;
+  return PlannerConfigFromSettings(settings);
+}
+
+PendingEvent Routed(int64_t id, const std::string& topic, const std::string& route) {
+  PendingEvent e = Events(1, topic, id).front();
+  e.route = route;
+  return e;
+}
+
+TEST(PlannerTest, PolicyListsEachForwardStepWithWhatItNeeds) {
+  const PlannerConfig c = PerStepConfig();
+  const TopicPolicy& g = c.topics.at("G");
+  EXPECT_EQ(g.datasources, (std::vector<std::string>{"env_a", "env_b"}));
+  ASSERT_EQ(g.steps.size(), 3u);
+  EXPECT_EQ(g.steps[0].name, "del_a");
+  EXPECT_EQ(g.steps[0].datasources, std::vector<std::string>{"env_a"});
+  EXPECT_EQ(g.steps[1].datasources, std::vector<std::string>{"env_b"});
+  EXPECT_TRUE(g.steps[2].datasources.empty());
+}
+
+TEST(PlannerTest, DirectTierIsPreferredWhenANodeReachesEveryDatasource) {
+  for (Strategy strategy : kAllStrategies) {
+    AssignmentPlanner p(PerStepConfig(strategy));
+    // a:1 and b:1 each reach one side and are idle; c:1 reaches both and is busier:
+    // still every event of G goes to c:1, handed-on ones (route env_b) included.
+    NodeLoad both = Reaching("c:1", {"env_a", "env_b"}, 10);
+    both.in_flight = 5;
+    p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_b"}), both});
+    EXPECT_TRUE(p.Unroutable().empty()) << StrategyName(strategy);
+    std::vector<PendingEvent> events = Events(3, "G");
+    events.push_back(Routed(50, "G", "env_b"));
+    EXPECT_EQ(PerNode(p.Plan(events)), (std::map<std::string, int>{{"c:1", 4}})) << StrategyName(strategy);
+    EXPECT_FALSE(p.CanTake("a:1", Routed(51, "G", "env_a")));
+    EXPECT_TRUE(p.CanTake("c:1", Routed(51, "G", "env_a")));
+  }
+}
+
+TEST(PlannerTest, PerStepTierRoutesByTheEventsNextWorkWhenNoNodeReachesAll) {
+  for (Strategy strategy : kAllStrategies) {
+    AssignmentPlanner p(PerStepConfig(strategy));
+    p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_b"})});
+    EXPECT_EQ(p.Unroutable().count("G"), 0u) << StrategyName(strategy);
+    // Fresh events (route NULL): the first step's datasources (env_a): node a only.
+    EXPECT_EQ(PerNode(p.Plan(Events(3, "G"))), (std::map<std::string, int>{{"a:1", 3}})) << StrategyName(strategy);
+    // Handed on with route env_b: node b only; route env_a: node a only.
+    EXPECT_EQ(PerNode(p.Plan({Routed(10, "G", "env_b"), Routed(11, "G", "env_b")})),
+              (std::map<std::string, int>{{"b:1", 2}}))
+        << StrategyName(strategy);
+    EXPECT_EQ(PerNode(p.Plan({Routed(12, "G", "env_a")})), (std::map<std::string, int>{{"a:1", 1}}));
+    // The one place deciding it: a fresh event needs the first step's env_a.
+    EXPECT_TRUE(p.CanTake("a:1", Routed(13, "G", "")));
+    EXPECT_FALSE(p.CanTake("b:1", Routed(13, "G", "")));
+    EXPECT_TRUE(p.CanTake("b:1", Routed(13, "G", "env_b")));
+    // G is routable through both: not kept out of the page (X is: it needs both at once).
+    EXPECT_EQ(p.NextPageFilter().blocked_topics, std::vector<std::string>{"X"});
+  }
+}
+
+TEST(PlannerTest, PerStepRouteWaitsForItsSideWhenThatSideIsFull) {
+  AssignmentPlanner p(PerStepConfig());
+  NodeLoad b = Reaching("b:1", {"env_b"}, 1);
+  b.in_flight = 1;  // full, no prefetch
+  p.BeginCycle({Reaching("a:1", {"env_a"}), b});
+  PlanResult r = p.Plan({Routed(1, "G", "env_b"), Routed(2, "G", "env_a")});
+  EXPECT_EQ(PerNode(r), (std::map<std::string, int>{{"a:1", 1}}));
+  EXPECT_EQ(r.skipped_no_node, 1);  // the env_b one waits for b:1, never goes to a:1
+  EXPECT_EQ(p.Unroutable().count("G"), 0u);  // routable: b:1 takes it once it has room
+}
+
+TEST(PlannerTest, UnroutableNamesTheStepAndWhatIsMissing) {
+  AssignmentPlanner p(PerStepConfig());
+  // Only env_a nodes: G's second step needs env_b, which no node reaches.
+  p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("a:2", {"env_a"})});
+  ASSERT_EQ(p.Unroutable().count("G"), 1u);
+  const std::string& g = p.Unroutable().at("G");
+  EXPECT_NE(g.find("reaches every datasource it needs (env_a,env_b)"), std::string::npos) << g;
+  EXPECT_NE(g.find("step 'del_b' needs env_b, which no live node serving it reaches"), std::string::npos) << g;
+  EXPECT_NE(g.find("a:1 lacks env_b"), std::string::npos) << g;
+  // No event of G starts (it could never finish): blocked, not assigned.
+  EXPECT_EQ(p.NextPageFilter().blocked_topics, (std::vector<std::string>{"G", "X"}));
+  EXPECT_TRUE(p.Plan(Events(2, "G")).assignments.empty());
+
+  // One node per side: G routes per step, but X's one step needs both sides at once.
+  p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_b"})});
+  EXPECT_EQ(p.Unroutable().count("G"), 0u);
+  ASSERT_EQ(p.Unroutable().count("X"), 1u);
+  const std::string& x = p.Unroutable().at("X");
+  EXPECT_NE(x.find("step 'docs' needs env_a and env_b together; no live node reaches both"), std::string::npos) << x;
+  EXPECT_NE(x.find("a:1 lacks env_b; b:1 lacks env_a"), std::string::npos) << x;
+  EXPECT_TRUE(p.Plan(Events(1, "X", 100)).assignments.empty());
+
+  // A node reaching both joins: both topics run direct there.
+  p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_b"}), Reaching("c:1", {"env_a", "env_b"})});
+  EXPECT_TRUE(p.Unroutable().empty());
+  EXPECT_EQ(PerNode(p.Plan({Routed(200, "X", ""), Routed(201, "G", "env_b")})),
+            (std::map<std::string, int>{{"c:1", 2}}));
 }
 
 }  // namespace
