@@ -65,7 +65,7 @@ api::VerifyRequest RequestFromFlags(const Invocation& inv) {
   return api::ParseVerifyRequest(body);
 }
 
-std::string KeyList(const saga::TableDiff& d, const std::vector<saga::table::Row>& keys, int64_t total,
+std::string KeyList(const saga::TableDiff& d, const std::vector<table::Row>& keys, int64_t total,
                     size_t max) {
   std::string out;
   for (size_t i = 0; i < keys.size() && i < max; ++i) out += (i > 0 ? " " : "") + d.KeyJson(keys[i]).dump();
@@ -104,7 +104,7 @@ json PlanJson(const api::VerifyReport& report, size_t max_keys) {
   for (size_t i = 0; i < report.diffs.size(); ++i) {
     const auto& d = report.diffs[i];
     const saga::RepairPlan plan = saga::PlanRepair(report.checks[i], d);
-    auto list = [&](const std::vector<saga::table::Row>& keys) {
+    auto list = [&](const std::vector<table::Row>& keys) {
       json a = json::array();
       for (size_t k = 0; k < keys.size() && k < max_keys; ++k) a.push_back(d.KeyJson(keys[k]));
       return a;

@@ -21,12 +21,12 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
-#include "saga/steps/table_bind.h"
-#include "saga/steps/table_chunks.h"
-#include "saga/steps/table_preflight.h"
-#include "saga/steps/table_sql.h"
-#include "saga/steps/table_text.h"
-#include "saga/steps/table_where.h"
+#include "table/bind.h"
+#include "table/chunks.h"
+#include "table/preflight.h"
+#include "table/sql.h"
+#include "table/text.h"
+#include "table/where.h"
 #include "storage/error_class.h"
 
 namespace dsync::saga {

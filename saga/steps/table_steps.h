@@ -21,7 +21,7 @@
 //   source      table_sync only, required: datasource name to read from
 //   target      required: datasource name to write
 //   table       required: table name, the same in both ([A-Za-z0-9_$], at most 64)
-//   where       required: filter, the grammar of saga/steps/table_where.h; each :name is
+//   where       required: filter, the grammar of table/where.h; each :name is
 //               bound from the payload's top-level field `name` as a statement
 //               parameter, never spliced. "1 = 1" matches every row. One level of
 //               `column [NOT] IN (SELECT column FROM table [WHERE ...])` selects a child
@@ -79,7 +79,7 @@
 //   - copy mode (the target holds no row after the checkpoint, e.g. a first sync into
 //     an empty table): the source rows of the range are read whole and written;
 //   - compare mode (otherwise): the range's checksum (COUNT and BIT_XOR of each row's
-//     CRC32 over a byte-exact encoding, saga/steps/table_chunks.h) is computed inside
+//     CRC32 over a byte-exact encoding, table/chunks.h) is computed inside
 //     both databases at once; equal ranges are skipped without reading a row; in a
 //     differing range the key and row hash of each row are compared and only the rows
 //     that differ (or that the target lacks) are read from the source. A range whose
@@ -153,7 +153,7 @@
 // env_a.kb_doc but varchar(100) NULL ... in env_b.kb_doc"). The target's shape over
 // the before-image columns and its fingerprint are kept in the compensation data
 // ("schema", "schema_fingerprint"; the output has the fingerprint), so a refused
-// compensation can say how the table changed since (saga/steps/table_preflight.h).
+// compensation can say how the table changed since (table/preflight.h).
 //
 // Conflict-safe compensation (table_sync): each chunk record also holds, for every
 // row of its before-image, the hash (ColumnSet::RowHashExpr over the image's columns)

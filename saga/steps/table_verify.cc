@@ -11,11 +11,11 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
-#include "saga/steps/table_bind.h"
-#include "saga/steps/table_chunks.h"
-#include "saga/steps/table_preflight.h"
+#include "table/bind.h"
+#include "table/chunks.h"
+#include "table/preflight.h"
 #include "saga/steps/table_steps.h"
-#include "saga/steps/table_text.h"
+#include "table/text.h"
 
 namespace dsync::saga {
 namespace {

@@ -5,7 +5,7 @@
 // range (lo, hi] at a time (sized by table::ChunkSizer toward 0.5 s per range; with a
 // key of one integer column the ranges are key spans, table::KeySpanRanges), and
 // for each range computes the checksum (COUNT and BIT_XOR of each row's CRC32 over a
-// byte-exact encoding, saga/steps/table_chunks.h) inside BOTH databases at once; only
+// byte-exact encoding, table/chunks.h) inside BOTH databases at once; only
 // ranges whose checksums differ are drilled into, by key and row hash on both sides.
 // The last range is open-ended, so target rows after the source's last key count too.
 // A table whose estimated size (information_schema TABLE_ROWS of the source) is at most
@@ -55,8 +55,8 @@
 
 #include "config/settings.h"
 #include "saga/step_handler.h"
-#include "saga/steps/table_sql.h"
-#include "saga/steps/table_where.h"
+#include "table/sql.h"
+#include "table/where.h"
 
 namespace dsync::saga {
 

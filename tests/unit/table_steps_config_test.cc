@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "saga/steps/table_bind.h"
-#include "saga/steps/table_chunks.h"
-#include "saga/steps/table_sql.h"
+#include "table/bind.h"
+#include "table/chunks.h"
+#include "table/sql.h"
 #include "saga/steps/table_steps.h"
-#include "saga/steps/table_where.h"
+#include "table/where.h"
 #include "tests/support/saga_fixtures.h"
 
 namespace dsync::saga {

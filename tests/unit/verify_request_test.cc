@@ -5,9 +5,9 @@
 
 #include "api/verify_service.h"
 #include "core/error.h"
-#include "saga/steps/table_sql.h"
+#include "table/sql.h"
 #include "saga/steps/table_verify.h"
-#include "saga/steps/table_where.h"
+#include "table/where.h"
 #include "tests/support/saga_fixtures.h"
 
 namespace dsync {
@@ -68,7 +68,7 @@ saga::TableDiff Diff() {
   saga::TableDiff d;
   d.table = "doc";
   d.key_columns = {"a", "b"};
-  d.key_kinds = {saga::table::ColumnKind::kSigned, saga::table::ColumnKind::kText};
+  d.key_kinds = {table::ColumnKind::kSigned, table::ColumnKind::kText};
   d.missing = {{std::string("5"), std::string("k")}, {std::string("7"), std::string("b")}};
   d.extra = {{std::string("500"), std::string("zz")}};
   d.different = {{std::string("10"), std::string("k")}};
@@ -134,14 +134,14 @@ TEST(VerifyRequest, TheApiTakesConfiguredTopicsOnly) {
 // A payload value bound as a LIKE pattern is escaped to match literally, unless the
 // step opts into patterns.
 TEST(Where, LikePlaceholdersMatchLiterally) {
-  saga::table::CompiledWhere w = saga::table::CompileWhere("kind LIKE :k AND :v LIKE title AND title LIKE 'a%'");
+  table::CompiledWhere w = table::CompileWhere("kind LIKE :k AND :v LIKE title AND title LIKE 'a%'");
   EXPECT_EQ(w.sql, "`kind` LIKE ? ESCAPE '!' AND ? LIKE `title` AND `title` LIKE 'a%'");
   EXPECT_EQ(w.like_literal, (std::vector<bool>{true, false}));
-  saga::table::CompiledWhere p = saga::table::CompileWhere("kind LIKE :k", /*like_patterns=*/true);
+  table::CompiledWhere p = table::CompileWhere("kind LIKE :k", /*like_patterns=*/true);
   EXPECT_EQ(p.sql, "`kind` LIKE ?");
   EXPECT_EQ(p.like_literal, (std::vector<bool>{false}));
-  EXPECT_EQ(saga::table::EscapeLike("100%_off! a\\b"), "100!%!_off!! a\\b");
-  EXPECT_EQ(saga::table::QuoteIdentifier("a`b"), "`a``b`");
+  EXPECT_EQ(table::EscapeLike("100%_off! a\\b"), "100!%!_off!! a\\b");
+  EXPECT_EQ(table::QuoteIdentifier("a`b"), "`a``b`");
 }
 
 }  // namespace

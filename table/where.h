@@ -50,7 +50,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dsync::saga::table {
+namespace dsync::table {
 
 // A `where` text outside the grammar; what() is one line without the step name.
 class WhereError : public std::invalid_argument {
@@ -98,4 +98,4 @@ std::string EscapeLike(std::string_view value);
 // [A-Za-z0-9_$]{1,64}: a table or column name usable inside backticks.
 bool IsPlainIdentifier(std::string_view name);
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table

@@ -1,10 +1,10 @@
-#include "saga/steps/table_where.h"
+#include "table/where.h"
 
 #include <algorithm>
 #include <cctype>
 #include <optional>
 
-namespace dsync::saga::table {
+namespace dsync::table {
 namespace {
 
 constexpr size_t kMaxWhereLength = 4096;
@@ -467,4 +467,4 @@ std::string EscapeLike(std::string_view value) {
   return out;
 }
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table

@@ -31,10 +31,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "saga/steps/table_sql.h"
+#include "table/sql.h"
 #include "storage/connection.h"
 
-namespace dsync::saga::table {
+namespace dsync::table {
 
 // Rows whose key is after `lo` (exclusive) and at or before `hi` (inclusive), in key
 // order; nullopt: unbounded on that side. Keys are cells of the key columns.
@@ -255,4 +255,4 @@ std::vector<Row> EvenSplits(const std::string& lo, const std::string& hi, int la
 nlohmann::json KeyToJson(const Row& key);
 Row KeyFromJson(const nlohmann::json& j);  // throws std::invalid_argument
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table

@@ -1,11 +1,11 @@
-#include "saga/steps/table_chunks.h"
+#include "table/chunks.h"
 
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <type_traits>
 
-namespace dsync::saga::table {
+namespace dsync::table {
 namespace {
 
 std::string Quoted(const std::string& name) { return QuoteIdentifier(name); }
@@ -357,4 +357,4 @@ Row KeyFromJson(const nlohmann::json& j) {
   return out;
 }
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table

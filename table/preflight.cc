@@ -1,10 +1,10 @@
-#include "saga/steps/table_preflight.h"
+#include "table/preflight.h"
 
 #include <cstdint>
 #include <cstdio>
 #include <map>
 
-namespace dsync::saga::table {
+namespace dsync::table {
 namespace {
 
 // SELECT: every column of the table with what the preflight compares.
@@ -136,4 +136,4 @@ std::string DescribeChange(const TableShape& then, const TableShape& now) {
   return "";
 }
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table

@@ -25,7 +25,7 @@
 
 #include "storage/connection.h"
 
-namespace dsync::saga::table {
+namespace dsync::table {
 
 struct ColumnShape {
   std::string name;
@@ -63,4 +63,4 @@ std::optional<std::string> CompareShapes(const TableShape& source, const std::st
 // What changed from `then` to `now` (same table, two times), one line; "" if nothing.
 std::string DescribeChange(const TableShape& then, const TableShape& now);
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table

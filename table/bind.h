@@ -17,10 +17,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "saga/steps/table_sql.h"
-#include "saga/steps/table_where.h"
+#include "table/sql.h"
+#include "table/where.h"
 
-namespace dsync::saga::table {
+namespace dsync::table {
 
 // Why a value does not bind; the caller words it (and must throw).
 struct BindFailure {
@@ -49,4 +49,4 @@ std::vector<SqlValue> BindWhereParams(const CompiledWhere& where, const nlohmann
 std::set<std::string> PinnedIntegers(const CompiledWhere& where, const TableSchema& a, const TableSchema& b,
                                      const std::vector<SqlValue>& params);
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table

@@ -1,11 +1,11 @@
-#include "saga/steps/table_bind.h"
+#include "table/bind.h"
 
 #include <charconv>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 
-namespace dsync::saga::table {
+namespace dsync::table {
 namespace {
 
 bool IsIntegerKind(ColumnKind k) {
@@ -99,4 +99,4 @@ std::set<std::string> PinnedIntegers(const CompiledWhere& where, const TableSche
   return out;
 }
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table

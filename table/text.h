@@ -1,6 +1,6 @@
 // Wording shared by the table steps' messages (table_sync, table_delete, table_verify):
 // user text made safe for a one-line message, and the kind of a JSON value given where
-// another was expected. Internal to saga/steps.
+// another was expected. Internal to table/ (used by the table steps and verify).
 //
 // Thread safety: pure functions.
 #pragma once
@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dsync::saga::table {
+namespace dsync::table {
 
 // User text inside a one-line message: control characters as '?', at most 64
 // characters, then "...".
@@ -35,4 +35,4 @@ inline std::string JsonKind(const nlohmann::json& v) {
   return "an object";
 }
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table

@@ -1,11 +1,11 @@
-#include "saga/steps/table_sql.h"
+#include "table/sql.h"
 
 #include <algorithm>
 #include <charconv>
 #include <set>
 #include <stdexcept>
 
-namespace dsync::saga::table {
+namespace dsync::table {
 
 std::string QuoteIdentifier(std::string_view name) {
   std::string out = "`";
@@ -453,4 +453,4 @@ Image Image::FromJson(const nlohmann::json& j) {
   return img;
 }
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table

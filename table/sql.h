@@ -1,6 +1,6 @@
 // SQL plumbing of the table steps (table_sync, table_delete): table discovery from
 // information_schema, exact text encoding of values, run-time-sized statements, and
-// the before-image that compensation restores. Internal to saga/steps.
+// the before-image that compensation restores. Internal to table/ (used by the table steps and verify).
 //
 // Value encoding (a Cell is a text or NULL, exact for every type):
 //   - binary, varbinary, *blob, geometry: read HEX(col), written UNHEX(?)  (hex text)
@@ -30,7 +30,7 @@
 
 #include "storage/connection.h"
 
-namespace dsync::saga::table {
+namespace dsync::table {
 
 // `name` as a backticked identifier, its backticks doubled (`a``b`): every table and
 // column name of the table steps' SQL goes through it (column names come from
@@ -210,4 +210,4 @@ struct Image {
   static Image FromJson(const nlohmann::json& j);
 };
 
-}  // namespace dsync::saga::table
+}  // namespace dsync::table
