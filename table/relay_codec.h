@@ -34,11 +34,9 @@
 #include <string_view>
 #include <vector>
 
-namespace dsync::table {
+#include "table/sql.h"
 
-// The cell and row types of the table steps (table/sql.h).
-using Cell = std::optional<std::string>;
-using Row = std::vector<Cell>;
+namespace dsync::table {
 
 class RelayFormatError : public std::runtime_error {
  public:
