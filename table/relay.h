@@ -33,10 +33,11 @@
 // target half cannot apply yet.
 //
 // Takeovers (table/relay_table.h): a new target half starts a new epoch from its
-// checkpoint (the old epoch's ranges and chunks go: nothing applied twice); the source
-// half follows it into the new epoch (Rejoin) and starts over from the new ranges; a new
-// source half resumes from the ranges' states (sent_hi inside a range). A half that lost
-// its part gets RelayLost from its next write and stops.
+// checkpoint (the old epoch's ranges and chunks go: nothing applied twice) and a source
+// half of its own; the old epoch's source half gets RelayLost and ends. A new source
+// half of the same epoch resumes from the ranges' states (sent_hi inside a range). A
+// half that lost its part gets RelayLost from its next write (or its next look at the
+// relay row while idle) and stops.
 //
 // Thread safety: each half runs on one thread.
 #pragma once

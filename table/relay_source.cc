@@ -86,7 +86,7 @@ RelayTotals RelaySource::Run() {
   for (;;) {
     if (control_.stop.stop_requested()) throw RelayStopped("relay: the source half stopped");
     bool progressed = false;
-    try {
+    {
       if (static_cast<int>(pending.size()) < options_.lookahead) {
         for (RelayRange& r : relay_.ReadRanges(half_, fetched_through, options_.lookahead - static_cast<int>(pending.size()))) {
           fetched_through = r.range_no;
@@ -106,15 +106,6 @@ RelayTotals RelaySource::Run() {
           return totals_;
         }
       }
-    } catch (const RelayLost&) {
-      // A new target half started an epoch: follow it (Rejoin throws RelayLost itself
-      // when this source half was taken over), and start from its ranges.
-      RelayHalf joined = relay_.Rejoin(half_);
-      if (joined.epoch == half_.epoch) throw;
-      half_ = joined;
-      pending.clear();
-      fetched_through = 0;
-      continue;
     }
     Report();
     if (progressed) {
@@ -133,10 +124,8 @@ RelayTotals RelaySource::Run() {
                       std::to_string(half_.attempt) + " was taken over by attempt " + std::to_string(st->source_attempt));
     }
     if (st->epoch != half_.epoch) {
-      half_ = relay_.Rejoin(half_);
-      pending.clear();
-      fetched_through = 0;
-      continue;
+      throw RelayLost("relay of step '" + half_.step_code + "': epoch " + std::to_string(half_.epoch) +
+                      " ended (the target half started epoch " + std::to_string(st->epoch) + ")");
     }
     Wait(control_.clock.Now() - last_progress_ > std::chrono::seconds(1));
   }

@@ -27,7 +27,8 @@ FROM dsync_relay WHERE step_code = ? FOR UPDATE)";
 // (attempt, node, epoch, step_code)
 constexpr const char* kTakeTargetSql = R"(
 UPDATE dsync_relay SET target_attempt = ?, target_node = ?, epoch = ?, state = 'OPEN', error = NULL,
-  bytes_in_flight = 0, updated_at = NOW(3)
+  bytes_in_flight = 0, source_attempt = 0, source_node = NULL, source_schema = NULL, target_schema = NULL,
+  updated_at = NOW(3)
 WHERE step_code = ?)";
 
 // (step_code, epoch): what earlier epochs left
@@ -181,20 +182,14 @@ std::optional<RelayStatus> RelayTable::Read(const std::string& step_code) {
   });
 }
 
-RelayHalf RelayTable::Take(const std::string& step_code, RelaySide side, int attempt, const std::string& node) {
-  return pool_.Transact("relay take", [&](Connection& c) {
-    Locked l = Lock(c, step_code);
-    const int newest = side == RelaySide::kTarget ? l.target_attempt : l.source_attempt;
-    if (newest > attempt) {
-      throw RelayLost("relay of step '" + step_code + "': the " + RelaySideName(side) + " half of attempt " +
-                      std::to_string(attempt) + " comes after attempt " + std::to_string(newest) + " took it");
+RelayHalf RelayTable::TakeTarget(const std::string& step_code, int attempt, const std::string& node) {
+  return pool_.Transact("relay take target", [&](Connection& c) {
+    const Locked l = Lock(c, step_code);
+    if (l.target_attempt > attempt) {
+      throw RelayLost("relay of step '" + step_code + "': the target half of attempt " + std::to_string(attempt) +
+                      " comes after attempt " + std::to_string(l.target_attempt) + " took it");
     }
-    RelayHalf h{step_code, side, attempt, l.epoch};
-    if (side == RelaySide::kSource) {
-      c.Execute(kTakeSourceSql, attempt, node, step_code);
-      return h;
-    }
-    h.epoch = l.epoch + 1;
+    const RelayHalf h{step_code, RelaySide::kTarget, attempt, l.epoch + 1};
     c.Execute(kTakeTargetSql, attempt, node, h.epoch, step_code);
     c.Execute(kDropOldRangesSql, step_code, h.epoch);
     c.Execute(kDropOldChunksSql, step_code, h.epoch);
@@ -202,21 +197,19 @@ RelayHalf RelayTable::Take(const std::string& step_code, RelaySide side, int att
   });
 }
 
-RelayHalf RelayTable::TakeTarget(const std::string& step_code, int attempt, const std::string& node) {
-  return Take(step_code, RelaySide::kTarget, attempt, node);
-}
-
-RelayHalf RelayTable::TakeSource(const std::string& step_code, int attempt, const std::string& node) {
-  return Take(step_code, RelaySide::kSource, attempt, node);
-}
-
-RelayHalf RelayTable::Rejoin(const RelayHalf& source) {
-  return pool_.Transact("relay rejoin", [&](Connection& c) {
-    Locked l = Lock(c, source.step_code);
-    RelayHalf h = source;
-    h.epoch = l.epoch;
-    Fence(c, h);  // the attempt must still be the newest
-    return h;
+RelayHalf RelayTable::TakeSource(const std::string& step_code, int epoch, int attempt, const std::string& node) {
+  return pool_.Transact("relay take source", [&](Connection& c) {
+    const Locked l = Lock(c, step_code);
+    if (l.epoch != epoch) {
+      throw RelayLost("relay of step '" + step_code + "': epoch " + std::to_string(epoch) +
+                      " ended (the target half started epoch " + std::to_string(l.epoch) + ")");
+    }
+    if (l.source_attempt > attempt) {
+      throw RelayLost("relay of step '" + step_code + "': the source half of attempt " + std::to_string(attempt) +
+                      " comes after attempt " + std::to_string(l.source_attempt) + " took it");
+    }
+    c.Execute(kTakeSourceSql, attempt, node, step_code);
+    return RelayHalf{step_code, RelaySide::kSource, attempt, epoch};
   });
 }
 

@@ -6,7 +6,7 @@
 //   relay.Open(spec);                                     // the step's row, once
 //   table::RelayHalf t = relay.TakeTarget(code, attempt, node);   // target half: new epoch
 //   relay.PublishRanges(t, ranges);
-//   table::RelayHalf s = relay.TakeSource(code, attempt, node);   // source half
+//   table::RelayHalf s = relay.TakeSource(code, t.epoch, attempt, node);   // source half
 //   auto chunk_no = relay.AddChunk(s, {...});           // nullopt: the window is full
 //   for (auto& ch : relay.ReadChunks(t, after, 4)) { apply; relay.RemoveChunk(t, ch); }
 //
@@ -16,12 +16,15 @@
 // half's attempt is still that side's newest and its epoch the current one; if not, it
 // writes nothing and throws RelayLost. So a half frozen past its takeover (a node that
 // was SIGSTOPped, then resumed) cannot write again. The attempts are the events'
-// claim attempts: the target half's is its event's, the source half's its child
-// event's; both only grow.
+// claim attempts: the target half's is its event's, the source half's its own event's
+// (one per epoch); both only grow.
 //
 // Epochs: a target-half takeover starts a new epoch and deletes the ranges and chunks of
 // the old ones (what was applied is in the target's checkpoint; the rest is computed
-// again); a source-half takeover keeps the epoch and resumes from the ranges' states.
+// again). A source half belongs to one epoch (the target half of that epoch starts it
+// as an event of its own): when the epoch ends it stops, and the new epoch's target half
+// starts another. Within an epoch, a source-half takeover (a later claim of that event)
+// resumes from the ranges' states.
 //
 // The window: AddChunk adds a chunk only while bytes_in_flight + its bytes <=
 // window_bytes, or when nothing is in flight (a chunk larger than the window still
@@ -113,14 +116,12 @@ class RelayTable {
 
   // The target half of claim `attempt` takes over: target_attempt becomes `attempt`, a
   // new epoch starts (the ranges and chunks of the earlier ones are deleted, nothing is
-  // in flight), state OPEN. Throws RelayLost when a later attempt holds it already.
+  // in flight, no source half yet, no source schema), state OPEN. Throws RelayLost when
+  // a later attempt holds it already.
   RelayHalf TakeTarget(const std::string& step_code, int attempt, const std::string& node);
-  // The source half of claim `attempt`: source_attempt becomes `attempt`; the epoch is
-  // the current one. Throws RelayLost when a later attempt holds it already.
-  RelayHalf TakeSource(const std::string& step_code, int attempt, const std::string& node);
-  // A source half follows the target half into a new epoch (after a target takeover):
-  // its epoch becomes the current one. Throws RelayLost if its attempt is not the newest.
-  RelayHalf Rejoin(const RelayHalf& source);
+  // The source half of claim `attempt` for `epoch`: source_attempt becomes `attempt`.
+  // Throws RelayLost when the epoch ended or a later attempt holds it already.
+  RelayHalf TakeSource(const std::string& step_code, int epoch, int attempt, const std::string& node);
 
   // The half's table shape (JSON text) into target_schema / source_schema.
   void PublishSchema(const RelayHalf& h, const std::string& schema_json);
@@ -158,7 +159,6 @@ class RelayTable {
   void Drop(const std::string& step_code);
 
  private:
-  RelayHalf Take(const std::string& step_code, RelaySide side, int attempt, const std::string& node);
 
   storage::ConnectionPool& pool_;
 };

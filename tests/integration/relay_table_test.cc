@@ -55,7 +55,7 @@ TEST_F(RelayTableTest, OpenIsOnceAndReadShowsTheRow) {
 
 TEST_F(RelayTableTest, HalvesPublishAndReadRangesSchemasAndHashes) {
   RelayHalf t = relay_.TakeTarget(spec_.step_code, 1, "b1:7000");
-  RelayHalf s = relay_.TakeSource(spec_.step_code, 1, "a1:7000");
+  RelayHalf s = relay_.TakeSource(spec_.step_code, 1, 1, "a1:7000");
   EXPECT_EQ(t.epoch, 1);
   EXPECT_EQ(s.epoch, 1);
   relay_.PublishSchema(t, R"({"columns":["id","title"]})");
@@ -88,7 +88,7 @@ TEST_F(RelayTableTest, HalvesPublishAndReadRangesSchemasAndHashes) {
 
 TEST_F(RelayTableTest, ChunkDataRoundTripsByteForByte) {
   RelayHalf t = relay_.TakeTarget(spec_.step_code, 1, "b1:7000");
-  RelayHalf s = relay_.TakeSource(spec_.step_code, 1, "a1:7000");
+  RelayHalf s = relay_.TakeSource(spec_.step_code, 1, 1, "a1:7000");
   relay_.PublishRanges(t, ThreeRanges());
   RelayChunk chunk;
   chunk.columns = {"id", "bin"};
@@ -110,7 +110,7 @@ TEST_F(RelayTableTest, ChunkDataRoundTripsByteForByte) {
 
 TEST_F(RelayTableTest, TheWindowBoundsBytesInFlight) {
   RelayHalf t = relay_.TakeTarget(spec_.step_code, 1, "b1:7000");
-  RelayHalf s = relay_.TakeSource(spec_.step_code, 1, "a1:7000");
+  RelayHalf s = relay_.TakeSource(spec_.step_code, 1, 1, "a1:7000");
   EXPECT_EQ(relay_.AddChunk(s, 1, false, 1, Bytes(800), std::nullopt), 1);
   EXPECT_EQ(relay_.AddChunk(s, 1, false, 1, Bytes(300), std::nullopt), std::nullopt);  // 1100 > 1000
   EXPECT_EQ(relay_.AddChunk(s, 1, false, 1, Bytes(200), std::nullopt), 2);             // exactly 1000
@@ -136,15 +136,15 @@ TEST_F(RelayTableTest, TheWindowBoundsBytesInFlight) {
 TEST_F(RelayTableTest, ASourceHalfTakenOverWritesNothing) {
   RelayHalf t = relay_.TakeTarget(spec_.step_code, 1, "b1:7000");
   relay_.PublishRanges(t, ThreeRanges());
-  RelayHalf old_source = relay_.TakeSource(spec_.step_code, 1, "a1:7000");
+  RelayHalf old_source = relay_.TakeSource(spec_.step_code, 1, 1, "a1:7000");
   ASSERT_EQ(relay_.AddChunk(old_source, 1, false, 1, Bytes(10), std::nullopt), 1);
-  RelayHalf new_source = relay_.TakeSource(spec_.step_code, 2, "a2:7000");
+  RelayHalf new_source = relay_.TakeSource(spec_.step_code, 1, 2, "a2:7000");
 
   EXPECT_THROW(relay_.AddChunk(old_source, 1, false, 1, Bytes(10), std::nullopt), RelayLost);
   EXPECT_THROW(relay_.SetRangeState(old_source, 2, "EQUAL"), RelayLost);
   EXPECT_THROW(relay_.PublishSchema(old_source, "{}"), RelayLost);
   EXPECT_THROW(relay_.SetState(old_source, "SOURCE_DONE"), RelayLost);
-  EXPECT_THROW(relay_.TakeSource(spec_.step_code, 1, "a1:7000"), RelayLost);  // an older claim, late
+  EXPECT_THROW(relay_.TakeSource(spec_.step_code, 1, 1, "a1:7000"), RelayLost);  // an older claim, late
   EXPECT_EQ(Chunks(), 1);
   EXPECT_EQ(relay_.ReadRanges(t, 1, 1).at(0).state, "PUBLISHED");
   EXPECT_EQ(relay_.AddChunk(new_source, 1, true, 1, Bytes(10), std::nullopt), 2);
@@ -157,28 +157,32 @@ TEST_F(RelayTableTest, ASourceHalfTakenOverWritesNothing) {
 }
 
 // A target takeover starts a new epoch: what the old epoch published and relayed is
-// gone, the old target half and a source half of the old epoch write nothing, and the
-// source half rejoins the new epoch.
+// gone, and neither the old target half nor the old epoch's source half writes again; a
+// source half of the new epoch starts afresh (chunk numbers are never reused).
 TEST_F(RelayTableTest, ATargetTakeoverStartsANewEpoch) {
   RelayHalf old_target = relay_.TakeTarget(spec_.step_code, 1, "b1:7000");
-  RelayHalf s = relay_.TakeSource(spec_.step_code, 1, "a1:7000");
+  RelayHalf s = relay_.TakeSource(spec_.step_code, 1, 1, "a1:7000");
   relay_.PublishRanges(old_target, ThreeRanges());
+  relay_.PublishSchema(s, "{}");
   ASSERT_TRUE(relay_.AddChunk(s, 1, false, 1, Bytes(100), std::nullopt));
 
   RelayHalf t = relay_.TakeTarget(spec_.step_code, 2, "b2:7000");
   EXPECT_EQ(t.epoch, 2);
   EXPECT_EQ(Chunks(), 0);
   EXPECT_EQ(Ranges(), 0);
-  EXPECT_EQ(relay_.Read(spec_.step_code)->bytes_in_flight, 0);
+  std::optional<RelayStatus> st = relay_.Read(spec_.step_code);
+  EXPECT_EQ(st->bytes_in_flight, 0);
+  EXPECT_EQ(st->source_attempt, 0);
+  EXPECT_FALSE(st->source_schema);
   EXPECT_THROW(relay_.PublishRanges(old_target, ThreeRanges()), RelayLost);
   EXPECT_THROW(relay_.RemoveChunk(old_target, 1), RelayLost);
   EXPECT_THROW(relay_.AddChunk(s, 1, false, 1, Bytes(100), std::nullopt), RelayLost);
   EXPECT_THROW(relay_.TakeTarget(spec_.step_code, 1, "b1:7000"), RelayLost);
+  EXPECT_THROW(relay_.TakeSource(spec_.step_code, 1, 2, "a1:7000"), RelayLost);  // an ended epoch
 
-  RelayHalf joined = relay_.Rejoin(s);
-  EXPECT_EQ(joined.epoch, 2);
+  RelayHalf s2 = relay_.TakeSource(spec_.step_code, 2, 1, "a2:7000");
   relay_.PublishRanges(t, ThreeRanges());
-  EXPECT_EQ(relay_.AddChunk(joined, 1, false, 1, Bytes(100), std::nullopt), 2);  // numbers never reused
+  EXPECT_EQ(relay_.AddChunk(s2, 1, false, 1, Bytes(100), std::nullopt), 2);  // numbers never reused
   EXPECT_EQ(relay_.ReadChunks(t, 0, 10).size(), 1u);
 }
 
@@ -187,7 +191,7 @@ TEST_F(RelayTableTest, ATargetTakeoverStartsANewEpoch) {
 TEST_F(RelayTableTest, AddsRacingATakeoverNeverLandAfterIt) {
   RelayHalf t = relay_.TakeTarget(spec_.step_code, 1, "b1:7000");
   (void)t;
-  RelayHalf old_source = relay_.TakeSource(spec_.step_code, 1, "a1:7000");
+  RelayHalf old_source = relay_.TakeSource(spec_.step_code, 1, 1, "a1:7000");
   std::atomic<bool> stop{false};
   std::atomic<int> added{0}, refused{0};
   std::thread writer([&] {
@@ -201,7 +205,7 @@ TEST_F(RelayTableTest, AddsRacingATakeoverNeverLandAfterIt) {
     }
   });
   while (added < 20) std::this_thread::yield();
-  relay_.TakeSource(spec_.step_code, 2, "a2:7000");
+  relay_.TakeSource(spec_.step_code, 1, 2, "a2:7000");
   const int64_t at_takeover = Chunks();
   writer.join();
   stop = true;
@@ -212,7 +216,7 @@ TEST_F(RelayTableTest, AddsRacingATakeoverNeverLandAfterIt) {
 
 TEST_F(RelayTableTest, StateAndDrop) {
   RelayHalf t = relay_.TakeTarget(spec_.step_code, 1, "b1:7000");
-  RelayHalf s = relay_.TakeSource(spec_.step_code, 1, "a1:7000");
+  RelayHalf s = relay_.TakeSource(spec_.step_code, 1, 1, "a1:7000");
   relay_.PublishRanges(t, ThreeRanges());
   relay_.AddChunk(s, 1, false, 1, Bytes(10), std::nullopt);
   relay_.SetState(s, "SOURCE_DONE");

@@ -146,7 +146,7 @@ class RelayTest : public ::testing::Test {
   std::pair<RelayTotals, RelayTotals> RunBoth(Sides& sides, RelayOptions o, int target_attempt = 1,
                                               int source_attempt = 1) {
     RelayHalf t = relay_.TakeTarget("EV-1#1", target_attempt, "b1:7000");
-    RelayHalf s = relay_.TakeSource("EV-1#1", source_attempt, "a1:7000");
+    RelayHalf s = relay_.TakeSource("EV-1#1", t.epoch, source_attempt, "a1:7000");
     RelayTotals st;
     std::exception_ptr source_error;
     std::thread source([&] {
@@ -248,8 +248,9 @@ TEST_F(RelayTest, TextKeysAreComparedWholeRangeByRange) {
 }
 
 // The target half stops after a few chunks (its node died); a new target half (a later
-// claim) starts a new epoch from the checkpoint, the source half follows it, and the
-// end is equal with no key range applied twice.
+// claim) starts a new epoch from the checkpoint; the old epoch's source half ends with
+// RelayLost, a source half of the new epoch takes over, and the end is equal with no key
+// range applied twice.
 TEST_F(RelayTest, ATargetTakeoverResumesFromTheCheckpoint) {
   NumberedTables(20000);
   Exec(tgt_, "DELETE FROM n WHERE id > 2000");
@@ -257,42 +258,52 @@ TEST_F(RelayTest, ATargetTakeoverResumesFromTheCheckpoint) {
   Sides sides = MakeSides();
   RelayOptions o = Options();
   RelayHalf t1 = relay_.TakeTarget("EV-1#1", 1, "b1:7000");
-  RelayHalf s = relay_.TakeSource("EV-1#1", 1, "a1:7000");
-  std::stop_source source_stop;
+  RelayHalf s1 = relay_.TakeSource("EV-1#1", t1.epoch, 1, "a1:7000");
+  std::exception_ptr old_source_error;
+  std::thread old_source([&] {
+    try {
+      RelaySource half(relay_, s1, *sides.source, o, RelayControl{clock_, {}, {}});
+      half.Run();
+    } catch (...) {
+      old_source_error = std::current_exception();
+    }
+  });
+  std::stop_source stop;
+  std::thread stopper([&] {
+    for (;;) {
+      {
+        std::lock_guard lock(sides.target->mu);
+        if (sides.target->applied.size() >= 5) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    stop.request_stop();
+  });
+  RelayTarget first(relay_, t1, *sides.target, o, RelayControl{clock_, stop.get_token(), {}});
+  EXPECT_THROW(first.Run(), RelayStopped);
+  stopper.join();
+  RelayHalf t2 = relay_.TakeTarget("EV-1#1", 2, "b2:7000");
+  old_source.join();
+  ASSERT_TRUE(old_source_error);
+  EXPECT_THROW(std::rethrow_exception(old_source_error), RelayLost);
+  // The old target half, late, writes nothing.
+  EXPECT_THROW(relay_.PublishRanges(t1, {{99, std::nullopt, std::nullopt, 0, "0:0", "PUBLISHED", std::nullopt}}),
+               RelayLost);
+  RelayHalf s2 = relay_.TakeSource("EV-1#1", t2.epoch, 1, "a2:7000");
   std::exception_ptr source_error;
-  RelayTotals source_totals;
   std::thread source([&] {
     try {
-      RelaySource half(relay_, s, *sides.source, o, RelayControl{clock_, source_stop.get_token(), {}});
-      source_totals = half.Run();
+      RelaySource half(relay_, s2, *sides.source, o, RelayControl{clock_, {}, {}});
+      half.Run();
     } catch (...) {
       source_error = std::current_exception();
     }
   });
-  {
-    std::stop_source stop;
-    std::thread stopper([&] {
-      for (;;) {
-        {
-          std::lock_guard lock(sides.target->mu);
-          if (sides.target->applied.size() >= 5) break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-      stop.request_stop();
-    });
-    RelayTarget first(relay_, t1, *sides.target, o, RelayControl{clock_, stop.get_token(), {}});
-    EXPECT_THROW(first.Run(), RelayStopped);
-    stopper.join();
-    // The old half, late, writes nothing once the new one took over (below).
-    RelayHalf t2 = relay_.TakeTarget("EV-1#1", 2, "b2:7000");
-    EXPECT_THROW(relay_.PublishRanges(t1, {{99, std::nullopt, std::nullopt, 0, "0:0", "PUBLISHED", std::nullopt}}), RelayLost);
-    RelayTarget second(relay_, t2, *sides.target, o, RelayControl{clock_, {}, {}});
-    second.Run();
-  }
+  RelayTarget second(relay_, t2, *sides.target, o, RelayControl{clock_, {}, {}});
+  second.Run();
   source.join();
   if (source_error) std::rethrow_exception(source_error);
-  EXPECT_EQ(Dump(tgt_, "n"), std::vector<std::string>(Dump(src_, "n")));
+  EXPECT_EQ(Dump(tgt_, "n"), Dump(src_, "n"));
   ExpectNoRangeTwice(*sides.target);
   EXPECT_EQ(relay_.Read("EV-1#1")->epoch, 2);
 }
@@ -306,7 +317,7 @@ TEST_F(RelayTest, ASourceTakeoverResumesFromTheRangesStates) {
   Sides sides = MakeSides();
   RelayOptions o = Options();
   RelayHalf t = relay_.TakeTarget("EV-1#1", 1, "b1:7000");
-  RelayHalf s1 = relay_.TakeSource("EV-1#1", 1, "a1:7000");
+  RelayHalf s1 = relay_.TakeSource("EV-1#1", t.epoch, 1, "a1:7000");
   std::exception_ptr target_error;
   std::thread target([&] {
     try {
@@ -326,7 +337,7 @@ TEST_F(RelayTest, ASourceTakeoverResumesFromTheRangesStates) {
     EXPECT_THROW(first.Run(), RelayStopped);
     stopper.join();
   }
-  RelayHalf s2 = relay_.TakeSource("EV-1#1", 2, "a2:7000");
+  RelayHalf s2 = relay_.TakeSource("EV-1#1", t.epoch, 2, "a2:7000");
   EXPECT_THROW(relay_.AddChunk(s1, 1, false, 0, "x", std::nullopt), RelayLost);
   RelaySource second(relay_, s2, *sides.source, o, RelayControl{clock_, {}, {}});
   second.Run();
