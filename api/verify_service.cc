@@ -123,11 +123,11 @@ json VerifyReport::ToJson(size_t max_keys) const {
 VerifyService::VerifyService(const Settings& settings, storage::ConnectionPool* history)
     : settings_(settings), history_(history), datasources_(settings.datasources) {}
 
-std::vector<saga::TableCheck> VerifyService::Checks(const VerifyRequest& r) const {
-  std::vector<saga::TableCheck> out;
+std::vector<table::TableCheck> VerifyService::Checks(const VerifyRequest& r) const {
+  std::vector<table::TableCheck> out;
   try {
     if (!r.topic_mode()) {
-      out.push_back(saga::MakeTableCheck(r.source, r.target, r.table, r.where));
+      out.push_back(table::MakeTableCheck(r.source, r.target, r.table, r.where));
       return out;
     }
     auto it = settings_.topics.find(r.topic);
@@ -138,26 +138,27 @@ std::vector<saga::TableCheck> VerifyService::Checks(const VerifyRequest& r) cons
                        (known.empty() ? "none" : known) + ")");
     }
     for (const StepSpec& spec : it->second.steps) {
-      if (spec.type == "table_sync") out.push_back(saga::ParseTableCheck(spec, "table_sync"));
+      if (spec.type == "table_sync") out.push_back(table::ParseTableCheck(spec, "table_sync"));
     }
     if (out.empty()) throw UsageError("topic '" + r.topic + "' has no table_sync step to verify");
-  } catch (const saga::VerifyInputError& e) {
+  } catch (const table::VerifyInputError& e) {
     throw UsageError(e.what());
   }
   return out;
 }
 
 VerifyReport VerifyService::Run(const VerifyRequest& r, size_t keep_keys) {
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = clock_.Now();
   VerifyReport report;
   report.checks = Checks(r);
   report.values = r.topic_mode() ? r.payload : r.params;
-  saga::VerifyOptions options;
+  table::VerifyOptions options;
   options.keep_keys = keep_keys > 0 ? keep_keys : r.max_keys;
   for (const auto& check : report.checks) {
     try {
-      report.diffs.push_back(saga::CompareTable(datasources_, check, report.values, options));
-    } catch (const saga::VerifyInputError& e) {
+      report.diffs.push_back(table::CompareTable(datasources_.Get(check.source), datasources_.Get(check.target), check,
+                                                 report.values, options, clock_));
+    } catch (const table::VerifyInputError& e) {
       throw UsageError(e.what());
     } catch (const DbError& e) {
       // A where naming a column the table lacks reaches the server only through a
@@ -167,7 +168,7 @@ VerifyReport VerifyService::Run(const VerifyRequest& r, size_t keep_keys) {
     }
   }
   report.duration_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - started).count();
   return report;
 }
 

@@ -1,6 +1,6 @@
 // Verify runs as the operator asks for them (`dsync verify`, POST /v1/verify): which
 // tables a request means (every table_sync step of a topic's plan, or one table),
-// comparing each (saga/steps/table_verify.h), the --json answer, and the run's
+// comparing each (table/verify.h), the --json answer, and the run's
 // history in the framework database (V013: dsync_verify_result, v_verify_latest).
 //
 //   api::VerifyService verify(settings, &pool);              // pool: history (may be null)
@@ -20,8 +20,9 @@
 #include <nlohmann/json.hpp>
 
 #include "config/settings.h"
+#include "core/clock.h"
 #include "saga/step_handler.h"
-#include "saga/steps/table_verify.h"
+#include "table/verify.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::api {
@@ -53,9 +54,9 @@ VerifyRequest ParseVerifyRequest(const nlohmann::json& body);
 VerifyRequest ParseApiVerifyRequest(const nlohmann::json& body);
 
 struct VerifyReport {
-  std::vector<saga::TableCheck> checks;  // what was compared, in plan order
+  std::vector<table::TableCheck> checks;  // what was compared, in plan order
   nlohmann::json values;                 // the filter values (payload or params)
-  std::vector<saga::TableDiff> diffs;    // one per check
+  std::vector<table::TableDiff> diffs;    // one per check
   int64_t duration_ms = 0;
   bool equal() const;
   // {"equal": bool, "tables": [TableDiff::ToJson, ...]}
@@ -69,7 +70,7 @@ class VerifyService {
 
   // The checks a request means. Throws UsageError (unknown topic, a topic without
   // table_sync steps, a bad table or where).
-  std::vector<saga::TableCheck> Checks(const VerifyRequest& r) const;
+  std::vector<table::TableCheck> Checks(const VerifyRequest& r) const;
 
   // Compares every check; keeps `keep_keys` keys per list (the request's max_keys by
   // default). Bad input (unknown datasource, table or column, a value the filter
@@ -86,6 +87,7 @@ class VerifyService {
   const Settings& settings_;
   storage::ConnectionPool* history_;
   saga::Datasources datasources_;
+  SystemClock clock_;  // times the runs and their ranges
 };
 
 // The latest result per (subject, filter, table, target), as v_verify_latest has it, for

@@ -3,7 +3,7 @@
 // --repair (--topic only) produces one repair event per differing table, naming the
 // topic's step and the keys --plan lists, and re-verifies; --plan prints what a sync
 // (and so a repair) would write instead (api/verify_service.h,
-// saga/steps/table_verify.h). Exit 0 equal, 3 differences, 1 runtime failure, 2 bad
+// table/verify.h). Exit 0 equal, 3 differences, 1 runtime failure, 2 bad
 // input (main turns UsageError into 2, other errors into 1).
 #include <chrono>
 #include <iomanip>
@@ -22,6 +22,7 @@
 #include "app/verify_command.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "table/verify.h"
 
 namespace dsync::app {
 namespace {
@@ -65,7 +66,7 @@ api::VerifyRequest RequestFromFlags(const Invocation& inv) {
   return api::ParseVerifyRequest(body);
 }
 
-std::string KeyList(const saga::TableDiff& d, const std::vector<table::Row>& keys, int64_t total,
+std::string KeyList(const table::TableDiff& d, const std::vector<table::Row>& keys, int64_t total,
                     size_t max) {
   std::string out;
   for (size_t i = 0; i < keys.size() && i < max; ++i) out += (i > 0 ? " " : "") + d.KeyJson(keys[i]).dump();
@@ -103,7 +104,7 @@ json PlanJson(const api::VerifyReport& report, size_t max_keys) {
   bool writes = false;
   for (size_t i = 0; i < report.diffs.size(); ++i) {
     const auto& d = report.diffs[i];
-    const saga::RepairPlan plan = saga::PlanRepair(report.checks[i], d);
+    const table::RepairPlan plan = table::PlanRepair(report.checks[i], d);
     auto list = [&](const std::vector<table::Row>& keys) {
       json a = json::array();
       for (size_t k = 0; k < keys.size() && k < max_keys; ++k) a.push_back(d.KeyJson(keys[k]));
@@ -172,7 +173,7 @@ bool Repair(const Settings& s, storage::ConnectionPool& pool, const api::VerifyR
   std::vector<std::string> codes;
   for (size_t i = 0; i < report.diffs.size(); ++i) {
     const auto& d = report.diffs[i];
-    const saga::RepairPlan plan = saga::PlanRepair(report.checks[i], d);
+    const table::RepairPlan plan = table::PlanRepair(report.checks[i], d);
     if (plan.keep_total > 0) {
       (json_out ? std::cerr : std::cout) << d.table << ": " << plan.keep_total
                                          << " extra row(s) kept (step '" << d.step
@@ -184,7 +185,7 @@ bool Repair(const Settings& s, storage::ConnectionPool& pool, const api::VerifyR
     e.topic = topic;
     e.tenant_id = "dsync-verify";
     e.data_id = d.table;
-    e.payload = saga::RepairPayload(r.topic, report.checks[i], report.values, d);
+    e.payload = table::RepairPayload(r.topic, report.checks[i], report.values, d);
     store.Produce(e);
     codes.push_back(e.code);
     spdlog::info("VERIFY_REPAIR_PRODUCED code={} topic={} step={} table={} keys={}", e.code, r.topic, d.step,
@@ -272,7 +273,7 @@ int RunVerify(const Invocation& inv) {
   }
   api::VerifyService service(s, pool.get());
   (void)service.Checks(r);  // bad names fail before anything runs
-  api::VerifyReport report = service.Run(r, repair ? static_cast<size_t>(saga::kMaxRepairKeys) + 1 : r.max_keys);
+  api::VerifyReport report = service.Run(r, repair ? static_cast<size_t>(table::kMaxRepairKeys) + 1 : r.max_keys);
   service.Record(r, report);
 
   if (inv.Flag("plan")) {
@@ -291,7 +292,7 @@ int RunVerify(const Invocation& inv) {
     if (!Repair(s, *pool, r, report, repair_topic, inv.Flag("no-wait"), timeout, json_out)) {
       throw Error("a repair event did not succeed (it was compensated or failed; see dsync events show CODE)");
     }
-  } catch (const saga::VerifyInputError& e) {
+  } catch (const table::VerifyInputError& e) {
     throw UsageError(e.what());
   }
   if (inv.Flag("no-wait")) {

@@ -63,61 +63,25 @@
 //     secondary unique key or a value the target column refuses is permanent.
 //   - Keys the chunk's locked read finds absent are inserted, not upserted: a source
 //     row that collides with another target row over a secondary unique key fails the
-//     step permanently (naming the key) and writes nothing of the chunk, where an
-//     upsert would have updated that other row (MySQL semantics), which no before-image
-//     covers. A primary-key collision (a row inserted meanwhile, possible at READ
-//     COMMITTED) rolls the chunk back; the step runs again. Rows the target holds are
-//     upserted (the primary key is checked first, so only that row is updated).
-//     Compensation restores the same way: rows whose key the target holds now are
-//     upserted back, the others inserted (a clash with a row written since fails it,
-//     naming the key, and restores nothing of that chunk). Still upserted as before:
-//     every row of a chunk (or restore) whose locked read matched a key in SQL only
-//     (text keys under a case-insensitive collation).
+//     step permanently (naming the key) and writes nothing of the chunk; a primary-key
+//     collision (a row inserted meanwhile) rolls the chunk back and the step runs
+//     again. Compensation restores the same way (table/target_writer.h).
 //
-// Chunks (table_sync). The rows matching the filter are taken in primary-key order, a
-// key range (lo, hi] at a time. For each range:
-//   - copy mode (the target holds no row after the checkpoint, e.g. a first sync into
-//     an empty table): the source rows of the range are read whole and written;
-//   - compare mode (otherwise): the range's checksum (COUNT and BIT_XOR of each row's
-//     CRC32 over a byte-exact encoding, table/chunks.h) is computed inside
-//     both databases at once; equal ranges are skipped without reading a row; in a
-//     differing range the key and row hash of each row are compared and only the rows
-//     that differ (or that the target lacks) are read from the source. A range whose
-//     target side is empty switches back to copy mode. With a key of one integer
-//     column a compare range is a key span (table::KeySpanRanges): its end is its start
-//     plus the keys that held the rows asked for in the ranges before, from the lowest
-//     key of either side to past the highest (the last range is open above), so each
-//     side's checksum is one plain range scan; a differing range that turns out to hold
-//     more rows than a compare chunk covers is taken again, shorter. Other keys end a
-//     range at the source's N-th key after its start. An integer column the filter
-//     pins to one integer on both sides ("tenant_id = :tenant" at the top of the
-//     where) is left out of these row hashes: every row compared holds that integer.
-//     (Row hashes of one integer key are held as numbers, table::KeyHashes.)
-//   Then, in ONE target transaction per chunk: the target rows of the chunk's keys
-//   read FOR UPDATE (the chunk's before-image), an exact comparison, the upserts (and
-//   deletes with delete_missing), then the step's lock row, the fencing token and a
-//   check that no other run committed a chunk meanwhile (locking reads), the chunk's
-//   undo record with its key range (the checkpoint; numbered after the newest
-//   record), ctx.StillOwner(), COMMIT. So data, undo record and checkpoint cannot
-//   disagree, and a node that lost the event commits no further chunk once the new
-//   owner has taken the step over (see "Fencing"). A chunk that was inside its
-//   transaction at that instant commits first, whole and consistent (it checked the
-//   token under the step lock), and the new owner, finding a chunk it did not expect,
-//   stops with a transient error and resumes after it. Equal ranges are recorded as a
-//   checkpoint-only row every 2 s and at the end.
-//   Chunk size adapts toward 0.5 s per chunk (at most 4x per step, 1..chunk_size rows)
-//   and keeps the rows a chunk holds under 2 MiB, so a node's memory is bounded by a
-//   few chunks whatever the table's size; a chunk whose before-image would exceed the
-//   target's max_allowed_packet is retried at a quarter of its size. A chunk that
-//   compares (checksums, then row hashes) holds a key and a hash per row it covers and
-//   only the rows that differ, so it covers up to 4x chunk_size rows; one in which more
-//   than chunk_size rows differ is retried at a quarter of its size.
-//   Speed: while copying, the source's next range is read while the target commits
-//   this one (and while comparing by row hashes, the source's next hashes while the
-//   target's are read); a chunk whose keys are one integer column and dense (the key
-//   range holds at most about twice its keys) reads the target's rows and after-image
-//   hashes by that key range instead of key by key (table::DenseSpan).
-//   Output: {"rows", "inserted", "updated", "unchanged", ["deleted",] "chunks",
+// How table_sync works (table/): the planner (table/planner.h: columns, schema
+// preflight, resume point, lanes), the lane loop (table/sync.h: chunks in key order,
+// copy or compare mode, range checksums and row hashes, chunk sizing), the source
+// reader and target writer (table/source_reader.h, table/target_writer.h: one target
+// transaction per chunk with its before-image, undo record, checkpoint and fence),
+// compensation (table/sync_compensate.cc). Schema preflight: source and target must
+// agree on each synced column's type, nullability and collation and on the primary
+// key, else a permanent failure naming the column ("schema preflight of step 'docs':
+// column `title` is varchar(200) ... in env_a.kb_doc but varchar(100) ... in
+// env_b.kb_doc"). Lanes: a table whose key is one integer column is split at the
+// step's first run into up to `lanes` key ranges worked at once, each with its own
+// target connection and checkpoint; the step's error is the first failing lane's.
+//
+// Output (table_sync):
+//   {"rows", "inserted", "updated", "unchanged", ["deleted",] "chunks",
 //   "chunks_equal", "chunks_written", "rows_fetched", "chunk_records" [, "lanes"]
 //   [, "resumed_after_chunk", "resumed_rows_written"], "schema_fingerprint"
 //   [, "source_columns_not_in_target": the source's columns the target lacks, not
@@ -127,33 +91,6 @@
 //   resumes after the last committed chunk (of each lane); a range already committed
 //   is never read or written again, so the first before-image of every row is the one
 //   kept.
-//
-// Lanes (table_sync). A table whose primary key is one integer column is split, at the
-// step's first run, into up to `lanes` key ranges of equal key spans, from the source's
-// lowest and highest key (unfiltered): (-inf, s1], (s1, s2], ..., (s_last, +inf). Each
-// lane is a loop of the chunks above on its own thread, with its own source reads,
-// target transaction and checkpoint, so the target's INSERT path (about one core per
-// connection on narrow rows) is used by several connections at once. Lanes span at
-// least 20,000 keys (and 4 chunk_size): a smaller table, `lanes` 1, or a key of other
-// types has one lane. The split keys are kept in row 0's hi_key (a JSON array of keys;
-// NULL: one lane), so a run that resumes works the same ranges; a chunk record belongs
-// to the lane its hi_key falls in, and a lane resumes after its newest record. Records
-// are numbered in commit order across lanes (compensation, last first, restores them in
-// reverse commit order; lanes never share a key). With more than one lane the chunk
-// transactions run at READ COMMITTED: at REPEATABLE READ two lanes reading a key range
-// the target has no rows in lock the same gap, and each one's inserts would wait for
-// the other's. The step lock is taken last in each chunk transaction, so lanes overlap
-// up to their commit. A lane that fails stops the others; the step's error is the
-// first lane's.
-//
-// Schema preflight (table_sync, before its first write): source and target must agree
-// on each synced column's COLUMN_TYPE, nullability and collation, and on the primary
-// key (columns in order), else a permanent failure naming the column ("schema
-// preflight of step 'docs': column `title` is varchar(200) NULL COLLATE ... in
-// env_a.kb_doc but varchar(100) NULL ... in env_b.kb_doc"). The target's shape over
-// the before-image columns and its fingerprint are kept in the compensation data
-// ("schema", "schema_fingerprint"; the output has the fingerprint), so a refused
-// compensation can say how the table changed since (table/preflight.h).
 //
 // Conflict-safe compensation (table_sync): each chunk record also holds, for every
 // row of its before-image, the hash (ColumnSet::RowHashExpr over the image's columns)
@@ -238,6 +175,7 @@
 
 #include "config/settings.h"
 #include "saga/step_handler.h"
+#include "table/spec.h"
 
 namespace dsync::saga {
 
@@ -253,6 +191,6 @@ std::unique_ptr<StepHandler> MakeTableDeleteStep(const StepSpec& spec);
 // of the where grammar applies to the keys. Throws ConfigError.
 std::unique_ptr<StepHandler> MakeKeyedTableSyncStep(const StepSpec& spec, const std::vector<std::string>& key_columns,
                                                     size_t keys);
-std::string RepairKeyField(size_t key, size_t column);  // "dsync_k<key>_<column>"
+using table::RepairKeyField;  // "dsync_k<key>_<column>" (table/spec.h)
 
 }  // namespace dsync::saga

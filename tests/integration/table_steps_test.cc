@@ -488,7 +488,7 @@ TEST_F(TableStepsTest, InterruptedRunResumesFromTheCheckpoint) {
   EXPECT_EQ(step->Compensate(next).output, (json{{"already_compensated", true}}));
 }
 
-// Lanes (table_steps.h "Lanes"): a table of one integer key is split into key ranges
+// Lanes (table/planner.h "Lanes"): a table of one integer key is split into key ranges
 // worked at once, each with its own checkpoint. Interrupted, each lane resumes from its
 // own; together they cover every key once, rows the target alone holds below and above
 // the source's keys included (delete_missing), and compensation restores exactly.

@@ -5,8 +5,9 @@
 
 #include "api/verify_service.h"
 #include "core/error.h"
-#include "table/sql.h"
 #include "saga/steps/table_verify.h"
+#include "table/sql.h"
+#include "table/verify.h"
 #include "table/where.h"
 #include "tests/support/saga_fixtures.h"
 
@@ -41,7 +42,7 @@ TEST(VerifyRequest, RejectsBadBodies) {
 }
 
 TEST(TableCheck, TakesTheKeysOfTableSync) {
-  saga::TableCheck c = saga::ParseTableCheck(
+  table::TableCheck c = table::ParseTableCheck(
       Spec("table_verify", {{"source", "a"}, {"target", "b"}, {"table", "kb_doc"}, {"where", "space_id = :s"},
                             {"columns", {"id", "title"}}, {"chunk_size", 500}, {"delete_missing", true},
                             {"undo_retention_days", 3}}),
@@ -59,13 +60,13 @@ TEST(TableCheck, TakesTheKeysOfTableSync) {
   }
   EXPECT_THROW(saga::MakeTableRepairStep(Spec("table_repair", {{"table", "t"}})), ConfigError);
   EXPECT_NE(saga::MakeTableRepairStep(Spec("table_repair", json::object())), nullptr);
-  EXPECT_THROW(saga::MakeTableCheck("a", "b", "t", "id = 1 -- x"), saga::VerifyInputError);
-  EXPECT_THROW(saga::MakeTableCheck("a", "a", "t", "1 = 1"), saga::VerifyInputError);
+  EXPECT_THROW(table::MakeTableCheck("a", "b", "t", "id = 1 -- x"), table::VerifyInputError);
+  EXPECT_THROW(table::MakeTableCheck("a", "a", "t", "1 = 1"), table::VerifyInputError);
 }
 
 // The differences of a table: 5 and 7 missing in the target, 10 different, 500 extra.
-saga::TableDiff Diff() {
-  saga::TableDiff d;
+table::TableDiff Diff() {
+  table::TableDiff d;
   d.table = "doc";
   d.key_columns = {"a", "b"};
   d.key_kinds = {table::ColumnKind::kSigned, table::ColumnKind::kText};
@@ -77,43 +78,43 @@ saga::TableDiff Diff() {
   return d;
 }
 
-saga::TableCheck SyncStep(bool delete_missing) {
+table::TableCheck SyncStep(bool delete_missing) {
   json params = {{"source", "a"}, {"target", "b"}, {"table", "doc"}, {"where", "grp = :g AND a > :min"}};
   if (delete_missing) params["delete_missing"] = true;
-  return saga::ParseTableCheck(testing::Step("docs", "table_sync", params), "table_sync");
+  return table::ParseTableCheck(testing::Step("docs", "table_sync", params), "table_sync");
 }
 
 // A repair event names the topic, its step, the where's values and the keys: nothing
 // a node would take a datasource, table or filter from.
 TEST(RepairPayload, NamesTheTopicStepAndKeysOnly) {
-  const saga::TableDiff d = Diff();
-  json p = saga::RepairPayload("SYNC", SyncStep(true), {{"g", 1}, {"min", 0}, {"unrelated", "x"}}, d);
+  const table::TableDiff d = Diff();
+  json p = table::RepairPayload("SYNC", SyncStep(true), {{"g", 1}, {"min", 0}, {"unrelated", "x"}}, d);
   EXPECT_EQ(p, json::parse(R"({"topic": "SYNC", "step": "docs", "payload": {"g": 1, "min": 0},
                                "keys": [[5, "k"], [7, "b"], [10, "k"], [500, "zz"]]})"));
   // Without delete_missing a sync keeps extra rows: so does the repair.
-  p = saga::RepairPayload("SYNC", SyncStep(false), {{"g", 1}, {"min", 0}}, d);
+  p = table::RepairPayload("SYNC", SyncStep(false), {{"g", 1}, {"min", 0}}, d);
   EXPECT_EQ(p["keys"], json::parse(R"([[5, "k"], [7, "b"], [10, "k"]])"));
   // One table named on the command line is no configured step.
-  EXPECT_THROW(saga::RepairPayload("", saga::MakeTableCheck("a", "b", "doc", "1 = 1"), json::object(), d),
-               saga::VerifyInputError);
-  saga::TableDiff big = d;
-  big.different_total = saga::kMaxRepairKeys;  // more than a repair syncs
-  EXPECT_THROW(saga::RepairPayload("SYNC", SyncStep(true), json::object(), big), saga::VerifyInputError);
+  EXPECT_THROW(table::RepairPayload("", table::MakeTableCheck("a", "b", "doc", "1 = 1"), json::object(), d),
+               table::VerifyInputError);
+  table::TableDiff big = d;
+  big.different_total = table::kMaxRepairKeys;  // more than a repair syncs
+  EXPECT_THROW(table::RepairPayload("SYNC", SyncStep(true), json::object(), big), table::VerifyInputError);
 }
 
 // --plan and --repair read one plan: inserts, updates, and deletes only with
 // delete_missing (else the extra rows are kept, and no repair key names them).
 TEST(RepairPlan, IsWhatTheSyncWouldWrite) {
-  const saga::TableDiff d = Diff();
+  const table::TableDiff d = Diff();
   for (bool delete_missing : {false, true}) {
-    const saga::RepairPlan plan = saga::PlanRepair(SyncStep(delete_missing), d);
+    const table::RepairPlan plan = table::PlanRepair(SyncStep(delete_missing), d);
     EXPECT_EQ(plan.insert_total, 2);
     EXPECT_EQ(plan.update_total, 1);
     EXPECT_EQ(plan.remove_total, delete_missing ? 1 : 0);
     EXPECT_EQ(plan.keep_total, delete_missing ? 0 : 1);
     EXPECT_EQ(plan.writes(), delete_missing ? 4 : 3);
     EXPECT_EQ(static_cast<int64_t>(plan.Keys().size()), plan.writes());
-    json keys = saga::RepairPayload("SYNC", SyncStep(delete_missing), json::object(), d)["keys"];
+    json keys = table::RepairPayload("SYNC", SyncStep(delete_missing), json::object(), d)["keys"];
     ASSERT_EQ(static_cast<int64_t>(keys.size()), plan.writes());
     for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(keys[i], d.KeyJson(plan.Keys()[i]));
   }
