@@ -92,8 +92,6 @@ class TargetSide {
  public:
   virtual ~TargetSide() = default;
   virtual const ColumnSet& key() const = 0;
-  // The key the next range starts after: the step's checkpoint (nullopt: the first key).
-  virtual std::optional<Row> Checkpoint() = 0;
   virtual RangeChecksum Checksum(const KeyRange& range) = 0;
   virtual KeyHashes Hashes(const KeyRange& range) = 0;
   virtual std::optional<Row> NthKeyAfter(const std::optional<Row>& lo, size_t n) = 0;
@@ -159,7 +157,11 @@ class RelaySource {
 
 class RelayTarget {
  public:
-  RelayTarget(RelayTable& relay, RelayHalf half, TargetSide& side, RelayOptions options, RelayControl control);
+  // `segments`: the key ranges still to sync, in key order, each (checkpoint, end]: one
+  // per lane not done (table/planner.h; a range never spans two, so each lane's
+  // checkpoint stays its own); the last one open above. None: nothing is left.
+  RelayTarget(RelayTable& relay, RelayHalf half, TargetSide& side, std::vector<KeyRange> segments,
+              RelayOptions options, RelayControl control);
   // Until the last range is applied (state DONE). Throws RelayLost (a later target half
   // took over), RelayStopped, RelayFormatError (a chunk that does not decode), DbError.
   RelayTotals Run();
@@ -174,10 +176,13 @@ class RelayTarget {
   RelayTable& relay_;
   RelayHalf half_;
   TargetSide& side_;
+  std::vector<KeyRange> segments_;
   RelayOptions options_;
   RelayControl control_;
   RelayTotals totals_;
-  // Publishing: the next range starts after `next_lo_`; done once the open one is out.
+  // Publishing: the next range starts after `next_lo_` in segment `segment_`; done once
+  // the last segment's last range is out.
+  size_t segment_ = 0;
   std::optional<Row> next_lo_;
   bool published_all_ = false;
   int next_range_no_ = 1;

@@ -1,11 +1,14 @@
 #include "table/relay_sides.h"
 
 #include <stdexcept>
+#include <unordered_map>
+
+#include "table/row_io.h"
 
 namespace dsync::table {
 namespace {
 
-// Keys per statement of RowsOfKeys (each key binds one value per key column).
+// Keys per statement of RowsOfKeys (as direct mode reads them: row_io.h).
 constexpr size_t kKeysPerRead = 500;
 
 }  // namespace
@@ -37,19 +40,18 @@ std::vector<Row> DbSourceSide::Rows(const KeyRange& range, size_t limit) {
 }
 
 std::vector<Row> DbSourceSide::RowsOfKeys(const std::vector<Row>& keys) {
+  std::vector<Row> rows = pool_.Run("relay source rows by key", [&](storage::Connection& c) {
+    return ReadByKeys(c, table_, cols_, key_, keys, static_cast<int>(kKeysPerRead), /*for_update=*/false, &filter_);
+  });
+  // In the order of `keys` (the source's key order): the relay cuts chunks by it. A key
+  // whose row went meanwhile is left out.
+  std::unordered_map<std::string, size_t> at;
+  for (size_t i = 0; i < rows.size(); ++i) at.emplace(EncodeKey(KeyOf(rows[i])), i);
   std::vector<Row> out;
-  out.reserve(keys.size());
-  for (size_t begin = 0; begin < keys.size(); begin += kKeysPerRead) {
-    const size_t n = std::min(kKeysPerRead, keys.size() - begin);
-    std::vector<SqlValue> params = filter_.params;
-    for (size_t i = begin; i < begin + n; ++i) key_.AppendKeyValues(keys[i], params);
-    const std::string sql = "SELECT " + cols_.SelectList() + " FROM " + QuoteIdentifier(table_) + " WHERE (" +
-                            filter_.sql + ") AND (" + key_.MatchKeys(n) + ") ORDER BY " + key_.OrderBy();
-    std::vector<Row> rows = pool_.Run("relay source rows by key", [&](storage::Connection& c) {
-      auto rs = c.Query(sql, Bind(params));
-      return cols_.ReadAll(*rs);
-    });
-    for (Row& r : rows) out.push_back(std::move(r));
+  out.reserve(rows.size());
+  for (const Row& k : keys) {
+    auto it = at.find(EncodeKey(k));
+    if (it != at.end()) out.push_back(std::move(rows[it->second]));
   }
   return out;
 }

@@ -116,6 +116,10 @@ RelayTotals RelaySource::Run() {
     // (the target half taken over) shows here, not in a write.
     const std::optional<RelayStatus> st = relay_.Read(half_.step_code);
     if (!st) throw RelayLost("relay of step '" + half_.step_code + "': no relay row (dropped)");
+    if (st->state == "DONE") {  // the target half needs nothing more (every range it had is done)
+      Report();
+      return totals_;
+    }
     if (st->state == "FAILED") {
       throw RelayLost("relay of step '" + half_.step_code + "': the target half failed: " + st->error.value_or(""));
     }

@@ -105,6 +105,9 @@ constexpr const char* kInFlightSql =
 
 // (state, error, step_code)
 constexpr const char* kSetStateSql = "UPDATE dsync_relay SET state = ?, error = ?, updated_at = NOW(3) WHERE step_code = ?";
+// (step_code): the source half's word never overwrites the target half's DONE or FAILED.
+constexpr const char* kSourceDoneSql =
+    "UPDATE dsync_relay SET state = 'SOURCE_DONE', updated_at = NOW(3) WHERE step_code = ? AND state = 'OPEN'";
 
 // (step_code)
 constexpr const char* kDropRelaySql = "DELETE FROM dsync_relay WHERE step_code = ?";
@@ -341,7 +344,11 @@ void RelayTable::RemoveChunk(const RelayHalf& target, int chunk_no) {
 void RelayTable::SetState(const RelayHalf& h, std::string_view state, const std::optional<std::string>& error) {
   pool_.Transact("relay state", [&](Connection& c) {
     Fence(c, h);
-    c.Execute(kSetStateSql, state, error, h.step_code);
+    if (h.side == RelaySide::kSource && state == "SOURCE_DONE") {
+      c.Execute(kSourceDoneSql, h.step_code);
+    } else {
+      c.Execute(kSetStateSql, state, error, h.step_code);
+    }
   });
 }
 

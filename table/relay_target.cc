@@ -18,12 +18,18 @@ std::optional<std::string> JsonOfKey(const std::optional<Row>& key) {
 
 }  // namespace
 
-RelayTarget::RelayTarget(RelayTable& relay, RelayHalf half, TargetSide& side, RelayOptions options,
-                         RelayControl control)
-    : relay_(relay), half_(std::move(half)), side_(side), options_(options), control_(std::move(control)) {}
+RelayTarget::RelayTarget(RelayTable& relay, RelayHalf half, TargetSide& side, std::vector<KeyRange> segments,
+                         RelayOptions options, RelayControl control)
+    : relay_(relay),
+      half_(std::move(half)),
+      side_(side),
+      segments_(std::move(segments)),
+      options_(options),
+      control_(std::move(control)) {}
 
 RelayTotals RelayTarget::Run() {
-  next_lo_ = side_.Checkpoint();
+  published_all_ = segments_.empty();
+  if (!published_all_) next_lo_ = segments_[0].lo;
   last_progress_ = control_.clock.Now();
   for (;;) {
     if (control_.stop.stop_requested()) throw RelayStopped("relay: the target half stopped");
@@ -58,7 +64,11 @@ bool RelayTarget::PublishMore() {
   std::vector<RelayRange> batch;
   int unfinished = next_range_no_ - 1 - front_;
   while (unfinished < options_.lookahead && !published_all_) {
+    const std::optional<Row>& end = segments_[segment_].hi;
     std::optional<Row> hi = side_.NthKeyAfter(next_lo_, options_.compare_rows);
+    // A segment with an end (a lane's: integer keys) is never overrun.
+    const bool segment_done = !hi || (end && !(IntKey::Of(*hi) < IntKey::Of(*end)));
+    if (segment_done) hi = end;
     const KeyRange range{next_lo_, hi};
     const RangeChecksum cs = side_.Checksum(range);
     RelayRange r;
@@ -69,8 +79,14 @@ bool RelayTarget::PublishMore() {
     r.target_checksum = ChecksumText(cs);
     batch.push_back(std::move(r));
     next_lo_ = hi;
-    published_all_ = !hi;
     ++unfinished;
+    if (segment_done) {
+      if (++segment_ == segments_.size()) {
+        published_all_ = true;
+      } else {
+        next_lo_ = segments_[segment_].lo;
+      }
+    }
   }
   relay_.PublishRanges(half_, batch);
   return !batch.empty();

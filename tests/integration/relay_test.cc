@@ -27,9 +27,10 @@ class PlainTarget final : public DbTargetReads {
  public:
   using DbTargetReads::DbTargetReads;
 
-  std::optional<Row> Checkpoint() override {
+  std::vector<KeyRange> Segments() {
     std::lock_guard lock(mu);
-    return checkpoint;
+    if (finished) return {};
+    return {KeyRange{checkpoint, std::nullopt}};
   }
   int64_t Apply(const RelayChunk& chunk) override {
     if (chunk.columns != cols_.names()) throw std::runtime_error("chunk columns differ");
@@ -157,7 +158,7 @@ class RelayTest : public ::testing::Test {
         source_error = std::current_exception();
       }
     });
-    RelayTarget target(relay_, t, *sides.target, o, RelayControl{clock_, {}, {}});
+    RelayTarget target(relay_, t, *sides.target, sides.target->Segments(), o, RelayControl{clock_, {}, {}});
     RelayTotals tt = target.Run();
     source.join();
     if (source_error) std::rethrow_exception(source_error);
@@ -279,7 +280,7 @@ TEST_F(RelayTest, ATargetTakeoverResumesFromTheCheckpoint) {
     }
     stop.request_stop();
   });
-  RelayTarget first(relay_, t1, *sides.target, o, RelayControl{clock_, stop.get_token(), {}});
+  RelayTarget first(relay_, t1, *sides.target, sides.target->Segments(), o, RelayControl{clock_, stop.get_token(), {}});
   EXPECT_THROW(first.Run(), RelayStopped);
   stopper.join();
   RelayHalf t2 = relay_.TakeTarget("EV-1#1", 2, "b2:7000");
@@ -299,7 +300,7 @@ TEST_F(RelayTest, ATargetTakeoverResumesFromTheCheckpoint) {
       source_error = std::current_exception();
     }
   });
-  RelayTarget second(relay_, t2, *sides.target, o, RelayControl{clock_, {}, {}});
+  RelayTarget second(relay_, t2, *sides.target, sides.target->Segments(), o, RelayControl{clock_, {}, {}});
   second.Run();
   source.join();
   if (source_error) std::rethrow_exception(source_error);
@@ -321,7 +322,7 @@ TEST_F(RelayTest, ASourceTakeoverResumesFromTheRangesStates) {
   std::exception_ptr target_error;
   std::thread target([&] {
     try {
-      RelayTarget half(relay_, t, *sides.target, o, RelayControl{clock_, {}, {}});
+      RelayTarget half(relay_, t, *sides.target, sides.target->Segments(), o, RelayControl{clock_, {}, {}});
       half.Run();
     } catch (...) {
       target_error = std::current_exception();
