@@ -122,6 +122,12 @@ struct RelayTotals {
   nlohmann::json ToJson() const;
 };
 
+// The other half failed for good (its error, recorded in the relay row): this one stops too.
+class RelayFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The relay stopped: the stop token was requested (shutdown, deadline).
 class RelayStopped : public std::runtime_error {
  public:
@@ -131,8 +137,9 @@ class RelayStopped : public std::runtime_error {
 class RelaySource {
  public:
   RelaySource(RelayTable& relay, RelayHalf half, SourceSide& side, RelayOptions options, RelayControl control);
-  // Until every range is answered and sent (state SOURCE_DONE). Throws RelayLost (a later
-  // source half took over), RelayStopped, DbError.
+  // Until every range is answered and sent (state SOURCE_DONE), or the target half is
+  // DONE. Throws RelayLost (a later source half took over, or the epoch ended),
+  // RelayFailed (the target half failed), RelayStopped, DbError.
   RelayTotals Run();
 
  private:
@@ -163,7 +170,8 @@ class RelayTarget {
   RelayTarget(RelayTable& relay, RelayHalf half, TargetSide& side, std::vector<KeyRange> segments,
               RelayOptions options, RelayControl control);
   // Until the last range is applied (state DONE). Throws RelayLost (a later target half
-  // took over), RelayStopped, RelayFormatError (a chunk that does not decode), DbError.
+  // took over), RelayFailed (the source half failed), RelayStopped, RelayFormatError (a
+  // chunk that does not decode), DbError, and what TargetSide::Apply throws.
   RelayTotals Run();
 
  private:

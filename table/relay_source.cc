@@ -120,9 +120,7 @@ RelayTotals RelaySource::Run() {
       Report();
       return totals_;
     }
-    if (st->state == "FAILED") {
-      throw RelayLost("relay of step '" + half_.step_code + "': the target half failed: " + st->error.value_or(""));
-    }
+    if (st->state == "FAILED") throw RelayFailed(st->error.value_or("the target half failed"));
     if (st->source_attempt != half_.attempt) {
       throw RelayLost("relay of step '" + half_.step_code + "': the source half of attempt " +
                       std::to_string(half_.attempt) + " was taken over by attempt " + std::to_string(st->source_attempt));

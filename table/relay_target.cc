@@ -51,6 +51,9 @@ RelayTotals RelayTarget::Run() {
       continue;
     }
     const std::optional<RelayStatus> st = relay_.Read(half_.step_code);
+    if (st && st->state == "FAILED" && st->target_attempt == half_.attempt && st->epoch == half_.epoch) {
+      throw RelayFailed(st->error.value_or("the source half failed"));
+    }
     if (!st || st->target_attempt != half_.attempt || st->epoch != half_.epoch) {
       throw RelayLost("relay of step '" + half_.step_code + "': the target half of attempt " +
                       std::to_string(half_.attempt) + " was taken over");
