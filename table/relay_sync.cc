@@ -1,0 +1,353 @@
+#include "table/relay_sync.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "table/describe.h"
+#include "table/planner.h"
+#include "table/preflight.h"
+#include "table/relay_schema.h"
+#include "table/relay_sides.h"
+#include "table/target_table.h"
+#include "table/target_writer.h"
+
+namespace dsync::table {
+namespace {
+
+using nlohmann::json;
+using storage::Connection;
+using storage::ConnectionPool;
+
+constexpr std::chrono::milliseconds kCheckpointEvery{2000};
+constexpr size_t kChunkBytes = 2u << 20;
+
+// `full`'s columns named in `names`, in that order (a name it lacks is left out, as
+// ReadShape leaves out a missing column).
+TableShape ShapeOf(const TableShape& full, const std::vector<std::string>& names) {
+  TableShape out;
+  out.key = full.key;
+  for (const std::string& n : names) {
+    for (const ColumnShape& c : full.columns) {
+      if (c.name == n) out.columns.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> ColumnNames(const TableSchema& t) {
+  std::vector<std::string> names;
+  for (const Column& c : t.columns) names.push_back(c.name);
+  return names;
+}
+
+TableShape FullShape(ConnectionPool& pool, const Spec& spec, const TableSchema& t, const char* what) {
+  return pool.Run(spec.What(what), [&](Connection& c) { return ReadShape(c, spec.table, ColumnNames(t), t.key); });
+}
+
+RelayOptions OptionsFor(const Spec& spec, const RelayedSyncOptions& o) {
+  RelayOptions r = o.relay;
+  r.chunk_rows = static_cast<size_t>(spec.chunk_size);
+  r.chunk_bytes = kChunkBytes;
+  r.compare_rows = 4 * static_cast<size_t>(std::min(spec.chunk_size, 1000));
+  r.delete_missing = spec.delete_missing;
+  return r;
+}
+
+// Waits until the other half has described its table; RelayLost when the relay moved on
+// without this half (a new epoch, a later claim, a failure).
+RelaySchema AwaitOther(RunContext& ctx, RelayTable& relay, const RelayHalf& half, Millis poll) {
+  for (;;) {
+    CheckStop(ctx);
+    const std::optional<RelayStatus> st = relay.Read(half.step_code);
+    if (!st) throw RelayLost("relay of step '" + half.step_code + "': no relay row (dropped)");
+    const int newest = half.side == RelaySide::kTarget ? st->target_attempt : st->source_attempt;
+    if (st->epoch != half.epoch || newest != half.attempt) {
+      throw RelayLost("relay of step '" + half.step_code + "': the " + RelaySideName(half.side) +
+                      " half of attempt " + std::to_string(half.attempt) + " was taken over");
+    }
+    if (st->state == "FAILED") throw RelayFailed(st->error.value_or("the other half failed"));
+    const std::optional<std::string>& doc = half.side == RelaySide::kTarget ? st->source_schema : st->target_schema;
+    if (doc) {
+      try {
+        return ParseRelaySchema(*doc);
+      } catch (const RelayFormatError& e) {
+        throw PermanentError(e.what());
+      }
+    }
+    if (!ctx.clock().SleepFor(poll, ctx.stop_token())) throw Interrupted("stopped while waiting for the other half");
+  }
+}
+
+// The target side of the relay over the step's TargetWriter: each relayed chunk is one
+// chunk transaction, exactly as in direct mode.
+class WriterTarget final : public DbTargetReads {
+ public:
+  WriterTarget(ConnectionPool& pool, const Spec& spec, const Plan& plan, const BoundFilter& filter,
+               TargetWriter& writer, Clock& clock)
+      : DbTargetReads(pool, spec.table, plan.tgt_cols, plan.tgt_key, filter),
+        spec_(spec),
+        plan_(plan),
+        writer_(writer),
+        clock_(clock),
+        last_record_(clock.Now()) {}
+
+  int64_t Apply(const RelayChunk& chunk) override {
+    if (chunk.columns != plan_.src_cols.names() || chunk.key_columns != plan_.src_key.names()) {
+      throw PermanentError(spec_.What("a relayed chunk's columns are not the step's (the tables changed?)"));
+    }
+    pending_equal_.reset();  // this chunk's record checkpoints past it
+    ChunkWork w;
+    w.range = {chunk.lo, chunk.hi};
+    w.rows = chunk.rows;
+    w.delete_keys = chunk.deletes;
+    w.rows_read = static_cast<int64_t>(chunk.rows.size());
+    return Commit(std::move(w));
+  }
+
+  void RecordEqual(const KeyRange& range) override {
+    pending_equal_ = range;
+    ++counts.chunks;
+    ++counts.chunks_equal;
+    if (clock_.Now() - last_record_ >= kCheckpointEvery) FlushEqual();
+  }
+
+  void Finish() override { FlushEqual(); }
+
+  Counts counts;
+  int64_t records = 0;
+
+ private:
+  // One chunk transaction; a chunk whose before-image is too big for one statement is
+  // cut in two at a row (the rows are in the source's key order).
+  int64_t Commit(ChunkWork w) {
+    try {
+      const Counts delta = writer_.Commit(w);
+      ++records;
+      last_record_ = clock_.Now();
+      if (delta.inserted + delta.updated + delta.deleted > 0) ++counts.chunks_written;
+      counts += delta;
+      ++counts.chunks;
+      counts.rows += w.rows_read;
+      counts.rows_fetched += static_cast<int64_t>(w.rows.size());
+      return delta.inserted + delta.updated + delta.deleted;
+    } catch (const ChunkTooBig& e) {
+      if (w.rows.size() < 2) throw PermanentError(e.what());
+      const size_t mid = w.rows.size() / 2;
+      ChunkWork first, second;
+      first.range = {w.range.lo, Project(w.rows[mid - 1], plan_.sync_key_pos)};
+      first.rows.assign(w.rows.begin(), w.rows.begin() + static_cast<std::ptrdiff_t>(mid));
+      first.delete_keys = std::move(w.delete_keys);  // all in the first: applied before any checkpoint inside
+      first.rows_read = static_cast<int64_t>(first.rows.size());
+      second.range = {first.range.hi, w.range.hi};
+      second.rows.assign(w.rows.begin() + static_cast<std::ptrdiff_t>(mid), w.rows.end());
+      second.rows_read = static_cast<int64_t>(second.rows.size());
+      return Commit(std::move(first)) + Commit(std::move(second));
+    }
+  }
+
+  void FlushEqual() {
+    if (!pending_equal_) return;
+    ChunkWork w;
+    w.range = *pending_equal_;
+    w.equal = true;
+    writer_.Commit(w);
+    ++records;
+    pending_equal_.reset();
+    last_record_ = clock_.Now();
+  }
+
+  const Spec& spec_;
+  const Plan& plan_;
+  TargetWriter& writer_;
+  Clock& clock_;
+  Clock::TimePoint last_record_;
+  std::optional<KeyRange> pending_equal_;
+};
+
+}  // namespace
+
+json SourceHalfArgs::ToJson() const { return {{"step_code", step_code}, {"epoch", epoch}, {"payload", payload}}; }
+
+SourceHalfArgs SourceHalfArgs::FromJson(const json& j) {
+  SourceHalfArgs a;
+  if (!j.is_object() || !j.contains("step_code") || !j["step_code"].is_string() || !j.contains("epoch") ||
+      !j["epoch"].is_number_integer() || !j.contains("payload")) {
+    throw PermanentError("relay source half: its payload must be {\"step_code\", \"epoch\", \"payload\"}");
+  }
+  a.step_code = j["step_code"].get<std::string>();
+  a.epoch = j["epoch"].get<int>();
+  a.payload = j["payload"];
+  return a;
+}
+
+SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunks, RelayTable& relay,
+                            const RelayedSyncOptions& options, const std::function<void(int epoch)>& start_source) {
+  ConnectionPool& tgt = ctx.Pool(spec.target);
+  const std::string& step_code = ctx.step_code();
+  chunks.Prepare(tgt, spec);
+  const TableSchema t = Describe(tgt, spec, spec.target);
+  const TableShape t_full = FullShape(tgt, spec, t, "describe target");
+  relay.Open(RelaySpec{step_code, ctx.event_code(), spec.step, spec.table, spec.source, spec.target,
+                       options.window_bytes});
+  RelayHalf half;
+  try {
+    half = relay.TakeTarget(step_code, ctx.attempt(), options.node);
+  } catch (const RelayLost& e) {
+    throw Interrupted(e.what());
+  }
+  spdlog::info("TABLE_SYNC_RELAYED step={} code={} epoch={} source={} target={} node={}", spec.step, step_code,
+               half.epoch, spec.source, spec.target, options.node);
+  try {
+    relay.PublishSchema(half, RelaySchemaJson(t, t_full));
+    start_source(half.epoch);
+    const RelaySchema other = AwaitOther(ctx, relay, half, options.schema_wait_poll);
+    const TableSchema& s = other.schema;
+    Plan plan = MakePlan(spec, s, t);
+    const TableShape shape = Preflight(spec, plan, s, t, ShapeOf(other.shape, plan.src_cols.names()),
+                                       ShapeOf(t_full, plan.tgt_image.names()));
+    const Inner tgt_inner = DescribeSubqueryTables(tgt, spec, spec.target);
+    if (!tgt_inner.missing.empty() && spec.delete_missing) throw PermanentError(tgt_inner.missing);
+    bool target_filter = tgt_inner.missing.empty();
+    for (const std::string& c : spec.where.columns) target_filter = target_filter && t.Find(c) != nullptr;
+    const BoundFilter tgt_filter =
+        target_filter ? BoundFilter{spec.where.sql, FilterValues(spec, ctx.payload(), t, tgt_inner.schemas)}
+                      : BoundFilter{};
+
+    TakeOver(tgt, spec, step_code, ctx.attempt());
+    const Resume resume =
+        tgt.Transact(spec.What("read checkpoint"), [&](Connection& c) { return ReadResume(c, spec, step_code); });
+    const std::vector<Lane> lanes = PlanLanes(spec, tgt, ctx.attempt(), std::nullopt, step_code, resume);
+    std::vector<KeyRange> segments;
+    for (const Lane& l : lanes) {
+      if (!l.done) segments.push_back({l.lo, l.end});
+    }
+    TargetWriter::Commits commits;
+    commits.packet = tgt.Run(spec.What("max_allowed_packet"), [](Connection& c) { return MaxAllowedPacket(c); });
+    commits.resumed_after = resume.last_chunk;
+    std::mutex mu;
+    commits.ctx_mu = &mu;
+    TargetWriter writer(ctx, tgt, spec, plan, tgt_filter, commits);
+    WriterTarget side(tgt, spec, plan, tgt_filter, writer, ctx.clock());
+
+    auto progress = [&](const json& p) {
+      json out = {{"rows", side.counts.rows},         {"inserted", side.counts.inserted},
+                  {"updated", side.counts.updated},   {"chunks", side.counts.chunks},
+                  {"chunks_equal", side.counts.chunks_equal}, {"relayed", true},
+                  {"relay", p},                       {"running", true}};
+      std::lock_guard<std::mutex> lock(mu);
+      ctx.ReportProgress(out);
+    };
+    RelayTarget run(relay, half, side, std::move(segments), OptionsFor(spec, options),
+                    RelayControl{ctx.clock(), ctx.stop_token(), progress});
+    const RelayTotals totals = run.Run();
+
+    const Counts& c = side.counts;
+    json out = {{"rows", c.rows}, {"inserted", c.inserted}, {"updated", c.updated}, {"unchanged", c.unchanged}};
+    if (spec.delete_missing) out["deleted"] = c.deleted;
+    out["chunks"] = c.chunks;
+    out["chunks_equal"] = c.chunks_equal;
+    out["chunks_written"] = c.chunks_written;
+    out["rows_fetched"] = c.rows_fetched;
+    out["chunk_records"] = resume.records + side.records;
+    if (resume.last_chunk > 0) {
+      out["resumed_after_chunk"] = resume.last_chunk;
+      out["resumed_rows_written"] = resume.rows_written;
+    }
+    out["schema_fingerprint"] = shape.Fingerprint();
+    if (!plan.not_in_target.empty()) out["source_columns_not_in_target"] = plan.not_in_target;
+    const std::optional<RelayStatus> st = relay.Read(step_code);
+    json r = totals.ToJson();
+    r["epoch"] = half.epoch;
+    r["window_bytes"] = options.window_bytes;
+    r["peak_bytes"] = st ? st->peak_bytes : 0;
+    out["relayed"] = true;
+    out["relay"] = r;
+    spdlog::info("TABLE_SYNC_RELAYED_DONE step={} code={} epoch={} ranges={} chunks={} bytes={} peak_bytes={}",
+                 spec.step, step_code, half.epoch, totals.ranges, totals.chunks, totals.bytes_relayed,
+                 r["peak_bytes"].get<int64_t>());
+    json ref = {{"format", 2},
+                {"undo", "dsync_sync_chunk"},
+                {"target", spec.target},
+                {"table", spec.table},
+                {"step_code", step_code},
+                {"chunks", resume.records + side.records},
+                {"schema_fingerprint", shape.Fingerprint()},
+                {"schema", shape.ToJson()}};
+    return SyncResult{std::move(out), std::move(ref)};
+  } catch (const RelayFailed& e) {
+    throw PermanentError(spec.What(std::string("relay: ") + e.what()));
+  } catch (const PermanentError& e) {
+    try {
+      relay.SetState(half, "FAILED", std::string(e.what()).substr(0, 1000));
+    } catch (const std::exception& ignored) {
+      spdlog::warn("TABLE_SYNC_RELAY_FAIL_UNRECORDED step={} code={} err={}", spec.step, step_code, ignored.what());
+    }
+    throw;
+  } catch (const RelayLost& e) {
+    throw Interrupted(e.what());
+  } catch (const RelayStopped& e) {
+    throw Interrupted(e.what());
+  } catch (const RelayFormatError& e) {
+    throw PermanentError(spec.What(e.what()));
+  }
+}
+
+json RunRelayedSource(RunContext& ctx, const Spec& spec, const SourceHalfArgs& args, RelayTable& relay,
+                      const RelayedSyncOptions& options) {
+  ConnectionPool& src = ctx.Pool(spec.source);
+  const TableSchema s = Describe(src, spec, spec.source);
+  const TableShape s_full = FullShape(src, spec, s, "describe source");
+  // Why this half is not needed any more (nullopt: it was taken over by a later claim).
+  auto moved_on = [&]() -> std::optional<std::string> {
+    const std::optional<RelayStatus> st = relay.Read(args.step_code);
+    if (!st) return "the relay is gone";
+    if (st->epoch != args.epoch) return "epoch " + std::to_string(args.epoch) + " ended";
+    if (st->state == "DONE") return "the target half finished";
+    if (st->state == "FAILED") return "the target half failed: " + st->error.value_or("");
+    return std::nullopt;
+  };
+  RelayHalf half;
+  try {
+    half = relay.TakeSource(args.step_code, args.epoch, ctx.attempt(), options.node);
+    relay.PublishSchema(half, RelaySchemaJson(s, s_full));
+    const RelaySchema other = AwaitOther(ctx, relay, half, options.schema_wait_poll);
+    const TableSchema& t = other.schema;
+    Plan plan = MakePlan(spec, s, t);
+    Preflight(spec, plan, s, t, ShapeOf(s_full, plan.src_cols.names()),
+              ShapeOf(other.shape, plan.tgt_image.names()));
+    const Inner src_inner = DescribeSubqueryTables(src, spec, spec.source);
+    if (!src_inner.missing.empty()) throw PermanentError(src_inner.missing);
+    const BoundFilter src_filter{spec.where.sql, FilterValues(spec, args.payload, s, src_inner.schemas)};
+    DbSourceSide side(src, spec.table, plan.src_cols, plan.src_key, src_filter);
+    auto progress = [&](const json& p) { ctx.ReportProgress(p); };
+    RelaySource run(relay, half, side, OptionsFor(spec, options),
+                    RelayControl{ctx.clock(), ctx.stop_token(), progress});
+    json out = run.Run().ToJson();
+    out["half"] = "source";
+    out["epoch"] = args.epoch;
+    return out;
+  } catch (const PermanentError& e) {
+    // The target half cannot go on without this one: it fails the step with this error.
+    if (half.attempt > 0) {
+      try {
+        relay.SetState(half, "FAILED", std::string(e.what()).substr(0, 1000));
+      } catch (const std::exception&) {
+      }
+    }
+    throw;
+  } catch (const RelayFailed& e) {
+    return json{{"stopped", std::string("the target half failed: ") + e.what()}, {"epoch", args.epoch}};
+  } catch (const RelayLost& e) {
+    if (std::optional<std::string> why = moved_on()) return json{{"stopped", *why}, {"epoch", args.epoch}};
+    throw Interrupted(e.what());
+  } catch (const RelayStopped& e) {
+    throw Interrupted(e.what());
+  } catch (const RelayFormatError& e) {
+    throw PermanentError(spec.What(e.what()));
+  }
+}
+
+}  // namespace dsync::table

@@ -1,0 +1,75 @@
+// A table_sync step run relayed (docs/relay.md): the step's owner, on a node that
+// reaches the target but not the source, runs the target half (RunRelayedTarget); a
+// node that reaches the source runs the source half (RunRelayedSource) as an event of
+// its own, which the target half starts. The halves meet in the relay tables of the
+// framework database (table/relay_table.h) and follow table/relay.h's exchange.
+//
+//   // the step adapter, target half (saga/steps/table_steps.cc):
+//   table::SyncResult r = table::RunRelayedTarget(run, spec, chunks, relay, options,
+//                                                 [&](int epoch) { produce the source half's event });
+//   // the source half's step (saga/steps/relay_steps.cc):
+//   nlohmann::json out = table::RunRelayedSource(run, spec, source_args, relay, options);
+//
+// What a relayed run keeps from direct mode: the same schema checks (each half builds
+// the Plan from its own table and the other's published description), the same
+// statements on each database, and on the target the same chunk transactions
+// (table/target_writer.h: before-image, undo record, checkpoint and fence with every
+// chunk), so compensation, resume and conflict checks are the same, and a relayed and
+// a direct run of the same step may follow each other (a resumed run goes on from the
+// other's checkpoint). Not kept: the read-ahead and the adaptive chunk sizes (chunks
+// are cut by the source half, at most chunk_size rows and 2 MiB), and the pinned
+// integer column's exclusion from row hashes.
+//
+// Output: the direct mode's keys, plus "relayed": true and "relay": {"ranges",
+// "ranges_equal", "chunks", "rows_relayed", "bytes_relayed", "peak_bytes",
+// "window_bytes", "epoch"}.
+//
+// Thread safety: one run per call; a run's two halves are separate calls on separate
+// nodes.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "table/chunk_table.h"
+#include "table/relay.h"
+#include "table/relay_table.h"
+#include "table/run_context.h"
+#include "table/spec.h"
+#include "table/sync.h"
+
+namespace dsync::table {
+
+struct RelayedSyncOptions {
+  RelayOptions relay;                 // compare_rows / chunk_rows are set from the spec
+  int64_t window_bytes = 64 << 20;    // relayed bytes in flight per step
+  std::string node;                   // this node's address, recorded in the relay row
+  Millis schema_wait_poll{50};        // while waiting for the other half's description
+};
+
+// What the source half's event carries (its payload): which step of which event.
+struct SourceHalfArgs {
+  std::string step_code;
+  int epoch = 0;
+  nlohmann::json payload;  // the relayed event's payload (binds the filter's :names)
+  nlohmann::json ToJson() const;
+  // Throws PermanentError naming the missing field.
+  static SourceHalfArgs FromJson(const nlohmann::json& j);
+};
+
+// The target half. `start_source(epoch)` makes sure the source half's event of that
+// epoch exists (idempotent). Throws as RunSync; Interrupted when the relay was taken
+// over by a later claim of the step.
+SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunks, RelayTable& relay,
+                            const RelayedSyncOptions& options, const std::function<void(int epoch)>& start_source);
+
+// The source half (ctx: its own event's). Returns its totals, or {"stopped": why} when
+// the relay no longer needs it (its epoch ended, the target half finished or failed).
+// Throws Interrupted (stopped, or a later claim of this half took over), PermanentError,
+// DbError.
+nlohmann::json RunRelayedSource(RunContext& ctx, const Spec& spec, const SourceHalfArgs& args, RelayTable& relay,
+                                const RelayedSyncOptions& options);
+
+}  // namespace dsync::table
