@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/settings.h"
+#include "config/step_datasources.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -30,6 +31,7 @@
 #include "events/rows.h"
 #include "saga/commit_group.h"
 #include "saga/saga_engine.h"
+#include "saga/steps/table_steps.h"
 #include "saga/step_handler.h"
 #include "registry/heartbeat_publisher.h"
 #include "registry/node_directory.h"
@@ -186,6 +188,26 @@ std::map<std::string, TopicSettings> BuildableTopics(const Settings& s, consumer
   return good;
 }
 
+// What the node's table_sync steps need to run relayed (docs/relay.md).
+std::shared_ptr<const saga::RelayEnvironment> RelayEnvironmentFor(storage::ConnectionPool& pool, const Settings& s,
+                                                                  const std::map<std::string, TopicSettings>& topics,
+                                                                  const consumer::ConsumerOptions& o) {
+  auto env = std::make_shared<saga::RelayEnvironment>();
+  env->framework = &pool;
+  env->node = o.node_address;
+  env->service = s.service;
+  env->options.window_bytes = s.relay.window_bytes;
+  env->options.relay.poll = s.relay.poll_interval;
+  env->topics = topics;
+  return env;
+}
+
+// The node's topics and dsync's own: the source halves of relayed steps.
+std::map<std::string, TopicSettings> WithRelayTopic(std::map<std::string, TopicSettings> topics) {
+  topics.emplace(kRelaySourceTopic, saga::RelaySourceTopic());
+  return topics;
+}
+
 // A consumer node's parts, built in dependency order.
 struct NodeParts {
   saga::Plans plans;
@@ -195,10 +217,20 @@ struct NodeParts {
 
   NodeParts(storage::ConnectionPool& pool, const Settings& s, const std::map<std::string, TopicSettings>& topics,
             Clock& clock, const consumer::ConsumerOptions& o)
-      : plans(topics, saga::StepRegistry::WithBuiltins(topics)),
+      : plans(WithRelayTopic(topics),
+              saga::StepRegistry::WithBuiltins(topics, RelayEnvironmentFor(pool, s, topics, o))),
         datasources(s.datasources),
         engine(pool, plans, datasources, clock, o.node_address),
-        node(pool, engine, clock, o) {}
+        node(pool, engine, clock, ServingRelayTopic(o)) {}
+
+  // A node serving a list of topics serves the source halves of relayed steps too.
+  static consumer::ConsumerOptions ServingRelayTopic(consumer::ConsumerOptions o) {
+    const bool all = o.topics.empty() || std::find(o.topics.begin(), o.topics.end(), "*") != o.topics.end();
+    if (!all && std::find(o.topics.begin(), o.topics.end(), kRelaySourceTopic) == o.topics.end()) {
+      o.topics.push_back(kRelaySourceTopic);
+    }
+    return o;
+  }
 };
 
 int RunNode(const Invocation& inv) {

@@ -224,6 +224,18 @@ constexpr KeyDescriptor kKeys[] = {
      .doc = "UDP HOST:PORT the dispatcher receives wake-ups on; port 0 picks a free one. "
             "Loopback by default: only producers and nodes on this machine can wake it."},
 
+    // relay
+    {.path = "relay.window_bytes",
+     .field = Field<&Settings::relay, &RelaySettings::window_bytes>(),
+     .min = 1 << 20, .max = 16LL << 30,
+     .doc = "A table_sync step relayed through the framework database (no node reaches both its "
+            "source and its target; docs/relay.md) holds at most this many bytes of rows there at "
+            "once: the source half waits while it is full. 1 MiB to 16 GiB."},
+    {.path = "relay.poll_interval_ms",
+     .field = Field<&Settings::relay, &RelaySettings::poll_interval>(),
+     .min = 1, .max_ms = 10000,
+     .doc = "How long a relay half waits before it looks again when the other half is behind."},
+
     // retention
     {.path = "retention.enabled",
      .field = Field<&Settings::retention, &RetentionSettings::enabled>(),
@@ -699,6 +711,9 @@ void ParseTopics(const json& value, Settings& settings) {
     std::string where = "topics." + Printable(name);
     if (!IsTopicName(name)) {
       Fail(where, "topic name must be 1 to 50 characters of A-Z a-z 0-9 _ . -");
+    }
+    if (name.rfind("dsync.", 0) == 0) {
+      Fail(where, "topic names starting with \"dsync.\" are reserved for dsync's own topics");
     }
     settings.topics[name] = ParseTopic(topic, where);
   }

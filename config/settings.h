@@ -64,6 +64,11 @@ struct RetentionSettings {
   Millis busy_pause{2000};                          // retention.busy_pause_ms: between batches while the dispatcher assigns
 };
 
+struct RelaySettings {
+  int64_t window_bytes = 64LL << 20;  // relay.window_bytes: relayed bytes in flight per step (docs/relay.md). Default 64 MiB
+  Millis poll_interval{20};           // relay.poll_interval_ms: a relay half's wait when the other is behind. Default 20 ms
+};
+
 struct ConsumerSettings {
   Millis poll_interval{200};          // consumer.poll_interval_ms: how often a node looks for its events. Default 200 ms
   Millis drain_timeout{30000};        // consumer.drain_timeout_ms: on shutdown, how long running events may take. Default 30 s
@@ -114,6 +119,7 @@ struct Settings {
   ConsumerSettings consumer;          // consumer.*
   ApiSettings api;                    // api.*
   RetentionSettings retention;        // retention.*
+  RelaySettings relay;                // relay.*
   std::map<std::string, TopicSettings> topics;  // topics: name -> topic. Required when a file is given
 
   // Cross-field rules. Throws ConfigError with a one-line reason.

@@ -35,6 +35,18 @@ std::vector<std::string> CompensationDatasources(const StepSpec& spec) {
   return {names.begin(), names.end()};
 }
 
+std::vector<std::string> RelayedDatasources(const StepSpec& spec) {
+  std::set<std::string> names;
+  if (spec.type == "table_sync") AddParam(spec, "target", names);
+  return {names.begin(), names.end()};
+}
+
+std::vector<std::string> RelaySourceDatasources(const StepSpec& spec) {
+  std::set<std::string> names;
+  if (spec.type == "table_sync") AddParam(spec, "source", names);
+  return {names.begin(), names.end()};
+}
+
 std::string RouteKey(std::vector<std::string> names) {
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());

@@ -58,7 +58,10 @@ PlannerConfig PlannerConfigFromSettings(const Settings& settings) {
     p.ordered = topic.ordered;
     p.batch_limit = std::max(0, topic.batch_limit);
     p.datasources = TopicDatasources(topic);
-    for (const StepSpec& step : topic.steps) p.steps.push_back({step.name, StepDatasources(step)});
+    for (const StepSpec& step : topic.steps) {
+      p.steps.push_back(
+          {step.name, StepDatasources(step), RelayedDatasources(step), RelaySourceDatasources(step)});
+    }
     config.topics[name] = p;
   }
   return config;
@@ -152,15 +155,31 @@ void AssignmentPlanner::ComputeRouting() {
     std::vector<TopicPolicy::Step> steps = policy.steps;
     if (steps.empty()) steps.push_back({"", policy.datasources});
     bool every_step = !eligible.empty();
+    // Steps no live node reaches whole but that can run relayed: a node reaching the
+    // target runs it, and some live node (serving the topic or not: the source half is
+    // an event of its own topic) reaches the source.
+    std::vector<const TopicPolicy::Step*> relayed;
     for (const auto& step : steps) {
       const bool taken = std::any_of(eligible.begin(), eligible.end(),
                                      [&](const Node* n) { return n->Reaches(step.datasources); });
-      every_step = every_step && taken;
+      bool relay = false;
+      if (!taken && !step.relayed.empty()) {
+        relay = std::any_of(eligible.begin(), eligible.end(), [&](const Node* n) { return n->Reaches(step.relayed); }) &&
+                std::any_of(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.Reaches(step.relay_source); });
+        if (relay) relayed.push_back(&step);
+      }
+      every_step = every_step && (taken || relay);
     }
     if (every_step) {
       for (Node* n : eligible) {
-        const bool some_step = std::any_of(steps.begin(), steps.end(),
-                                           [&](const TopicPolicy::Step& st) { return n->Reaches(st.datasources); });
+        bool some_step = false;
+        for (const TopicPolicy::Step& st : steps) some_step = some_step || n->Reaches(st.datasources);
+        for (const TopicPolicy::Step* st : relayed) {
+          if (n->Reaches(st->relayed)) {
+            n->relays[topic].insert(RouteKey(st->datasources));
+            some_step = true;
+          }
+        }
         if (some_step) {
           n->per_step.insert(topic);
         } else {
@@ -348,7 +367,7 @@ std::vector<std::string> AssignmentPlanner::NextWork(const PendingEvent& e) cons
 bool AssignmentPlanner::CanTake(const std::string& address, const PendingEvent& e) const {
   const std::vector<std::string> needs = NextWork(e);
   return std::any_of(nodes_.begin(), nodes_.end(),
-                     [&](const Node& n) { return n.load.address == address && n.CanTake(e.topic, needs); });
+                     [&](const Node& n) { return n.load.address == address && n.CanTake(e.topic, needs, !e.route.empty()); });
 }
 
 int AssignmentPlanner::Choose(const PendingEvent& e, const TopicPolicy& policy, const std::vector<std::string>& needs) {
@@ -359,7 +378,7 @@ int AssignmentPlanner::Choose(const PendingEvent& e, const TopicPolicy& policy, 
 int AssignmentPlanner::ChooseAmong(const PendingEvent& e, const TopicPolicy& policy,
                                    const std::vector<std::string>& needs, bool use_prefetch) {
   auto usable = [&](const Node& n) {
-    return (use_prefetch ? n.free() : n.free_within_capacity()) > 0 && n.CanTake(e.topic, needs);
+    return (use_prefetch ? n.free() : n.free_within_capacity()) > 0 && n.CanTake(e.topic, needs, !e.route.empty());
   };
   int best = -1;
   switch (policy.strategy) {

@@ -72,6 +72,7 @@
 #include <vector>
 
 #include "config/settings.h"
+#include "config/step_datasources.h"
 #include "events/assign.h"
 
 namespace dsync::dispatcher {
@@ -95,6 +96,11 @@ struct TopicPolicy {
   struct Step {
     std::string name;
     std::vector<std::string> datasources;
+    // Relayable steps (table_sync): when no live node reaches all of `datasources`, a
+    // node reaching `relayed` (its target) runs it relayed, provided a node reaching
+    // `relay_source` (its source) is live for the source half (RelayedDatasources).
+    std::vector<std::string> relayed{};
+    std::vector<std::string> relay_source{};
   };
   std::vector<Step> steps;
 };
@@ -223,13 +229,22 @@ class AssignmentPlanner {
     // Topics routed per step this cycle that this node can run some step of: it takes
     // an event of them only when it reaches the event's next work.
     std::set<std::string> per_step;
+    // Per-step topics: the next work (a RouteKey) no live node reaches whole, that this
+    // node may run relayed (it reaches the step's target).
+    std::map<std::string, std::set<std::string>> relays;
     bool CanRun(const std::string& topic) const {
       return Serves(topic) && (blocked.empty() || blocked.count(topic) == 0);
     }
     bool Reaches(const std::vector<std::string>& names) const;
-    // CanRun, and for a per-step topic reaching `needs` (the event's next work).
-    bool CanTake(const std::string& topic, const std::vector<std::string>& needs) const {
-      return CanRun(topic) && (per_step.empty() || per_step.count(topic) == 0 || Reaches(needs));
+    // CanRun, and for a per-step topic reaching `needs` (the event's next work) or
+    // running it relayed; for a topic run direct, reaching the event's route when it has
+    // one (the source half of a relayed step: its route is the source).
+    bool CanTake(const std::string& topic, const std::vector<std::string>& needs, bool routed) const {
+      if (!CanRun(topic)) return false;
+      if (per_step.count(topic) == 0) return !routed || Reaches(needs);
+      if (Reaches(needs)) return true;
+      auto r = relays.find(topic);
+      return r != relays.end() && r->second.count(RouteKey(needs)) > 0;
     }
   };
 

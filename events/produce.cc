@@ -11,19 +11,20 @@ namespace {
 constexpr size_t kInsertChunk = 500;
 
 // Params: tenant_id, code, data_id, topic, payload, priority, max_retry, delay (µs)
-// twice, trace_id, batch_code, service.
+// twice, trace_id, batch_code, service, route.
 #define DSYNC_INSERT_EVENT_HEAD                                                                   \
   "INSERT INTO distribute_event\n"                                                                \
   "  (tenant_id, code, data_id, topic, payload, priority, max_retry, next_run_time, trace_id, "   \
-  "batch_code, service)\nVALUES "
+  "batch_code, service, route)\nVALUES "
 #define DSYNC_INSERT_EVENT_ROW \
-  "(?, ?, ?, ?, ?, ?, ?, IF(? > 0, NOW(3) + INTERVAL ? MICROSECOND, '1970-01-01 00:00:00.000'), ?, ?, ?)"
+  "(?, ?, ?, ?, ?, ?, ?, IF(? > 0, NOW(3) + INTERVAL ? MICROSECOND, '1970-01-01 00:00:00.000'), ?, ?, ?, ?)"
 constexpr const char* kInsertEvent = DSYNC_INSERT_EVENT_HEAD DSYNC_INSERT_EVENT_ROW;
 
 void AppendValues(std::vector<storage::Value>& out, const NewEventRow& e) {
   auto optional = [](const std::string& s) { return s.empty() ? storage::Value{} : storage::Value{s}; };
   out.insert(out.end(), {e.tenant_id, e.code, e.data_id, e.topic, e.payload, e.priority, e.max_retry,
-                         e.delay_us, e.delay_us, optional(e.trace_id), optional(e.batch_code), e.service});
+                         e.delay_us, e.delay_us, optional(e.trace_id), optional(e.batch_code), e.service,
+                         optional(e.route)});
 }
 
 // The default as information_schema shows it: MariaDB quotes a string default

@@ -41,6 +41,7 @@ struct NewEventRow {
   int64_t delay_us = 0;  // next_run_time = NOW(3) + delay (0: due at once)
   std::string trace_id, batch_code;
   std::string service;  // config `service`; required (the column's default serves plain-SQL producers)
+  std::string route;    // distribute_event.route (V018): what its first work needs; "" (NULL): the plan's
 };
 
 // The service a plain INSERT that names none gets (the column default of

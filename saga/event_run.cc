@@ -934,7 +934,12 @@ std::vector<std::string> EventRun::Needs(const StepState& step, bool compensate)
 bool EventRun::Reached(const StepState& step, bool compensate) const {
   if (!d_.reach) return true;
   const std::vector<std::string> needs = Needs(step, compensate);
-  return needs.empty() || d_.reach(needs);
+  if (needs.empty() || d_.reach(needs)) return true;
+  // A relayable step (table_sync) runs here relayed when this node reaches its target
+  // (docs/relay.md): the source half runs on a node reaching the source.
+  if (compensate || step.plan_step == nullptr) return false;
+  const std::vector<std::string> relayed = RelayedDatasources(step.plan_step->spec);
+  return !relayed.empty() && d_.reach(relayed);
 }
 
 std::optional<Outcome> EventRun::HandOnIfUnreached(size_t i, bool compensate) {

@@ -53,6 +53,8 @@
 
 namespace dsync::saga {
 
+struct RelayEnvironment;  // saga/steps/table_steps.h
+
 class PermanentStepError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -189,6 +191,10 @@ class StepRegistry {
   // The same, with the topics whose table_sync steps table_repair events may name
   // (the node's plans); without them every repair is refused.
   static StepRegistry WithBuiltins(const std::map<std::string, TopicSettings>& topics);
+  // The same on a node that can relay table_sync steps (saga/steps/table_steps.h
+  // RelayEnvironment; null: no relaying), with the relay_source step type.
+  static StepRegistry WithBuiltins(const std::map<std::string, TopicSettings>& topics,
+                                   std::shared_ptr<const RelayEnvironment> relay);
 
  private:
   std::map<std::string, Factory> factories_;

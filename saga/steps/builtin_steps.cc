@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "config/step_datasources.h"
 #include "saga/step_handler.h"
 #include "saga/steps/demo_step.h"
 #include "saga/steps/table_steps.h"
@@ -16,9 +17,17 @@ namespace dsync::saga {
 StepRegistry StepRegistry::WithBuiltins() { return WithBuiltins({}); }
 
 StepRegistry StepRegistry::WithBuiltins(const std::map<std::string, TopicSettings>& topics) {
+  return WithBuiltins(topics, nullptr);
+}
+
+StepRegistry StepRegistry::WithBuiltins(const std::map<std::string, TopicSettings>& topics,
+                                        std::shared_ptr<const RelayEnvironment> relay) {
   auto repairable = std::make_shared<const std::map<std::string, TopicSettings>>(topics);
   StepRegistry registry;
-  registry.Register("table_sync", [](const StepSpec& spec) { return MakeTableSyncStep(spec); });
+  registry.Register("table_sync", [relay](const StepSpec& spec) { return MakeTableSyncStep(spec, relay); });
+  if (relay) {
+    registry.Register(kRelaySourceStepType, [relay](const StepSpec& spec) { return MakeRelaySourceStep(spec, relay); });
+  }
   registry.Register("table_delete", [](const StepSpec& spec) { return MakeTableDeleteStep(spec); });
   registry.Register("table_verify", [](const StepSpec& spec) { return MakeTableVerifyStep(spec); });
   registry.Register("table_repair",

@@ -6,8 +6,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <optional>
+
+#include <spdlog/spdlog.h>
+
+#include "config/step_datasources.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "events/produce.h"
 #include "table/chunk_table.h"
 #include "table/delete.h"
 #include "table/run_context.h"
@@ -87,11 +94,37 @@ class TableStep : public StepHandler {
   SystemClock clock_;
 };
 
+// The topic and step name under which `spec` is configured among `topics` (any topic
+// holding an identical step serves: the source half only needs the step's keys).
+std::optional<std::pair<std::string, std::string>> FindStep(const std::map<std::string, TopicSettings>& topics,
+                                                             const StepSpec& spec) {
+  for (const auto& [name, topic] : topics) {
+    for (const StepSpec& s : topic.steps) {
+      if (s.name == spec.name && s.type == spec.type && s.params == spec.params) return std::make_pair(name, s.name);
+    }
+  }
+  return std::nullopt;
+}
+
 class TableSyncStep final : public TableStep {
  public:
-  using TableStep::TableStep;
+  explicit TableSyncStep(table::Spec spec, std::shared_ptr<const RelayEnvironment> relay = nullptr,
+                         std::optional<std::pair<std::string, std::string>> where = std::nullopt)
+      : TableStep(std::move(spec)), relay_(std::move(relay)), where_(std::move(where)) {}
 
   StepResult Execute(StepContext& ctx) override {
+    // Relayed when this node's config names the target but not the source (and the
+    // step is one of the node's configured steps, so a source half can find it).
+    if (relay_ && where_ && !ctx.datasources().Has(spec_.source) && ctx.datasources().Has(spec_.target)) {
+      return Guarded(ctx, [&](table::RunContext& run) {
+        table::RelayTable relay(*relay_->framework);
+        table::RelayedSyncOptions options = relay_->options;
+        options.node = relay_->node;
+        table::SyncResult r = table::RunRelayedTarget(run, spec_, chunk_table_, relay, options,
+                                                      [&](int epoch) { StartSourceHalf(ctx, epoch); });
+        return StepResult::Ok(std::move(r.output), std::move(r.compensation));
+      });
+    }
     return Guarded(ctx, [&](table::RunContext& run) {
       table::SyncResult r = table::RunSync(run, spec_, chunk_table_);
       return StepResult::Ok(std::move(r.output), std::move(r.compensation));
@@ -108,8 +141,91 @@ class TableSyncStep final : public TableStep {
   }
 
  private:
+  // The source half's event of `epoch` (produced once: its code is the epoch's).
+  void StartSourceHalf(StepContext& ctx, int epoch) {
+    nlohmann::json payload = table::SourceHalfArgs{ctx.idempotency_key(), epoch, ctx.payload()}.ToJson();
+    payload["topic"] = where_->first;
+    payload["step"] = where_->second;
+    events::NewEventRow row;
+    row.tenant_id = "dsync";
+    row.code = RelaySourceCode(ctx.idempotency_key(), epoch);
+    row.data_id = row.code;  // its own ordering key: never behind its parent's
+    row.topic = kRelaySourceTopic;
+    row.payload = payload.dump();
+    row.service = relay_->service;
+    row.route = RouteKey({spec_.source});
+    row.max_retry = RelaySourceTopic().max_retry;
+    relay_->framework->Run("produce relay source half", [&](storage::Connection& c) {
+      if (events::InsertEvent(c, row)) return;
+      auto topic = c.QueryString("SELECT topic FROM distribute_event WHERE code = ?", row.code);
+      if (topic != std::string(kRelaySourceTopic)) {
+        throw table::PermanentError("step '" + spec_.step + "': the relay's source half event code " + row.code +
+                                    " is taken by an event of another topic");
+      }
+    });
+    spdlog::info("RELAY_SOURCE_STARTED event={} step={} code={} epoch={} source_event={} route={}",
+                 ctx.event_code(), spec_.step, ctx.idempotency_key(), epoch, row.code, row.route);
+  }
+
   table::ChunkTable chunk_table_;
+  std::shared_ptr<const RelayEnvironment> relay_;
+  std::optional<std::pair<std::string, std::string>> where_;  // (topic, step) in relay_->topics
 };
+
+// The source half of a relayed table_sync (an event of kRelaySourceTopic).
+class RelaySourceStep final : public StepHandler {
+ public:
+  explicit RelaySourceStep(std::shared_ptr<const RelayEnvironment> relay) : relay_(std::move(relay)) {}
+
+  StepResult Execute(StepContext& ctx) override {
+    const nlohmann::json& p = ctx.payload();
+    if (!p.is_object() || !p.contains("topic") || !p["topic"].is_string() || !p.contains("step") ||
+        !p["step"].is_string()) {
+      return StepResult::Permanent("relay source half: its payload names no topic and step");
+    }
+    const std::string topic = p["topic"].get<std::string>();
+    const std::string step = p["step"].get<std::string>();
+    const StepSpec* found = nullptr;
+    auto t = relay_->topics.find(topic);
+    if (t != relay_->topics.end()) {
+      for (const StepSpec& s : t->second.steps) {
+        if (s.name == step && s.type == "table_sync") found = &s;
+      }
+    }
+    if (found == nullptr) {
+      return StepResult::Permanent("relay source half: no table_sync step '" + step + "' in topic '" + topic +
+                                   "' of this node's config");
+    }
+    StepRunContext run(ctx, clock_);
+    try {
+      const table::Spec spec = table::ParseSpec(*found, /*sync=*/true);
+      const table::SourceHalfArgs args = table::SourceHalfArgs::FromJson(p);
+      table::RelayTable relay(*relay_->framework);
+      table::RelayedSyncOptions options = relay_->options;
+      options.node = relay_->node;
+      return StepResult::Ok(table::RunRelayedSource(run, spec, args, relay, options));
+    } catch (const ConfigError& e) {
+      return StepResult::Permanent(e.what());
+    } catch (const table::PermanentError& e) {
+      return StepResult::Permanent(e.what());
+    } catch (const table::Interrupted& e) {
+      return StepResult::Transient(e.what());
+    } catch (const DbError& e) {
+      if (table::IsPermanent(e)) return StepResult::Permanent("relay source half of '" + step + "': " + e.what());
+      throw;
+    } catch (const UsageError& e) {  // the source is not configured here
+      return StepResult::Permanent("relay source half of '" + step + "': " + e.what());
+    }
+  }
+
+  // Its only effect is rows of the relay tables, which the target half owns.
+  StepResult Compensate(StepContext&) override { return StepResult::Ok(); }
+
+ private:
+  std::shared_ptr<const RelayEnvironment> relay_;
+  SystemClock clock_;
+};
+
 
 class TableDeleteStep final : public TableStep {
  public:
@@ -125,9 +241,44 @@ class TableDeleteStep final : public TableStep {
 
 }  // namespace
 
+TopicSettings RelaySourceTopic() {
+  TopicSettings t;
+  t.max_retry = 10;
+  t.ordered = false;
+  t.max_processing_time = Millis(3600 * 1000);
+  StepSpec step;
+  step.name = "source";
+  step.type = kRelaySourceStepType;
+  t.steps.push_back(step);
+  return t;
+}
+
+std::string RelaySourceCode(const std::string& step_code, int epoch) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a 64
+  for (unsigned char c : step_code) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return "relay:" + std::string(hex) + ":" + std::to_string(epoch);
+}
+
 std::unique_ptr<StepHandler> MakeTableSyncStep(const StepSpec& spec) {
   return std::make_unique<TableSyncStep>(table::ParseSpec(spec, /*sync=*/true));
 }
+
+std::unique_ptr<StepHandler> MakeTableSyncStep(const StepSpec& spec, std::shared_ptr<const RelayEnvironment> relay) {
+  std::optional<std::pair<std::string, std::string>> where;
+  if (relay) where = FindStep(relay->topics, spec);
+  return std::make_unique<TableSyncStep>(table::ParseSpec(spec, /*sync=*/true), std::move(relay), std::move(where));
+}
+
+std::unique_ptr<StepHandler> MakeRelaySourceStep(const StepSpec&, std::shared_ptr<const RelayEnvironment> relay) {
+  if (!relay || relay->framework == nullptr) throw ConfigError("config: relay_source steps are dsync's own");
+  return std::make_unique<RelaySourceStep>(std::move(relay));
+}
+
 
 std::unique_ptr<StepHandler> MakeTableDeleteStep(const StepSpec& spec) {
   return std::make_unique<TableDeleteStep>(table::ParseSpec(spec, /*sync=*/false));

@@ -169,18 +169,45 @@
 // Thread safety: a handler is shared by all workers; per-run state lives on the stack.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "config/settings.h"
 #include "saga/step_handler.h"
+#include "storage/connection_pool.h"
+#include "table/relay_sync.h"
 #include "table/spec.h"
 
 namespace dsync::saga {
 
+// What a node gives its table_sync steps so that they can run relayed (docs/relay.md):
+// when the node's config names the step's target but not its source, the step runs as
+// the target half and starts its source half as an event of the internal topic
+// kRelaySourceTopic (config/step_datasources.h), routed to a node reaching the source.
+struct RelayEnvironment {
+  storage::ConnectionPool* framework = nullptr;  // the framework database
+  std::string node;                              // this node's address
+  std::string service;                           // the source halves' events' service
+  table::RelayedSyncOptions options;             // window, polls
+  std::map<std::string, TopicSettings> topics;   // the node's topics: where a source half finds its step
+};
+
+// The internal topic of source halves as a node's plans hold it: one step of type
+// relay_source, unordered, 10 retries, an hour without progress before it is stuck.
+TopicSettings RelaySourceTopic();
+// The source half's event code for a step's relay epoch: "relay:<16 hex of the step
+// code's hash>:<epoch>" (event codes are at most 64 characters).
+std::string RelaySourceCode(const std::string& step_code, int epoch);
+
 // Throw ConfigError ("config: step 'docs' (table_sync): <reason>") for bad params.
 std::unique_ptr<StepHandler> MakeTableSyncStep(const StepSpec& spec);
+// The same, relayed when the node lacks the step's source (`relay` null: never).
+std::unique_ptr<StepHandler> MakeTableSyncStep(const StepSpec& spec, std::shared_ptr<const RelayEnvironment> relay);
+// The relay_source step: the source half of a relayed table_sync, its payload
+// table::SourceHalfArgs plus "topic" and "step" naming the step in relay->topics.
+std::unique_ptr<StepHandler> MakeRelaySourceStep(const StepSpec& spec, std::shared_ptr<const RelayEnvironment> relay);
 std::unique_ptr<StepHandler> MakeTableDeleteStep(const StepSpec& spec);
 
 // table_repair's sync (saga/steps/table_verify.h): the table_sync step `spec`, exactly
