@@ -1,6 +1,8 @@
 // Which of the config's datasources this node can reach, for its heartbeat metadata
 // (registry/node_metadata.h `datasources`, `datasource_errors`): the dispatcher gives a
-// node only events whose topic's datasources it reaches.
+// node only events whose next work it reaches (dispatcher/assignment_planner.h), and the
+// node's saga engine hands an event on before a step needing a datasource whose last
+// check failed (consumer/consumer_node.h).
 //
 //   consumer::DatasourceProber prober(urls, Millis(30000), clock, ConnectProbe, on_change);
 //   prober.Start();                 // checks each at once, then every interval

@@ -22,8 +22,10 @@
 //     event of the same (tenant_id, data_id) (idx_entity_status). So events that must
 //     wait never fill a page and block the ones behind them.
 //
-// Unroutable topics (AssignmentPlanner::Unroutable: no live node serves the topic,
-// reaches every datasource of its plan, or could build its plan; kind 'unroutable')
+// Unroutable topics (AssignmentPlanner::Unroutable: no live node serves the topic or
+// could build its plan, or neither routing tier finds takers: no node reaches every
+// datasource of its plan, and some step has no node reaching all it needs; kind
+// 'unroutable')
 // and unknown topics (PENDING events of a topic that neither the config defines nor
 // any live node serves, AssignmentPlanner::Known; kind 'unknown_topic', found by
 // one GROUP BY over the service's PENDING rows of idx_due every 10 s) are recorded in

@@ -1,8 +1,8 @@
-// The owner's transitions (docs/event-lifecycle.md items 3-5): claim, step success and
-// failure, compensate, retry with backoff, fail; and the step rows' statements. One
-// named function per statement on distribute_event and distribute_event_step, each
-// taking the connection of the caller's transaction. Used by the saga engine and its
-// commit groups (saga/).
+// The owner's transitions (docs/event-lifecycle.md items 3-5 and 7): claim, step success
+// and failure, compensate, retry with backoff, fail, hand on (per-step routing); and the
+// step rows' statements. One named function per statement on distribute_event and
+// distribute_event_step, each taking the connection of the caller's transaction. Used
+// by the saga engine and its commit groups (saga/).
 //
 // Fencing (docs/event-lifecycle.md): every event statement below is conditional on
 // the Fence (`id = ? AND version = ?`, events/fence.h). A status change returns the

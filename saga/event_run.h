@@ -1,5 +1,7 @@
 // One run of one event (internal to saga/): EventRun drives an event through its
-// claim, its forward steps and its compensation, following docs/event-lifecycle.md;
+// claim, its forward steps and its compensation, following docs/event-lifecycle.md,
+// and hands it on before a step (or compensation) this node does not reach (per-step
+// routing, item 7: Deps::reach);
 // EngineContext is the StepContext a handler sees; StepTx a step's own transaction.
 // SagaEngine (saga_engine.h) builds one EventRun per event (Run) or per batch slot
 // (RunBatch). EventRun and EngineContext call each other (a context asks its run for
