@@ -115,7 +115,7 @@ class ApiHttpTest : public ::testing::Test {
     return o;
   }
   void StartServer(HttpOptions o, app::MetricsComponents components = {}) {
-    server_ = std::make_unique<HttpServer>(store_, std::move(o), app::ComponentMetrics(components));
+    server_ = std::make_unique<HttpServer>(store_, std::move(o), clock_, app::ComponentMetrics(components));
     server_->Start();
     ASSERT_GT(server_->port(), 0);
   }
@@ -689,7 +689,7 @@ TEST_F(ApiHttpTest, DatabaseFailuresAre503WithoutDetails) {
   storage::ConnectionPool dead(url);
   EventStore store(dead, settings_);
   HttpOptions o = Options();
-  HttpServer server(store, o, app::ComponentMetrics({.pool = &dead}));
+  HttpServer server(store, o, clock_, app::ComponentMetrics({.pool = &dead}));
   server.Start();
   auto call = [&](const std::string& method, const std::string& path, const std::optional<std::string>& body) {
     Poco::Net::HTTPClientSession session("127.0.0.1", server.port());

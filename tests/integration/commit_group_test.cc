@@ -27,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "saga/commit_group.h"
 #include "saga/step_handler.h"
@@ -92,6 +93,7 @@ class CommitGroupTest : public testing::DbTest {
   void TearDown() override { EXPECT_SAGA_ORDER(pool()); }
 
   storage::ConnectionPool& pool() { return db_.pool(); }
+  SystemClock clock_;
 
 
   // An event RUNNING on kNode at `version` (attempt 1) with its one step EXECUTING.
@@ -233,7 +235,7 @@ TEST_F(CommitGroupTest, SixtyFourConcurrentMembersAllCommitInSharedGroups) {
   std::vector<Event> events;
   for (int i = 0; i < kThreads; ++i) events.push_back(MakeEvent("B" + std::to_string(i)));
 
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   std::vector<Result> results(kThreads, Result::kNotRun);
   std::latch start(kThreads);
   {
@@ -280,7 +282,7 @@ TEST_F(CommitGroupTest, FenceFailureOfOneMemberRollsBackTheWholeGroup) {
   std::vector<Event> events;
   for (int i = 0; i < kMembers; ++i) events.push_back(MakeEvent("F" + std::to_string(i)));
 
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   std::vector<Result> results(kMembers, Result::kNotRun);
   std::vector<uint64_t> conn_ids(kMembers, 0);
   std::atomic<int> written{0};
@@ -346,7 +348,7 @@ TEST_F(CommitGroupTest, AbandonRollsBackTheGroupWithTheAbandonedWrites) {
   Event spare = MakeEvent("SPARE");
   Event a = MakeEvent("A1");
   Event b = MakeEvent("B1");
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   Result b_result = Result::kNotRun;
   uint64_t a_conn = 0, b_conn = 0;
   {
@@ -384,7 +386,7 @@ TEST_F(CommitGroupTest, CommitWithoutMemberCommitsAndIsFenced) {
   Event stale = MakeEvent("N2");
   Event w = MakeEvent("W1");
   Event spare = MakeEvent("SPARE");
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
 
   // Alone, at its version: the step success commits.
   ASSERT_EQ(Try([&] { groups.Commit(nullptr, Success(ok)); }), Result::kOk);
@@ -434,7 +436,7 @@ TEST_F(CommitGroupTest, LaterMemberSeesRowsCommittedAfterTheGroupBegan) {
   Event spare = MakeEvent("SPARE");
   Event a = MakeEvent("R1");
   Event b = MakeEvent("R2");
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   Result a_result = Result::kNotRun, b_result = Result::kNotRun;
   uint64_t a_conn = 0, b_conn = 0;
   int64_t seen_by_a = -1, seen_by_b = -1;
@@ -485,7 +487,7 @@ TEST_F(CommitGroupTest, AMemberWhoseEventRowIsNotWrittenIsFencedByItsVersionToo)
     s.result_json.clear();
     return s;
   };
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   Result moved_result = Try([&] {
     auto m = groups.Join();
     WriteLedger(m->conn(), moved);
@@ -532,7 +534,7 @@ TEST_F(CommitGroupTest, GroupSessionsNeverReachThePoolsOtherUsers) {
   };
   std::vector<Event> events;
   for (int i = 0; i < 8; ++i) events.push_back(MakeEvent("S" + std::to_string(i)));
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   for (const Event& e : events) {
     auto m = groups.Join();
     group_sessions.insert(m->conn().server_id());
@@ -558,7 +560,7 @@ TEST_F(CommitGroupTest, AHeldGroupTakesEverySubmissionUntilItIsFull) {
   constexpr int kMax = 4;
   std::vector<Event> events;
   for (int i = 0; i < 2 * kMax + 1; ++i) events.push_back(MakeEvent("H" + std::to_string(i)));
-  CommitGroups groups(pool(), kNode, kMax);
+  CommitGroups groups(pool(), clock_, kNode, kMax);
 
   std::vector<CommitGroups::Ticket> tickets;
   {
