@@ -587,5 +587,64 @@ TEST_F(CommitGroupTest, AHeldGroupTakesEverySubmissionUntilItIsFull) {
   for (const Event& e : events) ExpectSucceeded(e, /*wrote=*/false);
 }
 
+// 9. A member that wrote nothing after all (a deferred claim that matched no row:
+// EngineContext::JoinGroup) leaves the group. Its statement changed no row, so the
+// transaction it leaves has nothing to undo: alone, its group ends empty and is not
+// counted as rolled back (CommitGroupStats); beside a member that commits, that member
+// commits. This is the group behind run_batch's "rolled_back 1" (issue 39 item 1):
+// before RunBatch held its group open, X's lost claim could be the only member of a
+// group, which then counted as a rollback though no one's work was in it.
+TEST_F(CommitGroupTest, AMemberThatWroteNothingLeavesWithoutARollback) {
+  Event lost = MakeEvent("L1");
+  Event ok = MakeEvent("L2");
+  Event spare = MakeEvent("SPARE");
+  CommitGroups groups(pool(), clock_, kNode);
+  // What a lost claim does in the group's transaction: an UPDATE at a version the event
+  // is no longer at, and nothing else.
+  auto claim_that_matches_nothing = [&](storage::Connection& c) {
+    EXPECT_EQ(c.Execute("UPDATE distribute_event SET status = 'RUNNING', version = version + 1 "
+                        "WHERE id = ? AND version = ?",
+                        lost.id, kVersion - 1),
+              0u);
+    // The transaction the member leaves has changed no row: a rollback undoes nothing.
+    EXPECT_EQ(c.QueryInt("SELECT COALESCE(SUM(trx_rows_modified), 0) FROM information_schema.INNODB_TRX "
+                         "WHERE trx_mysql_thread_id = CONNECTION_ID()").value_or(-1),
+              0);
+  };
+
+  // Alone: the group ends empty; not a rollback of anyone's work.
+  auto m = groups.Join();
+  claim_that_matches_nothing(m->conn());
+  groups.Leave(std::move(m));
+  ASSERT_TRUE(WaitFor([&] { return groups.stats().groups.load() == 1; })) << "the left group never ended";
+  EXPECT_EQ(groups.stats().members.load(), 1u);
+  EXPECT_EQ(groups.stats().rolled_back.load(), 0u);
+  ExpectUntouched(lost, kVersion);
+
+  // Beside a member that commits, in one group: that one commits, nothing rolls back.
+  Result ok_result = Result::kNotRun;
+  uint64_t lost_conn = 0, ok_conn = 0;
+  {
+    std::vector<std::jthread> threads;
+    CommitterHold hold(pool(), groups, spare, Success(spare));
+    ASSERT_TRUE(hold.blocked());
+    auto ml = groups.Join();
+    lost_conn = ml->conn().server_id();
+    claim_that_matches_nothing(ml->conn());
+    groups.Leave(std::move(ml));
+    auto mo = groups.Join();  // the same group: the committer cannot seal it yet
+    ok_conn = mo->conn().server_id();
+    WriteLedger(mo->conn(), ok);
+    CommitOnThread(threads, groups, std::move(mo), ok, ok_result);
+    EXPECT_EQ(hold.Release(), Result::kOk);
+  }
+  EXPECT_EQ(ok_result, Result::kOk) << ResultName(ok_result);
+  EXPECT_EQ(lost_conn, ok_conn) << "the leaver and OK were not in one group";
+  EXPECT_EQ(groups.stats().rolled_back.load(), 0u);
+  ExpectSucceeded(ok);
+  ExpectUntouched(lost, kVersion);
+  ExpectSucceeded(spare, /*wrote=*/false);
+}
+
 }  // namespace
 }  // namespace dsync::saga
