@@ -852,12 +852,12 @@ TEST_F(ApiHttpTest, MetricsOfAWholePipelineParseAndCarryEveryFamily) {
 TEST_F(ApiHttpTest, StartRejectsABadListenAddressAndABusyPort) {
   HttpOptions bad = Options();
   bad.listen = "not an address";
-  HttpServer s1(store_, bad);
+  HttpServer s1(store_, bad, clock_);
   EXPECT_THROW(s1.Start(), UsageError);
   StartServer();
   HttpOptions busy = Options();
   busy.listen = "127.0.0.1:" + std::to_string(server_->port());
-  HttpServer s2(store_, busy);
+  HttpServer s2(store_, busy, clock_);
   EXPECT_THROW(s2.Start(), Error);
   EXPECT_EQ(Get("/healthz").status, 200);
 }
