@@ -17,7 +17,6 @@
 
 namespace dsync::api {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 namespace {
@@ -42,8 +41,8 @@ struct HttpConnections::Connection {
   enum class Phase { kIdle, kHead, kBody, kLinger };
   int fd = -1;
   Phase phase = Phase::kIdle;
-  Clock::time_point since;     // start of the phase
-  Clock::time_point deadline;  // end of the phase
+  Clock::TimePoint since;     // start of the phase
+  Clock::TimePoint deadline;  // end of the phase
   std::string in;              // received, not yet consumed
   HttpRequest request;
   int64_t body_left = 0;       // Content-Length bodies
@@ -52,7 +51,7 @@ struct HttpConnections::Connection {
   bool closed = false;
 
   ~Connection() { CloseFd(fd); }
-  void StartIdle(Clock::time_point now, milliseconds idle) {
+  void StartIdle(Clock::TimePoint now, milliseconds idle) {
     phase = Phase::kIdle;
     since = now;
     deadline = now + idle;
@@ -66,7 +65,7 @@ struct HttpConnections::Connection {
 
 bool HttpResponder::WriteAll(std::string_view data) {
   if (failed_) return false;
-  const auto deadline = Clock::now() + write_timeout_;
+  const auto deadline = clock_.Now() + write_timeout_;
   while (!data.empty()) {
     const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -75,7 +74,7 @@ bool HttpResponder::WriteAll(std::string_view data) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - clock_.Now()).count();
       pollfd p{fd_, POLLOUT, 0};
       if (left > 0 && ::poll(&p, 1, static_cast<int>(left)) > 0 && !(p.revents & (POLLERR | POLLNVAL))) continue;
     }
@@ -124,8 +123,9 @@ void HttpResponder::End() {
 
 // ---- HttpConnections ----------------------------------------------------------------
 
-HttpConnections::HttpConnections(HttpService& service, HttpConnectionOptions options, HttpConnectionStats& stats)
-    : service_(service), options_(options), stats_(stats) {}
+HttpConnections::HttpConnections(HttpService& service, HttpConnectionOptions options, HttpConnectionStats& stats,
+                                 Clock& clock)
+    : service_(service), options_(options), stats_(stats), clock_(clock) {}
 
 HttpConnections::~HttpConnections() { Stop(); }
 
@@ -165,9 +165,9 @@ void HttpConnections::Wake() {
 
 void HttpConnections::IoLoop() {
   std::vector<pollfd> fds;
-  Clock::time_point accept_paused_until{};
+  Clock::TimePoint accept_paused_until{};
   while (!stopping_) {
-    auto now = Clock::now();
+    auto now = clock_.Now();
     {
       std::lock_guard lock(mu_);
       for (auto& c : returned_) {
@@ -187,7 +187,7 @@ void HttpConnections::IoLoop() {
     fds.push_back({wake_fds_[0], POLLIN, 0});
     const bool accepting = now >= accept_paused_until;
     fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
-    Clock::time_point next = now + milliseconds(1000);
+    Clock::TimePoint next = now + milliseconds(1000);
     for (const auto& c : connections_) {
       fds.push_back({c->fd, POLLIN, 0});
       next = std::min(next, c->deadline);
@@ -200,7 +200,7 @@ void HttpConnections::IoLoop() {
       std::this_thread::sleep_for(milliseconds(10));
       continue;
     }
-    now = Clock::now();
+    now = clock_.Now();
     if (fds[0].revents & POLLIN) {
       char buf[256];
       while (::read(wake_fds_[0], buf, sizeof buf) > 0) {
@@ -226,7 +226,7 @@ void HttpConnections::IoLoop() {
   connections_.clear();
 }
 
-bool HttpConnections::Accept(Clock::time_point now) {
+bool HttpConnections::Accept(Clock::TimePoint now) {
   for (int i = 0; i < 64; ++i) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -273,7 +273,7 @@ bool HttpConnections::Accept(Clock::time_point now) {
   return true;
 }
 
-bool HttpConnections::OnReadable(Connection& c, Clock::time_point now) {
+bool HttpConnections::OnReadable(Connection& c, Clock::TimePoint now) {
   char buf[kReadChunk];
   for (;;) {
     const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
@@ -299,7 +299,7 @@ bool HttpConnections::OnReadable(Connection& c, Clock::time_point now) {
   return false;
 }
 
-bool HttpConnections::Advance(Connection& c, Clock::time_point now) {
+bool HttpConnections::Advance(Connection& c, Clock::TimePoint now) {
   using Phase = Connection::Phase;
   for (;;) {
     switch (c.phase) {
@@ -413,7 +413,7 @@ bool HttpConnections::Advance(Connection& c, Clock::time_point now) {
   }
 }
 
-void HttpConnections::Refuse(Connection& c, const HttpReply& reply, bool close, Clock::time_point now) {
+void HttpConnections::Refuse(Connection& c, const HttpReply& reply, bool close, Clock::TimePoint now) {
   stats_.refused++;
   HttpHeaders headers = reply.headers;
   headers.insert(headers.begin(), {"Content-Type", reply.content_type});
@@ -438,7 +438,7 @@ void HttpConnections::Refuse(Connection& c, const HttpReply& reply, bool close, 
   c.lingered = 0;
 }
 
-void HttpConnections::Expire(Connection& c, Clock::time_point now) {
+void HttpConnections::Expire(Connection& c, Clock::TimePoint now) {
   using Phase = Connection::Phase;
   switch (c.phase) {
     case Phase::kIdle: stats_.timed_out_idle++; break;
@@ -473,7 +473,7 @@ void HttpConnections::WorkerLoop() {
       c = std::move(queue_.front());
       queue_.pop_front();
     }
-    HttpResponder out(c->fd, c->request.head.keep_alive && !stopping_, options_.write_timeout);
+    HttpResponder out(c->fd, c->request.head.keep_alive && !stopping_, options_.write_timeout, clock_);
     try {
       service_.Serve(c->request, out);
     } catch (const std::exception& e) {
@@ -483,7 +483,7 @@ void HttpConnections::WorkerLoop() {
     const bool keep = out.keep_alive_ && !out.failed_ && !stopping_;
     std::lock_guard lock(mu_);
     if (keep && !workers_stop_) {
-      c->StartIdle(Clock::now(), options_.idle_timeout);
+      c->StartIdle(clock_.Now(), options_.idle_timeout);
       returned_.push_back(std::move(c));
       Wake();
     } else {

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "api/http_wire.h"
+#include "core/clock.h"
 
 namespace dsync::api {
 
@@ -106,13 +107,14 @@ class HttpResponder {
 
  private:
   friend class HttpConnections;
-  HttpResponder(int fd, bool keep_alive, std::chrono::milliseconds write_timeout)
-      : fd_(fd), keep_alive_(keep_alive), write_timeout_(write_timeout) {}
+  HttpResponder(int fd, bool keep_alive, std::chrono::milliseconds write_timeout, Clock& clock)
+      : fd_(fd), keep_alive_(keep_alive), write_timeout_(write_timeout), clock_(clock) {}
   bool WriteAll(std::string_view data);
 
   int fd_;
   bool keep_alive_;
   std::chrono::milliseconds write_timeout_;
+  Clock& clock_;
   bool started_ = false;
   bool chunked_ = false;
   bool failed_ = false;
@@ -134,7 +136,11 @@ class HttpService {
 
 class HttpConnections {
  public:
-  HttpConnections(HttpService& service, HttpConnectionOptions options, HttpConnectionStats& stats);
+  // Every phase deadline and write deadline is read on `clock` (the server's). With a
+  // fake clock a deadline passes when the clock is advanced: the I/O thread looks at
+  // the clock at least once a second (real time), so it sees it within a second.
+  // `service`, `stats` and `clock` must outlive the connections.
+  HttpConnections(HttpService& service, HttpConnectionOptions options, HttpConnectionStats& stats, Clock& clock);
   ~HttpConnections();  // Stop()s
   HttpConnections(const HttpConnections&) = delete;
   HttpConnections& operator=(const HttpConnections&) = delete;
@@ -151,17 +157,18 @@ class HttpConnections {
   void IoLoop();
   void WorkerLoop();
   // False when accept() ran out of descriptors (accepting pauses briefly).
-  bool Accept(std::chrono::steady_clock::time_point now);
+  bool Accept(Clock::TimePoint now);
   // Both true when the connection went to a worker (the I/O thread must not touch it).
-  bool OnReadable(Connection& c, std::chrono::steady_clock::time_point now);
-  bool Advance(Connection& c, std::chrono::steady_clock::time_point now);
-  void Refuse(Connection& c, const HttpReply& reply, bool close, std::chrono::steady_clock::time_point now);
-  void Expire(Connection& c, std::chrono::steady_clock::time_point now);
+  bool OnReadable(Connection& c, Clock::TimePoint now);
+  bool Advance(Connection& c, Clock::TimePoint now);
+  void Refuse(Connection& c, const HttpReply& reply, bool close, Clock::TimePoint now);
+  void Expire(Connection& c, Clock::TimePoint now);
   void Wake();
 
   HttpService& service_;
   const HttpConnectionOptions options_;
   HttpConnectionStats& stats_;
+  Clock& clock_;
   int listen_fd_ = -1;
   int wake_fds_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};

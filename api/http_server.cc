@@ -73,8 +73,6 @@ const std::vector<HttpServer::RouteSpec>& HttpServer::Routes() {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
 // The progress document a stream sends.
 json Progress(const EventDetail& d) {
   int done = 0, compensated = 0;
@@ -205,8 +203,8 @@ HttpOptions HttpOptionsFromSettings(const ApiSettings& api) {
   return o;
 }
 
-HttpServer::HttpServer(EventStore& store, HttpOptions options, metrics::Registry components)
-    : store_(store), options_(std::move(options)), components_(std::move(components)) {}
+HttpServer::HttpServer(EventStore& store, HttpOptions options, Clock& clock, metrics::Registry components)
+    : store_(store), options_(std::move(options)), components_(std::move(components)), clock_(clock) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -272,7 +270,7 @@ void HttpServer::Start() {
   }
 
   HttpService& service = *this;
-  connections_ = std::make_unique<HttpConnections>(service, options_.connection, stats_.connections);
+  connections_ = std::make_unique<HttpConnections>(service, options_.connection, stats_.connections, clock_);
   connections_->Start(fd);
   started_ = true;
   std::string hosts;
@@ -446,7 +444,7 @@ void HttpServer::Refused(const HttpRequestHead* head, int status) {
 }
 
 void HttpServer::Serve(HttpRequest& request, HttpResponder& out) {
-  const auto started = Clock::now();
+  const auto started = clock_.Now();
   Request req;
   req.out = &out;
   Reply reply;
@@ -465,7 +463,7 @@ void HttpServer::Serve(HttpRequest& request, HttpResponder& out) {
     reply.headers.emplace_back("X-Content-Type-Options", "nosniff");
     if (!out.Send(reply)) spdlog::debug("HTTP_SEND_FAILED route={}", RouteName(req.route));
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  const double seconds = std::chrono::duration<double>(clock_.Now() - started).count();
   stats_.requests.Increment({RouteName(req.route), MethodLabel(req.method), std::to_string(status)});
   stats_.duration[static_cast<size_t>(req.route)].Observe(seconds);
   spdlog::debug("HTTP_REQUEST method={} route={} status={} ms={:.1f}", MethodLabel(req.method), RouteName(req.route),
@@ -660,14 +658,14 @@ HttpServer::Reply HttpServer::StreamEvent(Request& req) {
   auto write = [&out](const std::string& text) { return out.Write(text); };
 
   std::string last;
-  auto last_write = Clock::now();
+  auto last_write = clock_.Now();
   bool db_down = false;
   for (;;) {
     const std::string data = PublicDump(Progress(d));
     if (data != last) {
       if (!write("event: progress\ndata: " + data + "\n\n")) return {};  // the client left
       last = data;
-      last_write = Clock::now();
+      last_write = clock_.Now();
     }
     if (IsTerminal(d.event.status)) {
       write("event: end\ndata: " + data + "\n\n");
@@ -677,9 +675,9 @@ HttpServer::Reply HttpServer::StreamEvent(Request& req) {
       write("event: error\ndata: " + Dump(json{{"error", "the server is shutting down"}}) + "\n\n");
       return {};
     }
-    if (Clock::now() - last_write >= options_.stream_ping_interval) {
+    if (clock_.Now() - last_write >= options_.stream_ping_interval) {
       if (!write(": ping\n\n")) return {};
-      last_write = Clock::now();
+      last_write = clock_.Now();
     }
     try {
       d = store_.Get(code);
@@ -692,7 +690,7 @@ HttpServer::Reply HttpServer::StreamEvent(Request& req) {
       if (!db_down) spdlog::warn("HTTP_STREAM_DB_ERROR err={}", e.what());
       db_down = true;
       if (!write(": the database is unavailable; retrying\n\n")) return {};
-      last_write = Clock::now();
+      last_write = clock_.Now();
     }
   }
 }

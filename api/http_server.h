@@ -4,7 +4,7 @@
 //
 //   metrics::Registry components;   // the metric writers of this process's components (app/)
 //   components.Add([&](metrics::TextWriter& w) { storage::WriteMetrics(pool.stats(), w); });
-//   api::HttpServer server(store, api::HttpOptionsFromSettings(settings.api), std::move(components));
+//   api::HttpServer server(store, api::HttpOptionsFromSettings(settings.api), clock, std::move(components));
 //   server.Start();                 // binds; throws UsageError (bad listen) or Error (bind failed)
 //   ... wait for SIGTERM ...
 //   server.Stop();                  // ends streams, finishes requests, closes the socket
@@ -138,9 +138,11 @@ void WriteMetrics(const HttpStats& stats, metrics::TextWriter& w);
 
 class HttpServer final : private HttpService {
  public:
-  // `store` must outlive the server, and so must the components `components` reads
-  // (their writers run on each scrape of /metrics). Does not bind until Start().
-  HttpServer(EventStore& store, HttpOptions options, metrics::Registry components = {});
+  // `store` and `clock` must outlive the server, and so must the components
+  // `components` reads (their writers run on each scrape of /metrics). `clock` times
+  // the connections' phase deadlines (api/http_connections.h), requests, streams and
+  // the console's throughput history. Does not bind until Start().
+  HttpServer(EventStore& store, HttpOptions options, Clock& clock, metrics::Registry components = {});
   ~HttpServer() override;  // Stop()s
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -203,7 +205,7 @@ class HttpServer final : private HttpService {
   const HttpOptions options_;
   const metrics::Registry components_;
   HttpStats stats_;
-  SystemClock clock_;
+  Clock& clock_;
   console::ThroughputHistory throughput_{clock_};
   uint16_t port_ = 0;
   std::vector<std::string> allowed_hosts_;  // lower-case; empty: any

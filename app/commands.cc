@@ -306,7 +306,7 @@ struct ApiParts {
   api::HttpServer server;
 
   ApiParts(storage::ConnectionPool& pool, const Settings& s, Clock& clock, metrics::Registry metrics)
-      : store(pool, s), waker(pool, s.service, clock), server(store, ApiHttpOptions(s.api), std::move(metrics)) {
+      : store(pool, s), waker(pool, s.service, clock), server(store, ApiHttpOptions(s.api), clock, std::move(metrics)) {
     if (s.dispatcher.wakeups) store.OnProduced([this] { waker.Wake(); });
   }
 };

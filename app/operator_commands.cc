@@ -46,8 +46,8 @@ std::string When(const std::string& iso) {
 
 // --- produce ---------------------------------------------------------------
 
-std::string GeneratedBatchCode() {
-  auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+std::string GeneratedBatchCode(Clock& clock) {
+  auto now = std::chrono::system_clock::to_time_t(clock.WallNow());
   std::tm tm{};
   gmtime_r(&now, &tm);
   char stamp[32];
@@ -106,7 +106,7 @@ std::vector<api::NewEvent> ReadEventLines(std::istream& in, const std::string& n
   return events;
 }
 
-int RunProduceFile(const Invocation& inv, OperatorStore& s, const std::string& file) {
+int RunProduceFile(const Invocation& inv, OperatorStore& s, const std::string& file, Clock& clock) {
   for (const char* flag : {"event", "code", "topic", "tenant", "data-id", "payload", "priority", "delay-ms", "trace-id"}) {
     if (inv.Get(flag)) throw UsageError(std::string("--") + flag + " cannot be combined with --file");
   }
@@ -127,7 +127,7 @@ int RunProduceFile(const Invocation& inv, OperatorStore& s, const std::string& f
       throw UsageError("--file " + file + ": code '" + Shown(events[i].code) + "' appears twice; nothing was written");
     }
   }
-  const std::string batch = inv.Get("batch").value_or(GeneratedBatchCode());
+  const std::string batch = inv.Get("batch").value_or(GeneratedBatchCode(clock));
   // The completion event rides with the last transaction: when its row becomes
   // visible, every event of the batch is in.
   std::optional<api::OnComplete> on_complete;
@@ -169,7 +169,7 @@ int RunProduce(const Invocation& inv) {
   SystemClock clock;
   dispatcher::DispatcherWaker waker(*s.pool, s.settings.service, clock);
   if (s.settings.dispatcher.wakeups) s.store->OnProduced([&waker] { waker.Wake(); });
-  if (auto file = inv.Get("file")) return RunProduceFile(inv, s, *file);
+  if (auto file = inv.Get("file")) return RunProduceFile(inv, s, *file, clock);
   if (inv.Get("batch") || inv.Get("batch-size") || inv.Get("on-complete-topic") || inv.Get("on-complete-payload")) {
     throw UsageError("--batch, --batch-size and --on-complete-* need --file");
   }

@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
       api::EventStore store(pool, settings);
       api::HttpOptions o;
       o.listen = "127.0.0.1:0";
-      api::HttpServer server(store, o);
+      SystemClock clock;
+      api::HttpServer server(store, o, clock);
       server.Start();
       Measure("http://127.0.0.1:" + std::to_string(server.port()) + "/");
       server.Stop();

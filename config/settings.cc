@@ -337,7 +337,14 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "topics.<name>.max_processing_time_ms",
      .field = Field<&TopicSettings::max_processing_time>(),
      .min = 100,
-     .doc = "Longest an event may go without activity before it is treated as stuck. At least 100."},
+     .doc = "Longest an event may go without activity before it is treated as stuck: the sweeper resets it "
+            "once idle this long plus a grace of a tenth of it (at least 2 s), so a step attempt that overruns "
+            "its deadline (step_timeout_ms, by default this value) fails by its own deadline first. At least 100."},
+    {.path = "topics.<name>.step_timeout_ms",
+     .field = Field<&TopicSettings::step_timeout>(),
+     .min = 100, .no_default = true,
+     .doc = "Deadline of one attempt of a step (forward or compensation) without its own timeout_ms; "
+            "default: max_processing_time_ms. At least 100."},
     {.path = "topics.<name>.claim_timeout_ms",
      .field = Field<&TopicSettings::claim_timeout>(),
      .min = 100,
@@ -377,7 +384,7 @@ constexpr KeyDescriptor kKeys[] = {
      .doc = "Retries of this step; default: the topic's max_retry. At least 0."},
     {.path = "topics.<name>.steps[].timeout_ms",
      .field = Field<&StepSpec::timeout>(), .no_default = true,
-     .doc = "Deadline of one attempt of this step; default: the topic's max_processing_time_ms."},
+     .doc = "Deadline of one attempt of this step; default: the topic's step_timeout_ms."},
 };
 
 // ---- messages -------------------------------------------------------------------
@@ -794,8 +801,9 @@ void Settings::Validate() const {
     for (const auto& key : kKeys) {
       if (IsStructured(key) || key.field.scope != Scope::kTopic) continue;
       Target target{.topic = &topic};
-      Assign(key, CurrentValue(key, target), target,
-             "topics." + Printable(name) + "." + std::string(Leaf(key.path)));
+      const json value = CurrentValue(key, target);
+      if (key.no_default && value == 0) continue;  // unset: another key's value applies (step_timeout_ms)
+      Assign(key, value, target, "topics." + Printable(name) + "." + std::string(Leaf(key.path)));
     }
   }
 

@@ -91,7 +91,7 @@ struct StepSpec {
   std::string name;                   // steps[].name: required, unique within the topic, <= 50 characters
   std::string type;                   // steps[].type: required; table_sync, table_delete, demo or a registered type
   int max_retry = -1;                 // steps[].max_retry: retries of this step. Default -1: the topic's max_retry
-  Millis timeout{0};                  // steps[].timeout_ms: deadline of one attempt. Default 0: the topic's max_processing_time_ms
+  Millis timeout{0};                  // steps[].timeout_ms: deadline of one attempt. Default 0: the topic's step_timeout_ms
   nlohmann::json params = nlohmann::json::object();  // every other key of the step, verbatim. Default {}
 };
 
@@ -100,13 +100,24 @@ struct TopicSettings {
   int max_resets = 5;                 // max_resets: resets not charged to max_retry (node died, connection lost) an event may take; one more and it ends FAILED, >= 0. Default 5
   Millis backoff_base{1000};          // backoff_base_ms: delay before the first retry. Default 1 s
   Millis backoff_max{60000};          // backoff_max_ms: longest delay between retries. Default 60 s
-  Millis max_processing_time{300000}; // max_processing_time_ms: longest without activity before the event is stuck. Default 5 min
+  // max_processing_time_ms: longest without activity before the event is stuck: the
+  // sweeper resets a RUNNING/COMPENSATING event idle for longer than this plus a grace
+  // of a tenth of it, at least 2 s (dispatcher::SweeperIdleBound), so a step attempt
+  // whose deadline is this bound (step_timeout_ms's default) fails by its own deadline,
+  // charged to the step, before the sweeper would reset it. Default 5 min (+ 30 s grace)
+  Millis max_processing_time{300000};
+  // step_timeout_ms: deadline of one step attempt (forward or compensation) on its node,
+  // for steps without their own timeout_ms; at least 100. Default 0: max_processing_time_ms
+  Millis step_timeout{0};
   Millis claim_timeout{30000};       // claim_timeout_ms: longest ASSIGNED to a live node that does not claim it (does not serve the topic, or reports room) before the sweeper hands it back. Default 30 s (three heartbeats)
   int batch_limit = 0;                // batch_limit: most events of the topic per round. Default 0: dispatcher.batch_size
   int priority = 0;                   // priority: of new events; smaller runs first. Default 0
   std::string strategy = "least_load";  // strategy: least_load|weighted|least_connections|round_robin|consistent_hash. Default least_load
   bool ordered = true;                // ordered: one event per (tenant_id, data_id) at a time, in creation order. Default true
   std::vector<StepSpec> steps;        // steps: required, non-empty; run in order, compensated in reverse
+
+  // The deadline of one attempt of a step without its own timeout_ms.
+  Millis StepTimeout() const { return step_timeout.count() > 0 ? step_timeout : max_processing_time; }
 };
 
 struct Settings {

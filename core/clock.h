@@ -1,5 +1,7 @@
-// Process-local time, injected so that timing logic (backoff, intervals, watchdogs)
-// can be tested with a fake clock (tests/support/fake_clock.h) instead of sleeping.
+// Process-local time, injected so that timing logic (backoff, intervals, watchdogs,
+// deadlines) can be tested with a fake clock (tests/support/fake_clock.h) instead of
+// sleeping. Outside core/ no code reads std::chrono's clocks directly: components that
+// wait, time out or measure are handed a Clock by their owner (wired once in app/).
 //
 // Decisions that compare the clocks of different machines (liveness, lease expiry,
 // processing timeouts) never use a Clock: they are made in SQL with NOW(3).
@@ -20,8 +22,11 @@ using Millis = std::chrono::milliseconds;
 class Clock {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
+  using WallTime = std::chrono::system_clock::time_point;
   virtual ~Clock() = default;
   virtual TimePoint Now() = 0;
+  // Calendar time, for names and timestamps shown to people; never for intervals.
+  virtual WallTime WallNow() = 0;
   // Sleeps for `d` or until `stop` is requested. Returns false when stopped.
   virtual bool SleepFor(Millis d, std::stop_token stop) = 0;
   // Waits on `cv`, with `lock` held, until `done()` holds (other threads change its
@@ -37,6 +42,7 @@ class Clock {
 class SystemClock final : public Clock {
  public:
   TimePoint Now() override { return std::chrono::steady_clock::now(); }
+  WallTime WallNow() override { return std::chrono::system_clock::now(); }
   bool SleepFor(Millis d, std::stop_token stop) override;
   bool WaitFor(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock, std::stop_token stop,
                Millis d, const std::function<bool()>& done) override;

@@ -21,6 +21,10 @@ const char* ResetReasonName(ResetReason r) {
   return "node_offline";
 }
 
+Millis SweeperIdleBound(Millis max_processing_time) {
+  return max_processing_time + std::max<Millis>(Millis(2000), max_processing_time / 10);
+}
+
 SweeperOptions SweeperOptionsFromSettings(const Settings& settings) {
   SweeperOptions o;
   o.service = settings.service;
@@ -91,10 +95,12 @@ std::vector<ResetCandidate> EventSweeper::FindOrphaned(int limit) {
 std::vector<ResetCandidate> EventSweeper::FindTimedOut(int limit) {
   std::vector<ResetCandidate> out;
   for (const TimeoutGroup& g : groups_) {
+    const Millis bound = SweeperIdleBound(g.timeout);
     auto part = pool_.Run("find timed-out events", [&](storage::Connection& c) {
-      return Candidates(events::ReadTimedOut(c, options_.service, g.timeout, g.topics, g.unconfigured, configured_topics_, limit),
-                        ResetReason::kTimedOut, g.timeout);
+      return Candidates(events::ReadTimedOut(c, options_.service, bound, g.topics, g.unconfigured, configured_topics_, limit),
+                        ResetReason::kTimedOut, bound);
     });
+    for (ResetCandidate& c : part) c.grace = bound - g.timeout;
     out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
   }
   return out;
@@ -134,7 +140,8 @@ bool EventSweeper::Reset(const ResetCandidate& c) {
   switch (c.reason) {
     case ResetReason::kTimedOut:
       error = "reset (not charged): no activity for " + std::to_string(c.idle.count()) + " ms on node " + node +
-              " (max_processing_time_ms " + std::to_string(c.timeout.count()) + ")";
+              " (max_processing_time_ms " + std::to_string((c.timeout - c.grace).count()) + " + grace " +
+              std::to_string(c.grace.count()) + " ms)";
       break;
     case ResetReason::kNotClaimed:
       error = "reset: not claimed by node " + node + " for " + std::to_string(c.idle.count()) +

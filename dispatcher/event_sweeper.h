@@ -7,8 +7,14 @@
 //      its events, so they stay;
 //   3. timeout resets: RUNNING / COMPENSATING events whose last activity
 //      (modifier_time, refreshed by every fenced write of the owner; never the start
-//      time) is older than the topic's max_processing_time (topics missing from the
-//      config: the default, 300 s);
+//      time) is older than the topic's SweeperIdleBound: its max_processing_time
+//      (topics missing from the config: the default, 300 s) plus a grace. The grace
+//      keeps the sweeper from racing a step attempt's own deadline (the topic's
+//      step_timeout_ms, by default that same max_processing_time): the attempt's
+//      deadline counts from its start, which comes after the event's last activity by
+//      up to the engine's touch interval (1 s), and the node needs a moment to record
+//      the timed-out attempt; an attempt that overruns its deadline is then a failure
+//      charged to the step (a retry), not a reset by the sweeper;
 //   4. not-claimed hand-backs: ASSIGNED events older than the topic's claim_timeout
 //      (default 30 s) at a live node that does not claim them: its heartbeat says it
 //      does not serve the topic (restarted with other --topics), or that it had room
@@ -57,9 +63,14 @@ const char* ResetReasonName(ResetReason r);  // "node_offline", "timed_out", "no
 
 // An event found resettable (events::InFlightEvent: the (version, status) its reset
 // is conditional on, its holder, its idle time), and why.
+// The sweeper's idle bound for a topic whose max_processing_time is `max_processing_time`:
+// that plus a grace of a tenth of it, at least 2 s (300 s -> 330 s, 500 ms -> 2.5 s).
+Millis SweeperIdleBound(Millis max_processing_time);
+
 struct ResetCandidate : events::InFlightEvent {
   ResetReason reason = ResetReason::kNodeOffline;
-  Millis timeout{0};         // kTimedOut: the max_processing_time applied; kNotClaimed: the claim_timeout
+  Millis timeout{0};         // kTimedOut: the idle bound applied (SweeperIdleBound); kNotClaimed: the claim_timeout
+  Millis grace{0};           // kTimedOut: the grace in `timeout` (timeout - grace: the max_processing_time)
   std::string detail;        // kNotClaimed: why the node should have claimed it
 };
 
@@ -123,7 +134,7 @@ class EventSweeper {
 
  private:
   struct TimeoutGroup {
-    Millis timeout;
+    Millis timeout;         // max_processing_time, or claim_timeout
     std::string topics;     // comma list of configured topics with this timeout
     bool unconfigured;      // also topics missing from the config
   };

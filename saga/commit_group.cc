@@ -30,8 +30,8 @@ struct CommitGroups::Group {
 
 storage::Connection& CommitGroups::Member::conn() { return **group_->lease; }
 
-CommitGroups::CommitGroups(storage::ConnectionPool& pool, std::string node, int max_members)
-    : pool_(pool), node_(std::move(node)), max_members_(std::max(1, max_members)) {
+CommitGroups::CommitGroups(storage::ConnectionPool& pool, Clock& clock, std::string node, int max_members)
+    : pool_(pool), clock_(clock), node_(std::move(node)), max_members_(std::max(1, max_members)) {
   committer_ = std::jthread([this](std::stop_token stop) { CommitterLoop(stop); });
 }
 
@@ -53,7 +53,7 @@ CommitGroups::~CommitGroups() {
 
 storage::ConnectionPool::Lease CommitGroups::TakeConnection() {
   std::unique_ptr<storage::ConnectionPool::Lease> kept;
-  std::chrono::steady_clock::time_point since;
+  Clock::TimePoint since;
   {
     std::lock_guard lock(spare_mu_);
     kept = std::move(spare_);
@@ -61,7 +61,7 @@ storage::ConnectionPool::Lease CommitGroups::TakeConnection() {
   }
   if (kept) {
     // Checked as the pool checks its idle ones: the server may have closed it.
-    if (std::chrono::steady_clock::now() - since < kValidateAfter || (*kept)->Ping()) return std::move(*kept);
+    if (clock_.Now() - since < kValidateAfter || (*kept)->Ping()) return std::move(*kept);
     (*kept)->mark_broken();
     kept.reset();
   }
@@ -84,12 +84,12 @@ void CommitGroups::KeepConnection(storage::ConnectionPool::Lease lease) {
   std::lock_guard lock(spare_mu_);
   if (spare_) return;
   spare_ = std::make_unique<storage::ConnectionPool::Lease>(std::move(lease));
-  spare_since_ = std::chrono::steady_clock::now();
+  spare_since_ = clock_.Now();
 }
 
 void CommitGroups::DropIdleConnection() {
   std::lock_guard lock(spare_mu_);
-  if (spare_ && std::chrono::steady_clock::now() - spare_since_ >= kKeepIdle) spare_.reset();
+  if (spare_ && clock_.Now() - spare_since_ >= kKeepIdle) spare_.reset();
 }
 
 std::shared_ptr<CommitGroups::Group> CommitGroups::OpenGroup(std::unique_lock<std::mutex>& lock,

@@ -3,7 +3,7 @@
 // for all of them (steps SUCCESS, next steps EXECUTING, events touched or SUCCESS)
 // go in at most four multi-row statements just before it.
 //
-//   saga::CommitGroups groups(pool, "10.0.0.5:7001");
+//   saga::CommitGroups groups(pool, clock, "10.0.0.5:7001");
 //   auto m = groups.Join();                  // the turn on the open group's connection
 //   m->conn().Execute(...);                  // the handler's writes (StepContext::tx())
 //   groups.Commit(std::move(m), success);    // waits for the group's COMMIT
@@ -60,6 +60,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/clock.h"
 #include "events/transitions.h"
 #include "storage/connection_pool.h"
 
@@ -93,7 +94,9 @@ class CommitGroups {
   };
 
   // `max_members`: a group is sealed at this size even if members keep arriving.
-  CommitGroups(storage::ConnectionPool& pool, std::string node, int max_members = 128);
+  // `pool` and `clock` (the owner's: how long a kept connection was idle) must
+  // outlive the groups.
+  CommitGroups(storage::ConnectionPool& pool, Clock& clock, std::string node, int max_members = 128);
   ~CommitGroups();
   CommitGroups(const CommitGroups&) = delete;
   CommitGroups& operator=(const CommitGroups&) = delete;
@@ -161,6 +164,7 @@ class CommitGroups {
   void DropIdleConnection();
 
   storage::ConnectionPool& pool_;
+  Clock& clock_;
   const std::string node_;
   const int max_members_;
   CommitGroupStats stats_;
@@ -175,7 +179,7 @@ class CommitGroups {
   // The group connection kept between groups, and since when (spare_mu_).
   std::mutex spare_mu_;
   std::unique_ptr<storage::ConnectionPool::Lease> spare_;
-  std::chrono::steady_clock::time_point spare_since_;
+  Clock::TimePoint spare_since_;
   std::jthread committer_;
 };
 

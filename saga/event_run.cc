@@ -457,7 +457,7 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
     return a;
   }
   const StepSpec& spec = step.plan_step->spec;
-  const Millis timeout = spec.timeout.count() > 0 ? spec.timeout : topic().max_processing_time;
+  const Millis timeout = spec.timeout.count() > 0 ? spec.timeout : topic().StepTimeout();
   const Clock::TimePoint deadline = d_.clock.Now() + timeout;
   std::stop_source source;
   std::stop_callback on_shutdown(stop_, [&source] { source.request_stop(); });

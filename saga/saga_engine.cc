@@ -39,7 +39,7 @@ SagaEngine::SagaEngine(storage::ConnectionPool& pool, const Plans& plans, Dataso
                        Clock& clock, std::string node_address)
     : pool_(pool), plans_(plans), datasources_(datasources), clock_(clock),
       node_address_(std::move(node_address)), timer_(std::make_unique<DeadlineTimer>(clock)),
-      groups_(std::make_unique<CommitGroups>(pool, node_address_)), rng_(std::random_device{}()) {}
+      groups_(std::make_unique<CommitGroups>(pool, clock, node_address_)), rng_(std::random_device{}()) {}
 
 SagaEngine::~SagaEngine() = default;
 

@@ -71,7 +71,7 @@ class ConsoleBrowserTest : public ::testing::Test {
     o.connection.threads = 8;
     o.token = token;
     o.stream_poll_interval = 50ms;
-    auto server = std::make_unique<HttpServer>(store_, o);
+    auto server = std::make_unique<HttpServer>(store_, o, clock_);
     server->Start();
     return server;
   }

@@ -7,6 +7,9 @@
 # produces the completion event: exactly one, with the batch's counts, which the node
 # then runs. Also POST /v1/batches with on_complete, and its bad input.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r N1_PORT <<< "$(free_ports 1 | tr '\n' ' ')"
 
 port=$(free_port)
 write_config batch-e2e '{
@@ -39,7 +42,7 @@ wait_for '[[ -s $WORK/lock.out ]]' 10 "the test session holds the batch row"
 
 start_bg d1 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
 start_bg d2 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
-start_bg n1 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7601 --capacity 8
+start_bg n1 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:${N1_PORT} --capacity 8
 
 terminal() { sql "SELECT COUNT(*) FROM distribute_event WHERE batch_code = 'B1' AND status IN ('SUCCESS', 'FAILED', 'COMPENSATED')"; }
 wait_for '[[ $(terminal) == 1000 ]]' 120 "every event of the batch terminal"

@@ -10,6 +10,9 @@
 #  - Two services with one batch code each: each service's dispatcher completes its own
 #    batch with its own events' counts, and `dsync events --batch` counts its own.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r NA_PORT NB_PORT <<< "$(free_ports 2 | tr '\n' ' ')"
 
 TOPICS='{ "W": { "ordered": false, "steps": [ { "name": "w", "type": "demo" } ] },
           "DONE": { "steps": [ { "name": "d", "type": "demo" } ] } }'
@@ -48,8 +51,8 @@ expect_eq "$(sql "SELECT GROUP_CONCAT(CONCAT(service, '/', batch_code, '/', stat
 
 start_bg da "$DSYNC_BIN" dispatcher --config "$WORK/a.json"
 start_bg db "$DSYNC_BIN" dispatcher --config "$WORK/b.json"
-start_bg na "$DSYNC_BIN" node --config "$WORK/a.json" --node-address 127.0.0.1:7611 --capacity 4
-start_bg nb "$DSYNC_BIN" node --config "$WORK/b.json" --node-address 127.0.0.1:7612 --capacity 4
+start_bg na "$DSYNC_BIN" node --config "$WORK/a.json" --node-address 127.0.0.1:${NA_PORT} --capacity 4
+start_bg nb "$DSYNC_BIN" node --config "$WORK/b.json" --node-address 127.0.0.1:${NB_PORT} --capacity 4
 
 batch_status() { sql "SELECT status FROM distribute_batch WHERE service = '$1' AND batch_code = '$2'"; }
 wait_for '[[ $(batch_status svc-a HB) == CONFLICT ]]' 60 "service A's leader marks the hijacked batch CONFLICT"

@@ -9,6 +9,9 @@
 #  - node B, which reaches env_b, joins: the event runs to SUCCESS there and the
 #    target row equals the source row; the listing and the gauge clear.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r A_PORT B_PORT <<< "$(free_ports 2 | tr '\n' ' ')"
 
 with_datasources
 # On failure, show what the processes said.
@@ -44,14 +47,14 @@ grep -qF "unknown datasource 'env_z' (the config has: env_a, env_b)" "$WORK/err"
 dsync migrate >/dev/null
 port=$(free_port)
 start_bg all "$DSYNC_BIN" all --config "$WORK/dsync.json" --listen "127.0.0.1:$port" \
-  --node-address 127.0.0.1:7501 --datasources env_a
+  --node-address 127.0.0.1:${A_PORT} --datasources env_a
 # 30 s: under a loaded machine (other suites in parallel) a start may take a while.
 wait_for "curl -sf http://127.0.0.1:$port/healthz >/dev/null || ! kill -0 $PID_all" 30 "API up on $port"
 kill -0 "$PID_all" || fail "dsync all exited at start: $(tail -5 "$WORK/all.log")"
 
 # --- node A: reaches env_a only, reports the bad topic, serves the others ---------
-wait_for '[[ $(metadata_of 127.0.0.1:7501) == *"\"datasources\":[\"env_a\"]"* ]]' 10 "node A reports datasources [env_a]"
-md=$(metadata_of 127.0.0.1:7501)
+wait_for '[[ $(metadata_of 127.0.0.1:${A_PORT}) == *"\"datasources\":[\"env_a\"]"* ]]' 10 "node A reports datasources [env_a]"
+md=$(metadata_of 127.0.0.1:${A_PORT})
 [[ $md == *'"bad_topics":{"BROKEN":'*"unknown step type 'no_such_type'"* ]] || fail "bad_topics not in metadata: $md"
 pass "node A reports bad topic BROKEN in its heartbeat"
 grep -q "TOPIC_PLAN_INVALID .*topic=BROKEN .*steps\[0\] (odd): unknown step type 'no_such_type'" "$WORK/all.log" \
@@ -59,11 +62,11 @@ grep -q "TOPIC_PLAN_INVALID .*topic=BROKEN .*steps\[0\] (odd): unknown step type
 pass "node A logs the bad topic with its step and reason"
 errors=$(grep -E ' error +all\[' "$WORK/all.log" || true)
 [[ $(echo "$errors" | grep -c .) == 1 ]] || fail "expected exactly one ERROR line, got: $errors"
-md_topics=$(sql "SELECT JSON_EXTRACT(metadata, '$.topics') FROM distribute_node_registry WHERE node_address = '127.0.0.1:7501'")
+md_topics=$(sql "SELECT JSON_EXTRACT(metadata, '$.topics') FROM distribute_node_registry WHERE node_address = '127.0.0.1:${A_PORT}'")
 [[ $md_topics != *BROKEN* ]] || fail "node A still lists BROKEN among its topics: $md_topics"
 
 nodes=$(dsync nodes)
-echo "$nodes" | grep -E '^127\.0\.0\.1:7501 .* env_a$' >/dev/null || fail "dsync nodes row lacks env_a: $nodes"
+echo "$nodes" | grep -E "^127\\.0\\.0\\.1:${A_PORT} .* env_a\$" >/dev/null || fail "dsync nodes row lacks env_a: $nodes"
 echo "$nodes" | grep -qF "    bad topic BROKEN: config: topics.BROKEN.steps[0] (odd): unknown step type" || fail "dsync nodes: $nodes"
 json=$(dsync nodes --json)
 [[ $(echo "$json" | grep -c '"BROKEN"') == 1 && $json == *'"datasources": ['*'"env_a"'*']'* ]] || fail "dsync nodes --json: $json"
@@ -81,8 +84,8 @@ attention() {  # attention CODE -> "reason|detail"
 }
 wait_for '[[ $(attention sync-1) == unroutable* ]]' 10 "sync-1 listed as unroutable"
 row=$(attention sync-1)
-[[ $row == *"reaches every datasource it needs (env_a,env_b)"*"127.0.0.1:7501 lacks env_b"* ]] || fail "reason: $row"
-pass "v_events_needing_attention: sync-1 unroutable, 127.0.0.1:7501 lacks env_b"
+[[ $row == *"reaches every datasource it needs (env_a,env_b)"*"127.0.0.1:${A_PORT} lacks env_b"* ]] || fail "reason: $row"
+pass "v_events_needing_attention: sync-1 unroutable, 127.0.0.1:${A_PORT} lacks env_b"
 wait_for '[[ $(attention broken-1) == unroutable* ]]' 10 "broken-1 listed as unroutable"
 [[ $(attention broken-1) == *"plan failed to build on every live node serving it"*"unknown step type"* ]] \
   || fail "reason: $(attention broken-1)"
@@ -97,9 +100,9 @@ expect_eq "$(event_status sync-1)/$(event_status broken-1)" "PENDING/PENDING" "b
 expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event_step WHERE job_code IN ('sync-1', 'broken-1')")" 0 "no step ran"
 
 # --- node B reaches env_b: the event runs there ---------------------------------
-start_bg b "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7502 --topics SYNC
+start_bg b "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:${B_PORT} --topics SYNC
 wait_status sync-1 SUCCESS 15
-expect_eq "$(sql "SELECT node_address FROM distribute_event WHERE code = 'sync-1'")" 127.0.0.1:7502 "sync-1 ran on node B"
+expect_eq "$(sql "SELECT node_address FROM distribute_event WHERE code = 'sync-1'")" 127.0.0.1:${B_PORT} "sync-1 ran on node B"
 expect_eq "$(dbq "$TGT" "SELECT CONCAT(id, ':', name) FROM item ORDER BY id")" "1:from env_a" "target row synced"
 wait_for '[[ -z $(attention sync-1) ]]' 10 "sync-1 no longer listed"
 wait_for "! metrics_line 'dsync_events_unroutable\{topic=\"SYNC\"\} .*'" 15 "SYNC gauge gone"

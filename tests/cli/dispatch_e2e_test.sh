@@ -6,6 +6,9 @@
 # the leader frozen past its lease -> another takes over, no double assignment; a
 # MariaDB restart mid-dispatch -> everything continues without manual action.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r A_PORT B_PORT C_PORT X_PORT DRAINING_PORT <<< "$(free_ports 5 | tr '\n' ' ')"
 
 # A server of our own: this test restarts it, and others run in parallel.
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,16 +40,16 @@ count() { sql "SELECT COUNT(*) FROM distribute_event WHERE $1" 2>/dev/null; }
 
 "$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
 for d in 1 2 3; do start_bg "d$d" "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"; done
-node a 7301 1 W,O
-node b 7302 2 W,O
-node c 7303 4 W,O
-node x 7304 4 OTHER
+node a ${A_PORT} 1 W,O
+node b ${B_PORT} 2 W,O
+node c ${C_PORT} 4 W,O
+node x ${X_PORT} 4 OTHER
 # A draining node serving everything, kept alive by SQL heartbeats (an operator
 # drained it; it must get nothing new).
 sql "INSERT INTO distribute_node_registry (service_name, node_address, status, last_heartbeat_time, metadata)
-     VALUES ('dispatch-e2e', '127.0.0.1:7309', 2, NOW(3), '{\"capacity\": 100, \"topics\": [\"*\"]}')"
+     VALUES ('dispatch-e2e', '127.0.0.1:${DRAINING_PORT}', 2, NOW(3), '{\"capacity\": 100, \"topics\": [\"*\"]}')"
 ( while sleep 0.3; do
-    sql "UPDATE distribute_node_registry SET last_heartbeat_time = NOW(3) WHERE node_address = '127.0.0.1:7309'" 2>/dev/null || true
+    sql "UPDATE distribute_node_registry SET last_heartbeat_time = NOW(3) WHERE node_address = '127.0.0.1:${DRAINING_PORT}'" 2>/dev/null || true
   done ) &
 STARTED_PIDS+=($!)
 wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 4 ]]' 10 "four nodes online"
@@ -58,10 +61,10 @@ expect_eq "$(count "topic = 'W' AND NOT (version = 4 AND attempt = 1)")" 0 \
   "every event assigned once and claimed once (version 4, attempt 1)"
 expect_eq "$(sql "SELECT COUNT(*) FROM demo_ledger WHERE event_code LIKE 'w-%' AND applications = 1")" 5000 \
   "each event's effect applied exactly once"
-expect_eq "$(count "node_address IN ('127.0.0.1:7304', '127.0.0.1:7309')")" 0 \
+expect_eq "$(count "node_address IN ('127.0.0.1:${X_PORT}', '127.0.0.1:${DRAINING_PORT}')")" 0 \
   "the node without the topic and the draining node got nothing"
 share() { sql "SELECT ROUND(100 * COUNT(*) / 5000) FROM distribute_event WHERE topic = 'W' AND node_address = '127.0.0.1:$1'"; }
-sa=$(share 7301); sb=$(share 7302); sc=$(share 7303)
+sa=$(share ${A_PORT}); sb=$(share ${B_PORT}); sc=$(share ${C_PORT})
 echo "shares (% of 5000) for capacity 1:2:4 -> $sa:$sb:$sc (proportional: 14.3:28.6:57.1)"
 within() {  # within ACTUAL EXPECTED: |actual - expected| <= 10% of expected
   awk -v a="$1" -v e="$2" 'BEGIN { d = a - e; if (d < 0) d = -d; exit !(d <= 0.1 * e + 0.5) }'

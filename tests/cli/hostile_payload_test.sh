@@ -7,6 +7,9 @@
 # them. Every process stays up (PID alive afterwards), answers carry a clear marker, and
 # the node fails the hostile event permanently (no retry loop) and keeps working.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r NODE_PORT <<< "$(free_ports 1 | tr '\n' ' ')"
 
 write_config hostile '{
   "DEMO": { "max_retry": 3, "backoff_base_ms": 100, "backoff_max_ms": 400,
@@ -115,7 +118,7 @@ pass "produce: one clear line"
 
 # --- a node meets it ---------------------------------------------------------
 start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
-start_bg node "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7391
+start_bg node "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:${NODE_PORT}
 wait_for '[[ $(event_status deep) == FAILED ]]' 30 "'deep' FAILED (is \$(event_status deep))"
 expect_eq "$(sql "SELECT CONCAT(retry_count, '/', attempt <= 1) FROM distribute_event WHERE code = 'deep'")" "0/1" "failed at its first claim, never retried"
 [[ $(sql "SELECT last_error FROM distribute_event WHERE code = 'deep'") == "payload $MARKER; the event cannot run" ]] \

@@ -8,6 +8,9 @@
 # --from start` is refused naming it, and `dsync retry` resumes it from its last
 # committed chunk: SUCCESS, the target equal to the source, retry_count 0.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r N1_PORT N2_PORT <<< "$(free_ports 2 | tr '\n' ' ')"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, retry_count, last_error FROM distribute_event" >&2; sql "SELECT step_name, status, error_details FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
 with_datasources
@@ -29,7 +32,7 @@ changed() {
 
 big_tables 100000  # the target: an older copy, 10 % of the rows missing (the sync inserts them)
 dbq "$TGT" "CREATE TABLE before_sync LIKE big; INSERT INTO before_sync SELECT * FROM big"
-start_dispatch n1 7601
+start_dispatch n1 ${N1_PORT}
 
 produce big-1 '{"g": 1}' BIG
 wait_for '[[ $(chunks big-1 2>/dev/null) -ge 3 ]]' 120 "three chunks committed by n1"
@@ -45,7 +48,7 @@ expect_eq "$(sql "SELECT status FROM distribute_event_step WHERE job_code = 'big
 
 # The sweeper resets it (node offline): its one reset is over max_resets 0, so the next
 # owner's claim fails it, running nothing.
-start_node n2 7602
+start_node n2 ${N2_PORT}
 wait_for '[[ $(event_status big-1) == FAILED ]]' 120 "big-1 FAILED (is \$(event_status big-1))"
 expect_eq "$(sql "SELECT CONCAT(retry_count, ' ', reset_count) FROM distribute_event WHERE code = 'big-1'")" "0 1" \
   "the kill counted as a reset, not a retry"
@@ -56,7 +59,7 @@ expect_eq "$(sql "SELECT CONCAT(status, ' ', compensation_data) FROM distribute_
   "FAILED {}" "the interrupted step FAILED, counted as applied (compensation data {})"
 expect_eq "$(sql "SELECT CONCAT(JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[2].node')), ' ',
                   JSON_UNQUOTE(JSON_EXTRACT(process_log, '\$[2].why'))) FROM distribute_event WHERE code = 'big-1'")" \
-  "127.0.0.1:7601 reset (not charged): node 127.0.0.1:7601 offline" "process_log: the sweeper's reset after the kill, naming n1"
+  "127.0.0.1:${N1_PORT} reset (not charged): node 127.0.0.1:${N1_PORT} offline" "process_log: the sweeper's reset after the kill, naming n1"
 
 # The operator: --from start would apply the interrupted step's chunks again: refused.
 set +e

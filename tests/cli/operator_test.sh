@@ -6,6 +6,9 @@
 # the step timeline; retry re-drives FAILED/COMPENSATED events from the failed step or
 # from the start (and refuses others); drain makes a live node exit; --json is JSON.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r N1_PORT <<< "$(free_ports 1 | tr '\n' ' ')"
 
 write_config ops '{
   "DEMO": { "max_retry": 2, "backoff_base_ms": 50, "backoff_max_ms": 100, "ordered": false,
@@ -88,7 +91,7 @@ expect_fail 1 "no event 'missing'" "show unknown code" -- dsync events show miss
 
 # --- a pipeline: a permanent failure, compensated; retry re-drives it ---------------
 start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
-start_bg n1 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7301
+start_bg n1 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:${N1_PORT}
 dsync produce --topic DEMO --code poison --tenant t3 --data-id p --payload '{"demo": {"fail": {"s3": "permanent"}}}' >/dev/null
 wait_for '[[ $(event_status poison) == COMPENSATED ]]' 20 "poison compensated"
 wait_for '[[ $(dsync events --batch b-ops --json | jq .terminal) == 25 ]]' 30 "batch b-ops done"
@@ -147,11 +150,11 @@ expect_eq "$(sql "SELECT GROUP_CONCAT(applications ORDER BY step_name) FROM demo
 
 # --- drain: the node exits by itself ----------------------------------------
 expect_eq "$(dsync nodes --json | jq -r '.[0].status')" online "node online"
-out=$(dsync drain 127.0.0.1:7301)
-[[ $out == "node 127.0.0.1:7301 is draining"* ]] || fail "drain output: $out"
+out=$(dsync drain 127.0.0.1:${N1_PORT})
+[[ $out == "node 127.0.0.1:${N1_PORT} is draining"* ]] || fail "drain output: $out"
 wait_for '! kill -0 $PID_n1 2>/dev/null' 10 "drained node exits"
 rc=0; wait "$PID_n1" || rc=$?
 expect_eq "$rc" 0 "drained node exit code"
-expect_fail 1 "no live node '127.0.0.1:7301'" "drain of a node that is gone" -- dsync drain 127.0.0.1:7301
+expect_fail 1 "no live node '127.0.0.1:${N1_PORT}'" "drain of a node that is gone" -- dsync drain 127.0.0.1:${N1_PORT}
 expect_fail 2 "'dsync drain' needs ADDRESS" "drain without address" -- dsync drain
 echo "operator_test: all passed"

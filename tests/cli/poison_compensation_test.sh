@@ -11,9 +11,13 @@
 #  B: the compensation times out every time (the step's timeout_ms): FAILED after
 #     max_retry retries, with the reason.
 #  C: the compensation outlives the topic's max_processing_time_ms every time (no step
-#     timeout): that bound is also each attempt's deadline on the node, so FAILED after
-#     max_retry retries, the bound named (a sweeper reset on the way is no retry).
+#     timeout_ms, no step_timeout_ms): that bound is each attempt's deadline on the node,
+#     and the sweeper waits that bound plus its grace, so the node always times the
+#     attempt out first: FAILED after max_retry retries, the bound named, never reset.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r N1_PORT <<< "$(free_ports 1 | tr '\n' ' ')"
 
 write_config poison '{
   "DEMO": { "max_retry": 2, "max_resets": 2, "backoff_base_ms": 100, "backoff_max_ms": 200, "ordered": false,
@@ -25,16 +29,16 @@ write_config poison '{
             "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" } ] }
 }' '{"consumer": {"drain_timeout_ms": 2000, "capacity": 2}}'
 node_of() { sql "SELECT IFNULL(node_address, '') FROM distribute_event WHERE code = '$1'"; }
-start_dispatch n1 7701
+start_dispatch n1 ${N1_PORT}
 
 # --- A: the compensation kills its node each time --------------------------------
 produce crash '{"demo": {"fail": {"s2": "permanent"}, "compensation_sleep_ms": 60000}}'
 for round in 1 2 3; do
-  wait_for '[[ $(event_status crash) == COMPENSATING && $(node_of crash) == 127.0.0.1:7701 ]]' 30 \
+  wait_for '[[ $(event_status crash) == COMPENSATING && $(node_of crash) == 127.0.0.1:${N1_PORT} ]]' 30 \
     "round $round: the compensation of s1 running on n1"
   sleep 0.2
   kill9 "$PID_n1"
-  start_node n1 7701  # same address: its start hands back what the killed process held
+  start_node n1 ${N1_PORT}  # same address: its start hands back what the killed process held
   pass "round $round: n1 killed during the compensation and restarted"
 done
 wait_for '[[ $(event_status crash) == FAILED ]]' 30 "crash FAILED (is \$(event_status crash))"
@@ -68,17 +72,21 @@ pass "slow: FAILED after max_retry, the timeout named"
 expect_eq "$(sql "SELECT reason FROM v_events_needing_attention WHERE code = 'slow'")" failed "slow: listed in v_events_needing_attention"
 
 # --- C: the compensation outlives max_processing_time each time (no step timeout) ---
-# The topic's max_processing_time_ms is also each attempt's deadline on the node (a
-# step without timeout_ms), so the node times the compensation out itself: FAILED after
-# max_retry retries, the topic's bound named. The sweeper's idle bound is the same
-# 500 ms from the claim's modifier_time, so on a loaded machine it may reset an
-# attempt first: that is a reset (reset_count), not a failed compensation, and the
-# compensation runs again. Either way the event ends FAILED after max_retry + 1 failed
-# compensations, with its reason.
+# The topic's max_processing_time_ms (500 ms) is each attempt's deadline on the node
+# (step_timeout_ms's default; the step has no timeout_ms), so the node times the
+# compensation out itself: FAILED after max_retry retries, the topic's bound named.
+# The sweeper's idle bound is 500 ms plus its grace (at least 2 s), so it never resets
+# an attempt first (issue 39 item 5: when both were 500 ms, a loaded machine saw
+# either outcome): each of the attempts is a failure charged to the compensation, none
+# a reset.
 produce idle '{"demo": {"fail": {"s2": "permanent"}, "compensation_sleep_ms": 1500}}' IDLE
 wait_for '[[ $(event_status idle) == FAILED ]]' 40 "idle FAILED (is \$(event_status idle))"
 expect_eq "$(sql "SELECT compensation_retry_count FROM distribute_event_step WHERE job_code = 'idle' AND step_name = 's1'")" 3 \
   "idle: the three timed-out compensations counted on s1 (max_retry + 1)"
+expect_eq "$(sql "SELECT reset_count FROM distribute_event WHERE code = 'idle'")" 0 \
+  "idle: never reset by the sweeper (its bound is above the attempt's deadline)"
+expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE code = 'idle' AND process_log LIKE '%no activity for%'")" 0 \
+  "idle: no timed-out reset in the process_log"
 idle_error=$(sql "SELECT last_error FROM distribute_event WHERE code = 'idle'")
 [[ $idle_error == "compensation of 's1' failed: compensation retries exhausted (3 failures): timed out after 500 ms"* ]] \
   || fail "idle: last_error $idle_error"

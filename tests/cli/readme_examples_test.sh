@@ -9,6 +9,9 @@
 # the test when it exits non-zero (the README's curl commands use --fail-with-body,
 # so an HTTP error fails them) or when a SQL statement errors.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r NODE_PORT <<< "$(free_ports 1 | tr '\n' ' ')"
 : "${DSYNC_SOURCE_DIR:?DSYNC_SOURCE_DIR is not set: run via ctest}"
 readme=$DSYNC_SOURCE_DIR/README.md
 
@@ -36,7 +39,7 @@ write_config readme '{
   "DOC_UPDATE": { "steps": [ { "name": "doc", "type": "demo" } ] }
 }' '{"consumer": {"capacity": 4}}'
 "$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
-start_bg all "$DSYNC_BIN" all --config "$WORK/dsync.json" --listen "127.0.0.1:$port" --node-address 127.0.0.1:7401
+start_bg all "$DSYNC_BIN" all --config "$WORK/dsync.json" --listen "127.0.0.1:$port" --node-address 127.0.0.1:${NODE_PORT}
 wait_for "curl -sf http://127.0.0.1:$port/healthz >/dev/null" 15 "API up on $port"
 
 # The retry example re-drives DOC_UPDATE-103: make it a compensated failure first.

@@ -13,6 +13,9 @@
 #     few seconds: the blocked statement is killed, the event handed back uncharged.
 #  D: the same for a table_delete step blocked on a row of its target datasource.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r N1_PORT N2_PORT N3_PORT <<< "$(free_ports 3 | tr '\n' ' ')"
 with_datasources
 
 write_config retry_accounting '{
@@ -25,16 +28,16 @@ write_config retry_accounting '{
 }' "$DATASOURCES" '{"consumer": {"drain_timeout_ms": 1000, "capacity": 2}}'
 node_of() { sql "SELECT IFNULL(node_address, '') FROM distribute_event WHERE code = '$1'"; }
 event_col() { sql "SELECT $2 FROM distribute_event WHERE code = '$1'"; }
-start_dispatch n1 7801
+start_dispatch n1 ${N1_PORT}
 
 # --- A: two kill -9s of the node running it use no retry ---------------------------
 produce crash '{"demo": {"sleep_ms": 1500}}' ONCE
 for round in 1 2; do
-  wait_for '[[ $(event_status crash) == RUNNING && $(node_of crash) == 127.0.0.1:7801 ]]' 30 \
+  wait_for '[[ $(event_status crash) == RUNNING && $(node_of crash) == 127.0.0.1:${N1_PORT} ]]' 30 \
     "round $round: crash running on n1"
   sleep 0.3
   kill9 "$PID_n1"
-  start_node n1 7801  # same address, previous process dead: hands back and takes over
+  start_node n1 ${N1_PORT}  # same address, previous process dead: hands back and takes over
   pass "round $round: n1 killed mid-step and restarted under its address"
 done
 wait_for '[[ $(event_status crash) == SUCCESS ]]' 30 "crash SUCCESS (is \$(event_status crash))"
@@ -52,18 +55,18 @@ pass "dsync events show tells retries and resets apart"
 
 # --- B: a second node under a live node's address is refused ---------------------
 produce busy '{"demo": {"sleep_ms": 3000}}' ONE
-wait_for '[[ $(event_status busy) == RUNNING && $(node_of busy) == 127.0.0.1:7801 ]]' 30 "busy running on n1"
+wait_for '[[ $(event_status busy) == RUNNING && $(node_of busy) == 127.0.0.1:${N1_PORT} ]]' 30 "busy running on n1"
 version=$(event_col busy version)
 set +e
-timeout 20 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:7801 >"$WORK/dup.out" 2>"$WORK/dup.err"
+timeout 20 "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address 127.0.0.1:${N1_PORT} >"$WORK/dup.out" 2>"$WORK/dup.err"
 rc=$?
 set -e
 [[ $rc == 1 ]] || { cat "$WORK/dup.err" >&2; fail "the duplicate node exited $rc, not 1"; }
 expect_eq "$(wc -l < "$WORK/dup.err")" 1 "the refusal is one line"
-grep -q "^dsync: node address 127.0.0.1:7801 (service retry_accounting) is in use by a live node (host .*, pid $PID_n1, last heartbeat [0-9]* ms ago)" "$WORK/dup.err" \
+grep -q "^dsync: node address 127.0.0.1:${N1_PORT} (service retry_accounting) is in use by a live node (host .*, pid $PID_n1, last heartbeat [0-9]* ms ago)" "$WORK/dup.err" \
   || { cat "$WORK/dup.err" >&2; fail "the refusal names the live holder"; }
 pass "a second node under a live address is refused: $(cat "$WORK/dup.err")"
-expect_eq "$(event_status busy) $(node_of busy) $(event_col busy version)" "RUNNING 127.0.0.1:7801 $version" \
+expect_eq "$(event_status busy) $(node_of busy) $(event_col busy version)" "RUNNING 127.0.0.1:${N1_PORT} $version" \
   "busy untouched on n1 (same version)"
 kill -0 "$PID_n1" || fail "n1 died"
 wait_for '[[ $(event_status busy) == SUCCESS ]]' 30 "busy SUCCESS"
@@ -114,12 +117,12 @@ pass "the drain ended in $took ms (timeout 1000 ms) although the step was blocke
 grep -q NODE_DRAIN_KILLED_STATEMENTS "$WORK/n1.log" || fail "no NODE_DRAIN_KILLED_STATEMENTS in n1's log"
 expect_eq "$(event_status blk) $(node_of blk)" "PENDING " "blk handed back"
 expect_eq "$(event_col blk 'retry_count + reset_count')" 0 "blk: the drain charged nothing"
-[[ $(event_col blk last_error) == "reset (not charged): drain timed out on node 127.0.0.1:7801" ]] \
+[[ $(event_col blk last_error) == "reset (not charged): drain timed out on node 127.0.0.1:${N1_PORT}" ]] \
   || fail "blk last_error: $(event_col blk last_error)"
 pass "blk: last_error says the drain charged nothing"
 # The lock goes away; a node runs blk to the end, once.
 sql "KILL $(session_of "SELECT SLEEP(60)" "$SCHEMA")" || true
-start_node n2 7802
+start_node n2 ${N2_PORT}
 wait_for '[[ $(event_status blk) == SUCCESS ]]' 30 "blk SUCCESS on n2"
 expect_eq "$(sql "SELECT applications FROM demo_ledger WHERE idempotency_key = 'blk#1'")" 1 "blk applied once"
 
@@ -144,7 +147,7 @@ expect_eq "$rc" 0 "n2 exits 0 after its drain"
 pass "the drain ended in $took ms although the step was blocked in its target datasource"
 expect_eq "$(event_status del-1) $(event_col del-1 'retry_count + reset_count')" "PENDING 0" "del-1 handed back, nothing charged"
 sql "KILL $(session_of "SELECT SLEEP(61)" "$TGT")" || true
-start_node n3 7803
+start_node n3 ${N3_PORT}
 wait_for '[[ $(event_status del-1) == SUCCESS ]]' 30 "del-1 SUCCESS on n3"
 expect_eq "$(dbq "$TGT" "SELECT GROUP_CONCAT(id) FROM t")" 2 "row 1 deleted once, row 2 kept"
 

@@ -5,6 +5,9 @@
 # SIGSTOP past the offline timeout, SIGTERM drain. Checked with SQL: statuses,
 # step history, demo_ledger (each effect applied exactly once), saga order.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r N1_PORT N2_PORT N3_PORT <<< "$(free_ports 3 | tr '\n' ' ')"
 
 write_config e2e '{
   "DEMO": {
@@ -27,8 +30,8 @@ ledger_ok() {  # every ledger row of the event applied exactly once, N rows
 
 dsync migrate >/dev/null
 start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
-start_node n1 7201
-start_node n2 7202
+start_node n1 ${N1_PORT}
+start_node n2 ${N2_PORT}
 wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 2 ]]' 10 "two nodes online"
 
 # --- A: plain 3-step events all succeed, spread over both nodes ----------------
@@ -70,7 +73,7 @@ expect_eq "$(sql "SELECT COUNT(*) FROM v_events_needing_attention WHERE code = '
 produce killed '{"demo": {"sleep_ms": 700}}'
 wait_for '[[ $(sql "SELECT status FROM distribute_event_step WHERE job_code = '"'killed'"' AND step_name = '"'s2'"'") == EXECUTING ]]' 20 "killed: s2 executing"
 victim=$(node_of killed)
-[[ $victim == 127.0.0.1:7201 ]] && victim_name=n1 || victim_name=n2
+[[ $victim == 127.0.0.1:${N1_PORT} ]] && victim_name=n1 || victim_name=n2
 first_attempt=$(sql "SELECT attempt FROM distribute_event WHERE code = 'killed'")
 eval "kill9 \$PID_$victim_name"
 wait_status killed SUCCESS 30
@@ -87,7 +90,7 @@ wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status =
 produce restarted '{"demo": {"sleep_ms": 600}}'
 wait_for '[[ $(sql "SELECT status FROM distribute_event_step WHERE job_code = '"'restarted'"' AND step_name = '"'s1'"'") == EXECUTING ]]' 20 "restarted: s1 executing"
 owner=$(node_of restarted)
-[[ $owner == 127.0.0.1:7201 ]] && owner_name=n1 || owner_name=n2
+[[ $owner == 127.0.0.1:${N1_PORT} ]] && owner_name=n1 || owner_name=n2
 eval "kill9 \$PID_$owner_name"
 start_node "$owner_name" "${owner##*:}"
 # Handed back at the restart, long before the 1.5 s offline timeout could expire.
@@ -97,12 +100,12 @@ wait_status restarted SUCCESS 30
 ledger_ok restarted 3
 
 # --- H: a node frozen past the offline timeout writes nothing after it thaws ----
-start_node n3 7203
+start_node n3 ${N3_PORT}
 wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 3 ]]' 10 "three nodes online"
 produce frozen '{"demo": {"sleep_ms": 800}}'
 wait_for '[[ $(sql "SELECT status FROM distribute_event_step WHERE job_code = '"'frozen'"' AND step_name = '"'s2'"'") == EXECUTING ]]' 20 "frozen: s2 executing"
 fowner=$(node_of frozen)
-case $fowner in *7201) fname=n1 ;; *7202) fname=n2 ;; *) fname=n3 ;; esac
+case $fowner in *${N1_PORT}) fname=n1 ;; *${N2_PORT}) fname=n2 ;; *) fname=n3 ;; esac
 eval "fpid=\$PID_$fname"
 kill -STOP "$fpid"
 wait_status frozen SUCCESS 30
@@ -116,11 +119,11 @@ pass "frozen node discarded its late result"
 
 # --- I: SIGTERM drains cleanly --------------------------------------------------
 for i in $(seq 1 6); do produce "drain-$i" '{"demo": {"sleep_ms": 200}}'; done
-wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE '"'drain-%'"' AND status = '"'RUNNING'"' AND node_address = '"'127.0.0.1:7203'"'") -ge 1 ]]' 20 "n3 running a drain event"
+wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE '"'drain-%'"' AND status = '"'RUNNING'"' AND node_address = '"'127.0.0.1:${N3_PORT}'"'") -ge 1 ]]' 20 "n3 running a drain event"
 kill -TERM "$PID_n3"
 rc=0; wait "$PID_n3" || rc=$?
 expect_eq "$rc" 0 "n3 exits 0 after SIGTERM"
-expect_eq "$(sql "SELECT status FROM distribute_node_registry WHERE node_address = '127.0.0.1:7203'")" 0 "n3 offline after the drain"
+expect_eq "$(sql "SELECT status FROM distribute_node_registry WHERE node_address = '127.0.0.1:${N3_PORT}'")" 0 "n3 offline after the drain"
 wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_event WHERE code LIKE '"'drain-%'"' AND status = '"'SUCCESS'"'") == 6 ]]' 30 "all drain events SUCCESS"
 
 # --- everything terminal, saga order holds, nothing applied twice ---------------

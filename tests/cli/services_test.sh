@@ -8,6 +8,9 @@
 # Events name their service in the `service` column; a plain INSERT that names none
 # belongs to the service whose `dsync migrate` created the schema.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r ALPHA1_PORT ALPHA2_PORT BETA1_PORT BETA2_PORT <<< "$(free_ports 4 | tr '\n' ' ')"
 
 config() {  # config SERVICE -> $WORK/SERVICE.json, a config file for that service
   CONFIG_FILE="$WORK/$1.json" write_config "$1" '{
@@ -19,8 +22,8 @@ config alpha
 config beta
 count() { sql "SELECT COUNT(*) FROM distribute_event WHERE $1"; }
 # The addresses of each service's nodes, as SQL lists.
-alpha_nodes="'127.0.0.1:7511','127.0.0.1:7512'"
-beta_nodes="'127.0.0.1:7521','127.0.0.1:7522'"
+alpha_nodes="'127.0.0.1:${ALPHA1_PORT}','127.0.0.1:${ALPHA2_PORT}'"
+beta_nodes="'127.0.0.1:${BETA1_PORT}','127.0.0.1:${BETA2_PORT}'"
 
 "$DSYNC_BIN" migrate --config "$WORK/alpha.json" >/dev/null
 expect_eq "$(sql "SELECT COLUMN_DEFAULT FROM information_schema.columns WHERE table_schema = DATABASE()
@@ -30,13 +33,13 @@ expect_eq "$(sql "SELECT COLUMN_DEFAULT FROM information_schema.columns WHERE ta
 
 start_alpha() {
   start_bg alpha_d "$DSYNC_BIN" dispatcher --config "$WORK/alpha.json"
-  start_bg alpha_n1 "$DSYNC_BIN" node --config "$WORK/alpha.json" --node-address 127.0.0.1:7511 --capacity 4
-  start_bg alpha_n2 "$DSYNC_BIN" node --config "$WORK/alpha.json" --node-address 127.0.0.1:7512 --capacity 4
+  start_bg alpha_n1 "$DSYNC_BIN" node --config "$WORK/alpha.json" --node-address 127.0.0.1:${ALPHA1_PORT} --capacity 4
+  start_bg alpha_n2 "$DSYNC_BIN" node --config "$WORK/alpha.json" --node-address 127.0.0.1:${ALPHA2_PORT} --capacity 4
 }
 start_alpha
 start_bg beta_d "$DSYNC_BIN" dispatcher --config "$WORK/beta.json"
-start_bg beta_n1 "$DSYNC_BIN" node --config "$WORK/beta.json" --node-address 127.0.0.1:7521 --capacity 4
-start_bg beta_n2 "$DSYNC_BIN" node --config "$WORK/beta.json" --node-address 127.0.0.1:7522 --capacity 4
+start_bg beta_n1 "$DSYNC_BIN" node --config "$WORK/beta.json" --node-address 127.0.0.1:${BETA1_PORT} --capacity 4
+start_bg beta_n2 "$DSYNC_BIN" node --config "$WORK/beta.json" --node-address 127.0.0.1:${BETA2_PORT} --capacity 4
 wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 4 ]]' 15 "4 nodes online"
 
 # --- both services side by side -------------------------------------------------

@@ -9,6 +9,9 @@
 # (and POST /v1/events/{code}/cancel, behind the API token) ends the blockers, and the
 # events they held reach SUCCESS.
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r NODE_PORT <<< "$(free_ports 1 | tr '\n' ' ')"
 
 token=s3cret-token
 write_config app '{
@@ -28,7 +31,7 @@ pass "migrate of service app says a plain INSERT is not app's"
 
 start_bg disp "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
 port=$(free_port)
-start_node node 7731 --topics DEMO  # NOSERVE: no node serves it
+start_node node ${NODE_PORT} --topics DEMO  # NOSERVE: no node serves it
 start_bg api "$DSYNC_BIN" serve --config "$WORK/dsync.json" --listen "127.0.0.1:$port"
 wait_for "[[ \$(sql \"SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1\") == 1 ]]" 15 "node online"
 wait_for "[[ \$(sql \"SELECT COUNT(*) FROM distribute_lease_lock WHERE lock_name = 'dispatcher:app' AND expires_at > UTC_TIMESTAMP(3)\") == 1 ]]" 15 "a leader"

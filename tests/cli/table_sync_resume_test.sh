@@ -11,6 +11,9 @@
 #     transaction holds the step's row 0, so the new claim raises the step's fencing
 #     token after it; the token rolls back any later chunk of the old claim).
 source "$(dirname "$0")/lib.sh"
+# Node addresses on free ports: a node listens for wake-ups on its address, and
+# tests run in parallel (ctest -j2); a fixed port could take another test's wake-ups.
+read -r N1_PORT N2_PORT N3_PORT <<< "$(free_ports 3 | tr '\n' ' ')"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, node_address, last_error FROM distribute_event" >&2; sql "SELECT step_name, status, error_details, output FROM distribute_event_step" >&2; tail -n 15 "$WORK"/*.log >&2; exit 1; }
 with_datasources
@@ -34,7 +37,7 @@ differing() {
 }
 
 big_tables 200000
-start_dispatch n1 7301
+start_dispatch n1 ${N1_PORT}
 
 # --- A: kill -9 mid-step, the next owner resumes -----------------------------------
 produce big-a '{"g": 1}' BIG
@@ -49,7 +52,7 @@ rows_by_n1=$(dbq "$TGT" "SELECT SUM(rows_read) FROM dsync_sync_chunk WHERE step_
 echo "n1 committed $done_by_n1 chunks ($rows_by_n1 rows) before kill -9; progress was: $progress"
 (( done_by_n1 >= 5 )) || fail "n1 committed $done_by_n1 chunks"
 (( rows_by_n1 < 200000 )) || fail "n1 finished before it was killed; nothing to resume"
-start_node n2 7302
+start_node n2 ${N2_PORT}
 wait_for '[[ $(event_status big-a) == SUCCESS ]]' 180 "big-a SUCCESS on the next owner"
 out=$(sql "SELECT output FROM distribute_event_step WHERE job_code = 'big-a'")
 echo "step output: $out"
@@ -77,10 +80,10 @@ dbq "$TGT" "UPDATE big SET name = CONCAT('older ', id)"
 produce big-b '{"g": 1}' BIG
 wait_for '[[ $(chunks big-b 2>/dev/null) -ge 3 ]]' 120 "three chunks of big-b committed by n2"
 owner=$(node_of big-b)
-expect_eq "$owner" "127.0.0.1:7302" "n2 runs big-b"
+expect_eq "$owner" "127.0.0.1:${N2_PORT}" "n2 runs big-b"
 kill -STOP "$PID_n2"
-start_node n3 7303
-wait_for '[[ $(node_of big-b) == 127.0.0.1:7303 && $(event_status big-b) == RUNNING ]]' 30 "n3 took big-b over"
+start_node n3 ${N3_PORT}
+wait_for '[[ $(node_of big-b) == 127.0.0.1:${N3_PORT} && $(event_status big-b) == RUNNING ]]' 30 "n3 took big-b over"
 by_frozen=$(chunks big-b 1)
 kill -CONT "$PID_n2"
 wait_for '[[ $(event_status big-b) == SUCCESS ]]' 180 "big-b SUCCESS"

@@ -28,6 +28,7 @@
 
 #include "api/event_store.h"
 #include "api/http_server.h"
+#include "tests/support/fake_clock.h"
 #include "tests/support/saga_fixtures.h"
 #include "tests/support/test_db.h"
 
@@ -159,8 +160,8 @@ class ApiAbuseTest : public ::testing::Test {
     o.connection.threads = 6;
     return o;
   }
-  void StartServer(HttpOptions o) {
-    server_ = std::make_unique<HttpServer>(store_, std::move(o));
+  void StartServer(HttpOptions o, dsync::Clock* clock = nullptr) {
+    server_ = std::make_unique<HttpServer>(store_, std::move(o), clock != nullptr ? *clock : clock_);
     server_->Start();
     ASSERT_GT(server_->port(), 0);
   }
@@ -177,6 +178,7 @@ class ApiAbuseTest : public ::testing::Test {
   testing::TestSchema db_;
   Settings settings_;
   EventStore store_;
+  SystemClock clock_;  // before server_: it outlives the server
   std::unique_ptr<HttpServer> server_;
 };
 
@@ -263,6 +265,47 @@ TEST_F(ApiAbuseTest, WholePhaseDeadlinesCutTricklingAndIdleClients) {
   EXPECT_GE(server_->stats().connections.timed_out_head.load(), 1u);
   EXPECT_GE(server_->stats().connections.timed_out_body.load(), 1u);
   EXPECT_EQ(Count(), 0);
+}
+
+// The phase deadlines are read on the server's clock (issue 39 item 3): with a fake
+// clock and a head deadline of a minute, a client that keeps sending head bytes gets
+// no answer while the fake clock stays short of the deadline, and a 408 once the clock
+// is advanced past it, within seconds of real time (on the real clock it would take a
+// minute, and the loop below gives up long before). Nothing sleeps through a deadline:
+// each byte wakes the I/O thread, which reads the clock again.
+TEST_F(ApiAbuseTest, AHeadPastItsDeadlineOnTheServersClockGets408) {
+  FakeClock fake;
+  HttpOptions o = Options();
+  o.connection.idle_timeout = 3600000ms;
+  o.connection.header_timeout = 60000ms;
+  StartServer(o, &fake);
+
+  Raw c(server_->port());
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.Send("GET /healthz HTTP/1.1\r\nHost: " + Host() + "\r\nX-Slow: a"));
+  // Short of the deadline (at most 55 s after the head's first byte): no answer.
+  Millis advanced{0};
+  for (int i = 0; i < 11; ++i) {
+    fake.Advance(5000ms);
+    advanced += 5000ms;
+    ASSERT_TRUE(c.Send("a"));
+    const std::string early = c.ReadResponse(50ms);
+    ASSERT_EQ(early, "") << "answered " << advanced.count() << " ms (fake) into a 60000 ms head deadline";
+  }
+  // Past it: 408. (The head's deadline counts from when the I/O thread read its first
+  // byte, which may be a step later than it was sent: a few more steps at most.)
+  std::string got;
+  while (got.empty() && advanced < 120000ms) {
+    fake.Advance(5000ms);
+    advanced += 5000ms;
+    if (!c.Send("a")) break;  // closed: the answer is waiting to be read
+    got = c.ReadResponse(1500ms);
+  }
+  if (got.empty()) got = c.ReadResponse(1500ms);
+  EXPECT_EQ(StatusOf(got), 408) << got;
+  EXPECT_NE(BodyOf(got).find("took longer than 60000 ms"), std::string::npos) << got;
+  EXPECT_GE(advanced, 60000ms);
+  EXPECT_EQ(server_->stats().connections.timed_out_head.load(), 1u);
 }
 
 // A POST without Content-Length (and not chunked) is answered at once with 411, not

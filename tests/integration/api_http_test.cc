@@ -115,7 +115,7 @@ class ApiHttpTest : public ::testing::Test {
     return o;
   }
   void StartServer(HttpOptions o, app::MetricsComponents components = {}) {
-    server_ = std::make_unique<HttpServer>(store_, std::move(o), app::ComponentMetrics(components));
+    server_ = std::make_unique<HttpServer>(store_, std::move(o), clock_, app::ComponentMetrics(components));
     server_->Start();
     ASSERT_GT(server_->port(), 0);
   }
@@ -689,7 +689,7 @@ TEST_F(ApiHttpTest, DatabaseFailuresAre503WithoutDetails) {
   storage::ConnectionPool dead(url);
   EventStore store(dead, settings_);
   HttpOptions o = Options();
-  HttpServer server(store, o, app::ComponentMetrics({.pool = &dead}));
+  HttpServer server(store, o, clock_, app::ComponentMetrics({.pool = &dead}));
   server.Start();
   auto call = [&](const std::string& method, const std::string& path, const std::optional<std::string>& body) {
     Poco::Net::HTTPClientSession session("127.0.0.1", server.port());
@@ -852,12 +852,12 @@ TEST_F(ApiHttpTest, MetricsOfAWholePipelineParseAndCarryEveryFamily) {
 TEST_F(ApiHttpTest, StartRejectsABadListenAddressAndABusyPort) {
   HttpOptions bad = Options();
   bad.listen = "not an address";
-  HttpServer s1(store_, bad);
+  HttpServer s1(store_, bad, clock_);
   EXPECT_THROW(s1.Start(), UsageError);
   StartServer();
   HttpOptions busy = Options();
   busy.listen = "127.0.0.1:" + std::to_string(server_->port());
-  HttpServer s2(store_, busy);
+  HttpServer s2(store_, busy, clock_);
   EXPECT_THROW(s2.Start(), Error);
   EXPECT_EQ(Get("/healthz").status, 200);
 }

@@ -27,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "saga/commit_group.h"
 #include "saga/step_handler.h"
@@ -92,6 +93,7 @@ class CommitGroupTest : public testing::DbTest {
   void TearDown() override { EXPECT_SAGA_ORDER(pool()); }
 
   storage::ConnectionPool& pool() { return db_.pool(); }
+  SystemClock clock_;
 
 
   // An event RUNNING on kNode at `version` (attempt 1) with its one step EXECUTING.
@@ -233,7 +235,7 @@ TEST_F(CommitGroupTest, SixtyFourConcurrentMembersAllCommitInSharedGroups) {
   std::vector<Event> events;
   for (int i = 0; i < kThreads; ++i) events.push_back(MakeEvent("B" + std::to_string(i)));
 
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   std::vector<Result> results(kThreads, Result::kNotRun);
   std::latch start(kThreads);
   {
@@ -280,7 +282,7 @@ TEST_F(CommitGroupTest, FenceFailureOfOneMemberRollsBackTheWholeGroup) {
   std::vector<Event> events;
   for (int i = 0; i < kMembers; ++i) events.push_back(MakeEvent("F" + std::to_string(i)));
 
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   std::vector<Result> results(kMembers, Result::kNotRun);
   std::vector<uint64_t> conn_ids(kMembers, 0);
   std::atomic<int> written{0};
@@ -346,7 +348,7 @@ TEST_F(CommitGroupTest, AbandonRollsBackTheGroupWithTheAbandonedWrites) {
   Event spare = MakeEvent("SPARE");
   Event a = MakeEvent("A1");
   Event b = MakeEvent("B1");
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   Result b_result = Result::kNotRun;
   uint64_t a_conn = 0, b_conn = 0;
   {
@@ -384,7 +386,7 @@ TEST_F(CommitGroupTest, CommitWithoutMemberCommitsAndIsFenced) {
   Event stale = MakeEvent("N2");
   Event w = MakeEvent("W1");
   Event spare = MakeEvent("SPARE");
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
 
   // Alone, at its version: the step success commits.
   ASSERT_EQ(Try([&] { groups.Commit(nullptr, Success(ok)); }), Result::kOk);
@@ -434,7 +436,7 @@ TEST_F(CommitGroupTest, LaterMemberSeesRowsCommittedAfterTheGroupBegan) {
   Event spare = MakeEvent("SPARE");
   Event a = MakeEvent("R1");
   Event b = MakeEvent("R2");
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   Result a_result = Result::kNotRun, b_result = Result::kNotRun;
   uint64_t a_conn = 0, b_conn = 0;
   int64_t seen_by_a = -1, seen_by_b = -1;
@@ -485,7 +487,7 @@ TEST_F(CommitGroupTest, AMemberWhoseEventRowIsNotWrittenIsFencedByItsVersionToo)
     s.result_json.clear();
     return s;
   };
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   Result moved_result = Try([&] {
     auto m = groups.Join();
     WriteLedger(m->conn(), moved);
@@ -532,7 +534,7 @@ TEST_F(CommitGroupTest, GroupSessionsNeverReachThePoolsOtherUsers) {
   };
   std::vector<Event> events;
   for (int i = 0; i < 8; ++i) events.push_back(MakeEvent("S" + std::to_string(i)));
-  CommitGroups groups(pool(), kNode);
+  CommitGroups groups(pool(), clock_, kNode);
   for (const Event& e : events) {
     auto m = groups.Join();
     group_sessions.insert(m->conn().server_id());
@@ -558,7 +560,7 @@ TEST_F(CommitGroupTest, AHeldGroupTakesEverySubmissionUntilItIsFull) {
   constexpr int kMax = 4;
   std::vector<Event> events;
   for (int i = 0; i < 2 * kMax + 1; ++i) events.push_back(MakeEvent("H" + std::to_string(i)));
-  CommitGroups groups(pool(), kNode, kMax);
+  CommitGroups groups(pool(), clock_, kNode, kMax);
 
   std::vector<CommitGroups::Ticket> tickets;
   {
@@ -583,6 +585,65 @@ TEST_F(CommitGroupTest, AHeldGroupTakesEverySubmissionUntilItIsFull) {
   EXPECT_GE(groups.stats().groups.load(), 3u);  // the first, a full one, and one or more for the rest
   EXPECT_EQ(groups.stats().members.load(), events.size());
   for (const Event& e : events) ExpectSucceeded(e, /*wrote=*/false);
+}
+
+// 9. A member that wrote nothing after all (a deferred claim that matched no row:
+// EngineContext::JoinGroup) leaves the group. Its statement changed no row, so the
+// transaction it leaves has nothing to undo: alone, its group ends empty and is not
+// counted as rolled back (CommitGroupStats); beside a member that commits, that member
+// commits. This is the group behind run_batch's "rolled_back 1" (issue 39 item 1):
+// before RunBatch held its group open, X's lost claim could be the only member of a
+// group, which then counted as a rollback though no one's work was in it.
+TEST_F(CommitGroupTest, AMemberThatWroteNothingLeavesWithoutARollback) {
+  Event lost = MakeEvent("L1");
+  Event ok = MakeEvent("L2");
+  Event spare = MakeEvent("SPARE");
+  CommitGroups groups(pool(), clock_, kNode);
+  // What a lost claim does in the group's transaction: an UPDATE at a version the event
+  // is no longer at, and nothing else.
+  auto claim_that_matches_nothing = [&](storage::Connection& c) {
+    EXPECT_EQ(c.Execute("UPDATE distribute_event SET status = 'RUNNING', version = version + 1 "
+                        "WHERE id = ? AND version = ?",
+                        lost.id, kVersion - 1),
+              0u);
+    // The transaction the member leaves has changed no row: a rollback undoes nothing.
+    EXPECT_EQ(c.QueryInt("SELECT COALESCE(SUM(trx_rows_modified), 0) FROM information_schema.INNODB_TRX "
+                         "WHERE trx_mysql_thread_id = CONNECTION_ID()").value_or(-1),
+              0);
+  };
+
+  // Alone: the group ends empty; not a rollback of anyone's work.
+  auto m = groups.Join();
+  claim_that_matches_nothing(m->conn());
+  groups.Leave(std::move(m));
+  ASSERT_TRUE(WaitFor([&] { return groups.stats().groups.load() == 1; })) << "the left group never ended";
+  EXPECT_EQ(groups.stats().members.load(), 1u);
+  EXPECT_EQ(groups.stats().rolled_back.load(), 0u);
+  ExpectUntouched(lost, kVersion);
+
+  // Beside a member that commits, in one group: that one commits, nothing rolls back.
+  Result ok_result = Result::kNotRun;
+  uint64_t lost_conn = 0, ok_conn = 0;
+  {
+    std::vector<std::jthread> threads;
+    CommitterHold hold(pool(), groups, spare, Success(spare));
+    ASSERT_TRUE(hold.blocked());
+    auto ml = groups.Join();
+    lost_conn = ml->conn().server_id();
+    claim_that_matches_nothing(ml->conn());
+    groups.Leave(std::move(ml));
+    auto mo = groups.Join();  // the same group: the committer cannot seal it yet
+    ok_conn = mo->conn().server_id();
+    WriteLedger(mo->conn(), ok);
+    CommitOnThread(threads, groups, std::move(mo), ok, ok_result);
+    EXPECT_EQ(hold.Release(), Result::kOk);
+  }
+  EXPECT_EQ(ok_result, Result::kOk) << ResultName(ok_result);
+  EXPECT_EQ(lost_conn, ok_conn) << "the leaver and OK were not in one group";
+  EXPECT_EQ(groups.stats().rolled_back.load(), 0u);
+  ExpectSucceeded(ok);
+  ExpectUntouched(lost, kVersion);
+  ExpectSucceeded(spare, /*wrote=*/false);
 }
 
 }  // namespace

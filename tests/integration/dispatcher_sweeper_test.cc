@@ -234,7 +234,13 @@ TEST(DispatcherSweeperTest, RunningEventsIdleBeyondTheirTopicsTimeoutAreReset) {
   int64_t long_ok = running("long-ok", "LONG");
   int64_t unknown_stale = running("unknown-stale", "NOT_CONFIGURED");
   int64_t unknown_ok = running("unknown-ok", "NOT_CONFIGURED");
+  // Idle past max_processing_time but within its grace (60 s + 6 s): a step attempt
+  // with the default deadline (60 s) may still be recording its own timeout.
+  int64_t in_grace = running("in-grace", "T");
+  int64_t unknown_in_grace = running("unknown-in-grace", "NOT_CONFIGURED");
   Idle(db, stale, 120);
+  Idle(db, in_grace, 63);
+  Idle(db, unknown_in_grace, 320);  // 300 s + 30 s
   Idle(db, busy, 0, 7200);
   Idle(db, stale_comp, 120);
   Idle(db, stale_assigned, 120);
@@ -254,8 +260,9 @@ TEST(DispatcherSweeperTest, RunningEventsIdleBeyondTheirTopicsTimeoutAreReset) {
   EXPECT_EQ(NodeOf(db, stale), "NULL");
   EXPECT_EQ(Field(db, stale, "last_error").rfind("reset (not charged): no activity for 1", 0), 0u)
       << Field(db, stale, "last_error");
-  EXPECT_NE(Field(db, stale, "last_error").find("on node live:1 (max_processing_time_ms 60000)"),
-            std::string::npos);
+  EXPECT_NE(Field(db, stale, "last_error").find("on node live:1 (max_processing_time_ms 60000 + grace 6000 ms)"),
+            std::string::npos)
+      << Field(db, stale, "last_error");
   EXPECT_EQ(StatusOf(db, stale_comp), "PENDING");
   EXPECT_EQ(IntField(db, stale_comp, "retry_count"), 0);
   EXPECT_EQ(IntField(db, stale_comp, "reset_count"), 1);
@@ -266,6 +273,8 @@ TEST(DispatcherSweeperTest, RunningEventsIdleBeyondTheirTopicsTimeoutAreReset) {
   EXPECT_EQ(StatusOf(db, stale_assigned), "ASSIGNED");
   EXPECT_EQ(StatusOf(db, long_ok), "RUNNING");
   EXPECT_EQ(StatusOf(db, unknown_ok), "RUNNING");
+  EXPECT_EQ(StatusOf(db, in_grace), "RUNNING");
+  EXPECT_EQ(StatusOf(db, unknown_in_grace), "RUNNING");
   EXPECT_EQ(sweeper.stats().resets_timed_out, 3u);
 }
 
@@ -279,7 +288,8 @@ TEST(DispatcherSweeperTest, ActivityBetweenReadAndResetKeepsTheEventRunning) {
   std::vector<ResetCandidate> found = sweeper.FindTimedOut(100);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].reason, ResetReason::kTimedOut);
-  EXPECT_EQ(found[0].timeout, 60s);
+  EXPECT_EQ(found[0].timeout, 66s);  // SweeperIdleBound(60 s)
+  EXPECT_EQ(found[0].grace, 6s);
   EXPECT_GE(found[0].idle, 119s);
 
   // The owner's fenced progress write refreshes modifier_time, version unchanged.
@@ -289,6 +299,17 @@ TEST(DispatcherSweeperTest, ActivityBetweenReadAndResetKeepsTheEventRunning) {
   EXPECT_EQ(StatusOf(db, id), "RUNNING");
   EXPECT_EQ(VersionOf(db, id), 3);
   EXPECT_EQ(sweeper.stats().reset_races, 1u);
+}
+
+// The sweeper's idle bound is the topic's max_processing_time plus a grace of a tenth
+// of it, at least 2 s: strictly above the default step deadline (issue 39 item 5).
+TEST(DispatcherSweeperTest, TheIdleBoundIsMaxProcessingTimePlusAGrace) {
+  EXPECT_EQ(SweeperIdleBound(300s), 330s);
+  EXPECT_EQ(SweeperIdleBound(60s), 66s);
+  EXPECT_EQ(SweeperIdleBound(500ms), 2500ms);
+  EXPECT_EQ(SweeperIdleBound(100ms), 2100ms);
+  TopicSettings defaults;
+  EXPECT_GT(SweeperIdleBound(defaults.max_processing_time), defaults.StepTimeout());
 }
 
 }  // namespace

@@ -251,7 +251,7 @@ class ExactKeysHttp : public ::testing::Test {
     o.listen = "127.0.0.1:0";
     o.connection.max_body_bytes = 1 << 20;
     o.connection.threads = 2;
-    server_ = std::make_unique<api::HttpServer>(store_, o);
+    server_ = std::make_unique<api::HttpServer>(store_, o, clock_);
     server_->Start();
   }
   ~ExactKeysHttp() override { server_->Stop(); }
@@ -275,6 +275,7 @@ class ExactKeysHttp : public ::testing::Test {
   TestSchema db_;
   Settings settings_;
   api::EventStore store_;
+  SystemClock clock_;  // before server_: it outlives the server
   std::unique_ptr<api::HttpServer> server_;
 };
 

@@ -673,6 +673,45 @@ TEST_F(RunBatchTest, ADeferredClaimLostAtTheStepsFirstTxLeavesTheGroupAlone) {
   EXPECT_EQ(engine_.group_stats().rolled_back.load(), 0u);
 }
 
+// X alone in its batch loses its deferred claim at its first tx(): the claim matched no
+// row, so X wrote nothing and leaves its group, which then has no member's work in it
+// and ends empty. That is not a rolled-back group. (Before RunBatch held its group
+// open, X could be alone in a group this way in the batch above too, and the empty
+// group was counted as rolled back: issue 39 item 1.)
+TEST_F(RunBatchTest, ADeferredClaimLostAloneEndsItsGroupEmptyNotRolledBack) {
+  MakeFast("HOOKED");
+  ProduceAssigned("X", "HOOKED");
+  PollAndClaim();
+  ASSERT_TRUE(claimed_.at("X").claim_deferred);
+  bool threw_lost = false;
+  hooks_["X#1"] = [&](StepContext& ctx) -> std::optional<StepResult> {
+    ResetAndAssign("X");
+    try {
+      ctx.tx();
+    } catch (const OwnershipLostError&) {
+      threw_lost = true;
+    }
+    return StepResult::Ok();
+  };
+
+  std::vector<Outcome> outcomes = engine_.RunBatch(Batch({"X"}), {});
+
+  EXPECT_TRUE(threw_lost);
+  EXPECT_EQ(outcomes[0], Outcome::kLostOwnership);
+  EXPECT_EQ(EventStr("X", "status"), "ASSIGNED");
+  EXPECT_EQ(EventInt("X", "attempt"), 0);
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM distribute_event_step WHERE job_code = 'X'"), 0);
+  EXPECT_EQ(LedgerRows("X"), 0);
+  // The group ends on the committer's thread after RunBatch returned.
+  CommitGroupStats& groups = engine_.group_stats();
+  SystemClock real;
+  const Clock::TimePoint give_up = real.Now() + 10s;
+  while (groups.groups.load() < 1 && real.Now() < give_up) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(groups.groups.load(), 1u) << "X's group never ended";
+  EXPECT_EQ(groups.members.load(), 1u);
+  EXPECT_EQ(groups.rolled_back.load(), 0u);
+}
+
 // A failure is never recorded unclaimed: the event is claimed on its own (the full
 // rules) and the step runs again, so its history is the ordinary one, with the
 // failure counted once.

@@ -23,6 +23,7 @@
 #include "saga/step_handler.h"
 #include "tests/support/assigned_events.h"
 #include "tests/support/eventually.h"
+#include "tests/support/fake_clock.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/saga_fixtures.h"
 #include "tests/support/saga_invariants.h"
@@ -653,6 +654,49 @@ TEST_F(SagaEngineTest, StepTimeoutIsTransient) {
   EXPECT_NE(EventStr("E12", "last_error").find("timed out after 50 ms"), std::string::npos)
       << EventStr("E12", "last_error");
   EXPECT_EQ(LedgerRows("E12"), 0);
+}
+
+// A step's deadline is read on the engine's clock (saga/deadline_timer.h, issue 39
+// item 3): with a fake clock, a step that waits on its stop token sees the stop once
+// the clock is advanced past its deadline (the topic's 300 s, passed in a moment of
+// real time) and not before, and its attempt ends as a transient failure named a
+// timeout and charged to the step (a retry, not a reset).
+TEST_F(SagaEngineTest, AStepsDeadlinePassesOnTheEnginesClock) {
+  static std::atomic<bool> started{false};
+  static std::atomic<bool> saw_stop{false};
+  struct WaitsForItsStop final : StepHandler {
+    StepResult Execute(StepContext& ctx) override {
+      started = true;
+      SystemClock real;  // a bound in real time, so a broken deadline fails instead of hanging
+      const Clock::TimePoint give_up = real.Now() + 20s;
+      while (!ctx.stop_token().stop_requested() && real.Now() < give_up) std::this_thread::sleep_for(2ms);
+      saw_stop = ctx.stop_token().stop_requested();
+      return StepResult::Transient("stopped waiting");
+    }
+    StepResult Compensate(StepContext&) override { return StepResult::Ok(); }
+  };
+  FakeClock fake;
+  Plans plans = OneStepPlans<WaitsForItsStop>("WAITS", "waits", "waits");  // default deadline: 300 s
+  SagaEngine engine(db_.pool(), plans, datasources_, fake, kNodeA);
+  ProduceRaw("E46", "WAITS", "{}");
+  Assign("E46", kNodeA);
+  AssignedEvent ev = Load("E46");
+  Outcome out = Outcome::kSucceeded;
+  std::thread runner([&] { out = engine.Run(ev, {}); });
+  EXPECT_TRUE(testing::Eventually([&] { return started.load(); })) << "the step never ran";
+  fake.Advance(299s);
+  std::this_thread::sleep_for(100ms);  // the timer looks at the clock every 20 ms
+  EXPECT_FALSE(saw_stop.load()) << "stopped before its deadline";
+  fake.Advance(1s);
+  runner.join();
+  EXPECT_TRUE(saw_stop.load());
+  EXPECT_EQ(out, Outcome::kRetryScheduled);
+  EXPECT_NE(EventStr("E46", "last_error").find("step 'waits' failed: timed out after 300000 ms: stopped waiting"),
+            std::string::npos)
+      << EventStr("E46", "last_error");
+  EXPECT_EQ(StepInt("E46#1", "retry_count"), 1);
+  EXPECT_EQ(EventInt("E46", "retry_count"), 1);
+  EXPECT_EQ(EventInt("E46", "reset_count"), 0);
 }
 
 TEST_F(SagaEngineTest, UnknownTopicFails) {

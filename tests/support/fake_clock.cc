@@ -7,6 +7,12 @@ Clock::TimePoint FakeClock::Now() {
   return now_;
 }
 
+Clock::WallTime FakeClock::WallNow() {
+  std::lock_guard lock(mu_);
+  return WallTime(std::chrono::seconds(1767225600)) +
+         std::chrono::duration_cast<WallTime::duration>(now_ - TimePoint{});
+}
+
 bool FakeClock::SleepFor(Millis d, std::stop_token stop) {
   if (stop.stop_requested()) return false;
   std::lock_guard lock(mu_);

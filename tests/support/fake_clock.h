@@ -16,6 +16,8 @@ namespace dsync {
 class FakeClock final : public Clock {
  public:
   TimePoint Now() override;
+  // 2026-01-01T00:00:00Z plus the time advanced so far.
+  WallTime WallNow() override;
   // Advances time by `d` at once and returns true, unless already stopped.
   bool SleepFor(Millis d, std::stop_token stop) override;
   // done() at once when it holds; otherwise `d` passes at once (as SleepFor) and

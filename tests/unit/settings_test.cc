@@ -88,6 +88,8 @@ TEST(SettingsTest, DefaultsWhenOnlyTopicsGiven) {
   EXPECT_EQ(t.backoff_base, Millis(1000));
   EXPECT_EQ(t.backoff_max, Millis(60000));
   EXPECT_EQ(t.max_processing_time, Millis(300000));
+  EXPECT_EQ(t.step_timeout, Millis(0));
+  EXPECT_EQ(t.StepTimeout(), Millis(300000));  // max_processing_time_ms
   EXPECT_EQ(t.batch_limit, 0);
   EXPECT_EQ(t.priority, 0);
   EXPECT_EQ(t.strategy, "least_load");
@@ -145,6 +147,23 @@ TEST(SettingsTest, ExampleFileParsesAndValidates) {
     EXPECT_EQ(step.type, "demo");
     EXPECT_TRUE(step.params.empty());
   }
+}
+
+// A step attempt's deadline (step_timeout_ms) is its own setting, defaulting to
+// max_processing_time_ms (issue 39 item 5); a step's timeout_ms overrides both.
+TEST(SettingsTest, StepTimeoutDefaultsToMaxProcessingTime) {
+  const std::string steps = R"("steps": [{"name": "a", "type": "demo"}])";
+  Settings s = ParseSettings(R"({"topics": {"T": {"max_processing_time_ms": 9000, )" + steps +
+                                 R"(}, "U": {"max_processing_time_ms": 9000, "step_timeout_ms": 4000, )" + steps + "}}}",
+                             {});
+  EXPECT_EQ(s.topics.at("T").StepTimeout(), Millis(9000));
+  EXPECT_EQ(s.topics.at("U").StepTimeout(), Millis(4000));
+  EXPECT_EQ(s.topics.at("U").max_processing_time, Millis(9000));
+  s.Validate();  // the unset step_timeout (0) is no error
+  EXPECT_EQ(ParseError(R"({"topics": {"T": {"step_timeout_ms": 99, )" + steps + "}}}"),
+            "config: topics.T.step_timeout_ms: must be at least 100, got 99");
+  s.topics.at("U").step_timeout = Millis(5);
+  EXPECT_EQ(ValidateError(s), "config: topics.U.step_timeout_ms: must be at least 100, got 5");
 }
 
 TEST(SettingsTest, UnknownKeysReportTheirPath) {
