@@ -9,7 +9,7 @@ namespace dsync::table {
 namespace {
 
 // Keys per statement of RowsOfKeys (as direct mode reads them: row_io.h).
-constexpr size_t kKeysPerRead = 500;
+constexpr size_t kRelayKeysPerRead = 500;
 
 }  // namespace
 
@@ -41,7 +41,7 @@ std::vector<Row> DbSourceSide::Rows(const KeyRange& range, size_t limit) {
 
 std::vector<Row> DbSourceSide::RowsOfKeys(const std::vector<Row>& keys) {
   std::vector<Row> rows = pool_.Run("relay source rows by key", [&](storage::Connection& c) {
-    return ReadByKeys(c, table_, cols_, key_, keys, static_cast<int>(kKeysPerRead), /*for_update=*/false, &filter_);
+    return ReadByKeys(c, table_, cols_, key_, keys, static_cast<int>(kRelayKeysPerRead), /*for_update=*/false, &filter_);
   });
   // In the order of `keys` (the source's key order): the relay cuts chunks by it. A key
   // whose row went meanwhile is left out.

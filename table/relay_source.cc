@@ -8,9 +8,9 @@
 namespace dsync::table {
 namespace {
 
-constexpr Millis kReportEvery{1000};
+constexpr Millis kSourceReportEvery{1000};
 
-bool Finished(const RelayRange& r) { return r.state == "EQUAL" || r.state == "SENT" || r.state == "APPLIED"; }
+bool RangeFinished(const RelayRange& r) { return r.state == "EQUAL" || r.state == "SENT" || r.state == "APPLIED"; }
 
 std::optional<Row> KeyOfJson(const std::optional<std::string>& text) {
   if (!text) return std::nullopt;
@@ -19,16 +19,16 @@ std::optional<Row> KeyOfJson(const std::optional<std::string>& text) {
 
 std::string JsonOfKey(const Row& key) { return KeyToJson(key).dump(); }
 
-size_t RowBytes(const Row& row) {
+size_t RelayRowBytes(const Row& row) {
   size_t n = 0;
   for (const Cell& c : row) n += c ? c->size() + 1 : 1;
   return n;
 }
 
-bool IntegerKeyed(const ColumnSet& key) { return SingleIntegerKey(key); }
+bool SliceByInteger(const ColumnSet& key) { return SingleIntegerKey(key); }
 
 // Whether integer key k lies in (lo, hi] (nullopt: unbounded on that side).
-bool Within(const Row& k, const std::optional<Row>& lo, const std::optional<Row>& hi) {
+bool IntWithin(const Row& k, const std::optional<Row>& lo, const std::optional<Row>& hi) {
   const IntKey v = IntKey::Of(k);
   if (lo && !(IntKey::Of(*lo) < v)) return false;
   if (hi && IntKey::Of(*hi) < v) return false;
@@ -95,8 +95,8 @@ RelayTotals RelaySource::Run() {
         }
       }
       progressed |= GiveVerdicts(pending);
-      if (!pending.empty() && !Finished(pending.front())) progressed |= SendFront(pending.front());
-      while (!pending.empty() && Finished(pending.front())) {
+      if (!pending.empty() && !RangeFinished(pending.front())) progressed |= SendFront(pending.front());
+      while (!pending.empty() && RangeFinished(pending.front())) {
         const bool last = !pending.front().hi_key;
         ++totals_.ranges;
         pending.erase(pending.begin());
@@ -168,7 +168,7 @@ bool RelaySource::Copy(RelayRange& r) {
   // Keep under chunk_bytes: the rows past it wait for the next chunk.
   size_t bytes = 0, keep = 0;
   for (; keep < rows.size(); ++keep) {
-    bytes += RowBytes(rows[keep]);
+    bytes += RelayRowBytes(rows[keep]);
     if (keep > 0 && bytes > options_.chunk_bytes) break;
   }
   const bool last = keep == rows.size() && rows.size() < limit;
@@ -195,7 +195,7 @@ bool RelaySource::Diff(RelayRange& r) {
   const std::optional<Row> hi = KeyOfJson(r.hi_key);
   std::optional<Row> cur = r.sent_hi ? KeyOfJson(r.sent_hi) : range_lo;
   const bool fresh = !r.sent_hi;
-  const bool sliced = IntegerKeyed(key);
+  const bool sliced = SliceByInteger(key);
 
   // Integer keys: slices of the source's rows, each compared with the target keys that
   // fall in it, each one chunk. Other keys: the range whole (their order is the
@@ -210,7 +210,7 @@ bool RelaySource::Diff(RelayRange& r) {
     if (sliced) {
       for (size_t i = 0; i < target.size(); ++i) {
         Row k = target.key(i);
-        if (Within(k, cur, slice_hi)) theirs.Add(k, target.hash(i));
+        if (IntWithin(k, cur, slice_hi)) theirs.Add(k, target.hash(i));
       }
     }
     const KeyHashes& against = sliced ? theirs : target;
@@ -235,7 +235,7 @@ bool RelaySource::Diff(RelayRange& r) {
 
     if (sliced) {
       size_t total = 0;
-      for (const Row& row : rows) total += RowBytes(row);
+      for (const Row& row : rows) total += RelayRowBytes(row);
       if (total > options_.chunk_bytes && slice > 1 && rows.size() > 1) {
         slice = std::max<size_t>(1, std::min(slice, rows.size()) / 4);
         continue;
@@ -259,7 +259,7 @@ bool RelaySource::Diff(RelayRange& r) {
     do {
       size_t bytes_in = 0, end = at;
       while (end < rows.size() && end - at < options_.chunk_rows) {
-        bytes_in += RowBytes(rows[end]);
+        bytes_in += RelayRowBytes(rows[end]);
         ++end;
         if (bytes_in > options_.chunk_bytes) break;
       }
@@ -306,7 +306,7 @@ void RelaySource::Wait(bool idle) {
 void RelaySource::Report() {
   if (!control_.progress) return;
   const auto now = control_.clock.Now();
-  if (now - last_report_ < kReportEvery) return;
+  if (now - last_report_ < kSourceReportEvery) return;
   last_report_ = now;
   nlohmann::json p = totals_.ToJson();
   p["half"] = "source";

@@ -21,8 +21,8 @@ using nlohmann::json;
 using storage::Connection;
 using storage::ConnectionPool;
 
-constexpr std::chrono::milliseconds kCheckpointEvery{2000};
-constexpr size_t kChunkBytes = 2u << 20;
+constexpr std::chrono::milliseconds kRelayCheckpointEvery{2000};
+constexpr size_t kRelayChunkBytes = 2u << 20;
 
 // `full`'s columns named in `names`, in that order (a name it lacks is left out, as
 // ReadShape leaves out a missing column).
@@ -50,7 +50,7 @@ TableShape FullShape(ConnectionPool& pool, const Spec& spec, const TableSchema& 
 RelayOptions OptionsFor(const Spec& spec, const RelayedSyncOptions& o) {
   RelayOptions r = o.relay;
   r.chunk_rows = static_cast<size_t>(spec.chunk_size);
-  r.chunk_bytes = kChunkBytes;
+  r.chunk_bytes = kRelayChunkBytes;
   r.compare_rows = 4 * static_cast<size_t>(std::min(spec.chunk_size, 1000));
   r.delete_missing = spec.delete_missing;
   return r;
@@ -111,7 +111,7 @@ class WriterTarget final : public DbTargetReads {
     pending_equal_ = range;
     ++counts.chunks;
     ++counts.chunks_equal;
-    if (clock_.Now() - last_record_ >= kCheckpointEvery) FlushEqual();
+    if (clock_.Now() - last_record_ >= kRelayCheckpointEvery) FlushEqual();
   }
 
   void Finish() override { FlushEqual(); }

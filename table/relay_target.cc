@@ -4,14 +4,14 @@
 namespace dsync::table {
 namespace {
 
-constexpr Millis kReportEvery{1000};
+constexpr Millis kTargetReportEvery{1000};
 
-std::optional<Row> KeyOfJson(const std::optional<std::string>& text) {
+std::optional<Row> RangeKey(const std::optional<std::string>& text) {
   if (!text) return std::nullopt;
   return KeyFromJson(nlohmann::json::parse(*text));
 }
 
-std::optional<std::string> JsonOfKey(const std::optional<Row>& key) {
+std::optional<std::string> RangeKeyJson(const std::optional<Row>& key) {
   if (!key) return std::nullopt;
   return KeyToJson(*key).dump();
 }
@@ -76,8 +76,8 @@ bool RelayTarget::PublishMore() {
     const RangeChecksum cs = side_.Checksum(range);
     RelayRange r;
     r.range_no = next_range_no_++;
-    r.lo_key = JsonOfKey(next_lo_);
-    r.hi_key = JsonOfKey(hi);
+    r.lo_key = RangeKeyJson(next_lo_);
+    r.hi_key = RangeKeyJson(hi);
     r.target_rows = cs.rows;
     r.target_checksum = ChecksumText(cs);
     batch.push_back(std::move(r));
@@ -99,7 +99,7 @@ bool RelayTarget::AnswerHashes(const std::vector<RelayRange>& ranges) {
   bool any = false;
   for (const RelayRange& r : ranges) {
     if (r.state != "HASHES_WANTED") continue;
-    const KeyHashes hashes = side_.Hashes({KeyOfJson(r.lo_key), KeyOfJson(r.hi_key)});
+    const KeyHashes hashes = side_.Hashes({RangeKey(r.lo_key), RangeKey(r.hi_key)});
     relay_.PublishHashes(half_, r.range_no, EncodeKeyHashes(side_.key(), hashes));
     any = true;
   }
@@ -108,7 +108,7 @@ bool RelayTarget::AnswerHashes(const std::vector<RelayRange>& ranges) {
 
 bool RelayTarget::ApplyFront(const RelayRange& front) {
   if (front.state == "EQUAL") {
-    side_.RecordEqual({KeyOfJson(front.lo_key), KeyOfJson(front.hi_key)});
+    side_.RecordEqual({RangeKey(front.lo_key), RangeKey(front.hi_key)});
     relay_.DropRangesThrough(half_, front.range_no);
     front_ = front.range_no;
     ++totals_.ranges;
@@ -149,7 +149,7 @@ void RelayTarget::Wait(bool idle) {
 void RelayTarget::Report() {
   if (!control_.progress) return;
   const auto now = control_.clock.Now();
-  if (now - last_report_ < kReportEvery) return;
+  if (now - last_report_ < kTargetReportEvery) return;
   last_report_ = now;
   nlohmann::json p = totals_.ToJson();
   p["half"] = "target";

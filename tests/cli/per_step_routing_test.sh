@@ -11,8 +11,9 @@
 #    it and node B2 (env_b too) finishes it from the step B was in (step 2 not re-run);
 #  - the same topic config on node C, whose config names both: every step of gap-4
 #    runs on C, no hand-on;
-#  - a table_sync env_a -> env_b (a step needing both sides at once) is unroutable
-#    while no node reaches both, the reason naming the step; it runs on C.
+#  - a table_sync env_a -> env_b (a step needing both sides at once) runs relayed
+#    while no node reaches both (target half on B, source half on A), and direct on C
+#    with the same topic config.
 source "$(dirname "$0")/lib.sh"
 
 with_datasources
@@ -71,14 +72,19 @@ md=$(sql "SELECT metadata FROM distribute_node_registry WHERE node_address = '$A
 [[ $md == *'"datasources":["env_a"]'* && $md != *bad_topics* ]] || fail "node A's metadata: $md"
 pass "node A (config: env_a only) loads GAP, which names env_b too, and reports env_a"
 
-# A step needing both sides at once waits while no node reaches both (a relay of a
-# later issue will split it), with a reason naming the step.
+# A step needing both sides at once, while no node reaches both, runs relayed
+# (docs/relay.md): its target half on B (env_b), its source half, an event of dsync's
+# own topic dsync.relay_source, on A (env_a); they meet in the framework database.
+dbq "$TGT" "UPDATE t SET v = 'stale' WHERE id = 5"
 produce sync-1 '{"id": 5}' SYNC
-attention() { sql "SELECT CONCAT(reason, '|', COALESCE(detail, '')) FROM v_events_needing_attention WHERE code = '$1'"; }
-wait_for '[[ $(attention sync-1) == unroutable* ]]' 15 "sync-1 listed as unroutable"
-[[ $(attention sync-1) == *"step 'copy' needs env_a and env_b together; no live node reaches both"* ]] \
-  || fail "reason: $(attention sync-1)"
-pass "sync-1: unroutable, 'step copy needs env_a and env_b together; no live node reaches both'"
+wait_status sync-1 SUCCESS 60
+expect_eq "$(sql "SELECT node_address FROM distribute_event WHERE code = 'sync-1'")" "$B" "sync-1: the target half ran on B"
+out=$(sql "SELECT output FROM distribute_event_step WHERE job_code = 'sync-1'")
+[[ $out == *'"relayed": true'* || $out == *'"relayed":true'* ]] || fail "sync-1's output says nothing of a relay: $out"
+wait_for "[[ \$(sql \"SELECT CONCAT(status, '/', node_address) FROM distribute_event WHERE topic = 'dsync.relay_source'\") == SUCCESS/$A ]]" \
+  20 "sync-1's source half SUCCESS on A"
+expect_eq "$(dbq "$TGT" "SELECT v FROM t WHERE id = 5")" "row 5" "sync-1: env_b's row now equals env_a's (relayed)"
+pass "sync-1: relayed across the gap, the same topic config"
 
 # --- gap-1: step 1 on A, handed on, steps 2 and 3 on B --------------------------
 before_a=$(dump "$SRC"); before_b=$(dump "$TGT")
@@ -154,9 +160,14 @@ pass "gap-4: direct on C, no hand-on, with the same topic config"
 expect_eq "$(dbq "$SRC" "SELECT COUNT(*) FROM t WHERE grp = 4")/$(dbq "$TGT" "SELECT COUNT(*) FROM t WHERE grp = 4")" "0/0" \
   "gap-4: rows deleted on both sides"
 
-wait_status sync-1 SUCCESS 30
-expect_eq "$(sql "SELECT node_address FROM distribute_event WHERE code = 'sync-1'")" "$C" "sync-1 ran on C once it joined"
-expect_eq "$(dbq "$TGT" "SELECT v FROM t WHERE id = 5")" "row 5" "sync-1: env_b's row now equals env_a's"
+# The same SYNC topic on a node reaching both sides: direct, no relay.
+dbq "$TGT" "UPDATE t SET v = 'stale' WHERE id = 6"
+produce sync-2 '{"id": 6}' SYNC
+wait_status sync-2 SUCCESS 30
+expect_eq "$(sql "SELECT node_address FROM distribute_event WHERE code = 'sync-2'")" "$C" "sync-2 ran on C"
+out=$(sql "SELECT output FROM distribute_event_step WHERE job_code = 'sync-2'")
+[[ $out != *relayed* ]] || fail "sync-2 was relayed on a node reaching both sides: $out"
+expect_eq "$(dbq "$TGT" "SELECT v FROM t WHERE id = 6")" "row 6" "sync-2: env_b's row now equals env_a's (direct)"
 
 kill -TERM "$PID_c" "$PID_disp"
 wait "$PID_c" || fail "node C exit code $?"
