@@ -24,6 +24,7 @@ set(DSYNC_UNITY_APART
   purge.cc reset.cc transitions.cc   # events/: Micros(), as in cancel.cc
   table_sql.cc                       # saga/steps/: Quoted(), as in table_chunks.cc
   table_verify.cc                    # saga/steps/: Both(), as in table_steps.cc
+  sql.cc verify.cc                   # the same two once moved to table/ (Both() as in sync.cc)
 )
 
 function(dsync_unity_by_folder)
