@@ -1466,6 +1466,7 @@ class SteppingClock final : public Clock {
  public:
   explicit SteppingClock(Millis step) : step_(step) {}
   TimePoint Now() override { return now_ += step_; }  // every read moves time on
+  WallTime WallNow() override { return WallTime{} + (now_ - TimePoint{}); }
   bool SleepFor(Millis, std::stop_token stop) override { return !stop.stop_requested(); }
   bool WaitFor(std::condition_variable_any&, std::unique_lock<std::mutex>&, std::stop_token, Millis,
                const std::function<bool()>& done) override {
