@@ -10,6 +10,14 @@
 #include <Poco/SHA2Engine.h>
 
 namespace dsync::table {
+
+// Poco's HMACEngine wants the hash's block and digest sizes as members.
+class BundleSha256 : public Poco::SHA2Engine {
+ public:
+  enum { BLOCK_SIZE = 64, DIGEST_SIZE = 32 };
+  BundleSha256() : Poco::SHA2Engine(Poco::SHA2Engine::SHA_256) {}
+};
+
 namespace {
 
 constexpr std::string_view kHeaderMagic = "DSYNCBUNDLE";
@@ -17,13 +25,6 @@ constexpr size_t kHeaderBytes = 16;
 constexpr size_t kSigBytes = 32;
 constexpr size_t kTrailerBytes = 1 + 8 + 8;  // 'S', manifest_offset, signed_length
 constexpr size_t kFrameHead = 1 + 8;         // kind, length
-
-// Poco's HMACEngine wants the hash's block and digest sizes as members.
-class Sha256 : public Poco::SHA2Engine {
- public:
-  enum { BLOCK_SIZE = 64, DIGEST_SIZE = 32 };
-  Sha256() : Poco::SHA2Engine(Poco::SHA2Engine::SHA_256) {}
-};
 
 void PutU64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
@@ -50,11 +51,11 @@ std::string Digest(Poco::DigestEngine& e) {
 
 struct BundleWriter::Mac {
   explicit Mac(const std::string& key) : hmac(key) {}
-  Poco::HMACEngine<Sha256> hmac;
+  Poco::HMACEngine<BundleSha256> hmac;
 };
 
 std::string Sha256Hex(std::string_view bytes) {
-  Sha256 e;
+  BundleSha256 e;
   e.update(bytes.data(), bytes.size());
   return Poco::DigestEngine::digestToHex(e.digest());
 }
@@ -150,7 +151,7 @@ BundleReader BundleReader::Open(const std::string& path, const std::string& key)
   }
 
   // The signature, over every byte before it, before anything else is trusted.
-  Poco::HMACEngine<Sha256> mac(key);
+  Poco::HMACEngine<BundleSha256> mac(key);
   r.in_.seekg(0);
   std::vector<char> buf(1 << 20);
   for (uint64_t left = signed_length; left > 0;) {
