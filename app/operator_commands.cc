@@ -388,7 +388,7 @@ int RunNodes(const Invocation& inv) {
     }
     std::cout << std::left << std::setw(28) << Shown(n.node_address) << std::setw(10) << n.status << std::setw(10)
               << n.capacity << std::setw(11) << n.in_flight << std::setw(7) << load.str() << std::setw(10)
-              << age.str() << std::setw(24) << (topics.empty() ? "*" : topics) << datasources
+              << age.str() << std::setw(23) << (topics.empty() ? "*" : topics) << ' ' << datasources
               << (n.metadata_valid ? "" : "  (invalid metadata)") << "\n";
     // What the node cannot do, one line each, indented under it.
     for (const auto& [name, error] : n.datasource_errors) {

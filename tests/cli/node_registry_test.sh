@@ -33,7 +33,7 @@ pass "two nodes online"
 expect_eq "$(sql "SELECT JSON_VALUE(metadata, '$.capacity') FROM distribute_node_registry WHERE node_address = '127.0.0.1:${A_PORT}'")" \
   3 "capacity of node a in metadata"
 expect_eq "$(sql "SELECT JSON_EXTRACT(metadata, '$.topics') FROM distribute_node_registry WHERE node_address = '127.0.0.1:${A_PORT}'")" \
-  '["SPACE_ADD", "DOC_UPDATE"]' "topics of node a in metadata"
+  '["SPACE_ADD", "DOC_UPDATE", "dsync.relay_source"]' "topics of node a in metadata (and dsync's own: relayed source halves)"
 expect_eq "$(sql "SELECT JSON_VALUE(metadata, '$.capacity') FROM distribute_node_registry WHERE node_address = '127.0.0.1:${B_PORT}'")" \
   5 "capacity of node b in metadata"
 expect_eq "$(sql "SELECT JSON_VALUE(metadata, '$.pid') FROM distribute_node_registry WHERE node_address = '127.0.0.1:${A_PORT}'")" \

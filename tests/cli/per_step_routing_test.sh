@@ -161,13 +161,13 @@ expect_eq "$(dbq "$SRC" "SELECT COUNT(*) FROM t WHERE grp = 4")/$(dbq "$TGT" "SE
   "gap-4: rows deleted on both sides"
 
 # The same SYNC topic on a node reaching both sides: direct, no relay.
-dbq "$TGT" "UPDATE t SET v = 'stale' WHERE id = 6"
-produce sync-2 '{"id": 6}' SYNC
+dbq "$TGT" "UPDATE t SET v = 'stale' WHERE id = 10"
+produce sync-2 '{"id": 10}' SYNC
 wait_status sync-2 SUCCESS 30
 expect_eq "$(sql "SELECT node_address FROM distribute_event WHERE code = 'sync-2'")" "$C" "sync-2 ran on C"
 out=$(sql "SELECT output FROM distribute_event_step WHERE job_code = 'sync-2'")
 [[ $out != *relayed* ]] || fail "sync-2 was relayed on a node reaching both sides: $out"
-expect_eq "$(dbq "$TGT" "SELECT v FROM t WHERE id = 6")" "row 6" "sync-2: env_b's row now equals env_a's (direct)"
+expect_eq "$(dbq "$TGT" "SELECT v FROM t WHERE id = 10")" "row 10" "sync-2: env_b's row now equals env_a's (direct)"
 
 kill -TERM "$PID_c" "$PID_disp"
 wait "$PID_c" || fail "node C exit code $?"

@@ -728,8 +728,9 @@ TEST(PlannerTest, PerStepTierRoutesByTheEventsNextWorkWhenNoNodeReachesAll) {
     EXPECT_TRUE(p.CanTake("a:1", Routed(13, "G", "")));
     EXPECT_FALSE(p.CanTake("b:1", Routed(13, "G", "")));
     EXPECT_TRUE(p.CanTake("b:1", Routed(13, "G", "env_b")));
-    // G is routable through both: not kept out of the page (X is: it needs both at once).
-    EXPECT_EQ(p.NextPageFilter().blocked_topics, std::vector<std::string>{"X"});
+    // G is routable through both, and so is X, relayed (its step needs both at once: its
+    // target's node runs it, its source half runs on a node reaching env_a).
+    EXPECT_TRUE(p.NextPageFilter().blocked_topics.empty());
   }
 }
 
@@ -757,20 +758,41 @@ TEST(PlannerTest, UnroutableNamesTheStepAndWhatIsMissing) {
   EXPECT_EQ(p.NextPageFilter().blocked_topics, (std::vector<std::string>{"G", "X"}));
   EXPECT_TRUE(p.Plan(Events(2, "G")).assignments.empty());
 
-  // One node per side: G routes per step, but X's one step needs both sides at once.
-  p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_b"})});
-  EXPECT_EQ(p.Unroutable().count("G"), 0u);
+  // Only env_b nodes: X's table_sync could run relayed on them (its target), but no live
+  // node reaches its source for the source half: unroutable, naming both sides.
+  p.BeginCycle({Reaching("b:1", {"env_b"}), Reaching("b:2", {"env_b"})});
   ASSERT_EQ(p.Unroutable().count("X"), 1u);
   const std::string& x = p.Unroutable().at("X");
   EXPECT_NE(x.find("step 'docs' needs env_a and env_b together; no live node reaches both"), std::string::npos) << x;
-  EXPECT_NE(x.find("a:1 lacks env_b; b:1 lacks env_a"), std::string::npos) << x;
+  EXPECT_NE(x.find("b:1 lacks env_a"), std::string::npos) << x;
   EXPECT_TRUE(p.Plan(Events(1, "X", 100)).assignments.empty());
+
+  // One node per side: G routes per step, and X runs relayed: its events go to the
+  // node reaching its target (b:1), never to a:1, which only reaches its source.
+  p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_b"})});
+  EXPECT_EQ(p.Unroutable().count("G"), 0u);
+  EXPECT_EQ(p.Unroutable().count("X"), 0u);
+  EXPECT_EQ(PerNode(p.Plan(Events(2, "X", 100))), (std::map<std::string, int>{{"b:1", 2}}));
+  EXPECT_FALSE(p.CanTake("a:1", Routed(102, "X", "")));
+  EXPECT_TRUE(p.CanTake("b:1", Routed(102, "X", "env_a,env_b")));
 
   // A node reaching both joins: both topics run direct there.
   p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_b"}), Reaching("c:1", {"env_a", "env_b"})});
   EXPECT_TRUE(p.Unroutable().empty());
   EXPECT_EQ(PerNode(p.Plan({Routed(200, "X", ""), Routed(201, "G", "env_b")})),
             (std::map<std::string, int>{{"c:1", 2}}));
+}
+
+// The source half of a relayed step is an event of dsync's own topic, routed by its
+// route (the step's source): only nodes reaching it take it, though the topic's plan
+// names no datasource (so it runs "direct" on any node serving it).
+TEST(PlannerTest, ARoutedEventOfADirectTopicGoesOnlyWhereItsRouteIsReached) {
+  AssignmentPlanner p(PerStepConfig());
+  p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_b"})});
+  EXPECT_EQ(PerNode(p.Plan({Routed(300, "dsync.relay_source", "env_a"), Routed(301, "dsync.relay_source", "env_a")})),
+            (std::map<std::string, int>{{"a:1", 2}}));
+  EXPECT_FALSE(p.CanTake("b:1", Routed(302, "dsync.relay_source", "env_a")));
+  EXPECT_TRUE(p.CanTake("b:1", Routed(303, "dsync.relay_source", "")));
 }
 
 }  // namespace
