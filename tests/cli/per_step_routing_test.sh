@@ -60,7 +60,9 @@ online() {
   wait_for "[[ \$(sql \"SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1 AND node_address = '$1'
     AND JSON_LENGTH(JSON_EXTRACT(metadata, '\$.datasources')) > 0\") == 1 ]]" 20 "node $1 online, its datasource reached"
 }
-A=127.0.0.1:$(free_port); B=127.0.0.1:$(free_port); B2=127.0.0.1:$(free_port); C=127.0.0.1:$(free_port)
+# Four distinct ports in one call: separate $(free_port) subshells can draw the same one.
+read -r -d '' pa pb pb2 pc < <(free_ports 4) || true
+A=127.0.0.1:$pa; B=127.0.0.1:$pb; B2=127.0.0.1:$pb2; C=127.0.0.1:$pc
 
 # A node whose config names only env_a still loads a topic that names env_b.
 "$DSYNC_BIN" migrate --config "$WORK/both.json" >/dev/null

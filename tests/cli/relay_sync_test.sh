@@ -67,7 +67,9 @@ CONFIG_FILE=$WORK/b.json write_config relay "$TOPICS" "$ONLY_B" "$RELAY"
 CONFIG_FILE=$WORK/disp.json write_config relay "$TOPICS" "$RELAY"
 export DSYNC_LOG_LEVEL=info
 
-A=127.0.0.1:$(free_port); A2=127.0.0.1:$(free_port); B=127.0.0.1:$(free_port); B2=127.0.0.1:$(free_port)
+# Four distinct ports in one call: separate $(free_port) subshells can draw the same one.
+read -r -d '' pa pa2 pb pb2 < <(free_ports 4) || true
+A=127.0.0.1:$pa; A2=127.0.0.1:$pa2; B=127.0.0.1:$pb; B2=127.0.0.1:$pb2
 online() {
   wait_for "[[ \$(sql \"SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1 AND node_address = '$1'
     AND JSON_LENGTH(JSON_EXTRACT(metadata, '\$.datasources')) > 0\") == 1 ]]" 30 "node $1 online, its datasource reached"

@@ -61,8 +61,7 @@ stop_node a
 pass "node a was woken: $(field wakeups_received "$line") received, $(field wakeups_acted "$line") acted"
 
 # --- 2. blocked: polling still completes everything ----------------------------------
-PORT_B=$(free_port)
-OTHER=$(free_port)
+read -r -d '' PORT_B OTHER < <(free_ports 2) || true  # distinct, in one call
 start_bg b env DSYNC_CONSUMER_WAKEUP_LISTEN="127.0.0.1:$OTHER" "$DSYNC_BIN" node --config "$WORK/dsync.json" --node-address "127.0.0.1:$PORT_B" --capacity 4
 wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1 AND node_address = '"'127.0.0.1:$PORT_B'"'") == 1 ]]' 20 "node b online"
 for i in 1 2 3; do produce_cli "blocked-$i"; done
