@@ -179,6 +179,7 @@ class ApiAbuseTest : public ::testing::Test {
   Settings settings_;
   EventStore store_;
   SystemClock clock_;  // before server_: it outlives the server
+  FakeClock fake_;     // the same: a test's server may run on it
   std::unique_ptr<HttpServer> server_;
 };
 
@@ -274,11 +275,10 @@ TEST_F(ApiAbuseTest, WholePhaseDeadlinesCutTricklingAndIdleClients) {
 // minute, and the loop below gives up long before). Nothing sleeps through a deadline:
 // each byte wakes the I/O thread, which reads the clock again.
 TEST_F(ApiAbuseTest, AHeadPastItsDeadlineOnTheServersClockGets408) {
-  FakeClock fake;
   HttpOptions o = Options();
   o.connection.idle_timeout = 3600000ms;
   o.connection.header_timeout = 60000ms;
-  StartServer(o, &fake);
+  StartServer(o, &fake_);
 
   Raw c(server_->port());
   ASSERT_TRUE(c.connected());
@@ -286,7 +286,7 @@ TEST_F(ApiAbuseTest, AHeadPastItsDeadlineOnTheServersClockGets408) {
   // Short of the deadline (at most 55 s after the head's first byte): no answer.
   Millis advanced{0};
   for (int i = 0; i < 11; ++i) {
-    fake.Advance(5000ms);
+    fake_.Advance(5000ms);
     advanced += 5000ms;
     ASSERT_TRUE(c.Send("a"));
     const std::string early = c.ReadResponse(50ms);
@@ -296,7 +296,7 @@ TEST_F(ApiAbuseTest, AHeadPastItsDeadlineOnTheServersClockGets408) {
   // byte, which may be a step later than it was sent: a few more steps at most.)
   std::string got;
   while (got.empty() && advanced < 120000ms) {
-    fake.Advance(5000ms);
+    fake_.Advance(5000ms);
     advanced += 5000ms;
     if (!c.Send("a")) break;  // closed: the answer is waiting to be read
     got = c.ReadResponse(1500ms);
