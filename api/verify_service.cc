@@ -9,6 +9,9 @@
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "events/columns.h"
+#include "core/process.h"
+#include "saga/steps/table_steps.h"
+#include "table/relay_verify.h"
 
 namespace dsync::api {
 namespace {
@@ -156,8 +159,12 @@ VerifyReport VerifyService::Run(const VerifyRequest& r, size_t keep_keys) {
   options.keep_keys = keep_keys > 0 ? keep_keys : r.max_keys;
   for (const auto& check : report.checks) {
     try {
-      report.diffs.push_back(table::CompareTable(datasources_.Get(check.source), datasources_.Get(check.target), check,
-                                                 report.values, options, clock_));
+      if (AcrossTheGap(check)) {
+        report.diffs.push_back(CompareAcrossTheGap(check, report.values, options.keep_keys));
+      } else {
+        report.diffs.push_back(table::CompareTable(datasources_.Get(check.source), datasources_.Get(check.target),
+                                                   check, report.values, options, clock_));
+      }
     } catch (const table::VerifyInputError& e) {
       throw UsageError(e.what());
     } catch (const DbError& e) {
@@ -170,6 +177,38 @@ VerifyReport VerifyService::Run(const VerifyRequest& r, size_t keep_keys) {
   report.duration_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - started).count();
   return report;
+}
+
+bool VerifyService::AcrossTheGap(const table::TableCheck& check) const {
+  return !datasources_.Has(check.source) && datasources_.Has(check.target);
+}
+
+table::TableDiff VerifyService::CompareAcrossTheGap(const table::TableCheck& check, const json& values,
+                                                    size_t keep_keys) {
+  if (history_ == nullptr) {
+    throw UsageError("verify: datasource '" + check.source + "' is not configured here, and verifying across the gap "
+                     "needs the framework database (config 'database'), which is not reachable");
+  }
+  const std::string code = RunId();
+  table::StandaloneRunContext ctx(
+      code, values, [this](const std::string& name) -> storage::ConnectionPool& { return datasources_.Get(name); },
+      clock_);
+  table::RelayTable relay(*history_);
+  table::RelayedSyncOptions options;
+  options.window_bytes = settings_.relay.window_bytes;
+  options.relay.poll = settings_.relay.poll_interval;
+  options.node = "verify@" + HostAndPid();
+  options.other_half_timeout = settings_.relay.verify_wait;
+  try {
+    return table::RunRelayedVerify(ctx, check, relay, options, keep_keys, [&](int epoch) {
+      saga::ProduceRelaySourceHalf(*history_, settings_.service, code, epoch,
+                                   table::VerifySourcePayload(check, code, epoch, values), check.source);
+    });
+  } catch (const table::PermanentError& e) {
+    throw Error(std::string("verify across the gap: ") + e.what());
+  } catch (const table::Interrupted& e) {
+    throw Error(std::string("verify across the gap: ") + e.what());
+  }
 }
 
 bool VerifyService::Record(const VerifyRequest& r, const VerifyReport& report) {

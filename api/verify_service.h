@@ -84,6 +84,11 @@ class VerifyService {
   saga::Datasources& datasources() { return datasources_; }
 
  private:
+  // Whether `check` runs across the gap: the config names its target but not its
+  // source (table/relay_verify.h: a node of the source side computes that side).
+  bool AcrossTheGap(const table::TableCheck& check) const;
+  table::TableDiff CompareAcrossTheGap(const table::TableCheck& check, const nlohmann::json& values, size_t keep_keys);
+
   const Settings& settings_;
   storage::ConnectionPool* history_;
   saga::Datasources datasources_;

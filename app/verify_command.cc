@@ -166,6 +166,52 @@ void RequireRepairTopic(const Settings& s, const std::string& topic) {
 
 // Produces one repair event per differing table; waits for each unless no_wait.
 // Returns false when a repair did not succeed.
+// Waits until every repair event is terminal; true when all are SUCCESS.
+bool WaitForRepairs(api::EventStore& store, const std::vector<std::string>& codes, const std::string& topic,
+                    std::chrono::milliseconds timeout, bool json_out) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  bool ok = true;
+  for (const std::string& code : codes) {
+    for (;;) {
+      api::EventRow ev = store.GetEvent(code);
+      if (api::IsTerminal(ev.status)) {
+        (json_out ? std::cerr : std::cout) << "repair event " << code << ": " << ev.status
+                                           << (ev.last_error.empty() ? "" : " (" + ev.last_error + ")") << "\n";
+        ok = ok && ev.status == "SUCCESS";
+        break;
+      }
+      if (std::chrono::steady_clock::now() > until) {
+        throw Error("repair event " + code + " is still " + ev.status + " after " +
+                    std::to_string(timeout.count()) + " ms (is a node serving topic '" + topic + "' running?)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  return ok;
+}
+
+// --repair across the gap (docs/relay.md): no node reaches both sides, so no repair
+// event can sync a list of keys directly; one event of the verified topic with the
+// verified payload re-runs its table_sync steps, relayed, and a relayed sync moves and
+// writes only the rows that differ (and deletes extra rows where a step has
+// delete_missing), with the same undo.
+bool RepairAcrossTheGap(const Settings& s, storage::ConnectionPool& pool, const api::VerifyRequest& r, bool no_wait,
+                        std::chrono::milliseconds timeout, bool json_out) {
+  api::EventStore store(pool, s);
+  api::NewEvent e;
+  e.code = RepairCode();
+  e.topic = r.topic;
+  e.tenant_id = "dsync-verify";
+  e.data_id = e.code;
+  e.payload = r.payload;
+  store.Produce(e);
+  spdlog::info("VERIFY_REPAIR_PRODUCED code={} topic={} across_the_gap=true", e.code, r.topic);
+  (json_out ? std::cerr : std::cout) << "repair event " << e.code << " of topic " << r.topic
+                                     << " (across the gap: its syncs run relayed and move only the rows that "
+                                        "differ)\n";
+  return no_wait || WaitForRepairs(store, {e.code}, r.topic, timeout, json_out);
+}
+
 bool Repair(const Settings& s, storage::ConnectionPool& pool, const api::VerifyRequest& r,
             const api::VerifyReport& report, const std::string& topic, bool no_wait,
             std::chrono::milliseconds timeout, bool json_out) {
@@ -193,26 +239,7 @@ bool Repair(const Settings& s, storage::ConnectionPool& pool, const api::VerifyR
     (json_out ? std::cerr : std::cout) << "repair event " << e.code << " for " << d.table << " (" << plan.writes()
                                        << " keys)\n";
   }
-  if (no_wait) return true;
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  bool ok = true;
-  for (const std::string& code : codes) {
-    for (;;) {
-      api::EventRow ev = store.GetEvent(code);
-      if (api::IsTerminal(ev.status)) {
-        (json_out ? std::cerr : std::cout) << "repair event " << code << ": " << ev.status
-                                           << (ev.last_error.empty() ? "" : " (" + ev.last_error + ")") << "\n";
-        ok = ok && ev.status == "SUCCESS";
-        break;
-      }
-      if (std::chrono::steady_clock::now() > until) {
-        throw Error("repair event " + code + " is still " + ev.status + " after " +
-                    std::to_string(timeout.count()) + " ms (is a node serving topic '" + topic + "' running?)");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  }
-  return ok;
+  return no_wait || WaitForRepairs(store, codes, topic, timeout, json_out);
 }
 
 }  // namespace
@@ -256,7 +283,14 @@ int RunVerify(const Invocation& inv) {
                      "the keys (its source, target, table and filter are the step's); one table named here has "
                      "none (--plan shows what a sync would write)");
   }
-  if (repair) RequireRepairTopic(s, repair_topic);
+  // Across the gap (the config names a table's target but not its source): the sides
+  // are compared by a process of each (table/relay_verify.h), and a repair is a relayed
+  // re-sync of the topic (RepairAcrossTheGap).
+  bool gap = false;
+  for (const table::TableCheck& c : api::VerifyService(s, nullptr).Checks(r)) {
+    gap = gap || (s.datasources.count(c.source) == 0 && s.datasources.count(c.target) > 0);
+  }
+  if (repair && !gap) RequireRepairTopic(s, repair_topic);
 
   // The framework database keeps the history; a verify works without it (but a
   // repair needs it).
@@ -289,7 +323,9 @@ int RunVerify(const Invocation& inv) {
   }
   if (!json_out) PrintHuman(report, std::min<size_t>(r.max_keys, 10));
   try {
-    if (!Repair(s, *pool, r, report, repair_topic, inv.Flag("no-wait"), timeout, json_out)) {
+    const bool repaired = gap ? RepairAcrossTheGap(s, *pool, r, inv.Flag("no-wait"), timeout, json_out)
+                              : Repair(s, *pool, r, report, repair_topic, inv.Flag("no-wait"), timeout, json_out);
+    if (!repaired) {
       throw Error("a repair event did not succeed (it was compensated or failed; see dsync events show CODE)");
     }
   } catch (const table::VerifyInputError& e) {

@@ -235,6 +235,12 @@ constexpr KeyDescriptor kKeys[] = {
      .field = Field<&Settings::relay, &RelaySettings::poll_interval>(),
      .min = 1, .max_ms = 10000,
      .doc = "How long a relay half waits before it looks again when the other half is behind."},
+    {.path = "relay.verify_wait_ms",
+     .field = Field<&Settings::relay, &RelaySettings::verify_wait>(),
+     .min = 100, .max_ms = 3600000,
+     .doc = "`dsync verify` across the gap (the config names a table's target but not its source): "
+            "how long it waits for a node reaching the source to take the source side's half before "
+            "it fails with one line saying so."},
 
     // retention
     {.path = "retention.enabled",

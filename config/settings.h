@@ -67,6 +67,7 @@ struct RetentionSettings {
 struct RelaySettings {
   int64_t window_bytes = 64LL << 20;  // relay.window_bytes: relayed bytes in flight per step (docs/relay.md). Default 64 MiB
   Millis poll_interval{20};           // relay.poll_interval_ms: a relay half's wait when the other is behind. Default 20 ms
+  Millis verify_wait{60000};          // relay.verify_wait_ms: a verify across the gap's wait for its source half to start. Default 60 s
 };
 
 struct ConsumerSettings {

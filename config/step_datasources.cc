@@ -37,13 +37,13 @@ std::vector<std::string> CompensationDatasources(const StepSpec& spec) {
 
 std::vector<std::string> RelayedDatasources(const StepSpec& spec) {
   std::set<std::string> names;
-  if (spec.type == "table_sync") AddParam(spec, "target", names);
+  if (spec.type == "table_sync" || spec.type == "table_verify") AddParam(spec, "target", names);
   return {names.begin(), names.end()};
 }
 
 std::vector<std::string> RelaySourceDatasources(const StepSpec& spec) {
   std::set<std::string> names;
-  if (spec.type == "table_sync") AddParam(spec, "source", names);
+  if (spec.type == "table_sync" || spec.type == "table_verify") AddParam(spec, "source", names);
   return {names.begin(), names.end()};
 }
 

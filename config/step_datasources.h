@@ -6,8 +6,8 @@
 //   StepDatasources(spec)          table_sync, table_verify: source and target;
 //                                  table_delete: target; every other type: none
 //   CompensationDatasources(spec)  the step's target only (its undo records live there)
-//   RelayedDatasources(spec)       table_sync: its target (when no node reaches both,
-//                                  a node reaching the target runs it relayed)
+//   RelayedDatasources(spec)       table_sync, table_verify: its target (when no node
+//                                  reaches both, a node reaching the target runs it relayed)
 //   RouteKey({"env_b", "env_a"})   "env_a,env_b": distribute_event.route's form
 //
 // A datasource a step names but the config does not define is not a config error: it
@@ -33,11 +33,11 @@ std::vector<std::string> StepDatasources(const StepSpec& spec);
 std::vector<std::string> CompensationDatasources(const StepSpec& spec);
 
 // Relayed sync (docs/relay.md): what a node must reach to run the step as the owner of
-// a relayed run when no node reaches all of StepDatasources (table_sync: its `target`;
+// a relayed run when no node reaches all of StepDatasources (table_sync, table_verify: its `target`;
 // the source half runs elsewhere, as an event of its own); empty: the step cannot be
 // relayed (every other type).
 std::vector<std::string> RelayedDatasources(const StepSpec& spec);
-// The source half's side of a relayable step (table_sync: its `source`); empty otherwise.
+// The source half's side of a relayable step (table_sync, table_verify: its `source`); empty otherwise.
 std::vector<std::string> RelaySourceDatasources(const StepSpec& spec);
 
 // The internal topic whose events are the source halves of relayed steps, and its one

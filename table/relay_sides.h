@@ -42,6 +42,25 @@ class DbSourceSide final : public SourceSide {
   std::vector<int> key_pos_;  // the key columns' places in cols_
 };
 
+// A source side whose rows are their keys alone (a verify's source half): checksums
+// and row hashes over every synced column from `full`, rows from `keys` (a side over
+// the key columns only).
+class KeysOnlySource final : public SourceSide {
+ public:
+  KeysOnlySource(SourceSide& full, SourceSide& keys) : full_(full), keys_(keys) {}
+  const ColumnSet& key() const override { return full_.key(); }
+  RangeChecksum Checksum(const KeyRange& range) override { return full_.Checksum(range); }
+  KeyHashes Hashes(const KeyRange& range, size_t limit) override { return full_.Hashes(range, limit); }
+  std::vector<Row> Rows(const KeyRange& range, size_t limit) override { return keys_.Rows(range, limit); }
+  std::vector<Row> RowsOfKeys(const std::vector<Row>& keys) override { return keys_.RowsOfKeys(keys); }
+  std::vector<std::string> column_names() const override { return keys_.column_names(); }
+  Row KeyOf(const Row& row) const override { return keys_.KeyOf(row); }
+
+ private:
+  SourceSide& full_;
+  SourceSide& keys_;
+};
+
 // The reads of the target half; a target writer derives from it.
 class DbTargetReads : public TargetSide {
  public:

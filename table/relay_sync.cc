@@ -24,63 +24,6 @@ using storage::ConnectionPool;
 constexpr std::chrono::milliseconds kRelayCheckpointEvery{2000};
 constexpr size_t kRelayChunkBytes = 2u << 20;
 
-// `full`'s columns named in `names`, in that order (a name it lacks is left out, as
-// ReadShape leaves out a missing column).
-TableShape ShapeOf(const TableShape& full, const std::vector<std::string>& names) {
-  TableShape out;
-  out.key = full.key;
-  for (const std::string& n : names) {
-    for (const ColumnShape& c : full.columns) {
-      if (c.name == n) out.columns.push_back(c);
-    }
-  }
-  return out;
-}
-
-std::vector<std::string> ColumnNames(const TableSchema& t) {
-  std::vector<std::string> names;
-  for (const Column& c : t.columns) names.push_back(c.name);
-  return names;
-}
-
-TableShape FullShape(ConnectionPool& pool, const Spec& spec, const TableSchema& t, const char* what) {
-  return pool.Run(spec.What(what), [&](Connection& c) { return ReadShape(c, spec.table, ColumnNames(t), t.key); });
-}
-
-RelayOptions OptionsFor(const Spec& spec, const RelayedSyncOptions& o) {
-  RelayOptions r = o.relay;
-  r.chunk_rows = static_cast<size_t>(spec.chunk_size);
-  r.chunk_bytes = kRelayChunkBytes;
-  r.compare_rows = 4 * static_cast<size_t>(std::min(spec.chunk_size, 1000));
-  r.delete_missing = spec.delete_missing;
-  return r;
-}
-
-// Waits until the other half has described its table; RelayLost when the relay moved on
-// without this half (a new epoch, a later claim, a failure).
-RelaySchema AwaitOther(RunContext& ctx, RelayTable& relay, const RelayHalf& half, Millis poll) {
-  for (;;) {
-    CheckStop(ctx);
-    const std::optional<RelayStatus> st = relay.Read(half.step_code);
-    if (!st) throw RelayLost("relay of step '" + half.step_code + "': no relay row (dropped)");
-    const int newest = half.side == RelaySide::kTarget ? st->target_attempt : st->source_attempt;
-    if (st->epoch != half.epoch || newest != half.attempt) {
-      throw RelayLost("relay of step '" + half.step_code + "': the " + RelaySideName(half.side) +
-                      " half of attempt " + std::to_string(half.attempt) + " was taken over");
-    }
-    if (st->state == "FAILED") throw RelayFailed(st->error.value_or("the other half failed"));
-    const std::optional<std::string>& doc = half.side == RelaySide::kTarget ? st->source_schema : st->target_schema;
-    if (doc) {
-      try {
-        return ParseRelaySchema(*doc);
-      } catch (const RelayFormatError& e) {
-        throw PermanentError(e.what());
-      }
-    }
-    if (!ctx.clock().SleepFor(poll, ctx.stop_token())) throw Interrupted("stopped while waiting for the other half");
-  }
-}
-
 // The target side of the relay over the step's TargetWriter: each relayed chunk is one
 // chunk transaction, exactly as in direct mode.
 class WriterTarget final : public DbTargetReads {
@@ -167,7 +110,82 @@ class WriterTarget final : public DbTargetReads {
   std::optional<KeyRange> pending_equal_;
 };
 
+std::vector<std::string> ColumnNames(const TableSchema& t) {
+  std::vector<std::string> names;
+  for (const Column& c : t.columns) names.push_back(c.name);
+  return names;
+}
+
 }  // namespace
+
+// `full`'s columns named in `names`, in that order (a name it lacks is left out, as
+// ReadShape leaves out a missing column).
+TableShape RelayShapeOf(const TableShape& full, const std::vector<std::string>& names) {
+  TableShape out;
+  out.key = full.key;
+  for (const std::string& n : names) {
+    for (const ColumnShape& c : full.columns) {
+      if (c.name == n) out.columns.push_back(c);
+    }
+  }
+  return out;
+}
+
+
+TableShape RelayFullShape(ConnectionPool& pool, const Spec& spec, const TableSchema& t, const char* what) {
+  return pool.Run(spec.What(what), [&](Connection& c) { return ReadShape(c, spec.table, ColumnNames(t), t.key); });
+}
+
+RelayOptions RelayOptionsFor(const Spec& spec, const RelayedSyncOptions& o) {
+  RelayOptions r = o.relay;
+  r.chunk_rows = static_cast<size_t>(spec.chunk_size);
+  r.chunk_bytes = kRelayChunkBytes;
+  r.compare_rows = 4 * static_cast<size_t>(std::min(spec.chunk_size, 1000));
+  r.delete_missing = spec.delete_missing;
+  return r;
+}
+
+// Waits until the other half has described its table; RelayLost when the relay moved on
+// without this half (a new epoch, a later claim, a failure).
+RelaySchema AwaitOtherHalf(RunContext& ctx, RelayTable& relay, const RelayHalf& half, Millis poll, Millis timeout) {
+  const auto started = ctx.clock().Now();
+  for (;;) {
+    CheckStop(ctx);
+    const std::optional<RelayStatus> st = relay.Read(half.step_code);
+    if (!st) throw RelayLost("relay of step '" + half.step_code + "': no relay row (dropped)");
+    const int newest = half.side == RelaySide::kTarget ? st->target_attempt : st->source_attempt;
+    if (st->epoch != half.epoch || newest != half.attempt) {
+      throw RelayLost("relay of step '" + half.step_code + "': the " + RelaySideName(half.side) +
+                      " half of attempt " + std::to_string(half.attempt) + " was taken over");
+    }
+    if (st->state == "FAILED") throw RelayFailed(st->error.value_or("the other half failed"));
+    const std::optional<std::string>& doc = half.side == RelaySide::kTarget ? st->source_schema : st->target_schema;
+    if (doc) {
+      try {
+        return ParseRelaySchema(*doc);
+      } catch (const RelayFormatError& e) {
+        throw PermanentError(e.what());
+      }
+    }
+    if (timeout.count() > 0 && ctx.clock().Now() - started >= timeout) {
+      const bool target = half.side == RelaySide::kTarget;
+      throw PermanentError("relay of '" + half.step_code + "': no " + (target ? "source" : "target") +
+                           " half described its table within " + std::to_string(timeout.count() / 1000) +
+                           " s (is a node reaching the " + (target ? "source" : "target") +
+                           " live? dsync nodes; dsync events --attention)");
+    }
+    if (!ctx.clock().SleepFor(poll, ctx.stop_token())) throw Interrupted("stopped while waiting for the other half");
+  }
+}
+
+BoundFilter RelayTargetFilter(RunContext& ctx, const Spec& spec, ConnectionPool& tgt, const TableSchema& t) {
+  const Inner tgt_inner = DescribeSubqueryTables(tgt, spec, spec.target);
+  if (!tgt_inner.missing.empty() && spec.delete_missing) throw PermanentError(tgt_inner.missing);
+  bool target_filter = tgt_inner.missing.empty();
+  for (const std::string& c : spec.where.columns) target_filter = target_filter && t.Find(c) != nullptr;
+  return target_filter ? BoundFilter{spec.where.sql, FilterValues(spec, ctx.payload(), t, tgt_inner.schemas)}
+                       : BoundFilter{};
+}
 
 json SourceHalfArgs::ToJson() const { return {{"step_code", step_code}, {"epoch", epoch}, {"payload", payload}}; }
 
@@ -189,7 +207,7 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
   const std::string& step_code = ctx.step_code();
   chunks.Prepare(tgt, spec);
   const TableSchema t = Describe(tgt, spec, spec.target);
-  const TableShape t_full = FullShape(tgt, spec, t, "describe target");
+  const TableShape t_full = RelayFullShape(tgt, spec, t, "describe target");
   relay.Open(RelaySpec{step_code, ctx.event_code(), spec.step, spec.table, spec.source, spec.target,
                        options.window_bytes});
   RelayHalf half;
@@ -203,18 +221,12 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
   try {
     relay.PublishSchema(half, RelaySchemaJson(t, t_full));
     start_source(half.epoch);
-    const RelaySchema other = AwaitOther(ctx, relay, half, options.schema_wait_poll);
+    const RelaySchema other = AwaitOtherHalf(ctx, relay, half, options.schema_wait_poll);
     const TableSchema& s = other.schema;
     Plan plan = MakePlan(spec, s, t);
-    const TableShape shape = Preflight(spec, plan, s, t, ShapeOf(other.shape, plan.src_cols.names()),
-                                       ShapeOf(t_full, plan.tgt_image.names()));
-    const Inner tgt_inner = DescribeSubqueryTables(tgt, spec, spec.target);
-    if (!tgt_inner.missing.empty() && spec.delete_missing) throw PermanentError(tgt_inner.missing);
-    bool target_filter = tgt_inner.missing.empty();
-    for (const std::string& c : spec.where.columns) target_filter = target_filter && t.Find(c) != nullptr;
-    const BoundFilter tgt_filter =
-        target_filter ? BoundFilter{spec.where.sql, FilterValues(spec, ctx.payload(), t, tgt_inner.schemas)}
-                      : BoundFilter{};
+    const TableShape shape = Preflight(spec, plan, s, t, RelayShapeOf(other.shape, plan.src_cols.names()),
+                                       RelayShapeOf(t_full, plan.tgt_image.names()));
+    const BoundFilter tgt_filter = RelayTargetFilter(ctx, spec, tgt, t);
 
     TakeOver(tgt, spec, step_code, ctx.attempt());
     const Resume resume =
@@ -240,7 +252,7 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
       std::lock_guard<std::mutex> lock(mu);
       ctx.ReportProgress(out);
     };
-    RelayTarget run(relay, half, side, std::move(segments), OptionsFor(spec, options),
+    RelayTarget run(relay, half, side, std::move(segments), RelayOptionsFor(spec, options),
                     RelayControl{ctx.clock(), ctx.stop_token(), progress});
     const RelayTotals totals = run.Run();
 
@@ -296,10 +308,10 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
 }
 
 json RunRelayedSource(RunContext& ctx, const Spec& spec, const SourceHalfArgs& args, RelayTable& relay,
-                      const RelayedSyncOptions& options) {
+                      const RelayedSyncOptions& options, bool keys_only) {
   ConnectionPool& src = ctx.Pool(spec.source);
   const TableSchema s = Describe(src, spec, spec.source);
-  const TableShape s_full = FullShape(src, spec, s, "describe source");
+  const TableShape s_full = RelayFullShape(src, spec, s, "describe source");
   // Why this half is not needed any more (nullopt: it was taken over by a later claim).
   auto moved_on = [&]() -> std::optional<std::string> {
     const std::optional<RelayStatus> st = relay.Read(args.step_code);
@@ -313,17 +325,20 @@ json RunRelayedSource(RunContext& ctx, const Spec& spec, const SourceHalfArgs& a
   try {
     half = relay.TakeSource(args.step_code, args.epoch, ctx.attempt(), options.node);
     relay.PublishSchema(half, RelaySchemaJson(s, s_full));
-    const RelaySchema other = AwaitOther(ctx, relay, half, options.schema_wait_poll);
+    const RelaySchema other = AwaitOtherHalf(ctx, relay, half, options.schema_wait_poll);
     const TableSchema& t = other.schema;
     Plan plan = MakePlan(spec, s, t);
-    Preflight(spec, plan, s, t, ShapeOf(s_full, plan.src_cols.names()),
-              ShapeOf(other.shape, plan.tgt_image.names()));
+    Preflight(spec, plan, s, t, RelayShapeOf(s_full, plan.src_cols.names()),
+              RelayShapeOf(other.shape, plan.tgt_image.names()));
     const Inner src_inner = DescribeSubqueryTables(src, spec, spec.source);
     if (!src_inner.missing.empty()) throw PermanentError(src_inner.missing);
     const BoundFilter src_filter{spec.where.sql, FilterValues(spec, args.payload, s, src_inner.schemas)};
-    DbSourceSide side(src, spec.table, plan.src_cols, plan.src_key, src_filter);
+    DbSourceSide full(src, spec.table, plan.src_cols, plan.src_key, src_filter);
+    DbSourceSide keys(src, spec.table, plan.src_key, plan.src_key, src_filter);
+    KeysOnlySource key_side(full, keys);
+    SourceSide& side = keys_only ? static_cast<SourceSide&>(key_side) : full;
     auto progress = [&](const json& p) { ctx.ReportProgress(p); };
-    RelaySource run(relay, half, side, OptionsFor(spec, options),
+    RelaySource run(relay, half, side, RelayOptionsFor(spec, options),
                     RelayControl{ctx.clock(), ctx.stop_token(), progress});
     json out = run.Run().ToJson();
     out["half"] = "source";

@@ -35,6 +35,7 @@
 
 #include "table/chunk_table.h"
 #include "table/relay.h"
+#include "table/relay_schema.h"
 #include "table/relay_table.h"
 #include "table/run_context.h"
 #include "table/spec.h"
@@ -47,6 +48,9 @@ struct RelayedSyncOptions {
   int64_t window_bytes = 64 << 20;    // relayed bytes in flight per step
   std::string node;                   // this node's address, recorded in the relay row
   Millis schema_wait_poll{50};        // while waiting for the other half's description
+  // The longest wait for the other half to describe its table (0: no bound; a step's
+  // own deadline bounds it). A verify sets one: no node of the other side may be live.
+  Millis other_half_timeout{0};
 };
 
 // What the source half's event carries (its payload): which step of which event.
@@ -69,7 +73,25 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
 // the relay no longer needs it (its epoch ended, the target half finished or failed).
 // Throws Interrupted (stopped, or a later claim of this half took over), PermanentError,
 // DbError.
+// `keys_only` (a verify's source half): the chunks carry the key columns of the rows
+// that differ, never their other columns.
 nlohmann::json RunRelayedSource(RunContext& ctx, const Spec& spec, const SourceHalfArgs& args, RelayTable& relay,
-                                const RelayedSyncOptions& options);
+                                const RelayedSyncOptions& options, bool keys_only = false);
+
+// Building blocks the relayed runs share (relay_sync.cc, relay_verify.cc).
+// `full`'s columns named in `names`, in that order (a name it lacks is left out).
+TableShape RelayShapeOf(const TableShape& full, const std::vector<std::string>& names);
+// The shape of every column of `t` as `pool` stores it.
+TableShape RelayFullShape(storage::ConnectionPool& pool, const Spec& spec, const TableSchema& t, const char* what);
+// The relay's options for `spec` (its chunk size, delete_missing) over `o`.
+RelayOptions RelayOptionsFor(const Spec& spec, const RelayedSyncOptions& o);
+// Waits until the other half has described its table. Throws RelayLost when the relay
+// moved on without this half, RelayFailed, Interrupted (stopped), PermanentError (also
+// when `timeout` passed first).
+RelaySchema AwaitOtherHalf(RunContext& ctx, RelayTable& relay, const RelayHalf& half, Millis poll,
+                           Millis timeout = Millis{0});
+// The step's filter bound on the target (ctx's payload), or none when the target lacks
+// a column or table it reads (then every target row of the range counts).
+BoundFilter RelayTargetFilter(RunContext& ctx, const Spec& spec, storage::ConnectionPool& tgt, const TableSchema& t);
 
 }  // namespace dsync::table

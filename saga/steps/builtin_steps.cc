@@ -29,7 +29,7 @@ StepRegistry StepRegistry::WithBuiltins(const std::map<std::string, TopicSetting
     registry.Register(kRelaySourceStepType, [relay](const StepSpec& spec) { return MakeRelaySourceStep(spec, relay); });
   }
   registry.Register("table_delete", [](const StepSpec& spec) { return MakeTableDeleteStep(spec); });
-  registry.Register("table_verify", [](const StepSpec& spec) { return MakeTableVerifyStep(spec); });
+  registry.Register("table_verify", [relay](const StepSpec& spec) { return MakeTableVerifyStep(spec, relay); });
   registry.Register("table_repair",
                     [repairable](const StepSpec& spec) { return MakeTableRepairStep(spec, repairable); });
   registry.Register("demo", [](const StepSpec& spec) { return MakeDemoStep(spec); });

@@ -17,6 +17,7 @@
 #include "events/produce.h"
 #include "table/chunk_table.h"
 #include "table/delete.h"
+#include "table/relay_verify.h"
 #include "table/run_context.h"
 #include "table/sync.h"
 #include "table/undo_table.h"
@@ -28,24 +29,6 @@ using nlohmann::json;
 
 // table::RunContext over the engine's StepContext (the step code is its idempotency
 // key); time from the handler's clock.
-class StepRunContext final : public table::RunContext {
- public:
-  StepRunContext(StepContext& ctx, Clock& clock) : ctx_(ctx), clock_(clock) {}
-  const std::string& event_code() const override { return ctx_.event_code(); }
-  const std::string& step_code() const override { return ctx_.idempotency_key(); }
-  const json& payload() const override { return ctx_.payload(); }
-  int attempt() const override { return ctx_.attempt(); }
-  const json& compensation_data() const override { return ctx_.compensation_data(); }
-  std::stop_token stop_token() const override { return ctx_.stop_token(); }
-  bool StillOwner() override { return ctx_.StillOwner(); }
-  void ReportProgress(const json& progress) override { ctx_.ReportProgress(progress); }
-  storage::ConnectionPool& Pool(const std::string& datasource) override { return ctx_.datasources().Get(datasource); }
-  Clock& clock() override { return clock_; }
-
- private:
-  StepContext& ctx_;
-  Clock& clock_;
-};
 
 class TableStep : public StepHandler {
  public:
@@ -146,25 +129,10 @@ class TableSyncStep final : public TableStep {
     nlohmann::json payload = table::SourceHalfArgs{ctx.idempotency_key(), epoch, ctx.payload()}.ToJson();
     payload["topic"] = where_->first;
     payload["step"] = where_->second;
-    events::NewEventRow row;
-    row.tenant_id = "dsync";
-    row.code = RelaySourceCode(ctx.idempotency_key(), epoch);
-    row.data_id = row.code;  // its own ordering key: never behind its parent's
-    row.topic = kRelaySourceTopic;
-    row.payload = payload.dump();
-    row.service = relay_->service;
-    row.route = RouteKey({spec_.source});
-    row.max_retry = RelaySourceTopic().max_retry;
-    relay_->framework->Run("produce relay source half", [&](storage::Connection& c) {
-      if (events::InsertEvent(c, row)) return;
-      auto topic = c.QueryString("SELECT topic FROM distribute_event WHERE code = ?", row.code);
-      if (topic != std::string(kRelaySourceTopic)) {
-        throw table::PermanentError("step '" + spec_.step + "': the relay's source half event code " + row.code +
-                                    " is taken by an event of another topic");
-      }
-    });
+    const std::string code = ProduceRelaySourceHalf(*relay_->framework, relay_->service, ctx.idempotency_key(), epoch,
+                                                    payload, spec_.source);
     spdlog::info("RELAY_SOURCE_STARTED event={} step={} code={} epoch={} source_event={} route={}",
-                 ctx.event_code(), spec_.step, ctx.idempotency_key(), epoch, row.code, row.route);
+                 ctx.event_code(), spec_.step, ctx.idempotency_key(), epoch, code, RouteKey({spec_.source}));
   }
 
   table::ChunkTable chunk_table_;
@@ -179,6 +147,10 @@ class RelaySourceStep final : public StepHandler {
 
   StepResult Execute(StepContext& ctx) override {
     const nlohmann::json& p = ctx.payload();
+    if (table::IsVerifySourcePayload(p)) return Run(ctx, "verify", [&](table::RunContext& run) {
+      table::RelayTable relay(*relay_->framework);
+      return table::RunRelayedVerifySource(run, p, relay, Options());
+    });
     if (!p.is_object() || !p.contains("topic") || !p["topic"].is_string() || !p.contains("step") ||
         !p["step"].is_string()) {
       return StepResult::Permanent("relay source half: its payload names no topic and step");
@@ -196,14 +168,30 @@ class RelaySourceStep final : public StepHandler {
       return StepResult::Permanent("relay source half: no table_sync step '" + step + "' in topic '" + topic +
                                    "' of this node's config");
     }
-    StepRunContext run(ctx, clock_);
-    try {
+    return Run(ctx, step, [&](table::RunContext& run) {
       const table::Spec spec = table::ParseSpec(*found, /*sync=*/true);
       const table::SourceHalfArgs args = table::SourceHalfArgs::FromJson(p);
       table::RelayTable relay(*relay_->framework);
-      table::RelayedSyncOptions options = relay_->options;
-      options.node = relay_->node;
-      return StepResult::Ok(table::RunRelayedSource(run, spec, args, relay, options));
+      return table::RunRelayedSource(run, spec, args, relay, Options());
+    });
+  }
+
+  // Its only effect is rows of the relay tables, which the target half owns.
+  StepResult Compensate(StepContext&) override { return StepResult::Ok(); }
+
+ private:
+  table::RelayedSyncOptions Options() const {
+    table::RelayedSyncOptions options = relay_->options;
+    options.node = relay_->node;
+    return options;
+  }
+
+  // Runs a source half, mapping its failures to step results.
+  StepResult Run(StepContext& ctx, const std::string& step,
+                 const std::function<nlohmann::json(table::RunContext&)>& half) {
+    StepRunContext run(ctx, clock_);
+    try {
+      return StepResult::Ok(half(run));
     } catch (const ConfigError& e) {
       return StepResult::Permanent(e.what());
     } catch (const table::PermanentError& e) {
@@ -218,10 +206,6 @@ class RelaySourceStep final : public StepHandler {
     }
   }
 
-  // Its only effect is rows of the relay tables, which the target half owns.
-  StepResult Compensate(StepContext&) override { return StepResult::Ok(); }
-
- private:
   std::shared_ptr<const RelayEnvironment> relay_;
   SystemClock clock_;
 };
@@ -262,6 +246,29 @@ std::string RelaySourceCode(const std::string& step_code, int epoch) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return "relay:" + std::string(hex) + ":" + std::to_string(epoch);
+}
+
+std::string ProduceRelaySourceHalf(storage::ConnectionPool& framework, const std::string& service,
+                                   const std::string& step_code, int epoch, const nlohmann::json& payload,
+                                   const std::string& source) {
+  events::NewEventRow row;
+  row.tenant_id = "dsync";
+  row.code = RelaySourceCode(step_code, epoch);
+  row.data_id = row.code;  // its own ordering key: never behind its parent's
+  row.topic = kRelaySourceTopic;
+  row.payload = payload.dump();
+  row.service = service;
+  row.route = RouteKey({source});
+  row.max_retry = RelaySourceTopic().max_retry;
+  framework.Run("produce relay source half", [&](storage::Connection& c) {
+    if (events::InsertEvent(c, row)) return;
+    auto topic = c.QueryString("SELECT topic FROM distribute_event WHERE code = ?", row.code);
+    if (topic != std::string(kRelaySourceTopic)) {
+      throw table::PermanentError("the relay's source half event code " + row.code +
+                                  " is taken by an event of another topic");
+    }
+  });
+  return row.code;
 }
 
 std::unique_ptr<StepHandler> MakeTableSyncStep(const StepSpec& spec) {

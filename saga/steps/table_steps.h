@@ -175,6 +175,7 @@
 #include <vector>
 
 #include "config/settings.h"
+#include "core/clock.h"
 #include "saga/step_handler.h"
 #include "storage/connection_pool.h"
 #include "table/relay_sync.h"
@@ -194,12 +195,38 @@ struct RelayEnvironment {
   std::map<std::string, TopicSettings> topics;   // the node's topics: where a source half finds its step
 };
 
+// The saga engine's StepContext as the table machinery's RunContext.
+class StepRunContext final : public table::RunContext {
+ public:
+  StepRunContext(StepContext& ctx, Clock& clock) : ctx_(ctx), clock_(clock) {}
+  const std::string& event_code() const override { return ctx_.event_code(); }
+  const std::string& step_code() const override { return ctx_.idempotency_key(); }
+  const nlohmann::json& payload() const override { return ctx_.payload(); }
+  int attempt() const override { return ctx_.attempt(); }
+  const nlohmann::json& compensation_data() const override { return ctx_.compensation_data(); }
+  std::stop_token stop_token() const override { return ctx_.stop_token(); }
+  bool StillOwner() override { return ctx_.StillOwner(); }
+  void ReportProgress(const nlohmann::json& progress) override { ctx_.ReportProgress(progress); }
+  storage::ConnectionPool& Pool(const std::string& datasource) override { return ctx_.datasources().Get(datasource); }
+  Clock& clock() override { return clock_; }
+
+ private:
+  StepContext& ctx_;
+  Clock& clock_;
+};
+
 // The internal topic of source halves as a node's plans hold it: one step of type
 // relay_source, unordered, 10 retries, an hour without progress before it is stuck.
 TopicSettings RelaySourceTopic();
 // The source half's event code for a step's relay epoch: "relay:<16 hex of the step
 // code's hash>:<epoch>" (event codes are at most 64 characters).
 std::string RelaySourceCode(const std::string& step_code, int epoch);
+// Makes sure the source half's event of `step_code`'s relay epoch exists (idempotent by
+// its code), routed to a node reaching `source`. Returns its code. Throws
+// table::PermanentError when the code is taken by another topic's event, DbError.
+std::string ProduceRelaySourceHalf(storage::ConnectionPool& framework, const std::string& service,
+                                   const std::string& step_code, int epoch, const nlohmann::json& payload,
+                                   const std::string& source);
 
 // Throw ConfigError ("config: step 'docs' (table_sync): <reason>") for bad params.
 std::unique_ptr<StepHandler> MakeTableSyncStep(const StepSpec& spec);

@@ -25,10 +25,14 @@
 
 #include "config/settings.h"
 #include "saga/step_handler.h"
+#include "saga/steps/table_steps.h"
 
 namespace dsync::saga {
 
-std::unique_ptr<StepHandler> MakeTableVerifyStep(const StepSpec& spec);
+// `relay` (may be null): across the gap when the node reaches the target but not the
+// source (table/relay_verify.h).
+std::unique_ptr<StepHandler> MakeTableVerifyStep(const StepSpec& spec,
+                                                 std::shared_ptr<const RelayEnvironment> relay = nullptr);
 // `topics`: the configured topics whose table_sync steps repairs may name (the node's
 // plans); null or empty: every repair fails permanently, naming why.
 std::unique_ptr<StepHandler> MakeTableRepairStep(
