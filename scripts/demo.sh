@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
 # The README's first command: dsync syncing two isolated environments, end to end.
 #
-# Installs what is missing, builds, and starts a throwaway MariaDB holding three
-# schemas: `dsync` (the framework's tables), `env_a` (a knowledge base: spaces,
-# documents, tags, permissions; a few thousand rows) and `env_b` (the same tables,
-# empty but for stale copies of two spaces, and one column narrower: an older schema).
-# Then, as separate processes, one dispatcher and two consumer nodes; a third node
-# joins once the run is under way (15 % done), with no config change. One SPACE_ADD event per space is
-# produced (`dsync produce --file`); each runs as a four-step saga of table_sync steps
-# (space, docs, tags, permissions) from env_a to env_b. One space is poisoned: one of
-# its permissions does not fit env_b's narrower column, so its last step fails
-# permanently and the saga compensates the three steps before it. One node is
-# kill -9ed (at 35 %) while it runs events; they finish elsewhere. A live progress line runs
-# until every event is terminal; the summary shows events by status and work per
-# node, then verifies with checksums that env_b equals env_a for every synced space
-# and that the poisoned space left env_b exactly as it was; it ends with `dsync verify`
-# for the synced spaces (exit 0) and for the poisoned one (exit 3: its differences).
+# Installs what is missing, builds, and starts two throwaway MariaDB servers, one per
+# zone. Zone A's server holds `env_a` (a knowledge base: spaces, documents, tags,
+# permissions; a few thousand rows) and `dsync` (the framework's tables); zone B's
+# holds `env_b` (the same tables, empty but for stale copies of two spaces, and one
+# column narrower: an older schema). No process of the run reaches both environments:
+# each node's config names only its own zone's datasource, and every node reaches the
+# framework database, as between two real clusters. So every sync is relayed
+# (docs/relay.md): a zone-B node runs each step's target half, a zone-A node its
+# source half, and they meet in the framework database. Processes: one dispatcher,
+# two zone-B nodes (one joins once the run is under way, 15 % done, with no config
+# change) and two zone-A nodes. One SPACE_ADD event per space is produced
+# (`dsync produce --file`); each runs as a four-step saga of table_sync steps (space,
+# docs, tags, permissions) from env_a to env_b. One space is poisoned: one of its
+# permissions does not fit env_b's narrower column, so its last step fails permanently
+# and the saga compensates the three steps before it. One zone-B node is kill -9ed (at
+# 35 %) while it runs events; they finish elsewhere. A live progress line runs until
+# every event is terminal; the summary shows events by status, work per node and the
+# relay's figures, then verifies with checksums that env_b equals env_a for every
+# synced space and that the poisoned space left env_b exactly as it was; it ends with
+# `dsync verify` across the gap (zone B's config: env_a's side is computed by a zone-A
+# node) for the synced spaces (exit 0) and for the poisoned one (exit 3).
 #
 # Exits non-zero if the verification fails; stops everything it started and removes
-# the server. Options (environment): DSYNC_BUILD_DIR (default build),
+# the servers. Options (environment): DSYNC_BUILD_DIR (default build),
 # DSYNC_DEMO_BIN (a prebuilt binary: no build), DSYNC_DEMO_SPACES (default 240, at
-# most 1000), DSYNC_DEMO_KEEP=1 keeps the web console, the nodes and the MariaDB
+# most 1000), DSYNC_DEMO_KEEP=1 keeps the web console, the nodes and the servers
 # running after the demo, until Ctrl-C.
 #
 # The web console (`dsync serve` on a free loopback port) is up from the start: the
@@ -39,7 +45,7 @@ offline_ms=3000  # a killed node is declared dead after this long without heartb
 
 bash scripts/setup.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/dsync-demo.XXXXXX")
-dir=""
+dir="" dir_b=""
 declare -A pid_of=()
 cleanup() {
   local rc=$? name
@@ -52,6 +58,9 @@ cleanup() {
   fi
   if [[ -n $dir ]]; then
     bash scripts/mariadb.sh stop "$dir"
+  fi
+  if [[ -n $dir_b ]]; then
+    bash scripts/mariadb.sh stop "$dir_b"
   fi
   rm -rf "$work"
 }
@@ -75,28 +84,43 @@ else
 fi
 
 dir=$(bash scripts/mariadb.sh start)
+dir_b=$(bash scripts/mariadb.sh start)
 url=$(bash scripts/mariadb.sh url "$dir")
-mysql_in() { bash scripts/mariadb.sh root "$dir" --default-character-set=utf8mb4 -N -B "$@"; }
+mysql_in() { bash scripts/mariadb.sh root "$dir" --default-character-set=utf8mb4 -N -B "$@"; }    # zone A's server
+mysql_b() { bash scripts/mariadb.sh root "$dir_b" --default-character-set=utf8mb4 -N -B "$@"; }   # zone B's server
 sql() { mysql_in dsync -e "$1"; }
-checksums() { mysql_in "$1" <scripts/demo/checksums.sql; }  # checksums SCHEMA > file
+env_db() { if [[ $1 == env_b ]]; then mysql_b "$@"; else mysql_in "$@"; fi; }  # env_db SCHEMA args...
+checksums() { env_db "$1" <scripts/demo/checksums.sql; }  # checksums SCHEMA > file
 mask() { sed -E 's#://([^:/@]+):[^@]*@#://\1:***@#g'; }
-echo "== throwaway MariaDB: $(echo "$url" | mask)"
+echo "== two throwaway MariaDB servers, one per zone: A $(echo "$url" | mask) (env_a, and dsync's own tables)"
+echo "   and B 127.0.0.1:$(cat "$dir_b/port") (env_b); no process of the run reaches both environments"
 
 # ---- the two environments -----------------------------------------------------------
-# The steps reach the environments as their own user, with no more rights than they
-# need: read env_a; read and write env_b, and create its dsync_step_undo table.
-ds_password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
-mysql_in -e "CREATE DATABASE env_a CHARACTER SET utf8mb4; CREATE DATABASE env_b CHARACTER SET utf8mb4;
-  CREATE USER 'kb_sync'@'127.0.0.1' IDENTIFIED BY '$ds_password';
-  GRANT SELECT ON env_a.* TO 'kb_sync'@'127.0.0.1';
+# The steps reach each environment as its own user, with no more rights than they
+# need: read env_a; read and write env_b, and create its dsync tables.
+pass_a=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+pass_b=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+mysql_in -e "CREATE DATABASE env_a CHARACTER SET utf8mb4;
+  CREATE USER 'kb_sync'@'127.0.0.1' IDENTIFIED BY '$pass_a';
+  GRANT SELECT ON env_a.* TO 'kb_sync'@'127.0.0.1'"
+mysql_b -e "CREATE DATABASE env_b CHARACTER SET utf8mb4;
+  CREATE USER 'kb_sync'@'127.0.0.1' IDENTIFIED BY '$pass_b';
   GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON env_b.* TO 'kb_sync'@'127.0.0.1'"
-ds_url="mysql://kb_sync:$ds_password@127.0.0.1:$(cat "$dir/port")"
+env_a_url="mysql://kb_sync:$pass_a@127.0.0.1:$(cat "$dir/port")/env_a"
+env_b_url="mysql://kb_sync:$pass_b@127.0.0.1:$(cat "$dir_b/port")/env_b"
 mysql_in env_a <scripts/demo/kb_schema.sql
-mysql_in env_b <scripts/demo/kb_schema.sql
+mysql_b env_b <scripts/demo/kb_schema.sql
 { echo "SET @spaces = $spaces, @poisoned = $poisoned;"; cat scripts/demo/env_a_data.sql; } | mysql_in env_a
-{ echo "SET @poisoned = $poisoned, @stale = $stale;"; cat scripts/demo/env_b_setup.sql; } | mysql_in env_b
+# env_b's stale copies are made from env_a's rows of two spaces, copied to zone B's
+# server first (env_a_seed, dropped after).
+for t in kb_space:id kb_doc:space_id kb_tag:space_id kb_permission:space_id; do
+  mariadb-dump --socket="$dir/sock" -uroot --compact --skip-triggers env_a "${t%%:*}" \
+    --where="${t#*:} IN ($stale, $poisoned)"
+done | { mysql_b -e "CREATE DATABASE env_a_seed"; mysql_b env_a_seed; }
+{ echo "SET @poisoned = $poisoned, @stale = $stale;"; cat scripts/demo/env_b_setup.sql; } | mysql_b env_b
+mysql_b -e "DROP DATABASE env_a_seed"
 count_rows() {
-  mysql_in "$1" -e "SELECT CONCAT((SELECT COUNT(*) FROM kb_space), ' spaces, ', (SELECT COUNT(*) FROM kb_doc),
+  env_db "$1" -e "SELECT CONCAT((SELECT COUNT(*) FROM kb_space), ' spaces, ', (SELECT COUNT(*) FROM kb_doc),
     ' documents (', ROUND((SELECT SUM(LENGTH(body)) FROM kb_doc) / 1048576, 1), ' MB), ',
     (SELECT COUNT(*) FROM kb_tag), ' tags, ', (SELECT COUNT(*) FROM kb_permission), ' permissions')"
 }
@@ -106,14 +130,18 @@ checksums env_a >"$work/a.sums"
 checksums env_b >"$work/b_before.sums"
 
 # ---- dsync: config, schema, processes ------------------------------------------------
-cat >"$work/dsync.json" <<JSON
+# One config per zone: the same topics, each naming only the datasource its zone
+# reaches; the dispatcher and the console name none. Every process reaches the
+# framework database.
+write_config() {  # write_config FILE DATASOURCES_JSON
+  cat >"$1" <<JSON
 {
   "database": "$url",
   "service": "kb-sync-demo",
-  "datasources": { "env_a": "$ds_url/env_a", "env_b": "$ds_url/env_b" },
+  "datasources": $2,
   "registry":   { "heartbeat_interval_ms": 500, "offline_timeout_ms": $offline_ms, "sweep_interval_ms": 500 },
   "dispatcher": { "poll_interval_ms": 50, "idle_interval_ms": 250, "lease_ttl_ms": 3000 },
-  "consumer":   { "poll_interval_ms": 50, "capacity": 2 },
+  "consumer":   { "poll_interval_ms": 50, "capacity": 8 },
   "topics": {
     "SPACE_ADD": {
       "max_retry": 3, "backoff_base_ms": 200, "backoff_max_ms": 2000, "max_processing_time_ms": 60000,
@@ -132,25 +160,31 @@ cat >"$work/dsync.json" <<JSON
   }
 }
 JSON
+}
+write_config "$work/dsync.json" '{}'
+write_config "$work/zone_a.json" "{ \"env_a\": \"$env_a_url\" }"
+write_config "$work/zone_b.json" "{ \"env_b\": \"$env_b_url\" }"
 dsync() { "$bin" "$@" --config "$work/dsync.json"; }
-start() {  # start NAME dsync-args...
-  local name=$1; shift
-  "$bin" "$@" --config "$work/dsync.json" >"$work/$name.log" 2>&1 &
+start() {  # start NAME CONFIG dsync-args...
+  local name=$1 config=$2; shift 2
+  "$bin" "$@" --config "$work/$config.json" >"$work/$name.log" 2>&1 &
   pid_of[$name]=$!
   disown $!  # our own bookkeeping; no job notice when one is killed
 }
 node_addr() { echo "127.0.0.1:700${1#node}"; }
+declare -A zone_of=([node1]=B [node2]=A [node3]=B [node4]=A)
 
 dsync migrate --log-level warn | sed "s/^/   /"
-start dispatcher dispatcher
-start node1 node --node-address "$(node_addr node1)"
-start node2 node --node-address "$(node_addr node2)"
+start dispatcher dsync dispatcher
+start node1 zone_b node --node-address "$(node_addr node1)"
+start node2 zone_a node --node-address "$(node_addr node2)"
+start node4 zone_a node --node-address "$(node_addr node4)"
 # The web console and HTTP API on a free loopback port: try random ports until one
 # binds (a port taken meanwhile makes `dsync serve` exit at once).
 console=""
 for _ in $(seq 1 10); do
   port=$(free_port)
-  start api serve --listen "127.0.0.1:$port"
+  start api dsync serve --listen "127.0.0.1:$port"
   for _ in $(seq 1 100); do
     grep -q HTTP_LISTENING "$work/api.log" && { console="http://127.0.0.1:$port/"; break; }
     kill -0 "${pid_of[api]}" 2>/dev/null || break
@@ -163,10 +197,11 @@ done
 [[ -n $console ]] || { echo "demo: the console did not start" >&2; tail -n 5 "$work/api.log" >&2; exit 1; }
 echo "== web console: $console   (live while the demo runs; DSYNC_DEMO_KEEP=1 keeps it after)"
 for _ in $(seq 1 50); do
-  (($(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 2)) && break
+  (($(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 3)) && break
   sleep 0.1
 done
-echo "== one dispatcher and two nodes started; the nodes registered themselves:"
+echo "== one dispatcher and three nodes started: node1 in zone B (its config names env_b only), node2 and"
+echo "   node4 in zone A (env_a only); they registered themselves, with the datasources each reaches:"
 dsync nodes
 
 # ---- produce: one SPACE_ADD event per space, written from env_a's rows ---------------
@@ -205,9 +240,9 @@ while :; do
   # had a second to get work) while it runs events.
   secs=${elapsed%.*}
   if ((joined == 0 && (done * 100 >= total * 15 || secs >= 3))); then
-    start node3 node --node-address "$(node_addr node3)"
+    start node3 zone_b node --node-address "$(node_addr node3)"
     joined=1 joined_at=$secs
-    printf '%s== node3 (%s) joins after %s s: no config change anywhere, its first heartbeat registers it\n' \
+    printf '%s== node3 (%s, zone B) joins after %s s: no config change anywhere, its first heartbeat registers it\n' \
       "$nl" "$(node_addr node3)" "$elapsed"
   fi
   if ((joined == 1 && killed == 0 && secs > joined_at && done * 100 >= total * 35)); then
@@ -243,20 +278,34 @@ run_s=$elapsed
 echo "== events by status"
 sql "SELECT status, COUNT(*) FROM distribute_event WHERE batch_code = '$batch' GROUP BY status" |
   awk -F'\t' '{ printf "   %-12s %s\n", $1, $2 }'
-echo "== work per node (steps done and rows written: the steps' own rows)"
+echo "== work per node: zone B runs the sagas (each step's target half writes env_b), zone A the source halves"
 {
-  printf 'node\taddress\tstate\tevents finished\tsteps done\trows written\n'
-  for name in node1 node2 node3; do
+  printf 'node\tzone\taddress\tstate\tsagas finished\tsteps done\trows written\tsource halves\trows relayed\n'
+  for name in node1 node2 node3 node4; do
     addr=$(node_addr $name)
     state=$([[ $name == "$victim" && $killed == 1 ]] && echo "killed -9" || echo "running")
-    sql "SELECT '$name', '$addr', '$state',
-           (SELECT COUNT(*) FROM distribute_event WHERE node_address = '$addr'
+    sql "SELECT '$name', '${zone_of[$name]}', '$addr', '$state',
+           (SELECT COUNT(*) FROM distribute_event WHERE node_address = '$addr' AND batch_code = '$batch'
               AND status IN ('SUCCESS','COMPENSATED','FAILED')),
-           (SELECT COUNT(*) FROM distribute_event_step WHERE node_address = '$addr' AND status = 'SUCCESS'),
-           (SELECT COALESCE(SUM(JSON_EXTRACT(output, '$.inserted') + JSON_EXTRACT(output, '$.updated')), 0)
-              FROM distribute_event_step WHERE node_address = '$addr' AND status = 'SUCCESS')"
+           (SELECT COUNT(*) FROM distribute_event_step s JOIN distribute_event e ON e.code = s.job_code
+              WHERE s.node_address = '$addr' AND s.status = 'SUCCESS' AND e.batch_code = '$batch'),
+           (SELECT COALESCE(SUM(JSON_EXTRACT(s.output, '$.inserted') + JSON_EXTRACT(s.output, '$.updated')), 0)
+              FROM distribute_event_step s JOIN distribute_event e ON e.code = s.job_code
+              WHERE s.node_address = '$addr' AND s.status = 'SUCCESS' AND e.batch_code = '$batch'),
+           (SELECT COUNT(*) FROM distribute_event WHERE node_address = '$addr' AND topic = 'dsync.relay_source'
+              AND status = 'SUCCESS'),
+           (SELECT COALESCE(SUM(JSON_EXTRACT(s.output, '$.rows_relayed')), 0)
+              FROM distribute_event_step s JOIN distribute_event e ON e.code = s.job_code
+              WHERE s.node_address = '$addr' AND s.status = 'SUCCESS' AND e.topic = 'dsync.relay_source')"
   done
 } | column -t -s $'\t' | sed 's/^/   /'
+echo "== the relay: every step crossed the gap through the framework database (dsync_relay, one row per step)"
+relay_figures=$(sql "SELECT CONCAT(COUNT(*), ' relayed steps, ', COALESCE(SUM(chunks_relayed), 0), ' chunks, ',
+    COALESCE(SUM(rows_relayed), 0), ' rows, ', ROUND(COALESCE(SUM(bytes_relayed), 0) / 1048576, 1), ' MB relayed; ',
+    'peak in flight per step ', ROUND(COALESCE(MAX(peak_bytes), 0) / 1024), ' KiB (window ',
+    ROUND(MAX(window_bytes) / 1048576), ' MiB); ', (SELECT COUNT(*) FROM dsync_relay_chunk), ' chunks left')
+  FROM dsync_relay")
+echo "   $relay_figures"
 echo "== the poisoned event SPACE_ADD-$poisoned: forward steps, then compensation in reverse"
 sql "SELECT action, step_name, status, node_address, finished_at, SUBSTRING_INDEX(COALESCE(error_details, ''), ': ', -1)
      FROM v_step_history WHERE event_code = 'SPACE_ADD-$poisoned' ORDER BY seq" |
@@ -307,6 +356,16 @@ check "every saga in order: all steps SUCCESS, or a prefix compensated in revers
   +(SELECT COUNT(*) FROM distribute_event_step a JOIN distribute_event_step b
        ON b.job_code = a.job_code AND a.sort < b.sort
      WHERE a.status = 'COMPENSATED' AND b.status = 'COMPENSATED' AND a.compensated_at < b.compensated_at)")" 0
+check "every sync crossed the gap: each SUCCESS step of the run ran relayed (its target half in zone B)" \
+  "$(sql "SELECT CONCAT(SUM(JSON_EXTRACT(s.output, '$.relayed') = true), '/', COUNT(*),
+            '/', SUM(s.node_address IN ('$(node_addr node1)', '$(node_addr node3)')))
+          FROM distribute_event_step s JOIN distribute_event e ON e.code = s.job_code
+          WHERE e.batch_code = '$batch' AND s.status = 'SUCCESS'")" \
+  "$(sql "SELECT CONCAT(COUNT(*), '/', COUNT(*), '/', COUNT(*)) FROM distribute_event_step s
+          JOIN distribute_event e ON e.code = s.job_code WHERE e.batch_code = '$batch' AND s.status = 'SUCCESS'")"
+check "no source half failed, and the relay left no chunk behind" \
+  "$(sql "SELECT CONCAT((SELECT COUNT(*) FROM distribute_event WHERE topic = 'dsync.relay_source' AND status IN ('FAILED', 'COMPENSATED')),
+          '/', (SELECT COUNT(*) FROM dsync_relay_chunk))")" "0/0"
 check "env_b equals env_a for every synced space (4 tables each, checksums)" \
   "$synced_equal/$((spaces - 1))" "$((spaces - 1))/$((spaces - 1))"
 check "space $stale: the stale copy in env_b was overwritten" \
@@ -337,45 +396,50 @@ else
   check "a node was killed while holding events" "$killed" 1
 fi
 check "the web console answers at $console with this run's counts" \
-  "$(curl -fsS "$console" | grep -c '/assets/app.js')/$(curl -fsS "${console}v1/overview" |
-     jq -r --arg t "$total" '[.totals.SUCCESS, .totals.COMPENSATED, .total] | map(tostring) | join("/")')" \
+  "$(curl -fsS "$console" | grep -c '/assets/app.js')/$(curl -fsS "${console}v1/overview?topics=true" |
+     jq -r '.counts.SPACE_ADD | [.SUCCESS, .COMPENSATED, ([.[]] | add)] | map(tostring) | join("/")')" \
   "1/$((total - 1))/1/$total"
 check "node3, joined late, did work" \
   "$(sql "SELECT COUNT(*) > 0 FROM distribute_event WHERE node_address = '$(node_addr node3)' AND status = 'SUCCESS'")" 1
 echo "== registry (the killed node is marked offline):"
 dsync nodes --all
 
-# dsync verify: chunk checksums inside both databases, rows only where a chunk differs.
-echo "== dsync verify: env_b against env_a for every synced space (each table, all spaces but $poisoned; exit 0 = equal)"
+# dsync verify from zone B (its config names env_b only): across the gap, env_a's side
+# is computed by a zone-A node; only the keys of differing rows cross.
+verify_b() { "$bin" verify --config "$work/zone_b.json" "$@"; }
+echo "== dsync verify --config zone_b.json: env_b against env_a for every synced space (each table, all spaces"
+echo "   but $poisoned; exit 0 = equal), across the gap: env_a's checksums computed by a zone-A node"
 verify_rc=0
 for t in kb_space:id kb_doc:space_id kb_tag:space_id kb_permission:space_id; do
-  dsync verify --source env_a --target env_b --table "${t%%:*}" --where "${t#*:} <> :poisoned" \
+  verify_b --source env_a --target env_b --table "${t%%:*}" --where "${t#*:} <> :poisoned" \
     --params "{\"poisoned\": $poisoned}" | sed 's/^/   /' || verify_rc=$?
 done
 check "dsync verify: env_b equals env_a for every synced space (exit 0)" "$verify_rc" 0
-echo "== dsync verify --topic SPACE_ADD --payload '{\"space_id\": $poisoned}': the poisoned space (compensated) differs"
+echo "== dsync verify --config zone_b.json --topic SPACE_ADD --payload '{\"space_id\": $poisoned}': the poisoned space (compensated) differs"
 set +e
-dsync verify --topic SPACE_ADD --payload "{\"space_id\": $poisoned}" --max-keys 3 | sed 's/^/   /'
+verify_b --topic SPACE_ADD --payload "{\"space_id\": $poisoned}" --max-keys 3 | sed 's/^/   /'
 poisoned_rc=${PIPESTATUS[0]}
 set -e
 check "dsync verify shows the poisoned space's difference (exit 3)" "$poisoned_rc" 3
 
 cat <<SQL
-== inspect the history yourself: DSYNC_DEMO_KEEP=1 bash scripts/demo.sh keeps the server, then
-   bash scripts/mariadb.sh root <dir> dsync
+== inspect the history yourself: DSYNC_DEMO_KEEP=1 bash scripts/demo.sh keeps the servers, then
+   bash scripts/mariadb.sh root <dir of zone A> dsync
    SELECT * FROM v_event_progress WHERE code = 'SPACE_ADD-$poisoned';
    SELECT * FROM v_step_history WHERE event_code = 'SPACE_ADD-$poisoned' ORDER BY seq;
    SELECT * FROM v_events_needing_attention;
    SELECT * FROM v_node_load;
    SELECT status, COUNT(*) FROM distribute_event WHERE batch_code = '$batch' GROUP BY status;
-   SELECT * FROM env_b.dsync_step_undo WHERE step_code LIKE 'SPACE_ADD-$poisoned#%';
+   SELECT * FROM dsync_relay WHERE event_code = 'SPACE_ADD-$poisoned';
+   -- and on zone B's server (bash scripts/mariadb.sh root <dir of zone B> env_b), the undo records:
+   SELECT step_code, chunk_no, rows_written FROM dsync_sync_chunk WHERE step_code LIKE 'SPACE_ADD-$poisoned#%';
 SQL
 echo "== events ran in ${run_s} s; the whole demo took $SECONDS s (build $build_s s)"
 ((ok == 1)) || { echo "demo: verification FAILED" >&2; exit 1; }
 echo "demo: verification passed"
 if [[ ${DSYNC_DEMO_KEEP:-0} == 1 ]]; then
   echo "== kept running until Ctrl-C: the web console at $console"
-  echo "   and the database: bash scripts/mariadb.sh root $dir dsync"
+  echo "   and the databases: bash scripts/mariadb.sh root $dir dsync; bash scripts/mariadb.sh root $dir_b env_b"
   trap 'echo; echo "== stopping"; exit 0' INT TERM
   while kill -0 "${pid_of[api]}" 2>/dev/null; do sleep 1; done
   echo "demo: the console stopped" >&2

@@ -116,6 +116,16 @@ std::vector<std::string> ColumnNames(const TableSchema& t) {
   return names;
 }
 
+// The target half failed for good: the relay row says so (the source half stops) and
+// what was in flight goes.
+void RecordFailure(RelayTable& relay, const RelayHalf& half, const Spec& spec, const std::string& why) {
+  try {
+    relay.SetState(half, "FAILED", why.substr(0, 1000));
+  } catch (const std::exception& e) {
+    spdlog::warn("TABLE_SYNC_RELAY_FAIL_UNRECORDED step={} code={} err={}", spec.step, half.step_code, e.what());
+  }
+}
+
 }  // namespace
 
 // `full`'s columns named in `names`, in that order (a name it lacks is left out, as
@@ -292,11 +302,10 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
   } catch (const RelayFailed& e) {
     throw PermanentError(spec.What(std::string("relay: ") + e.what()));
   } catch (const PermanentError& e) {
-    try {
-      relay.SetState(half, "FAILED", std::string(e.what()).substr(0, 1000));
-    } catch (const std::exception& ignored) {
-      spdlog::warn("TABLE_SYNC_RELAY_FAIL_UNRECORDED step={} code={} err={}", spec.step, step_code, ignored.what());
-    }
+    RecordFailure(relay, half, spec, e.what());
+    throw;
+  } catch (const DbError& e) {
+    if (IsPermanent(e)) RecordFailure(relay, half, spec, e.what());  // e.g. a value the target refuses
     throw;
   } catch (const RelayLost& e) {
     throw Interrupted(e.what());

@@ -104,6 +104,7 @@ constexpr const char* kRelayInFlightSql =
     "UPDATE dsync_relay SET bytes_in_flight = ?, updated_at = NOW(3) WHERE step_code = ?";
 
 // (state, error, step_code)
+constexpr const char* kRelayNoBytesInFlightSql = "UPDATE dsync_relay SET bytes_in_flight = 0 WHERE step_code = ?";
 constexpr const char* kRelaySetStateSql = "UPDATE dsync_relay SET state = ?, error = ?, updated_at = NOW(3) WHERE step_code = ?";
 // (step_code): the source half's word never overwrites the target half's DONE or FAILED.
 constexpr const char* kRelaySourceDoneSql =
@@ -348,6 +349,11 @@ void RelayTable::SetState(const RelayHalf& h, std::string_view state, const std:
       c.Execute(kRelaySourceDoneSql, h.step_code);
     } else {
       c.Execute(kRelaySetStateSql, state, error, h.step_code);
+    }
+    if (state == "FAILED") {  // nothing will apply what is in flight: its rows go now
+      c.Execute(kRelayDropChunksSql, h.step_code);
+      c.Execute(kRelayDropRangesSql, h.step_code);
+      c.Execute(kRelayNoBytesInFlightSql, h.step_code);
     }
   });
 }

@@ -153,7 +153,8 @@ class RelayTable {
   void RemoveChunk(const RelayHalf& target, int chunk_no);
 
   // The step's state: SOURCE_DONE (source half, every range answered), DONE or FAILED
-  // (with a one-line error). Fenced like every write.
+  // (with a one-line error; FAILED also removes the step's chunks and ranges: nothing
+  // will apply them). Fenced like every write.
   void SetState(const RelayHalf& h, std::string_view state, const std::optional<std::string>& error = std::nullopt);
   // Every row of the step (after its last use: the target half of a finished step).
   void Drop(const std::string& step_code);
