@@ -86,6 +86,15 @@
 #             alternated ABBA (odd runs a first), each case's medians and b/a ratio
 #             (above 1: this build is faster); no dump, INSERT ... SELECT or
 #             pt-table-sync then
+#   relay     issue 35: a table_sync step run direct (one node reaching both datasources)
+#             and relayed (a node per side, each naming only its own datasource; the
+#             halves meet in the framework database) on three servers (framework, env_a,
+#             env_b), paired ABBA over the runs from the same target state: full copy,
+#             re-sync unchanged, 1 % changed, of the sync section's ~1 KB-row table
+#             (DSYNC_BENCH_RELAY_ROWS, 100,000) and narrow one (DSYNC_BENCH_RELAY_BIG_ROWS,
+#             1,000,000); step time (database clock), the bytes the framework server
+#             received during the step, the relay row's peak bytes in flight (window:
+#             the default 64 MiB), each node's VmHWM (a fresh node per case)
 #   purge     issue 16 retention: DSYNC_BENCH_PURGE_ROWS (1,000,000) finished events of
 #             10 days ago, one step each, built by INSERT ... SELECT from a seq table;
 #             then a 1-step burn-down of DSYNC_BENCH_PURGE_EVENTS (100,000) events (1
@@ -136,7 +145,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ports.sh
 
-sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss paired galera sync purge slowclients)
+sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss paired galera sync relay purge slowclients)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -1341,6 +1350,147 @@ section_sync() {
   wait_gone "$disp"
   root_sql "DROP DATABASE IF EXISTS sync_src; DROP DATABASE IF EXISTS sync_tgt"
   drop_schema
+}
+
+# ---- relay (issue 35) ------------------------------------------------------------------
+# Three servers: the framework database (C), env_a (A) and env_b (B). Direct: one node
+# whose config names both datasources. Relayed: node A names env_a only, node B env_b
+# only, so the step runs as two halves meeting in C. Each case is run in both modes
+# from the same target state, in ABBA order over the runs (odd runs direct first).
+relay_rows=${DSYNC_BENCH_RELAY_ROWS:-100000}
+relay_big_rows=${DSYNC_BENCH_RELAY_BIG_ROWS:-1000000}
+
+relay_config() {  # relay_config FILE DATASOURCES_JSON
+  cat > "$1" <<JSON
+{
+  "database": "$schema_url",
+  "service": "bench",
+  "datasources": $2,
+  "registry":   { "heartbeat_interval_ms": 1000, "offline_timeout_ms": 30000, "sweep_interval_ms": 500 },
+  "dispatcher": { "poll_interval_ms": 20, "idle_interval_ms": 20, "lease_ttl_ms": 3000 },
+  "consumer":   { "poll_interval_ms": 20, "capacity": 4 },
+  "topics": {
+    "SYNC": { "max_retry": 3, "max_processing_time_ms": 3600000,
+              "steps": [ { "name": "s", "type": "table_sync", "source": "env_a", "target": "env_b",
+                           "table": "$relay_table", "where": "grp = :g" } ] }
+  }
+}
+JSON
+}
+relay_sql() { bash scripts/mariadb.sh root "$1" -N -B -e "$2"; }  # relay_sql DIR SQL
+received() { relay_sql "$1" "SHOW GLOBAL STATUS LIKE 'Bytes_received'" | awk '{ print $2 }'; }
+hwm_of() { awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+
+# relay_make_tables TABLE ROWS: relay_src.TABLE on A with ROWS rows, an empty
+# relay_tgt.TABLE on B (the sync section's two shapes).
+relay_make_tables() {
+  local table=$1 rows=$2 ddl fill
+  if [[ $table == doc ]]; then
+    ddl="CREATE TABLE doc (id INT PRIMARY KEY, grp INT NOT NULL, title VARCHAR(200), body TEXT,
+         at DATETIME(3), price DECIMAL(12,2), data VARBINARY(64)) DEFAULT CHARSET=utf8mb4"
+    fill="INSERT INTO doc SELECT seq, 1, CONCAT('title ', seq), REPEAT(MD5(seq), 28),
+          '2025-01-01' + INTERVAL seq SECOND, seq / 100, UNHEX(SHA2(seq, 256)) FROM seq_1_to_$rows"
+  else
+    ddl="CREATE TABLE narrow (id INT PRIMARY KEY, grp INT NOT NULL, name VARCHAR(40), at DATETIME(3), n INT)"
+    fill="INSERT INTO narrow SELECT seq, 1, CONCAT('name ', seq), '2025-01-01' + INTERVAL seq SECOND, seq FROM seq_1_to_$rows"
+  fi
+  relay_sql "$dir_a" "DROP DATABASE IF EXISTS relay_src; CREATE DATABASE relay_src; USE relay_src; $ddl; $fill; ANALYZE TABLE $table" >/dev/null
+  relay_sql "$dir_b" "DROP DATABASE IF EXISTS relay_tgt; CREATE DATABASE relay_tgt; USE relay_tgt; $ddl"
+  table_bytes=$(relay_sql "$dir_a" "SELECT DATA_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'relay_src' AND TABLE_NAME = '$table'")
+  echo "  $table: $rows rows, $((table_bytes / 1048576)) MiB of data on A"
+}
+
+# relay_case MODE NAME: fresh node(s) of MODE (direct | relayed) run one SYNC event.
+# Sets case_secs, case_fw_kib (bytes the framework server received meanwhile),
+# case_hwm_a / case_hwm_b (nodes' VmHWM), case_peak (the relay row's peak_bytes).
+relay_case() {
+  local mode=$1 name=$2 code="relay-$2-$RANDOM$RANDOM" r0 r1 pid_a pid_b
+  if [[ $mode == direct ]]; then
+    cp "$work/direct.json" "$work/dsync.json"; start_proc "node-$name" node --node-address "127.0.0.1:7101"
+    pid_a=$last_pid pid_b=$last_pid
+    wait_sql "$(live_nodes)" 1 30
+  else
+    cp "$work/a.json" "$work/dsync.json"; start_proc "node-a-$name" node --node-address "127.0.0.1:7101"; pid_a=$last_pid
+    cp "$work/b.json" "$work/dsync.json"; start_proc "node-b-$name" node --node-address "127.0.0.1:7102"; pid_b=$last_pid
+    wait_sql "$(live_nodes)" 2 30
+  fi
+  r0=$(received "$dir")
+  sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) VALUES ('b', '$code', '$code', 'SYNC', '{\"g\": 1}')"
+  wait_sql "SELECT status IN ('SUCCESS', 'COMPENSATED', 'FAILED') FROM distribute_event WHERE code = '$code'" 1 3600 0.25
+  if [[ $(sql "SELECT status FROM distribute_event WHERE code = '$code'") != SUCCESS ]]; then
+    echo "bench.sh: relay $name failed: $(sql "SELECT error_details FROM distribute_event_step WHERE job_code = '$code'")" >&2
+    return 1
+  fi
+  r1=$(received "$dir")
+  case_secs=$(sql "SELECT TIMESTAMPDIFF(MICROSECOND, started_at, executed_at) / 1e6 FROM distribute_event_step WHERE job_code = '$code'")
+  case_hwm_a=$(hwm_of "$pid_a") case_hwm_b=$(hwm_of "$pid_b")
+  case_peak=$(sql "SELECT COALESCE(MAX(peak_bytes), 0) FROM dsync_relay WHERE event_code = '$code'")
+  case_fw_kib=$(( (r1 - r0) / 1024 ))
+  kill -TERM "$pid_a" "$pid_b" 2>/dev/null || true; wait_gone "$pid_a"; wait_gone "$pid_b"
+  sql "UPDATE distribute_node_registry SET status = 0"  # gone: the next case waits for its own
+  echo "  $relay_table $name ($mode): ${case_secs} s, framework server received ${case_fw_kib} KiB, relay peak ${case_peak} B," \
+    "VmHWM $( [[ $mode == direct ]] && echo "${case_hwm_a} MiB" || echo "A ${case_hwm_a} / B ${case_hwm_b} MiB")"
+}
+
+relay_paired_table() {  # relay_paired_table TABLE ROWS
+  relay_table=$1
+  local rows=$2 r c mode order
+  local -A secs=() fw=() ha=() hb=() peak=()
+  relay_make_tables "$relay_table" "$rows"
+  relay_config "$work/direct.json" "{ \"env_a\": \"$url_a_base/relay_src\", \"env_b\": \"$url_b_base/relay_tgt\" }"
+  relay_config "$work/a.json" "{ \"env_a\": \"$url_a_base/relay_src\" }"
+  relay_config "$work/b.json" "{ \"env_b\": \"$url_b_base/relay_tgt\" }"
+  for r in $(seq 1 "$runs"); do
+    if ((r % 2)); then order="direct relayed"; else order="relayed direct"; fi
+    for c in full unchanged one_percent; do
+      for mode in $order; do
+        case $c in
+          full) relay_sql "$dir_b" "TRUNCATE relay_tgt.$relay_table" ;;
+          one_percent) relay_sql "$dir_a" "UPDATE relay_src.$relay_table SET at = at + INTERVAL 1 SECOND WHERE id % 100 = 0" ;;
+        esac
+        relay_case "$mode" "${c}_$mode" || return 1
+        secs[${c}_$mode]+="${secs[${c}_$mode]:+,}$case_secs"
+        fw[${c}_$mode]+="${fw[${c}_$mode]:+,}$case_fw_kib"
+        ha[${c}_$mode]+="${ha[${c}_$mode]:+,}$case_hwm_a"
+        hb[${c}_$mode]+="${hb[${c}_$mode]:+,}$case_hwm_b"
+        peak[${c}_$mode]+="${peak[${c}_$mode]:+,}$case_peak"
+      done
+    done
+  done
+  local line="table=$relay_table rows=$rows table_mib=$((table_bytes / 1048576)) window_bytes=$((64 << 20))" md mr
+  for c in full unchanged one_percent; do
+    md=$(echo "${secs[${c}_direct]}" | median); mr=$(echo "${secs[${c}_relayed]}" | median)
+    echo "  $relay_table $c: direct ${secs[${c}_direct]} s (median $md), relayed ${secs[${c}_relayed]} s (median $mr)," \
+      "relayed/direct time $(awk -v a="$md" -v b="$mr" 'BEGIN { printf "%.2f", b / a }')"
+    line+=" ${c}_direct_s=$md ${c}_relayed_s=$mr ${c}_relayed_speed=$(awk -v a="$md" -v b="$mr" 'BEGIN { printf "%.2f", a / b }')"
+    line+=" ${c}_fw_kib_direct=$(echo "${fw[${c}_direct]}" | median) ${c}_fw_kib_relayed=$(echo "${fw[${c}_relayed]}" | median)"
+    line+=" ${c}_relay_peak_bytes=$(echo "${peak[${c}_relayed]}" | median)"
+    line+=" ${c}_vmhwm_direct_mib=$(echo "${ha[${c}_direct]}" | median)"
+    line+=" ${c}_vmhwm_source_half_mib=$(echo "${ha[${c}_relayed]}" | median) ${c}_vmhwm_target_half_mib=$(echo "${hb[${c}_relayed]}" | median)"
+  done
+  line+=" unchanged_fw_share=$(awk -v k="$(echo "${fw[unchanged_relayed]}" | median)" -v t="$table_bytes" 'BEGIN { printf "%.4f", k * 1024 / t }')"
+  result relay "$line"
+}
+
+section_relay() {
+  start_server; local dir_fw=$dir url_fw=$url
+  start_server; dir_a=$dir; url_a_base=${url%/*}
+  start_server; dir_b=$dir; url_b_base=${url%/*}
+  dir=$dir_fw url=$url_fw
+  new_schema relay_fw
+  new_work
+  relay_table=doc
+  relay_config "$work/dsync.json" '{}'
+  start_proc dispatcher dispatcher
+  local disp=$last_pid
+  relay_paired_table doc "$relay_rows"
+  relay_paired_table narrow "$relay_big_rows"
+  kill -TERM "$disp" 2>/dev/null || true
+  wait_gone "$disp"
+  for d in "$dir_a" "$dir_b"; do dir=$d; stop_server; done
+  dir=$dir_fw; url=$url_fw
+  drop_schema
+  stop_server
 }
 
 # slowclients: see the header. One server for every case; the probe last (it may leave
