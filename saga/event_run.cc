@@ -483,10 +483,12 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
     a.ctx->OnSqlError(e, message);
     a.result = storage::IsPermanentSqlError(e) ? StepResult::Permanent(message) : StepResult::Transient(message);
     a.not_step_fault = storage::IsConnectionFailure(e);
+    a.unreachable = e.kind() == DbError::Kind::kUnreachable;
   } catch (const DbError& e) {
     a.result = storage::IsPermanentSqlError(e) ? StepResult::Permanent(OneLine(e.what()))
                                                : StepResult::Transient(OneLine(e.what()));
     a.not_step_fault = storage::IsConnectionFailure(e);
+    a.unreachable = e.kind() == DbError::Kind::kUnreachable;
   } catch (const std::exception& e) {
     a.result = StepResult::Transient(OneLine(e.what()));
   } catch (...) {
@@ -497,6 +499,7 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
   if (!compensate) plan_->speed->Observe(std::chrono::duration_cast<std::chrono::microseconds>(took));
   if (a.result.kind != StepResult::Kind::kOk && d_.clock.Now() >= deadline) {
     a.not_step_fault = false;
+    a.unreachable = false;
     a.result = StepResult{StepResult::Kind::kTransient, nullptr, a.result.compensation_data,
                           "timed out after " + std::to_string(timeout.count()) + " ms: " +
                               a.result.error};
@@ -543,7 +546,7 @@ std::optional<Outcome> EventRun::BeginStep() {
     // Failures are recorded under a claim: this run is not recorded, the step runs
     // again claimed (its effects through tx() were rolled back).
     if (claim_ != ClaimState::kClaimed) return RerunClaimed(pending_.result.error);
-    return ForwardFailure(i, pending_.result, pending_.not_step_fault ? Charge::kReset : Charge::kRetry);
+    return ForwardFailure(i, pending_.result, ChargeOf(pending_));
   }
   try {
     staged_ = StageStepSuccess(i, *pending_.ctx, pending_.result);
@@ -726,26 +729,33 @@ Outcome EventRun::ForwardFailure(size_t i, const StepResult& result, Charge char
                                : std::nullopt;
   spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} kind={} retry_count={} err=\"{}\"",
                ev_.code, d_.node, trace_, step.name, step.code,
-               permanent ? "permanent" : charge == Charge::kReset ? "not_charged" : "transient",
+               permanent ? "permanent" : charge == Charge::kRetry ? "transient" : "not_charged",
                step.retry_count, result.error);
 
-  if (!permanent && charge == Charge::kReset) {
+  if (!permanent && (charge == Charge::kReset || charge == Charge::kWait)) {
     // The database connection was lost, or the step's success could not be recorded:
     // not the step's fault. Run it again without using a retry; the reset bound
     // (max_resets, checked at the next claim) ends an event that keeps doing this.
-    const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, reset_count_);
-    const std::string why = "reset (not charged; reset " + std::to_string(reset_count_ + 1) + " of " +
-                            std::to_string(topic().max_resets) + " allowed): step '" + step.name + "': " + result.error;
+    // kWait: no server answered at all (nothing ran): again later, counting nothing, so
+    // a datasource being restarted does not use up the event's resets.
+    const bool wait = charge == Charge::kWait;
+    const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, reset_count_ + (wait ? 1 : 0));
+    const std::string why =
+        (wait ? std::string("waiting for a database (not charged): step '")
+              : "reset (not charged; reset " + std::to_string(reset_count_ + 1) + " of " +
+                    std::to_string(topic().max_resets) + " allowed): step '") +
+        step.name + "': " + result.error;
     fence_ = d_.pool.Transact("schedule retry", [&, held = fence_](storage::Connection& c) {
-      events::Fence after =
-          Held(events::ScheduleEventRetry(c, held, d_.node, 0, backoff, why, why, 1), "schedule retry");
+      events::Fence after = Held(events::ScheduleEventRetry(c, held, d_.node, 0, backoff, why, why, wait ? 0 : 1),
+                                 "schedule retry");
       events::RecordStepInterruption(c, step.code, result.error, compensation);
       return after;
     });
     d_.stats.retries++;
     spdlog::info("EVENT_RETRY_SCHEDULED event={} node={} trace={} phase=FORWARD step={} charged=false "
-                 "reset_count={} backoff_ms={}",
-                 ev_.code, d_.node, trace_, step.name, reset_count_ + 1, backoff.count());
+                 "reset_count={} backoff_ms={}{}",
+                 ev_.code, d_.node, trace_, step.name, reset_count_ + (wait ? 0 : 1), backoff.count(),
+                 wait ? " waiting=database_unreachable" : "");
     return Outcome::kRetryScheduled;
   }
 
@@ -820,7 +830,7 @@ Outcome EventRun::RunCompensation() {
     if (a.result.kind != StepResult::Kind::kOk) {
       a.ctx.reset();
       if (stop_.stop_requested()) return Abandon("stopped while compensating " + step.code);
-      return CompensationFailure(order[k], a.result, a.not_step_fault ? Charge::kReset : Charge::kRetry);
+      return CompensationFailure(order[k], a.result, ChargeOf(a));
     }
     try {
       CommitCompensated(order, k, *a.ctx);
@@ -865,17 +875,20 @@ void EventRun::CommitCompensated(const std::vector<size_t>& order, size_t k, Eng
 Outcome EventRun::CompensationFailure(size_t i, const StepResult& result, Charge charge) {
   StepState& step = steps_[i];
   const bool permanent = result.kind == StepResult::Kind::kPermanent;
-  if (!permanent && charge == Charge::kReset) {
+  if (!permanent && (charge == Charge::kReset || charge == Charge::kWait)) {
     // As ForwardFailure's: the database failed, not the compensation. Again later,
-    // without using one of its retries; max_resets bounds it.
-    const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, reset_count_);
-    const std::string why = "reset (not charged; reset " + std::to_string(reset_count_ + 1) + " of " +
-                            std::to_string(topic().max_resets) + " allowed): compensation of '" + step.name +
-                            "': " + result.error;
+    // without using one of its retries; max_resets bounds it (kWait: nothing counted).
+    const bool wait = charge == Charge::kWait;
+    const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, reset_count_ + (wait ? 1 : 0));
+    const std::string why =
+        (wait ? std::string("waiting for a database (not charged): compensation of '")
+              : "reset (not charged; reset " + std::to_string(reset_count_ + 1) + " of " +
+                    std::to_string(topic().max_resets) + " allowed): compensation of '") +
+        step.name + "': " + result.error;
     spdlog::warn("STEP_FAILED event={} node={} trace={} step={} code={} phase=COMPENSATE kind=not_charged err=\"{}\"",
                  ev_.code, d_.node, trace_, step.name, step.code, result.error);
     fence_ = d_.pool.Transact("schedule compensation retry", [&, held = fence_](storage::Connection& c) {
-      events::Fence after = Held(events::ScheduleEventRetry(c, held, d_.node, 0, backoff, why, why, 1),
+      events::Fence after = Held(events::ScheduleEventRetry(c, held, d_.node, 0, backoff, why, why, wait ? 0 : 1),
                                  "schedule compensation retry");
       events::NoteCompensationInterruption(c, step.code, result.error);
       return after;

@@ -338,10 +338,17 @@ class EventRun {
     // The failure was the database's, not the step's: a lost connection, a server that
     // does not answer (docs/event-lifecycle.md, "Retry arithmetic").
     bool not_step_fault = false;
+    // Among those: no server answered at a datasource's address (DbError::kUnreachable:
+    // nothing ran there). The step waits for it; nothing is counted.
+    bool unreachable = false;
   };
-  // What a forward failure uses up: one of the event's retries (the step failed), or
-  // one of its resets (not the step's fault).
-  enum class Charge { kRetry, kReset };
+  // What a forward failure uses up: one of the event's retries (the step failed), one
+  // of its resets (not the step's fault), or nothing (kWait: a database the step needs
+  // could not be reached at all; again after a backoff, for as long as it takes).
+  enum class Charge { kRetry, kReset, kWait };
+  static Charge ChargeOf(const Attempt& a) {
+    return a.unreachable ? Charge::kWait : a.not_step_fault ? Charge::kReset : Charge::kRetry;
+  }
 
   // Start of a run: the plan and the parsed payload; returns why the event must be
   // rejected (unknown topic, payload not JSON), empty when it can run.
