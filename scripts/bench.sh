@@ -1378,6 +1378,12 @@ relay_config() {  # relay_config FILE DATASOURCES_JSON
 JSON
 }
 relay_sql() { bash scripts/mariadb.sh root "$1" -N -B -e "$2"; }  # relay_sql DIR SQL
+relay_node() {  # relay_node NAME CONFIG PORT: a node of $work/CONFIG.json
+  "$bin" node --config "$work/$2.json" --node-address "127.0.0.1:$3" >"$work/$1.log" 2>&1 &
+  last_pid=$!
+  disown "$last_pid"
+  pids+=("$last_pid")
+}
 received() { relay_sql "$1" "SHOW GLOBAL STATUS LIKE 'Bytes_received'" | awk '{ print $2 }'; }
 hwm_of() { awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
@@ -1406,12 +1412,11 @@ relay_make_tables() {
 relay_case() {
   local mode=$1 name=$2 code="relay-$2-$RANDOM$RANDOM" r0 r1 pid_a pid_b
   if [[ $mode == direct ]]; then
-    cp "$work/direct.json" "$work/dsync.json"; start_proc "node-$name" node --node-address "127.0.0.1:7101"
-    pid_a=$last_pid pid_b=$last_pid
+    relay_node "node-$name" direct 7101; pid_a=$last_pid pid_b=$last_pid
     wait_sql "$(live_nodes)" 1 30
   else
-    cp "$work/a.json" "$work/dsync.json"; start_proc "node-a-$name" node --node-address "127.0.0.1:7101"; pid_a=$last_pid
-    cp "$work/b.json" "$work/dsync.json"; start_proc "node-b-$name" node --node-address "127.0.0.1:7102"; pid_b=$last_pid
+    relay_node "node-a-$name" a 7101; pid_a=$last_pid
+    relay_node "node-b-$name" b 7102; pid_b=$last_pid
     wait_sql "$(live_nodes)" 2 30
   fi
   r0=$(received "$dir")
