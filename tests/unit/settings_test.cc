@@ -551,6 +551,7 @@ std::map<std::string, EnvProbe> EnvProbes() {
       {"consumer.wakeup_listen", {"127.0.0.1:7400", [](const Settings& s) { return s.consumer.wakeup_listen; }}},
       {"relay.window_bytes", {"8388608", [](const Settings& s) { return std::to_string(s.relay.window_bytes); }}},
       {"relay.poll_interval_ms", {"50", [](const Settings& s) { return std::to_string(s.relay.poll_interval.count()); }}},
+      {"relay.verify_wait_ms", {"5000", [](const Settings& s) { return std::to_string(s.relay.verify_wait.count()); }}},
       {"api.listen", {"0.0.0.0:9090", [](const Settings& s) { return s.api.listen; }}},
       {"api.token", {"s3cret", [](const Settings& s) { return s.api.token; }}},
       {"api.max_body_bytes", {"4096", [](const Settings& s) { return std::to_string(s.api.max_body_bytes); }}},
