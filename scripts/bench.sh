@@ -1478,7 +1478,7 @@ relay_paired_table() {  # relay_paired_table TABLE ROWS
 }
 
 section_relay() {
-  start_server; local dir_fw=$dir url_fw=$url
+  local dir_fw=$dir url_fw=$url  # the section's own server (the main loop's): the framework database
   start_server; dir_a=$dir; url_a_base=${url%/*}
   start_server; dir_b=$dir; url_b_base=${url%/*}
   dir=$dir_fw url=$url_fw
@@ -1495,7 +1495,6 @@ section_relay() {
   for d in "$dir_a" "$dir_b"; do dir=$d; stop_server; done
   dir=$dir_fw; url=$url_fw
   drop_schema
-  stop_server
 }
 
 # slowclients: see the header. One server for every case; the probe last (it may leave
