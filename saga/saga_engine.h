@@ -99,6 +99,7 @@
 #include "core/metrics.h"
 #include "events/poll.h"
 #include "saga/step_handler.h"
+#include "saga/step_type_stats.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::saga {
@@ -173,6 +174,7 @@ struct SagaStats {
   metrics::Histogram claim_latency;          // ASSIGNED -> claimed (see AssignedEvent::assigned_age)
   metrics::Histogram step_duration;          // StepHandler::Execute, seconds
   metrics::Histogram compensation_duration;  // StepHandler::Compensate, seconds
+  StepTypeStats by_type;                     // the same calls by step type, with their outcome
 };
 
 // The engine's families of /metrics (claims, runs, steps, latencies);

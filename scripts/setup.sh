@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libmysqlcppconn-dev libpoco-dev nlohmann-json3-dev libspdlog-dev
+  libssl-dev  # the http step type's TLS (OpenSSL)
   libgtest-dev googletest
   mariadb-server mariadb-client
   curl jq
