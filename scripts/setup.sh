@@ -14,6 +14,8 @@ packages=(
   chromium  # the web console's browser tests (headless, driven over the DevTools protocol)
   # the Galera tests' throwaway cluster (scripts/galera.sh): provider, and state transfer by mariabackup
   galera-4 mariadb-backup socat
+  # the step-type examples' receivers (examples/receivers/, tests/cli/examples_test.sh)
+  python3 nodejs golang-go
 )
 # Extra packages a caller needs (bench uses sysbench/postgresql): setup.sh sysbench ...
 packages+=("$@")
