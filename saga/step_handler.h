@@ -1,4 +1,6 @@
-// The C++ API for step types: built-in (table_sync, table_delete, demo) and custom.
+// The C++ API for step types: built-in (table_sync, table_delete, demo, http, exec) and
+// custom. (http and exec run steps written in any language: saga/steps/http_step.h,
+// saga/steps/exec_step.h.)
 //
 //   class NotifyStep : public saga::StepHandler {
 //    public:
