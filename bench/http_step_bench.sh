@@ -23,6 +23,7 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   bash scripts/mariadb.sh stop "$dir" >/dev/null 2>&1 || true
+  [[ -n ${KEEP_LOG:-} ]] && cp "$WORK/procs.log" "$KEEP_LOG"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -64,7 +65,7 @@ config "$CAPACITY" 10000
 "$BIN" migrate --config "$WORK/dsync.json" >/dev/null
 HOLD_MS=0 start "$NODE" "$WORK/rx.js" "$RX_PORT"; RX=${PIDS[-1]}
 start "$BIN" dispatcher --config "$WORK/dsync.json"
-start "$BIN" node --config "$WORK/dsync.json" --node-address "127.0.0.1:$N1_PORT"; N1=${PIDS[-1]}
+start "$BIN" node --config "$WORK/dsync.json" --node-address "127.0.0.1:$N1_PORT" --log-level "${NODE_LOG_LEVEL:-info}"; N1=${PIDS[-1]}
 until [[ $(sql "SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1") == 1 ]]; do sleep 0.1; done
 sleep 0.5
 t0=$(now_ms)
@@ -78,6 +79,7 @@ until [[ $(sql "SELECT COUNT(*) FROM distribute_event WHERE status = 'SUCCESS'")
 done
 ms=$(( $(now_ms) - t0 ))
 failed=$(sql "SELECT COUNT(*) FROM distribute_event_step WHERE retry_count > 0")
+sql "SELECT CONCAT('step_ms avg=', ROUND(AVG(TIMESTAMPDIFF(MICROSECOND, started_at, executed_at))/1000, 1), ' max=', MAX(TIMESTAMPDIFF(MICROSECOND, started_at, executed_at))/1000) FROM distribute_event_step" >&2
 echo "RESULT http_steps events=$EVENTS capacity=$CAPACITY ms=$ms steps_per_s=$(( EVENTS * 1000 / ms )) retried_steps=$failed node_rss_kb=$(rss_kb "$N1")"
 kill -TERM "$N1"; wait "$N1" || true
 kill -9 "$RX"; wait "$RX" 2>/dev/null || true
