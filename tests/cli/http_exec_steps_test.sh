@@ -6,12 +6,30 @@
 #  2. A node is drained (SIGTERM) during a long exec step: the child is killed when the
 #     drain times out, the node exits 0, and the event is handed back, not charged.
 #  3. A node is kill -9ed during an exec step: the child dies with it (PR_SET_PDEATHSIG).
+#  0. First, bad step configs: `dsync node` refuses them at start, exit 2, one line.
 source "$(dirname "$0")/lib.sh"
 read -r N1_PORT N2_PORT N3_PORT RX_PORT <<< "$(free_ports 4 | tr '\n' ' ')"
 
 fail() { echo "FAIL: $*" >&2; sql "SELECT code, status, retry_count, reset_count, last_error FROM distribute_event" >&2; sql "SELECT code, status, error_details FROM distribute_event_step" >&2; tail -n 20 "$WORK"/*.log >&2; exit 1; }
 PYTHON=$(command -v python3) || fail "python3 is not installed (scripts/setup.sh installs it)"
 alive() { [[ -e /proc/$1 ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
+
+# --- 0. bad configs ------------------------------------------------------------------
+refused() {  # refused STEP_JSON EXPECTED_LINE
+  jq -n --arg db "$DB_URL" --argjson step "$1" '{database: $db, topics: {T: {steps: [$step]}}}' >"$WORK/bad.json"
+  local out rc=0
+  out=$("$DSYNC_BIN" node --config "$WORK/bad.json" --node-address "127.0.0.1:$N1_PORT" 2>&1) || rc=$?
+  expect_eq "$rc $(wc -l <<<"$out")" "2 1" "refused at start with one line: $2"
+  [[ $out == *"$2"* ]] || fail "expected '$2' in: $out"
+}
+refused '{"name": "x", "type": "exec", "command": ["reindex", "--all"]}' \
+  "exec step 'x' command[0] must be an absolute path (no shell, no PATH search), got \"reindex\""
+refused '{"name": "x", "type": "http", "url": "file:///etc/passwd"}' \
+  "http step 'x' url has scheme 'file': only http and https are allowed"
+refused '{"name": "x", "type": "http", "url": "http://{{payload.host}}/x"}' \
+  "http step 'x' url has a placeholder outside the path and query"
+refused '{"name": "x", "type": "http", "url": "http://h/x", "headers": {"X-Id": "{{payload.id}}"}}' \
+  "http step 'x' header X-Id has a placeholder"
 
 cat > "$WORK/long.sh" <<'SH'
 #!/bin/sh
