@@ -265,7 +265,10 @@ namespace {
 // wait is bounded by the call's deadline and stop token.
 class HttpConn {
  public:
-  HttpConn(SteadyClock::time_point deadline, std::stop_token stop) : deadline_(deadline), stop_(std::move(stop)) {}
+  HttpConn(SteadyClock::time_point deadline, std::stop_token stop, const std::function<bool()>& still_wanted,
+           std::chrono::milliseconds check_every)
+      : deadline_(deadline), stop_(std::move(stop)), still_wanted_(still_wanted), check_every_(check_every),
+        next_check_(SteadyClock::now() + check_every) {}
   ~HttpConn() {
     if (ssl_) SSL_free(ssl_);
     if (fd_ >= 0) ::close(fd_);
@@ -286,6 +289,10 @@ class HttpConn {
       if (stop_.stop_requested()) return Fail(Failure::kStopped, "stopped (the step's deadline, a drain or a shutdown)");
       const auto now = SteadyClock::now();
       if (now >= deadline_) return Fail(Failure::kTimeout, "no complete answer before the deadline");
+      if (still_wanted_ && now >= next_check_) {
+        next_check_ = now + check_every_;
+        if (!still_wanted_()) return Fail(Failure::kUnwanted, "abandoned: this node no longer owns the event");
+      }
       // Rounded up: a wait never ends before the deadline it stops at.
       const int64_t left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - now).count();
       pollfd p{fd_, events, 0};
@@ -436,6 +443,9 @@ class HttpConn {
  private:
   const SteadyClock::time_point deadline_;
   const std::stop_token stop_;
+  const std::function<bool()>& still_wanted_;
+  const std::chrono::milliseconds check_every_;
+  SteadyClock::time_point next_check_;
   int fd_ = -1;
   SSL* ssl_ = nullptr;
 };
@@ -443,9 +453,9 @@ class HttpConn {
 // One request/response exchange on a fresh connection.
 HttpResponse Exchange(const HttpUrl& url, const std::string& method, const HttpRequest& req, bool send_body,
                       SteadyClock::time_point deadline, const std::stop_token& stop, const HttpLimits& limits,
-                      SSL_CTX* tls) {
+                      SSL_CTX* tls, const std::function<bool()>& still_wanted, std::chrono::milliseconds check_every) {
   HttpResponse resp;
-  HttpConn conn(deadline, stop);
+  HttpConn conn(deadline, stop, still_wanted, check_every);
   auto failed = [&] {
     resp.failure = conn.failure;
     resp.error = conn.error;
@@ -601,7 +611,8 @@ HttpResponse Exchange(const HttpUrl& url, const std::string& method, const HttpR
 }  // namespace
 
 HttpResponse HttpClient::Send(const HttpRequest& req, SteadyClock::time_point deadline, std::stop_token stop,
-                              const HttpLimits& limits) const {
+                              const HttpLimits& limits, const std::function<bool()>& still_wanted,
+                              std::chrono::milliseconds check_every) const {
   HttpResponse bad;
   bad.failure = Failure::kBadRequest;
   std::string why;
@@ -621,7 +632,7 @@ HttpResponse HttpClient::Send(const HttpRequest& req, SteadyClock::time_point de
   std::string method = req.method;
   bool send_body = method != "GET" && method != "HEAD";
   for (int redirects = 0;; ++redirects) {
-    HttpResponse r = Exchange(*url, method, req, send_body, deadline, stop, limits, tls_->ctx);
+    HttpResponse r = Exchange(*url, method, req, send_body, deadline, stop, limits, tls_->ctx, still_wanted, check_every);
     r.final_url = url->scheme + "://" + url->host + ":" + std::to_string(url->port) + url->target;
     const bool redirect = r.failure == Failure::kNone &&
                           (r.status == 301 || r.status == 302 || r.status == 303 || r.status == 307 || r.status == 308) &&

@@ -11,8 +11,9 @@
 // byte a second keeps a call alive for ever, and its reads are not bounded in size.
 // Here every wait is a poll() bounded by what is left of the one deadline of the whole
 // call (connect, TLS handshake, request, redirects, response), the stop token is looked
-// at every 100 ms, a response body longer than max_body_bytes ends the call (its
-// Content-Length is checked before reading), headers are bounded too, and redirects are
+// at every 100 ms (the caller's still_wanted() every 2 s), a response body longer than
+// max_body_bytes ends the call (its Content-Length is checked before reading), headers
+// are bounded too, and redirects are
 // followed at most max_redirects times and only within the same origin (scheme, host
 // and port: headers that carry secrets never go to another host).
 //
@@ -28,6 +29,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -73,6 +75,7 @@ struct HttpResponse {
     kTooLarge,   // body or headers longer than the limits
     kProtocol,   // not HTTP/1.x, malformed headers or chunks
     kRedirects,  // more than max_redirects, or a redirect to another origin
+    kUnwanted,   // still_wanted() returned false (the caller lost the event)
   };
   Failure failure = Failure::kNone;
   std::string error;  // one line when failure != kNone
@@ -97,8 +100,12 @@ class HttpClient {
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
 
+  // `still_wanted`, when given, is called on this thread about every `check_every`
+  // while the call waits; false ends the call (kUnwanted).
   HttpResponse Send(const HttpRequest& request, std::chrono::steady_clock::time_point deadline,
-                    std::stop_token stop, const HttpLimits& limits = {}) const;
+                    std::stop_token stop, const HttpLimits& limits = {},
+                    const std::function<bool()>& still_wanted = nullptr,
+                    std::chrono::milliseconds check_every = std::chrono::milliseconds(2000)) const;
 
  private:
   struct Tls;

@@ -130,7 +130,14 @@ class HttpStep final : public StepHandler {
     HttpLimits limits;
     limits.max_body_bytes = max_response_;
     const auto started = std::chrono::steady_clock::now();
-    HttpResponse r = client_.Send(req, ctx.deadline(), ctx.stop_token(), limits);
+    auto still_owner = [&ctx] {
+      try {
+        return ctx.StillOwner();
+      } catch (const std::exception&) {
+        return true;  // the database did not answer: keep going; the fence decides at commit
+      }
+    };
+    HttpResponse r = client_.Send(req, ctx.deadline(), ctx.stop_token(), limits, still_owner);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
     // What the error names: method and URL without its query (which may carry values).
     std::string shown = req.url.substr(0, req.url.find('?'));
@@ -149,6 +156,7 @@ class HttpStep final : public StepHandler {
       case F::kConnect:
       case F::kTimeout:
       case F::kStopped:
+      case F::kUnwanted:
         return StepResult::Transient(what + ": " + external::Snippet(r.error, 300));
       case F::kBadRequest:
       case F::kTls:

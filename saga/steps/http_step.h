@@ -24,6 +24,8 @@
 //   ca_file            optional: a PEM file of CAs to trust instead of the system's.
 //   timeout_ms         the step's usual deadline: the whole call (connect, TLS, request,
 //                      redirects, response) ends by it; an answer after it is discarded.
+//                      A call also ends when the node no longer owns the event (checked
+//                      every 2 s while it waits).
 // A call: the context JSON (external_step.h) as the body (not for GET), header
 // Idempotency-Key: <step code> (compensation: "<step code>-compensate", the body's
 // forward_output holding the forward call's output). 2xx: success, the body as the step's

@@ -300,6 +300,23 @@ TEST_F(HttpStepTest, UnsetSecretIsAPermanentFailureNamingOnlyTheVariable) {
             "http step 'notify' header X-Token names ${DSYNC_HTTP_TEST_UNSET}, which is not set in the node's environment");
 }
 
+TEST_F(HttpStepTest, LostEventEndsTheCall) {
+  Receiver rx([](const Receiver::Request&) { return Reply::InMode(Reply::Mode::kNeverAnswer); });
+  Plan({HttpSpec("notify", {{"url", rx.Url("/hook")}}, 60000ms)});
+  ProduceRaw("E17", "HTTP", "{}");
+  Assign("E17");
+  Outcome out = Outcome::kSucceeded;
+  std::thread runner([&] { out = engine_->Run(testing::LoadAssigned(db_.pool(), "E17"), {}); });
+  ASSERT_TRUE(testing::Eventually([&] { return rx.requests().size() == 1; }, 5s));
+  // What the sweeper does to an event whose node looks dead: the fence moves on.
+  Exec("UPDATE distribute_event SET status = 'PENDING', node_address = NULL, version = version + 1 WHERE code = ?", "E17");
+  const auto t0 = std::chrono::steady_clock::now();
+  runner.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);  // checked every 2 s
+  EXPECT_EQ(out, Outcome::kLostOwnership);
+  EXPECT_TRUE(testing::Eventually([&] { return rx.open_connections() == 0; }, 2s)) << "the connection was closed";
+}
+
 // ---- config ----------------------------------------------------------------------
 
 std::string ConfigErrorOf(json params) {
