@@ -11,6 +11,7 @@
 #include "core/http_client.h"
 #include "saga/saga_engine.h"
 #include "saga/step_handler.h"
+#include "saga/step_type_stats.h"
 
 namespace dsync {
 namespace {
@@ -61,6 +62,25 @@ TEST(HttpRetryAfter, SecondsAndDates) {
   EXPECT_EQ(ParseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT"), std::chrono::milliseconds(0));  // in the past
   EXPECT_FALSE(ParseRetryAfter("soon"));
   EXPECT_FALSE(ParseRetryAfter(""));
+}
+
+TEST(StepTypeMetrics, CallsByTypeActionAndOutcomeWithDurations) {
+  saga::StepTypeStats stats;
+  stats.Observe("http", "execute", "ok", std::chrono::milliseconds(3));
+  stats.Observe("http", "execute", "ok", std::chrono::milliseconds(5));
+  stats.Observe("http", "execute", "timeout", std::chrono::milliseconds(2000));
+  stats.Observe("exec", "compensate", "permanent", std::chrono::milliseconds(20));
+  EXPECT_EQ(stats.Calls("http", "execute", "ok"), 2u);
+  EXPECT_EQ(stats.Calls("http", "execute", "timeout"), 1u);
+  EXPECT_EQ(stats.Calls("http", "execute", "transient"), 0u);
+  metrics::TextWriter w;
+  stats.Write(w);
+  const std::string& text = w.str();
+  EXPECT_NE(text.find("# TYPE dsync_step_calls_total counter"), std::string::npos) << text;
+  EXPECT_NE(text.find("dsync_step_calls_total{type=\"http\",action=\"execute\",outcome=\"ok\"} 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("dsync_step_calls_total{type=\"exec\",action=\"compensate\",outcome=\"permanent\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("dsync_step_call_duration_seconds_count{type=\"http\",action=\"execute\"} 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("dsync_step_call_duration_seconds_count{type=\"exec\",action=\"compensate\"} 1"), std::string::npos);
 }
 
 }  // namespace
