@@ -159,6 +159,18 @@ ChildResult RunChild(const ChildSpec& spec, SteadyClock::time_point deadline, st
   }
   ChildFd report_parent(report_pipe[0]), report_child(report_pipe[1]);
 
+  // The child's ends above 2, so that its dup2s onto 0, 1 and 2 never overwrite one
+  // another (a node started with a closed stdin may have been handed fd 0 here).
+  for (ChildFd* end : {&in_child, &out_child, &err_child, &report_child}) {
+    if (end->get() > 2) continue;
+    int moved = ::fcntl(end->get(), F_DUPFD_CLOEXEC, 3);
+    if (moved < 0) {
+      r.error = std::string("fcntl: ") + std::strerror(errno);
+      return r;
+    }
+    end->Reset(moved);
+  }
+
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {

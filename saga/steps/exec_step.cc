@@ -105,7 +105,7 @@ class ExecStep final : public StepHandler {
                                      " bytes to stdout (max_output_bytes; killed)");
       case ChildResult::End::kSpawnFailed: {
         const bool resources = r.error.rfind("fork:", 0) == 0 || r.error.rfind("pipe:", 0) == 0 ||
-                               r.error.rfind("socketpair:", 0) == 0;
+                               r.error.rfind("socketpair:", 0) == 0 || r.error.rfind("fcntl:", 0) == 0;
         std::string message = what + " could not start: " + external::Snippet(r.error, 300);
         return resources ? StepResult::Transient(message) : StepResult::Permanent(message);
       }
