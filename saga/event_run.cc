@@ -27,6 +27,19 @@ const nlohmann::json& EngineContext::payload() const { return run_.payload(); }
 int EngineContext::attempt() const { return run_.attempt(); }
 Datasources& EngineContext::datasources() { return run_.deps().datasources; }
 
+const std::string& EngineContext::tenant_id() const { return run_.event().tenant_id; }
+const std::string& EngineContext::data_id() const { return run_.event().data_id; }
+
+nlohmann::json EngineContext::PreviousOutputs() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const StepState& s : run_.steps()) {
+    if (s.key.size() != 1 || step_.key.empty() || s.key[0] >= step_.key[0]) continue;  // plan steps before this one
+    if (s.status != "SUCCESS" || !s.output || s.output->empty()) continue;
+    out[s.name] = ParseOrString(s.output);
+  }
+  return out;
+}
+
 StepTx& EngineContext::OpenTx() {
   tx_.emplace(run_.deps().pool);
   tx_->Begin();
@@ -407,7 +420,8 @@ std::vector<StepState> EventRun::FromRows(const std::vector<events::StepRow>& ro
                 .sort = r.sort, .retry_count = r.retry_count,
                 .compensation_retry_count = r.compensation_retry_count, .max_retry = r.max_retry,
                 .compensation_data = ParseOrString(r.compensation_data),
-                .child_params = child ? ParseOrString(r.payload) : nlohmann::json()};
+                .child_params = child ? ParseOrString(r.payload) : nlohmann::json(),
+                .output = r.output.empty() ? std::nullopt : std::optional<std::string>(r.output)};
     if (s.key[0] <= static_cast<int>(plan_->steps.size())) s.plan_step = &plan_->steps[s.key[0] - 1];
     steps.push_back(std::move(s));
   }
@@ -505,6 +519,13 @@ EventRun::Attempt EventRun::Invoke(StepState& step, bool compensate) {
                               a.result.error};
   }
   if (!compensate) d_.stats.steps_executed++;
+  const bool timed_out = a.result.kind != StepResult::Kind::kOk && d_.clock.Now() >= deadline;
+  d_.stats.by_type.Observe(spec.type, compensate ? "compensate" : "execute",
+                           a.result.kind == StepResult::Kind::kOk          ? "ok"
+                           : timed_out                                     ? "timeout"
+                           : a.result.kind == StepResult::Kind::kPermanent ? "permanent"
+                                                                           : "transient",
+                           took);
   return a;
 }
 
@@ -703,6 +724,7 @@ size_t EventRun::ApplyStepSuccess(size_t i, StagedSuccess& staged, const StepRes
   if (staged.touch) last_touch_ = staged.now;
   step.status = "SUCCESS";
   step.compensation_data = result.compensation_data.value_or(nullptr);
+  if (!result.output.is_null()) step.output = result.output.dump();
   fence_ = staged.fence_after;
   if (staged.last) return steps_.size();
   if (!staged.children.empty()) {
@@ -760,7 +782,7 @@ Outcome EventRun::ForwardFailure(size_t i, const StepResult& result, Charge char
   }
 
   if (!permanent && step_retries_left && event_retries_left) {
-    const Millis backoff = d_.backoff(topic().backoff_base, topic().backoff_max, step.retry_count);
+    const Millis backoff = RetryDelay(d_.backoff(topic().backoff_base, topic().backoff_max, step.retry_count), result);
     const int retries = std::min(step.max_retry, topic().max_retry);
     const std::string why = "retry " + std::to_string(retry_count_ + 1) + " of " + std::to_string(retries) +
                             ": step '" + step.name + "' failed: " + result.error;
@@ -903,7 +925,7 @@ Outcome EventRun::CompensationFailure(size_t i, const StepResult& result, Charge
 
   if (!permanent && step.compensation_retry_count < topic().max_retry) {
     const Millis backoff =
-        d_.backoff(topic().backoff_base, topic().backoff_max, step.compensation_retry_count);
+        RetryDelay(d_.backoff(topic().backoff_base, topic().backoff_max, step.compensation_retry_count), result);
     const std::string why = "compensation of '" + step.name + "' failed (retry " +
                             std::to_string(step.compensation_retry_count + 1) + " of " +
                             std::to_string(topic().max_retry) + "): " + result.error;

@@ -86,6 +86,7 @@ struct StepState {
   int max_retry = 0;
   nlohmann::json compensation_data;  // null: none saved
   nlohmann::json child_params;       // null for the plan's own steps
+  std::optional<std::string> output;  // its output column once SUCCESS (StepContext::PreviousOutputs)
   const Plans::Step* plan_step = nullptr;  // its handler; null if the plan lost it
 };
 
@@ -235,6 +236,9 @@ class EngineContext final : public StepContext {
   const std::string& idempotency_key() const override { return step_.code; }
   const nlohmann::json& payload() const override;
   int attempt() const override;
+  nlohmann::json PreviousOutputs() const override;
+  const std::string& tenant_id() const override;
+  const std::string& data_id() const override;
   int step_retry_count() const override {
     return compensating_ ? step_.compensation_retry_count : step_.retry_count;
   }
@@ -325,6 +329,13 @@ class EventRun {
   const nlohmann::json& payload() const { return payload_; }
   const events::Fence& fence() const { return fence_; }
   int attempt() const { return attempt_; }
+  const std::vector<StepState>& steps() const { return steps_; }
+  // The delay of a transient failure's retry: `backoff`, or the step's retry_after
+  // when longer, at most the topic's backoff_max.
+  Millis RetryDelay(Millis backoff, const StepResult& result) const {
+    if (!result.retry_after) return backoff;
+    return std::max(backoff, std::min(*result.retry_after, topic().backoff_max));
+  }
 
  private:
   enum class Claim { kNotClaimed, kRejected, kSettled, kRun };

@@ -38,7 +38,9 @@
 //     with backoff while the step has retries left (its retry_count < its max_retry)
 //     and the event has (its retry_count < topic max_retry); the step is left FAILED
 //     with error_details and retry_count + 1, the event PENDING with retry_count + 1
-//     and next_run_time = NOW(3) + RetryBackoff(topic backoff, step retry_count);
+//     and next_run_time = NOW(3) + RetryBackoff(topic backoff, step retry_count), or
+//     the step's StepResult::retry_after when that is longer (an HTTP Retry-After),
+//     capped at the topic's backoff_max;
 //     process_log "retry 1 of 2: step 's' failed: <error>". Otherwise, and on
 //     Permanent (also SQL syntax and access errors, storage/error_class.h), the event
 //     turns COMPENSATING with result {"failed_step", "step_code", "error", "kind":
@@ -99,6 +101,7 @@
 #include "core/metrics.h"
 #include "events/poll.h"
 #include "saga/step_handler.h"
+#include "saga/step_type_stats.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::saga {
@@ -173,6 +176,7 @@ struct SagaStats {
   metrics::Histogram claim_latency;          // ASSIGNED -> claimed (see AssignedEvent::assigned_age)
   metrics::Histogram step_duration;          // StepHandler::Execute, seconds
   metrics::Histogram compensation_duration;  // StepHandler::Compensate, seconds
+  StepTypeStats by_type;                     // the same calls by step type, with their outcome
 };
 
 // The engine's families of /metrics (claims, runs, steps, latencies);

@@ -28,6 +28,7 @@ void WriteMetrics(const SagaStats& s, metrics::TextWriter& w) {
   w.Family("dsync_step_duration_seconds", "Step handler run time, by action.", Type::kHistogram);
   w.Histogram("dsync_step_duration_seconds", {{"action", "execute"}}, s.step_duration.snapshot());
   w.Histogram("dsync_step_duration_seconds", {{"action", "compensate"}}, s.compensation_duration.snapshot());
+  s.by_type.Write(w);
 }
 
 }  // namespace dsync::saga

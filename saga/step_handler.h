@@ -1,4 +1,6 @@
-// The C++ API for step types: built-in (table_sync, table_delete, demo) and custom.
+// The C++ API for step types: built-in (table_sync, table_delete, demo, http, exec) and
+// custom. (http and exec run steps written in any language: saga/steps/http_step.h,
+// saga/steps/exec_step.h.)
 //
 //   class NotifyStep : public saga::StepHandler {
 //    public:
@@ -74,12 +76,19 @@ struct StepResult {
   nlohmann::json output;             // kOk: stored in the step's `output` column (V004); null: NULL
   std::optional<nlohmann::json> compensation_data;  // kOk (or a failure that half-applied)
   std::string error;                 // failures: one line
+  // kTransient: the earliest the step should run again (an HTTP peer's Retry-After).
+  // The retry's delay is the larger of the topic's backoff and this, capped at the
+  // topic's backoff_max_ms. nullopt: the backoff alone.
+  std::optional<std::chrono::milliseconds> retry_after = std::nullopt;
 
   static StepResult Ok(nlohmann::json output = nullptr,
                        std::optional<nlohmann::json> compensation = std::nullopt) {
     return {Kind::kOk, std::move(output), std::move(compensation), ""};
   }
   static StepResult Transient(std::string why) { return {Kind::kTransient, nullptr, std::nullopt, std::move(why)}; }
+  static StepResult TransientAfter(std::string why, std::chrono::milliseconds retry_after) {
+    return {Kind::kTransient, nullptr, std::nullopt, std::move(why), retry_after};
+  }
   static StepResult Permanent(std::string why) { return {Kind::kPermanent, nullptr, std::nullopt, std::move(why)}; }
 };
 
@@ -105,6 +114,15 @@ class StepContext {
   virtual ~StepContext() = default;
   virtual const std::string& event_code() const = 0;
   virtual const std::string& step_name() const = 0;
+  // The event's tenant_id and data_id columns ("" where a context has none).
+  virtual const std::string& tenant_id() const {
+    static const std::string kNone;
+    return kNone;
+  }
+  virtual const std::string& data_id() const {
+    static const std::string kNone;
+    return kNone;
+  }
   virtual const std::string& idempotency_key() const = 0;   // the step code
   virtual const nlohmann::json& payload() const = 0;        // the event payload (parsed)
   virtual int attempt() const = 0;                          // the event's claim attempt
@@ -142,6 +160,11 @@ class StepContext {
   //   ctx.InsertAtCommit("INSERT INTO audit (k, v) VALUES", "", {ctx.idempotency_key(), std::string("x")});
   virtual void InsertAtCommit(std::string_view head, std::string_view tail,
                               std::vector<storage::Value> row);
+
+  // The outputs of this event's plan steps before this one that reached SUCCESS
+  // (their `output` column), by step name: {"sync": {...}, "notify": {...}}. A step
+  // whose output is not JSON appears as its text; one without output is left out.
+  virtual nlohmann::json PreviousOutputs() const { return nlohmann::json::object(); }
 
   // Progress of a long step (e.g. {"chunks": 12, "rows": 120000}), shown as the step
   // row's output while it runs (events/step_progress.h: fenced, best effort; the

@@ -7,12 +7,15 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libmysqlcppconn-dev libpoco-dev nlohmann-json3-dev libspdlog-dev
+  libssl-dev  # the http step type's TLS (OpenSSL)
   libgtest-dev googletest
   mariadb-server mariadb-client
   curl jq
   chromium  # the web console's browser tests (headless, driven over the DevTools protocol)
   # the Galera tests' throwaway cluster (scripts/galera.sh): provider, and state transfer by mariabackup
   galera-4 mariadb-backup socat
+  # the step-type examples' receivers (examples/receivers/, tests/cli/examples_test.sh)
+  python3 nodejs golang-go
 )
 # Extra packages a caller needs (bench uses sysbench/postgresql): setup.sh sysbench ...
 packages+=("$@")

@@ -9,6 +9,8 @@
 #include "config/step_datasources.h"
 #include "saga/step_handler.h"
 #include "saga/steps/demo_step.h"
+#include "saga/steps/exec_step.h"
+#include "saga/steps/http_step.h"
 #include "saga/steps/table_steps.h"
 #include "saga/steps/table_verify.h"
 
@@ -33,6 +35,8 @@ StepRegistry StepRegistry::WithBuiltins(const std::map<std::string, TopicSetting
   registry.Register("table_repair",
                     [repairable](const StepSpec& spec) { return MakeTableRepairStep(spec, repairable); });
   registry.Register("demo", [](const StepSpec& spec) { return MakeDemoStep(spec); });
+  registry.Register("exec", [](const StepSpec& spec) { return MakeExecStep(spec); });
+  registry.Register("http", [](const StepSpec& spec) { return MakeHttpStep(spec); });
   return registry;
 }
 
