@@ -25,7 +25,9 @@
 //     retention.batch_pause_ms between them, stopping when leadership is lost; then
 //     completed distribute_batch rows older than retention.finished_after_ms;
 //   - batches: BatchCompleter::CheckOnce every dispatcher.batch_check_interval_ms
-//     while leader (completion events of finished batches).
+//     while leader (completion events of finished batches);
+//   - schedules (only when the config has `schedules`): control::Scheduler::RunOnce
+//     every second while leader, fenced by the lease token (one event per cron tick).
 // Wake-ups (dispatcher.wakeups, default on; core/wakeup.h): after each page's
 // assignments commit, one UDP datagram to each node that got events; and a UDP
 // listener on dispatcher.wakeup_listen (loopback, any port) whose address is published
@@ -47,6 +49,7 @@
 #include <thread>
 
 #include "config/settings.h"
+#include "control/scheduler.h"
 #include "core/clock.h"
 #include "core/wakeup.h"
 #include "dispatcher/batch_completer.h"
@@ -96,6 +99,7 @@ class DispatcherService {
   void SweepLoop(std::stop_token stop);
   void RetentionLoop(std::stop_token stop);
   void BatchLoop(std::stop_token stop);
+  void ScheduleLoop(std::stop_token stop);  // issue 37
   // The pause between cycles; a wake-up ends it early.
   bool Pause(Millis delay, std::stop_token stop);
 
@@ -120,6 +124,8 @@ class DispatcherService {
   std::jthread sweep_thread_;
   std::jthread retention_thread_;
   std::jthread batch_thread_;
+  control::Scheduler scheduler_;  // issue 37: config `schedules`
+  std::jthread schedule_thread_;
 };
 
 }  // namespace dsync::dispatcher
