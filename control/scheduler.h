@@ -33,6 +33,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/settings.h"
@@ -42,6 +43,11 @@
 #include "storage/connection_pool.h"
 
 namespace dsync::control {
+
+// The prefix of every tick's event code. The API and `dsync produce` refuse codes that
+// start with it (api::EventStore), so no producer takes a tick's code first; a plain-SQL
+// producer could, and the scheduler then logs SCHEDULE_FIRED ... existed=true.
+inline constexpr std::string_view kScheduleCodePrefix = "sched:";
 
 // The event code of a tick: "sched:<service>:<name>:<tick epoch seconds>", or, when
 // that exceeds 64 bytes or the service holds ':', "sched:~<16 hex digits of FNV-1a over

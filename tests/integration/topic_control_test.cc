@@ -308,6 +308,24 @@ TEST_F(SchedulerTest, AChangedExpressionStartsOverAndTheListingShowsNextAndLastR
   EXPECT_EQ(Events(), 1);
 }
 
+TEST_F(SchedulerTest, NoProducerTakesATicksCodeThroughTheApiOrTheCli) {
+  api::EventStore store(db.pool(), settings);
+  api::NewEvent e;
+  e.code = "sched:kbs-sync:every5:1767225900";
+  e.topic = "NIGHTLY";
+  e.tenant_id = "0";
+  e.data_id = "x";
+  try {
+    store.Produce(e);
+    ADD_FAILURE() << "a tick's code was taken";
+  } catch (const UsageError& err) {
+    EXPECT_EQ(std::string(err.what()),
+              "code 'sched:kbs-sync:every5:1767225900' starts with 'sched:', which is reserved for scheduled events "
+              "(config schedules)");
+  }
+  EXPECT_EQ(Events(), 0);
+}
+
 TEST(ScheduleEventCodeTest, NamesServiceScheduleAndTickOrHashesWhenLong) {
   const control::WallTime tick{std::chrono::seconds(1767225900)};
   EXPECT_EQ(control::ScheduleEventCode("kbs-sync", "nightly", tick), "sched:kbs-sync:nightly:1767225900");
