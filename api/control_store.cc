@@ -90,7 +90,10 @@ std::vector<ScheduleRow> ControlStore::Schedules() {
     r.topic = s.topic;
     r.missed = MissedTickPolicyName(s.missed);
     r.configured = true;
-    if (auto next = control::CronExpression::Parse(s.cron).NextAfter(now)) r.next_tick = control::FormatUtc(*next);
+    if (auto next = control::CronExpression::Parse(s.cron).NextAfter(now)) {
+      r.next_tick = control::FormatUtc(*next);
+      r.next_tick.insert(r.next_tick.size() - 1, ".000");  // as the stored times read
+    }
   }
   const std::vector<control::ScheduleState> states =
       pool_.Run("read schedules", [&](storage::Connection& c) { return control::ReadScheduleStates(c, service_); });

@@ -156,13 +156,13 @@ int RunSchedules(const Invocation& inv) {
     return 0;
   }
   std::cout << std::left << std::setw(24) << "NAME" << std::setw(18) << "CRON (UTC)" << std::setw(22) << "TOPIC"
-            << std::setw(10) << "MISSED" << std::setw(26) << "NEXT" << std::setw(26) << "LAST_TICK" << std::setw(26)
+            << std::setw(10) << "MISSED" << std::setw(36) << "NEXT" << std::setw(26) << "LAST_TICK" << std::setw(26)
             << "LAST_RUN_AT" << std::setw(9) << "SKIPPED" << "LAST_EVENT\n";
   for (const auto& s : rows) {
     std::string next = OrNone(s.next_tick, "-");
     if (!s.next_tick.empty() && !s.has_state) next += " (computed)";
     std::cout << std::left << std::setw(24) << Cell(s.name, 23) << std::setw(18) << Cell(s.cron, 17) << std::setw(22)
-              << Cell(s.topic, 21) << std::setw(10) << (s.configured ? s.missed : "(gone)") << std::setw(26) << next
+              << Cell(s.topic, 21) << std::setw(10) << (s.configured ? s.missed : "(gone)") << std::setw(36) << next
               << std::setw(26) << OrNone(s.last_tick, "never") << std::setw(26) << OrNone(s.last_run_at, "-") << std::setw(9)
               << s.skipped_ticks << Cell(OrNone(s.last_event_code, "-"), 64) << "\n";
   }

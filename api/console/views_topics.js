@@ -54,7 +54,7 @@ export async function topicsView(main, ctx) {
         : h('p', {class: 'muted'}, 'No topic.'),
       h('h2', null, 'Schedules'),
       schedules.length
-        ? h('table', {class: 'grid', id: 'schedules'}, h('caption', null, 'Config `schedules`: one event per cron tick (UTC), produced by the dispatcher leader'),
+        ? h('table', {class: 'grid', id: 'schedules'}, h('caption', null, 'Config schedules: one event per cron tick (UTC), produced by the dispatcher leader'),
           h('thead', null, h('tr', null, ['Name', 'Cron (UTC)', 'Topic', 'Missed ticks', 'Next tick', 'Last tick', 'Last run at',
             'Skipped', 'Last event'].map((c) => h('th', {scope: 'col'}, c)))),
           h('tbody', null, schedules.map((s) => h('tr', {'data-schedule': s.name},
@@ -64,7 +64,7 @@ export async function topicsView(main, ctx) {
             h('td', null, s.last_tick || 'never'), h('td', null, s.last_run_at || '—'), h('td', null, fmtCount(s.skipped_ticks)),
             h('td', {class: 'code'}, s.last_event_code
               ? h('a', {href: '#/event/' + encodeURIComponent(s.last_event_code)}, s.last_event_code) : '—')))))
-        : h('p', {class: 'muted'}, 'No schedule (config `schedules`).'));
+        : h('p', {class: 'muted'}, 'No schedule (config schedules).'));
     ctx.done('topics');
   }, 2000);
 }
