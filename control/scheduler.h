@@ -39,6 +39,7 @@
 #include "config/settings.h"
 #include "control/cron.h"
 #include "core/clock.h"
+#include "core/metrics.h"
 #include "dispatcher/lease_lock.h"
 #include "storage/connection_pool.h"
 
@@ -70,6 +71,11 @@ struct SchedulerStats {
   uint64_t skipped = 0;   // ticks passed over by the missed-tick policy
   uint64_t failures = 0;  // schedules whose transaction failed (retried next pass)
 };
+
+// The scheduler's families of /metrics: dsync_schedule_ticks_total{outcome="fired" |
+// "skipped"} (events produced by this process; ticks passed over by the missed-tick
+// policy) and dsync_schedule_failures_total (schedule transactions that failed).
+void WriteMetrics(const SchedulerStats& stats, metrics::TextWriter& w);
 
 class Scheduler {
  public:

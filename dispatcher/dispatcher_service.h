@@ -91,6 +91,7 @@ class DispatcherService {
 
   bool is_leader() { return locker_.is_leader(); }
   DispatcherStats stats();
+  control::SchedulerStats scheduler_stats() const { return scheduler_.stats(); }  // issue 37
   const std::string& owner() const { return lease_.owner(); }
   const std::string& lock_name() const { return lease_.lock_name(); }
 

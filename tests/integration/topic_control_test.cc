@@ -22,6 +22,7 @@
 #include "control/topic_pause.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/metrics.h"
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/lease_lock.h"
 #include "tests/integration/dispatcher_fixtures.h"
@@ -253,6 +254,10 @@ TEST_F(SchedulerTest, MissedTicksAfterALongGapFollowThePolicy) {
   EXPECT_EQ(db.QueryInt("SELECT skipped_ticks FROM dsync_schedule WHERE name = 'run-once'"), 11);
   EXPECT_EQ(Text(db, "SELECT next_tick FROM dsync_schedule WHERE name = 'every5'"), "2026-01-01 01:05:00");
   EXPECT_EQ(scheduler.stats().skipped, 23u);
+  metrics::TextWriter w;
+  control::WriteMetrics(scheduler.stats(), w);
+  EXPECT_NE(w.str().find("dsync_schedule_ticks_total{outcome=\"fired\"} 1\n"), std::string::npos) << w.str();
+  EXPECT_NE(w.str().find("dsync_schedule_ticks_total{outcome=\"skipped\"} 23\n"), std::string::npos) << w.str();
 }
 
 TEST_F(SchedulerTest, TwoWouldBeLeadersProduceEachTickOnceAndAFencedOutOneNothing) {
