@@ -268,8 +268,8 @@ int RunNode(const Invocation& inv) {
 // --- dispatcher ------------------------------------------------------------
 
 // One per thread of dispatcher::DispatcherService (lease, dispatch, sweep, retention,
-// batches) and one for the wake-up listener's lookups.
-constexpr int kDispatcherConnections = 6;
+// batches, schedules) and one for the wake-up listener's lookups.
+constexpr int kDispatcherConnections = 7;
 
 int RunDispatcher(const Invocation& inv) {
   Settings s = ResolveSettings(inv);

@@ -18,8 +18,9 @@
 //   - due events: idx_due (status, priority, id, next_run_time), in (priority, id)
 //     order from a keyset cursor, LIMIT = what the planner can still place, and
 //     restricted in SQL to topics some node with a free slot serves, to topics below
-//     their batch_limit and not paused (dsync_topic_pause, read once per cycle), and (ordered topics) to events with no earlier non-terminal
-//     event of the same (tenant_id, data_id) (idx_entity_status). So events that must
+//     their batch_limit and not paused (dsync_topic_pause, read once per cycle), and
+//     (ordered topics) to events with no earlier non-terminal event of the same
+//     (tenant_id, data_id) (idx_entity_status). So events that must
 //     wait never fill a page and block the ones behind them.
 //
 // Unroutable topics (AssignmentPlanner::Unroutable: no live node serves the topic or

@@ -9,7 +9,7 @@
 //   service.Stop();                      // stops the loops, releases the lease
 //   DispatcherStats s = service.stats(); // counters for metrics
 //
-// Threads (five, each holding at most one pooled connection at a time):
+// Threads (five, six with schedules, each holding at most one pooled connection at a time):
 //   - lease: dispatcher::Locker on lock "dispatcher:<service>", ttl
 //     dispatcher.lease_ttl_ms (renew at ttl/3, watchdog at ttl - ttl/5);
 //   - dispatch: DispatchCycle::RunOnce while leader, fenced by the lease token; then
