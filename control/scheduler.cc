@@ -162,7 +162,7 @@ bool Scheduler::RunSchedule(const Entry& e, const std::optional<dispatcher::Leas
     return false;
   }
   if (out.decision.fire) {
-    ++fired_;
+    if (out.inserted) ++fired_;
     spdlog::info("SCHEDULE_FIRED schedule={} service={} tick={} event={} topic={} skipped={}{}", e.name, service_,
                  FormatUtc(*out.decision.fire), out.code, e.settings.topic, out.decision.skipped,
                  out.inserted ? "" : " existed=true");

@@ -67,7 +67,7 @@ std::vector<ScheduleState> ReadScheduleStates(storage::Connection& c, const std:
 
 struct SchedulerStats {
   uint64_t passes = 0;
-  uint64_t fired = 0;     // events produced
+  uint64_t fired = 0;     // events produced (not counting a tick whose event existed)
   uint64_t skipped = 0;   // ticks passed over by the missed-tick policy
   uint64_t failures = 0;  // schedules whose transaction failed (retried next pass)
 };
