@@ -22,12 +22,13 @@ export async function topicsView(main, ctx) {
       const path = '/v1/topics/' + encodeURIComponent(topic) + (paused ? '/resume' : '/pause');
       await ctx.api(path, paused ? {method: 'POST'} : {method: 'POST', body: {reason: reason.value.trim(), by: 'console'}});
       ctx.setStatus(`${topic} ${paused ? 'resumed' : 'paused'}`, 'ok');
+      await render();  // show it now, not at the next refresh
     } catch (e) {
       ctx.setStatus(`${verb.toLowerCase()} failed: ` + e.message, 'bad');
     }
   }
 
-  return ctx.live(async () => {
+  async function render() {
     const [{topics}, {schedules}] = await Promise.all([ctx.api('/v1/topics'), ctx.api('/v1/schedules')]);
     if (!ctx.isCurrent()) return;
     const rows = topics.map((t) => {
@@ -66,5 +67,8 @@ export async function topicsView(main, ctx) {
               ? h('a', {href: '#/event/' + encodeURIComponent(s.last_event_code)}, s.last_event_code) : '—')))))
         : h('p', {class: 'muted'}, 'No schedule (config schedules).'));
     ctx.done('topics');
-  }, 2000);
+  }
+
+  // GET /v1/topics counts PENDING events by topic (a range of idx_due): every 5 s, not 2.
+  return ctx.live(render, 5000);
 }
