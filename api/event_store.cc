@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "control/scheduler.h"
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "dispatcher/lease_lock.h"
@@ -387,6 +388,11 @@ void EventStore::Validate(const NewEvent& e) const {
   if (events::IsReservedCode(e.code)) {
     throw UsageError("code " + Quote(e.code) + " starts with '" + std::string(events::kReservedCodePrefix) +
                      "', which is reserved for batch completion events");
+  }
+  // issue 37: a schedule's tick events (control/scheduler.h), so no producer can take a tick's code first.
+  if (e.code.starts_with(control::kScheduleCodePrefix)) {
+    throw UsageError("code " + Quote(e.code) + " starts with '" + std::string(control::kScheduleCodePrefix) +
+                     "', which is reserved for scheduled events (config schedules)");
   }
   RequireText("topic", e.topic, 1, 50);
   if (!settings_.topics.count(e.topic)) {

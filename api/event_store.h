@@ -158,7 +158,8 @@ enum class RetryFrom { kStart, kFailedStep };
 // An event that needs an operator's look (the rules of v_events_needing_attention,
 // events/rows.h): reason "failed" (FAILED), "stuck" (ASSIGNED/RUNNING/COMPENSATING, no
 // activity for 5 minutes), "compensation_retrying" (a compensation failed and is
-// retried), and for PENDING events that cannot make progress "unknown_topic",
+// retried), and for PENDING events that cannot make progress "paused" (its topic is
+// paused), "unknown_topic",
 // "unroutable", "no_dispatcher_for_service", "held_behind" (blocker_code names the
 // blocker, detail its reason) and "delayed" (holds later events back until its due
 // time). JSON: detail, blocker_code and next_run_time are null when empty.

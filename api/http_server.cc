@@ -66,6 +66,11 @@ const std::vector<HttpServer::RouteSpec>& HttpServer::Routes() {
       {Route::kStreamEvent, "GET", "/v1/events/{code}/stream", {}, &HttpServer::StreamEvent},
       {Route::kRetryEvent, "POST", "/v1/events/{code}/retry", {}, &HttpServer::RetryEvent},
       {Route::kCancelEvent, "POST", "/v1/events/{code}/cancel", {}, &HttpServer::CancelEvent},
+      // issue 37: pauses and schedules
+      {Route::kTopics, "GET", "/v1/topics", {}, &HttpServer::Topics},
+      {Route::kPauseTopic, "POST", "/v1/topics/{topic}/pause", {}, &HttpServer::PauseTopic},
+      {Route::kResumeTopic, "POST", "/v1/topics/{topic}/resume", {}, &HttpServer::ResumeTopic},
+      {Route::kSchedules, "GET", "/v1/schedules", {}, &HttpServer::Schedules},
   };
   return kRoutes;
 }
@@ -189,6 +194,10 @@ const char* RouteName(Route r) {
     case Route::kConsole: return "/ (console)";
     case Route::kVerify: return "/v1/verify";
     case Route::kCancelEvent: return "/v1/events/{code}/cancel";
+    case Route::kTopics: return "/v1/topics";
+    case Route::kPauseTopic: return "/v1/topics/{topic}/pause";
+    case Route::kResumeTopic: return "/v1/topics/{topic}/resume";
+    case Route::kSchedules: return "/v1/schedules";
     case Route::kUnknown: return "other";
   }
   return "other";
@@ -589,6 +598,30 @@ HttpServer::Reply HttpServer::RetryEvent(Request& req) {
 HttpServer::Reply HttpServer::CancelEvent(Request& req) {
   json body = req.body.empty() ? json::object() : ParseJsonBody(req.body);
   return {200, PublicDump(ToJson(store_.Cancel(req.code, ParseCancelReason(body))))};
+}
+
+// --- issue 37: pauses and schedules ---
+
+HttpServer::Reply HttpServer::Topics(Request&) {
+  json topics = json::array();
+  for (const TopicRow& t : control_.Topics()) topics.push_back(ToJson(t));
+  return {200, PublicDump(json{{"topics", std::move(topics)}})};
+}
+
+HttpServer::Reply HttpServer::PauseTopic(Request& req) {
+  const auto [by, reason] = ParsePauseBody(req.body.empty() ? json::object() : ParseJsonBody(req.body));
+  return {200, PublicDump(ToJson(control_.Pause(req.code, by, reason)))};
+}
+
+HttpServer::Reply HttpServer::ResumeTopic(Request& req) {
+  if (!req.body.empty()) throw UsageError("a resume takes no body");
+  return {200, PublicDump(ToJson(control_.Resume(req.code)))};
+}
+
+HttpServer::Reply HttpServer::Schedules(Request&) {
+  json schedules = json::array();
+  for (const ScheduleRow& s : control_.Schedules()) schedules.push_back(ToJson(s));
+  return {200, PublicDump(json{{"schedules", std::move(schedules)}})};
 }
 
 HttpServer::Reply HttpServer::Nodes(Request& req) {

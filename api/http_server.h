@@ -49,6 +49,15 @@
 //                                  recorded in dsync_verify_result; bad names/filters 400
 //   GET  /v1/verify                {results: [...]}: v_verify_latest, newest first (the
 //                                  console's Verify page)
+//   GET  /v1/topics                {topics: [{topic, configured, pending, paused, pause:
+//                                  {paused_by, paused_at, reason} | null}]} (api/control_store.h)
+//   POST /v1/topics/{topic}/pause  {"reason"?, "by"?} (body optional; by defaults to "api")
+//                                  -> 200 {topic, paused: true, created, pause}; the dispatcher
+//                                  assigns none of the topic's events until it is resumed
+//   POST /v1/topics/{topic}/resume (no body) -> 200 {topic, paused: false, was_paused, ended}
+//   GET  /v1/schedules             {schedules: [{name, cron, timezone, topic, missed,
+//                                  configured, next_tick, next_tick_source, last_tick,
+//                                  last_event_code, last_run_at, skipped_ticks}]}
 //
 // Rejections, all 4xx with a JSON message, and none writes anything. Those marked * are
 // decided from the request head alone, before any body is read; when a body was
@@ -93,6 +102,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/console.h"
+#include "api/control_store.h"
 #include "api/event_store.h"
 #include "api/http_connections.h"
 #include "api/verify_service.h"
@@ -120,7 +130,9 @@ HttpOptions HttpOptionsFromSettings(const ApiSettings& api);
 // The routes, as the `route` label of the request metrics.
 enum class Route {
   kCreateEvent, kListEvents, kGetEvent, kStreamEvent, kRetryEvent, kCreateBatch, kGetBatch,
-  kNodes, kHealth, kMetrics, kDrainNode, kOverview, kConsole, kVerify, kCancelEvent, kUnknown,
+  kNodes, kHealth, kMetrics, kDrainNode, kOverview, kConsole, kVerify, kCancelEvent,
+  kTopics, kPauseTopic, kResumeTopic, kSchedules,  // issue 37
+  kUnknown,
 };
 inline constexpr size_t kRouteCount = static_cast<size_t>(Route::kUnknown) + 1;
 const char* RouteName(Route r);  // "/v1/events/{code}", ...
@@ -196,6 +208,11 @@ class HttpServer final : private HttpService {
   Reply Verify(Request& req);
   Reply VerifyResults(Request& req);
   Reply ConsoleAsset(Request& req);
+  // issue 37: pauses and schedules (api/control_store.h).
+  Reply Topics(Request& req);
+  Reply PauseTopic(Request& req);
+  Reply ResumeTopic(Request& req);
+  Reply Schedules(Request& req);
   // Writes the whole stream itself; throws (before any byte is sent) like the others.
   Reply StreamEvent(Request& req);
   // Waits up to `d`; false when the server is stopping.
@@ -207,6 +224,7 @@ class HttpServer final : private HttpService {
   HttpStats stats_;
   Clock& clock_;
   console::ThroughputHistory throughput_{clock_};
+  ControlStore control_{store_.pool(), store_.settings(), clock_};  // issue 37
   uint16_t port_ = 0;
   std::vector<std::string> allowed_hosts_;  // lower-case; empty: any
 

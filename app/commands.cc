@@ -2,6 +2,7 @@
 
 #include "app/command_support.h"
 #include "app/component_metrics.h"
+#include "app/control_commands.h"
 #include "app/verify_command.h"
 #include "api/event_store.h"
 #include "api/http_server.h"
@@ -267,8 +268,8 @@ int RunNode(const Invocation& inv) {
 // --- dispatcher ------------------------------------------------------------
 
 // One per thread of dispatcher::DispatcherService (lease, dispatch, sweep, retention,
-// batches) and one for the wake-up listener's lookups.
-constexpr int kDispatcherConnections = 6;
+// batches, schedules) and one for the wake-up listener's lookups.
+constexpr int kDispatcherConnections = 7;
 
 int RunDispatcher(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
@@ -385,6 +386,11 @@ std::vector<OptionSpec> NodeFlags() {
           kServiceOption};
 }
 
+std::vector<CommandSpec> WithCommands(std::vector<CommandSpec> first, const std::vector<CommandSpec>& then) {
+  first.insert(first.end(), then.begin(), then.end());
+  return first;
+}
+
 std::vector<OptionSpec> WithFlags(std::vector<OptionSpec> first, const std::vector<OptionSpec>& then) {
   first.insert(first.end(), then.begin(), then.end());
   return first;
@@ -393,7 +399,7 @@ std::vector<OptionSpec> WithFlags(std::vector<OptionSpec> first, const std::vect
 }  // namespace
 
 const std::vector<CommandSpec>& Commands() {
-  static const std::vector<CommandSpec> kCommands = {
+  static const std::vector<CommandSpec> kCommands = WithCommands({
       {"migrate", "create or upgrade the schema (safe to re-run, and from several processes)", "", 0, 0,
        {{"service", true, "on a new database: the service whose events a plain INSERT that names none "
                           "belongs to (default from config, kbs-sync)"}}},
@@ -504,7 +510,7 @@ const std::vector<CommandSpec>& Commands() {
         {"dry-run", false, "count what would be removed; write nothing"},
         {"service", true, "only this service's events and nodes (default from config, kbs-sync)"},
         kJsonOption}},
-  };
+  }, ControlCommandSpecs());  // issue 37: pause, resume, topics, schedules
   return kCommands;
 }
 
@@ -538,6 +544,10 @@ int RunCommand(const Invocation& inv) {
   if (inv.command == "cancel") return RunCancel(inv);
   if (inv.command == "drain") return RunDrain(inv);
   if (inv.command == "verify") return RunVerify(inv);
+  if (inv.command == "pause") return RunPause(inv);      // issue 37
+  if (inv.command == "resume") return RunResume(inv);
+  if (inv.command == "topics") return RunTopics(inv);
+  if (inv.command == "schedules") return RunSchedules(inv);
   throw UsageError("command '" + inv.command + "' is not implemented");
 }
 

@@ -14,6 +14,7 @@ metrics::Registry ComponentMetrics(const MetricsComponents& c) {
   }
   if (c.dispatcher != nullptr) {
     r.Add([d = c.dispatcher](metrics::TextWriter& w) { dispatcher::WriteMetrics(d->stats(), w); });
+    r.Add([d = c.dispatcher](metrics::TextWriter& w) { control::WriteMetrics(d->scheduler_stats(), w); });  // issue 37
   }
   if (c.consumer != nullptr) {
     r.Add([s = c.consumer](metrics::TextWriter& w) { consumer::WriteMetrics(*s, w); });

@@ -47,6 +47,7 @@ enum class Kind {
   kDatasources,  // structured keys: no field, no environment variable
   kTopics,
   kSteps,
+  kSchedules,    // issue 37: config/schedules.h
 };
 
 // The objects a field accessor may reach into; only the one matching the key's scope is set.
@@ -166,6 +167,15 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "topics", .field = {.scope = Scope::kSettings, .kind = Kind::kTopics}, .required = true,
      .doc = "Required: object of topic name -> topic settings. Names: 1-50 characters of "
             "A-Z a-z 0-9 _ . -"},
+    // --- issue 37: schedules ---
+    {.path = "schedules", .field = {.scope = Scope::kSettings, .kind = Kind::kSchedules},
+     .default_text = "{}",
+     .doc = "Object of schedule name -> {cron, timezone, topic, payload, missed, grace_ms, tenant_id}: the "
+            "dispatcher leader produces one event of `topic` per cron tick, exactly once "
+            "(docs/pause-and-schedules.md). cron: 5 fields, UTC; timezone: UTC only; missed: skip (default) "
+            "or run_once; grace_ms: how late a tick may be seen and still fire under skip (default 60000); "
+            "tenant_id: the events' tenant (default \"0\")."},
+    // --- end issue 37 ---
 
     // registry
     {.path = "registry.heartbeat_interval_ms",
@@ -564,6 +574,7 @@ void Assign(const KeyDescriptor& key, const json& value, const Target& target,
     case Kind::kDatasources:
     case Kind::kTopics:
     case Kind::kSteps:
+    case Kind::kSchedules:
       break;
   }
   Fail(where, "internal error: structured key assigned as a scalar");
@@ -756,6 +767,7 @@ void ParseRoot(const json& root, Settings& settings) {
     switch (key->field.kind) {
       case Kind::kDatasources: ParseDatasources(member, settings); break;
       case Kind::kTopics: ParseTopics(member, settings); break;
+      case Kind::kSchedules: settings.schedules = ParseSchedules(member); break;  // issue 37
       default: Assign(*key, member, Target{.settings = &settings}, name); break;
     }
   }
@@ -827,6 +839,13 @@ void Settings::Validate() const {
     RequireOrder(topic.backoff_base <= topic.backoff_max, prefix + ".backoff_base_ms", topic.backoff_base,
                  "at most", prefix + ".backoff_max_ms", topic.backoff_max);
   }
+  // --- issue 37: a schedule produces events of a configured topic ---
+  for (const auto& [name, schedule] : schedules) {
+    if (!topics.empty() && !topics.count(schedule.topic)) {
+      Fail("schedules." + Printable(name) + ".topic", "unknown topic '" + Printable(schedule.topic) + "' (not in topics)");
+    }
+  }
+  // --- end issue 37 ---
   if (!IsHostPort(api.listen)) {
     Fail("api.listen", "expected HOST:PORT with a port from 1 to 65535, got '" +
                            Printable(api.listen) + "'");

@@ -26,6 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/schedules.h"  // issue 37: schedules
+
 namespace dsync {
 
 using Millis = std::chrono::milliseconds;
@@ -133,6 +135,9 @@ struct Settings {
   RetentionSettings retention;        // retention.*
   RelaySettings relay;                // relay.*
   std::map<std::string, TopicSettings> topics;  // topics: name -> topic. Required when a file is given
+  // --- issue 37: schedules (config/schedules.h) ---
+  std::map<std::string, ScheduleSettings> schedules;  // schedules: name -> cron schedule. Default {}
+  // --- end issue 37 ---
 
   // Cross-field rules. Throws ConfigError with a one-line reason.
   void Validate() const;

@@ -139,6 +139,7 @@ std::vector<PendingEvent> DispatchCycle::ReadDue(const PageFilter& f, const Curs
   // Topics at their batch_limit and topics no free node can run are kept out alike.
   std::vector<std::string> excluded = f.exhausted_topics;
   excluded.insert(excluded.end(), f.blocked_topics.begin(), f.blocked_topics.end());
+  excluded.insert(excluded.end(), paused_.begin(), paused_.end());  // paused topics (V022)
   const std::string exhausted = CommaList(excluded);
   const std::string unordered = CommaList(f.unordered_topics);
   const events::DueFilter filter{options_.service, after.priority, after.id, f.any_topic, served, exhausted, unordered, f.limit};
@@ -314,6 +315,7 @@ CycleResult DispatchCycle::RunOnce(const std::optional<LeaseFence>& fence,
 CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
                                     const std::function<bool()>& leading) {
   CycleResult r;
+  paused_ = paused_reader_.Read(pool_);
   std::vector<NodeLoad> nodes = ReadNodes();
   r.live_nodes = static_cast<int>(nodes.size());
   const bool any_taker = std::any_of(nodes.begin(), nodes.end(), [](const NodeLoad& n) { return !n.draining; });

@@ -18,8 +18,9 @@
 //   - due events: idx_due (status, priority, id, next_run_time), in (priority, id)
 //     order from a keyset cursor, LIMIT = what the planner can still place, and
 //     restricted in SQL to topics some node with a free slot serves, to topics below
-//     their batch_limit, and (ordered topics) to events with no earlier non-terminal
-//     event of the same (tenant_id, data_id) (idx_entity_status). So events that must
+//     their batch_limit and not paused (dsync_topic_pause, read once per cycle), and
+//     (ordered topics) to events with no earlier non-terminal event of the same
+//     (tenant_id, data_id) (idx_entity_status). So events that must
 //     wait never fill a page and block the ones behind them.
 //
 // Unroutable topics (AssignmentPlanner::Unroutable: no live node serves the topic or
@@ -50,6 +51,7 @@
 #include <vector>
 
 #include "config/settings.h"
+#include "control/topic_pause.h"
 #include "core/clock.h"
 #include "core/metrics.h"
 #include "dispatcher/assignment_planner.h"
@@ -185,6 +187,10 @@ class DispatchCycle {
   std::optional<Clock::TimePoint> counted_at_;  // the last look for unknown topics
   // The lease token RecordUnordered last wrote under (-1: unfenced; nullopt: never).
   std::optional<int64_t> unordered_token_;
+  // Paused topics (V022, control/topic_pause.h), read once per cycle and kept out of
+  // its pages like topics at their batch_limit (RunOnce's thread only).
+  control::PausedTopicReader paused_reader_{options_.service};
+  std::vector<std::string> paused_;
 
   std::mutex mu_;
   CycleStats stats_;

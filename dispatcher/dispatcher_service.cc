@@ -51,7 +51,8 @@ DispatcherService::DispatcherService(storage::ConnectionPool& pool, const Settin
       retention_(pool, clock, settings.service, settings.retention),
       batches_(pool, settings),
       batch_check_interval_(settings.dispatcher.batch_check_interval),
-      pool_(pool) {
+      pool_(pool),
+      scheduler_(pool, settings, clock) {
   if (settings.dispatcher.wakeups) {
     cycle_.OnAssigned([this](const std::vector<std::string>& nodes) {
       for (const auto& n : nodes) wake_sender_.Send(n);
@@ -87,6 +88,7 @@ void DispatcherService::Start() {
   sweep_thread_ = std::jthread([this](std::stop_token stop) { SweepLoop(stop); });
   retention_thread_ = std::jthread([this](std::stop_token stop) { RetentionLoop(stop); });
   batch_thread_ = std::jthread([this](std::stop_token stop) { BatchLoop(stop); });
+  if (!scheduler_.empty()) schedule_thread_ = std::jthread([this](std::stop_token stop) { ScheduleLoop(stop); });
 }
 
 void DispatcherService::Stop() {
@@ -103,6 +105,7 @@ void DispatcherService::Stop() {
   sweep_thread_ = std::jthread();
   retention_thread_ = std::jthread();
   batch_thread_ = std::jthread();
+  schedule_thread_ = std::jthread();  // requests stop and joins
   locker_.Stop();
   if (wake_listener_) wake_listener_->Stop();
   const CycleStats cs = cycle_.stats();
@@ -200,6 +203,15 @@ void DispatcherService::BatchLoop(std::stop_token stop) {
     } catch (const std::exception& e) {
       spdlog::warn("BATCH_CHECK_FAILED lock={} err={}", lease_.lock_name(), e.what());
     }
+  }
+}
+
+// issue 37: one pass over the schedules per second while leading (control/scheduler.h).
+void DispatcherService::ScheduleLoop(std::stop_token stop) {
+  while (clock_.SleepFor(Millis(1000), stop)) {
+    const std::optional<int64_t> token = locker_.token();
+    if (!token) continue;
+    scheduler_.RunOnce(lease_.Fence(*token, dispatcher_settings_.lease_ttl / 4));
   }
 }
 

@@ -9,7 +9,7 @@
 //   service.Stop();                      // stops the loops, releases the lease
 //   DispatcherStats s = service.stats(); // counters for metrics
 //
-// Threads (five, each holding at most one pooled connection at a time):
+// Threads (five, six with schedules, each holding at most one pooled connection at a time):
 //   - lease: dispatcher::Locker on lock "dispatcher:<service>", ttl
 //     dispatcher.lease_ttl_ms (renew at ttl/3, watchdog at ttl - ttl/5);
 //   - dispatch: DispatchCycle::RunOnce while leader, fenced by the lease token; then
@@ -25,7 +25,9 @@
 //     retention.batch_pause_ms between them, stopping when leadership is lost; then
 //     completed distribute_batch rows older than retention.finished_after_ms;
 //   - batches: BatchCompleter::CheckOnce every dispatcher.batch_check_interval_ms
-//     while leader (completion events of finished batches).
+//     while leader (completion events of finished batches);
+//   - schedules (only when the config has `schedules`): control::Scheduler::RunOnce
+//     every second while leader, fenced by the lease token (one event per cron tick).
 // Wake-ups (dispatcher.wakeups, default on; core/wakeup.h): after each page's
 // assignments commit, one UDP datagram to each node that got events; and a UDP
 // listener on dispatcher.wakeup_listen (loopback, any port) whose address is published
@@ -47,6 +49,7 @@
 #include <thread>
 
 #include "config/settings.h"
+#include "control/scheduler.h"
 #include "core/clock.h"
 #include "core/wakeup.h"
 #include "dispatcher/batch_completer.h"
@@ -88,6 +91,7 @@ class DispatcherService {
 
   bool is_leader() { return locker_.is_leader(); }
   DispatcherStats stats();
+  control::SchedulerStats scheduler_stats() const { return scheduler_.stats(); }  // issue 37
   const std::string& owner() const { return lease_.owner(); }
   const std::string& lock_name() const { return lease_.lock_name(); }
 
@@ -96,6 +100,7 @@ class DispatcherService {
   void SweepLoop(std::stop_token stop);
   void RetentionLoop(std::stop_token stop);
   void BatchLoop(std::stop_token stop);
+  void ScheduleLoop(std::stop_token stop);  // issue 37
   // The pause between cycles; a wake-up ends it early.
   bool Pause(Millis delay, std::stop_token stop);
 
@@ -120,6 +125,8 @@ class DispatcherService {
   std::jthread sweep_thread_;
   std::jthread retention_thread_;
   std::jthread batch_thread_;
+  control::Scheduler scheduler_;  // issue 37: config `schedules`
+  std::jthread schedule_thread_;
 };
 
 }  // namespace dsync::dispatcher

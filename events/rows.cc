@@ -71,6 +71,13 @@ constexpr const char* kBatchProgress =
 #define DSYNC_UNROUTABLE(x)                                                                       \
   "EXISTS (SELECT 1 FROM distribute_unroutable_topic u WHERE u.service_name = " x ".service "     \
   "AND u.topic = " x ".topic AND u.updated_time >= NOW(3) - INTERVAL 60 SECOND)"
+// The event's topic is paused (V022 dsync_topic_pause; issue 37).
+#define DSYNC_PAUSED(x)                                                                           \
+  "EXISTS (SELECT 1 FROM dsync_topic_pause tp WHERE tp.service = " x ".service AND tp.topic = " x ".topic)"
+// Why a paused topic's event waits (the view's detail).
+#define DSYNC_PAUSE_DETAIL                                                                        \
+  "CONCAT('topic ', tp.topic, ' paused by ', tp.paused_by, ' at ', "                              \
+  "DATE_FORMAT(tp.paused_at, '%Y-%m-%d %H:%i:%s'), ' UTC', IF(tp.reason = '', '', CONCAT(': ', tp.reason)))"
 // A dispatcher of the event's service holds its lease, or held it in the last 15 s (a
 // lock name over 64 bytes is hashed: not judged).
 #define DSYNC_HAS_DISPATCHER(x)                                                                   \
@@ -85,7 +92,7 @@ constexpr const char* kBatchProgress =
 #define DSYNC_EARLIER_BLOCKER(x)                                                                  \
   "(EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = " x ".tenant_id AND p.data_id = " x ".data_id " \
   "AND p.status = 'PENDING' AND p.id < " x ".id AND p.service = " x ".service "                   \
-  "AND (p.next_run_time > NOW(3) OR " DSYNC_UNROUTABLE("p") ")) "                                  \
+  "AND (p.next_run_time > NOW(3) OR " DSYNC_UNROUTABLE("p") " OR " DSYNC_PAUSED("p") ")) "         \
   "OR EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = " x ".tenant_id AND p.data_id = " x ".data_id " \
   "AND p.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND p.id < " x ".id AND p.service = " x ".service " \
   "AND p.modifier_time < NOW(3) - INTERVAL 5 MINUTE))"
@@ -108,7 +115,13 @@ constexpr const char* kAttentionCompensationRetrying =
   " FROM distribute_unroutable_topic u STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_due) "   \
   "ON e.status = 'PENDING' AND e.topic = u.topic AND e.service = u.service_name "                 \
   "WHERE u.kind = '" kind "' AND u.updated_time >= NOW(3) - INTERVAL 60 SECOND "                  \
-  "AND NOT " DSYNC_COMP_RETRYING("e") " ORDER BY e.id LIMIT ?"
+  "AND NOT " DSYNC_COMP_RETRYING("e") " AND NOT " DSYNC_PAUSED("e") " ORDER BY e.id LIMIT ?"
+// The PENDING events of paused topics, from the pause rows (a few) through idx_due.
+constexpr const char* kAttentionPaused =
+    "SELECT 'paused' AS reason, " DSYNC_ATTENTION_COLUMNS "'' AS blocker_code, " DSYNC_PAUSE_DETAIL
+    DSYNC_ATTENTION_TAIL " FROM dsync_topic_pause tp STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_due) "
+    "ON e.status = 'PENDING' AND e.topic = tp.topic AND e.service = tp.service "
+    "WHERE NOT " DSYNC_COMP_RETRYING("e") " ORDER BY e.id LIMIT ?";
 constexpr const char* kAttentionUnknownTopic = DSYNC_ATTENTION_RECORDED("unknown_topic");
 constexpr const char* kAttentionUnroutable = DSYNC_ATTENTION_RECORDED("unroutable");
 // Services that may hold events without a dispatcher: those of the registry, of the
@@ -126,16 +139,19 @@ constexpr const char* kAttentionNoDispatcher =
     "UNION SELECT ?) c "
     "WHERE NOT " DSYNC_HAS_DISPATCHER("c") ") s "
     "STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_due) ON e.status = 'PENDING' AND e.service = s.service "
-    "WHERE NOT " DSYNC_UNROUTABLE("e") " AND NOT " DSYNC_COMP_RETRYING("e") " LIMIT ?";  // in idx_due order
+    "WHERE NOT " DSYNC_UNROUTABLE("e") " AND NOT " DSYNC_COMP_RETRYING("e") " AND NOT " DSYNC_PAUSED("e")
+    " LIMIT ?";  // in idx_due order
 // Held events, found from their blockers (at most 1,000 of each kind): PENDING events
 // due later (idx_due, next_run_time checked in the index), PENDING events of recorded
 // topics (from the records), and stuck in-flight ones; then each blocker's later
 // PENDING events (idx_entity_status). Ordered by held event, then blocker: the first
 // row of an event names its earliest blocker.
 #define DSYNC_BLOCKER_WHY_PENDING                                                                 \
+  "IFNULL((SELECT CONCAT('paused: topic ', tp.topic, ' paused by ', tp.paused_by) FROM dsync_topic_pause tp " \
+  "WHERE tp.service = p.service AND tp.topic = p.topic), "                                        \
   "IFNULL((SELECT CONCAT(u.kind, ': ', u.reason) FROM distribute_unroutable_topic u WHERE u.service_name = p.service " \
   "AND u.topic = p.topic AND u.updated_time >= NOW(3) - INTERVAL 60 SECOND), "                    \
-  "CONCAT('delayed: due at ', DATE_FORMAT(p.next_run_time, '%Y-%m-%d %H:%i:%s'), ' UTC'))"
+  "CONCAT('delayed: due at ', DATE_FORMAT(p.next_run_time, '%Y-%m-%d %H:%i:%s'), ' UTC')))"
 constexpr const char* kAttentionHeldBehind =
     "SELECT 'held_behind' AS reason, " DSYNC_ATTENTION_COLUMNS "b.code AS blocker_code, "
     "CONCAT('held behind ', b.code, ' (', b.why, ')')" DSYNC_ATTENTION_TAIL " FROM ("
@@ -146,6 +162,9 @@ constexpr const char* kAttentionHeldBehind =
     "FROM distribute_unroutable_topic u STRAIGHT_JOIN distribute_event p FORCE INDEX (idx_due) "
     "ON p.status = 'PENDING' AND p.topic = u.topic AND p.service = u.service_name "
     "WHERE u.updated_time >= NOW(3) - INTERVAL 60 SECOND ORDER BY p.id LIMIT 1000) "
+    "UNION (SELECT p.id, p.code, p.tenant_id, p.data_id, p.service, " DSYNC_BLOCKER_WHY_PENDING " AS why "
+    "FROM dsync_topic_pause tq STRAIGHT_JOIN distribute_event p FORCE INDEX (idx_due) "
+    "ON p.status = 'PENDING' AND p.topic = tq.topic AND p.service = tq.service ORDER BY p.id LIMIT 1000) "
     "UNION ALL (SELECT p.id, p.code, p.tenant_id, p.data_id, p.service, CONCAT('stuck: ', p.status, ' on ', "
     "IFNULL(p.node_address, '-'), ', no activity since ', DATE_FORMAT(p.modifier_time, '%Y-%m-%d %H:%i:%s')) AS why "
     "FROM distribute_event p WHERE p.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') "
@@ -153,14 +172,14 @@ constexpr const char* kAttentionHeldBehind =
     "STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_entity_status) ON e.tenant_id = b.tenant_id "
     "AND e.data_id = b.data_id AND e.status = 'PENDING' AND e.id > b.id AND e.service = b.service "
     "WHERE " DSYNC_ORDERED("e") " AND NOT " DSYNC_UNROUTABLE("e") " AND " DSYNC_HAS_DISPATCHER("e")
-    " AND NOT " DSYNC_COMP_RETRYING("e") " ORDER BY e.id, b.id LIMIT ?";
+    " AND NOT " DSYNC_COMP_RETRYING("e") " AND NOT " DSYNC_PAUSED("e") " ORDER BY e.id, b.id LIMIT ?";
 constexpr const char* kAttentionDelayed =
     "SELECT 'delayed' AS reason, " DSYNC_ATTENTION_COLUMNS "'' AS blocker_code, "
     "CONCAT('due at ', DATE_FORMAT(e.next_run_time, '%Y-%m-%d %H:%i:%s'), ' UTC; later events of ', "
     "e.tenant_id, '/', e.data_id, ' wait for it')" DSYNC_ATTENTION_TAIL
     " FROM distribute_event e FORCE INDEX (idx_due) WHERE e.status = 'PENDING' AND e.next_run_time > NOW(3) "
     "AND NOT " DSYNC_UNROUTABLE("e") " AND " DSYNC_HAS_DISPATCHER("e") " AND NOT " DSYNC_COMP_RETRYING("e")
-    " AND NOT (" DSYNC_ORDERED("e") " AND " DSYNC_EARLIER_BLOCKER("e") ") "
+    " AND NOT " DSYNC_PAUSED("e") " AND NOT (" DSYNC_ORDERED("e") " AND " DSYNC_EARLIER_BLOCKER("e") ") "
     "AND EXISTS (SELECT 1 FROM distribute_event q WHERE q.tenant_id = e.tenant_id AND q.data_id = e.data_id "
     "AND q.status = 'PENDING' AND q.id > e.id AND q.service = e.service AND " DSYNC_ORDERED("q") ") "
     "ORDER BY e.id LIMIT ?";
@@ -174,6 +193,7 @@ constexpr AttentionQuery kAttentionQueries[] = {
     {"failed", kAttentionFailed},
     {"stuck", kAttentionStuck},
     {"compensation_retrying", kAttentionCompensationRetrying},
+    {"paused", kAttentionPaused},  // issue 37 (V022)
     {"unknown_topic", kAttentionUnknownTopic},
     {"unroutable", kAttentionUnroutable},
     {"no_dispatcher_for_service", kAttentionNoDispatcher},

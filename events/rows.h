@@ -52,9 +52,10 @@ struct EventListFilter {
 // is bound. Throws DbError.
 std::vector<EventRow> ListEvents(storage::Connection& c, const EventListFilter& f);
 
-// An event needing attention by the rules of v_events_needing_attention (V017):
+// An event needing attention by the rules of v_events_needing_attention (V017, V022):
 // `failed`, `stuck` (in flight, idle 5 minutes), `compensation_retrying`, and for
-// PENDING events `unknown_topic`, `unroutable`, `no_dispatcher_for_service`,
+// PENDING events `paused` (its topic is paused: dsync_topic_pause; detail says by whom,
+// when and why), `unknown_topic`, `unroutable`, `no_dispatcher_for_service`,
 // `held_behind` (blocker_code names the blocker, detail its reason) and `delayed`
 // (due later while later events of its entity wait for it; detail gives the due time).
 struct AttentionEntry {

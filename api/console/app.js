@@ -1,4 +1,4 @@
-// The dsync console: a hash router over six views, the sign-in form, the confirmation
+// The dsync console: a hash router over seven views, the sign-in form, the confirmation
 // dialog and the "live" loop the views refresh with. Views live in views_*.js; each is
 // `async (main, ctx) => cleanup` and builds its DOM with dom.js (text only, never markup).
 import {api, AuthError, token} from './api.js';
@@ -6,6 +6,7 @@ import {h, replace} from './dom.js';
 import {overviewView} from './views_overview.js';
 import {eventsView, eventView} from './views_events.js';
 import {nodesView, batchesView, verifyView} from './views_ops.js';
+import {topicsView} from './views_topics.js';
 
 const main = document.getElementById('main');
 const statusLine = document.getElementById('status');
@@ -107,6 +108,7 @@ const views = {
   nodes: nodesView,
   batches: batchesView,
   verify: verifyView,
+  topics: topicsView,
 };
 
 async function route() {

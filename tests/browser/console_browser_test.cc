@@ -406,5 +406,54 @@ TEST_F(ConsoleBrowserTest, HeldEventsShowTheirBlockerAndCancelEndsTheBlocker) {
   EXPECT_TRUE(b.errors().empty()) << b.errors().front();
 }
 
+// issue 37: the Topics page lists topics with their pause and the schedules; Pause and
+// Resume ask first and write the pause row (with the reason typed, by "console").
+TEST_F(ConsoleBrowserTest, TopicsPagePausesAndResumesAfterConfirmation) {
+  ScheduleSettings nightly;
+  nightly.cron = "0 3 * * *";
+  nightly.topic = "OTHER";
+  settings_.schedules["nightly"] = nightly;  // read by the server's ControlStore when it is built
+  Produce("p-1", "OTHER");
+  server_ = Serve("");
+  const std::string base = "http://127.0.0.1:" + std::to_string(server_->port()) + "/";
+  testing::Chromium b;
+  b.Navigate(base + "#/topics");
+  ASSERT_TRUE(b.WaitFor("document.querySelector('tr[data-topic=OTHER]')")) << b.Eval("document.body.innerText");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-topic=OTHER]').dataset.paused"), "false");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-topic=OTHER] td:nth-child(3)').textContent"), "1");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-schedule=nightly] td:nth-child(2)').textContent"), "0 3 * * *");
+  EXPECT_TRUE(b.Eval("document.querySelector('tr[data-schedule=nightly] td:nth-child(5)').textContent")
+                  .get<std::string>()
+                  .ends_with("T03:00:00.000Z (computed)"));
+
+  b.Eval("document.getElementById('pause-reason').value = " + Js("<b>nightly</b> maintenance"));
+  b.Eval("document.querySelector('tr[data-topic=OTHER] button[data-topic-action=pause]').click()");
+  ASSERT_TRUE(b.WaitFor("document.getElementById('confirm').open"));
+  EXPECT_EQ(b.Eval("document.getElementById('confirm-title').textContent"), "Pause this topic?");
+  b.Eval("document.getElementById('confirm-cancel').click()");
+  ASSERT_TRUE(b.WaitFor("!document.getElementById('confirm').open"));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(Sql("SELECT COUNT(*) FROM dsync_topic_pause"), "0") << "dismissed: nothing written";
+  b.Eval("document.querySelector('tr[data-topic=OTHER] button[data-topic-action=pause]').click()");
+  ASSERT_TRUE(b.WaitFor("document.getElementById('confirm').open"));
+  b.Eval("document.getElementById('confirm-ok').click()");
+  EXPECT_TRUE(WaitSql("SELECT CONCAT(topic, '|', paused_by, '|', reason) FROM dsync_topic_pause WHERE service = 'console-test'",
+                      "OTHER|console|<b>nightly</b> maintenance"));
+  ASSERT_TRUE(b.WaitFor("document.querySelector('tr[data-topic=OTHER]').dataset.paused === 'true'"));
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-topic=OTHER] td:nth-child(5)').textContent"), "console");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-topic=OTHER] td:nth-child(7)').textContent"),
+            "<b>nightly</b> maintenance");
+  ExpectNoInjection(b, "topics page");
+  Shot(b, "topics-paused");
+
+  b.Eval("document.querySelector('tr[data-topic=OTHER] button[data-topic-action=resume]').click()");
+  ASSERT_TRUE(b.WaitFor("document.getElementById('confirm').open"));
+  EXPECT_EQ(b.Eval("document.getElementById('confirm-title').textContent"), "Resume this topic?");
+  b.Eval("document.getElementById('confirm-ok').click()");
+  EXPECT_TRUE(WaitSql("SELECT COUNT(*) FROM dsync_topic_pause", "0"));
+  ASSERT_TRUE(b.WaitFor("document.querySelector('tr[data-topic=OTHER]').dataset.paused === 'false'"));
+  EXPECT_TRUE(b.errors().empty()) << b.errors().front();
+}
+
 }  // namespace
 }  // namespace dsync::api

@@ -10,7 +10,7 @@ Clock::TimePoint FakeClock::Now() {
 Clock::WallTime FakeClock::WallNow() {
   std::lock_guard lock(mu_);
   return WallTime(std::chrono::seconds(1767225600)) +
-         std::chrono::duration_cast<WallTime::duration>(now_ - TimePoint{});
+         std::chrono::duration_cast<WallTime::duration>(now_ - TimePoint{}) + wall_step_;
 }
 
 bool FakeClock::SleepFor(Millis d, std::stop_token stop) {
@@ -31,6 +31,11 @@ bool FakeClock::WaitFor(std::condition_variable_any&, std::unique_lock<std::mute
 void FakeClock::Advance(Millis d) {
   std::lock_guard lock(mu_);
   now_ += d;
+}
+
+void FakeClock::StepWall(Millis d) {
+  std::lock_guard lock(mu_);
+  wall_step_ += d;
 }
 
 Millis FakeClock::total_slept() {

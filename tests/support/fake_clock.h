@@ -25,12 +25,16 @@ class FakeClock final : public Clock {
   bool WaitFor(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock, std::stop_token stop,
                Millis d, const std::function<bool()>& done) override;
   void Advance(Millis d);
+  // Steps the calendar time (WallNow) alone by `d`, which may be negative: a clock
+  // stepped by NTP or an operator. Now() (steady) does not move.
+  void StepWall(Millis d);
   Millis total_slept();
 
  private:
   std::mutex mu_;
   TimePoint now_{};
   Millis slept_{0};
+  Millis wall_step_{0};
 };
 
 }  // namespace dsync

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Issue 37 items 3 and 4 through real processes: two dispatchers, a node and the API.
+#   Pause: `dsync pause` keeps a topic's due events PENDING (listed as `paused` by the
+#   attention view) while events of the topic already running finish and other topics
+#   run; the pause survives kill -9 of every dispatcher and a restart, and a leader
+#   change (kill -9 of the leader); `dsync topics` and GET /v1/topics show who paused
+#   it and when; POST /v1/topics/{topic}/resume (token required) lets them run.
+#   Schedules: an every-minute schedule fires one event per tick across a kill -9 of the
+#   leader a few seconds before the tick (the other dispatcher fires it, once); with
+#   every dispatcher down across a tick for longer than grace_ms, `skip` fires nothing
+#   for it and `run_once` fires it once; `dsync schedules` and GET /v1/schedules list
+#   the next and last runs. Takes about three minutes (cron ticks are whole minutes).
+source "$(dirname "$0")/lib.sh"
+read -r NODE_PORT API_PORT <<< "$(free_ports 2 | tr '\n' ' ')"
+token="pause-test-token-$$"
+SVC=pause-sched
+
+write_config "$SVC" '{
+  "PAUSABLE": { "steps": [ { "name": "p", "type": "demo" } ] },
+  "OTHER":    { "steps": [ { "name": "o", "type": "demo" } ] },
+  "TICK":     { "ordered": false, "steps": [ { "name": "t", "type": "demo" } ] }
+}' "{\"api\": {\"token\": \"$token\"},
+     \"schedules\": {
+       \"skip-min\": {\"cron\": \"* * * * *\", \"topic\": \"TICK\", \"missed\": \"skip\", \"grace_ms\": 20000,
+                     \"payload\": {\"kind\": \"skip\"}},
+       \"once-min\": {\"cron\": \"* * * * *\", \"topic\": \"TICK\", \"missed\": \"run_once\", \"grace_ms\": 20000}}}"
+
+"$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
+start_bg d1 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+start_bg d2 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+start_node node "$NODE_PORT" --capacity 8
+start_bg api "$DSYNC_BIN" serve --config "$WORK/dsync.json" --listen "127.0.0.1:$API_PORT"
+wait_for "[[ \$(sql \"SELECT COUNT(*) FROM distribute_node_registry WHERE status = 1\") == 1 ]]" 15 "node online"
+wait_for "curl -sf -H 'Authorization: Bearer $token' http://127.0.0.1:$API_PORT/healthz >/dev/null" 15 "API up"
+has_leader() { [[ $(sql "SELECT COUNT(*) FROM distribute_lease_lock WHERE lock_name = 'dispatcher:$SVC' AND expires_at > UTC_TIMESTAMP(3)") == 1 ]]; }
+wait_for has_leader 15 "a leader"
+count() { sql "SELECT COUNT(*) FROM distribute_event WHERE $1"; }
+# leader_name: d1, d2 or d3, whichever holds the lease (by the pid in its owner).
+leader_name() {
+  local owner d pid_var
+  owner=$(sql "SELECT owner FROM distribute_lease_lock WHERE lock_name = 'dispatcher:$SVC' AND expires_at > UTC_TIMESTAMP(3)")
+  for d in d1 d2 d3; do
+    pid_var=PID_$d
+    [[ -n ${!pid_var:-} && $owner == *":${!pid_var}:"* ]] && { echo "$d"; return; }
+  done
+}
+api() {  # api METHOD PATH [BODY] -> body; HTTP status in $WORK/status
+  local args=(-s -o "$WORK/body" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $token")
+  [[ $1 == POST ]] && args+=(-H 'Content-Type: application/json' --data "${3:-}")
+  curl "${args[@]}" "http://127.0.0.1:$API_PORT$2" >"$WORK/status"
+  cat "$WORK/body"
+}
+
+# --- pause: running events finish, due ones wait ----------------------------------
+for i in 1 2; do produce "slow-$i" '{"demo": {"sleep_ms": 4000}}' PAUSABLE; done
+wait_for '[[ $(count "code LIKE '"'slow-%'"' AND status = '"'RUNNING'"'") == 2 ]]' 15 "two PAUSABLE events running"
+out=$("$DSYNC_BIN" pause PAUSABLE --config "$WORK/dsync.json" --reason "maintenance window" --by ops-alice)
+[[ $out == "topic PAUSABLE paused by ops-alice at "*": no event of it is assigned until \`dsync resume PAUSABLE\`; running events finish" ]] \
+  || fail "pause output: $out"
+pass "dsync pause says who paused and what it means"
+for i in $(seq 1 10); do produce "wait-$i" '{}' PAUSABLE; done
+for i in $(seq 1 5); do produce "other-$i" '{}' OTHER; done
+wait_for '[[ $(count "code LIKE '"'other-%'"' AND status = '"'SUCCESS'"'") == 5 ]]' 20 "other topics run"
+wait_for '[[ $(count "code LIKE '"'slow-%'"' AND status = '"'SUCCESS'"'") == 2 ]]' 20 "running events finish while paused"
+sleep 1  # a few more dispatch cycles
+expect_eq "$(count "code LIKE 'wait-%' AND status = 'PENDING'")" 10 "the paused topic's due events stay PENDING"
+expect_eq "$(sql "SELECT COUNT(*) FROM v_events_needing_attention WHERE reason = 'paused' AND topic = 'PAUSABLE'")" 10 \
+  "the attention view lists them as paused"
+detail=$(sql "SELECT detail FROM v_events_needing_attention WHERE code = 'wait-1'")
+[[ $detail == "topic PAUSABLE paused by ops-alice at "*" UTC: maintenance window" ]] || fail "attention detail: $detail"
+pass "the attention detail names who paused it, when and why"
+att=$("$DSYNC_BIN" events --attention --config "$WORK/dsync.json")
+[[ $(grep -c "^paused " <<<"$att") == 10 ]] || fail "dsync events --attention: $att"
+pass "dsync events --attention lists them too"
+topics=$("$DSYNC_BIN" topics --config "$WORK/dsync.json")
+grep -Eq "^PAUSABLE +paused +10 +yes +ops-alice +[0-9T:.-]+Z +maintenance window$" <<<"$topics" || fail "dsync topics: $topics"
+grep -Eq "^OTHER +active +0 +yes" <<<"$topics" || fail "dsync topics (OTHER): $topics"
+pass "dsync topics shows the pause with who, when and why"
+again=$("$DSYNC_BIN" pause PAUSABLE --config "$WORK/dsync.json" --by someone-else)
+[[ $again == "topic PAUSABLE was already paused by ops-alice at "* ]] || fail "second pause: $again"
+pass "a second pause leaves the first one as it is"
+
+# --- the pause survives every dispatcher's death and a restart ----------------------
+kill9 "$PID_d1"; kill9 "$PID_d2"
+start_bg d3 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+wait_for '[[ $(leader_name) == d3 ]]' 20 "the restarted dispatcher leads"
+produce after-restart '{}' OTHER
+wait_for '[[ $(count "code = '"'after-restart'"' AND status = '"'SUCCESS'"'") == 1 ]]' 20 "the new leader dispatches"
+expect_eq "$(count "code LIKE 'wait-%' AND status = 'PENDING'")" 10 "still paused after a restart of every dispatcher"
+# A leader change: a second dispatcher, then kill -9 of the leader.
+start_bg d1 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+sleep 1
+kill9 "$PID_d3"
+wait_for '[[ $(leader_name) == d1 ]]' 20 "the other dispatcher takes over"
+produce after-takeover '{}' OTHER
+wait_for '[[ $(count "code = '"'after-takeover'"' AND status = '"'SUCCESS'"'") == 1 ]]' 20 "the new leader dispatches"
+expect_eq "$(count "code LIKE 'wait-%' AND status = 'PENDING'")" 10 "still paused after a leader change"
+start_bg d2 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+
+# --- the API: listing, token, resume ----------------------------------------------
+expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' -d '' http://127.0.0.1:$API_PORT/v1/topics/PAUSABLE/resume)" 401 \
+  "resume needs the token"
+t=$(api GET /v1/topics)
+expect_eq "$(jq -r '.topics[] | select(.topic == "PAUSABLE") | [.paused, .pause.paused_by, .pending] | @tsv' <<<"$t")" \
+  "$(printf 'true\tops-alice\t10')" "GET /v1/topics shows the pause"
+r=$(api POST /v1/topics/PAUSABLE/resume)
+expect_eq "$(cat "$WORK/status") $(jq -r '[.paused, .was_paused, .ended.paused_by] | @tsv' <<<"$r")" \
+  "$(printf '200 false\ttrue\tops-alice')" "POST /v1/topics/PAUSABLE/resume"
+wait_for '[[ $(count "code LIKE '"'wait-%'"' AND status = '"'SUCCESS'"'") == 10 ]]' 30 "resumed events run"
+expect_eq "$(sql "SELECT COUNT(*) FROM v_events_needing_attention WHERE reason = 'paused'")" 0 "nothing paused is left"
+r=$(api POST /v1/topics/OTHER/pause '{"reason": "api test", "by": "console-bob"}')
+expect_eq "$(cat "$WORK/status") $(jq -r '[.paused, .created, .pause.paused_by] | @tsv' <<<"$r")" \
+  "$(printf '200 true\ttrue\tconsole-bob')" "POST /v1/topics/OTHER/pause"
+out=$("$DSYNC_BIN" resume OTHER --config "$WORK/dsync.json")
+[[ $out == "topic OTHER resumed (paused by console-bob at "* ]] || fail "dsync resume: $out"
+pass "dsync resume ends the API's pause"
+out=$("$DSYNC_BIN" pause 'bad,name' --config "$WORK/dsync.json" 2>&1) && fail "a malformed topic name was accepted"
+[[ $out == *"topic must be 1 to 50 characters of A-Z a-z 0-9 _ . -"* ]] || fail "bad name refusal: $out"
+pass "a malformed topic name is refused with one line"
+
+# --- schedules: one event per tick across a leader kill ----------------------------
+# tick_code NAME EPOCH
+tick_code() { echo "sched:$SVC:$1:$2"; }
+sec() { echo $(( $(date +%s) % 60 )); }
+# Kill the leader at second 52 of a minute: the other dispatcher leads before the tick.
+while (( $(sec) < 50 || $(sec) > 52 )); do sleep 0.2; done
+tick_a=$(( ($(date +%s) / 60 + 1) * 60 ))
+leader=$(leader_name)
+[[ -n $leader ]] || fail "no leader before the tick"
+pid_var=PID_$leader
+kill9 "${!pid_var}"
+pass "leader $leader kill -9'd 8 s before the tick at $(date -u -d @$tick_a +%H:%M:%S)"
+wait_for "(( \$(date +%s) >= $tick_a + 8 ))" 30 "8 s past the tick"
+for s in skip-min once-min; do
+  expect_eq "$(count "code = '$(tick_code $s $tick_a)' AND topic = 'TICK'")" 1 "$s fired the tick after the leader kill"
+done
+fired_by=$(grep -l "SCHEDULE_FIRED schedule=once-min service=$SVC tick=$(date -u -d @$tick_a +%Y-%m-%dT%H:%M:%SZ)" "$WORK"/d[123].log | wc -l)
+expect_eq "$fired_by" 1 "one dispatcher fired the tick"
+# Every tick since the schedules started has exactly one event, and none is missing.
+first=$(sql "SELECT MIN(CAST(SUBSTRING_INDEX(code, ':', -1) AS UNSIGNED)) FROM distribute_event WHERE topic = 'TICK' AND data_id = 'once-min'")
+for s in skip-min once-min; do
+  expect_eq "$(sql "SELECT COUNT(*), COUNT(DISTINCT code) FROM distribute_event WHERE topic = 'TICK' AND data_id = '$s'" | tr '\t' ' ')" \
+    "$(( (tick_a - first) / 60 + 1 )) $(( (tick_a - first) / 60 + 1 ))" "$s: one event per minute tick from the first to the last"
+done
+
+# --- every dispatcher down across a tick for longer than grace_ms ----------------------
+for d in d1 d2 d3; do pid_var=PID_$d; [[ -n ${!pid_var:-} ]] && kill9 "${!pid_var}"; done
+tick_b=$(( tick_a + 60 ))
+wait_for "(( \$(date +%s) >= $tick_b + 25 ))" 90 "25 s past the next tick with no dispatcher"
+start_bg d1 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_event WHERE code = '"'$(tick_code once-min $tick_b)'"'") == 1 ]]' 20 \
+  "run_once fires the missed tick when a dispatcher is back"
+sleep 2
+expect_eq "$(count "code = '$(tick_code skip-min $tick_b)'")" 0 "skip does not fire a tick seen 25 s late (grace 20 s)"
+expect_eq "$(sql "SELECT skipped_ticks FROM dsync_schedule WHERE name = 'skip-min'")" 1 "skip counted the tick it passed over"
+expect_eq "$(sql "SELECT skipped_ticks FROM dsync_schedule WHERE name = 'once-min'")" 0 "run_once skipped nothing"
+wait_for '[[ $(count "topic = '"'TICK'"' AND status <> '"'SUCCESS'"'") == 0 ]]' 20 "the schedule's events ran"
+payload=$(sql "SELECT payload FROM distribute_event WHERE code = '$(tick_code skip-min $tick_a)'")
+expect_eq "$(jq -c . <<<"$payload")" \
+  "{\"kind\":\"skip\",\"schedule\":{\"name\":\"skip-min\",\"tick\":\"$(date -u -d @$tick_a +%Y-%m-%dT%H:%M:%SZ)\"}}" \
+  "the event's payload names the schedule and the tick"
+
+out=$("$DSYNC_BIN" schedules --config "$WORK/dsync.json")
+grep -Eq "^once-min +\* \* \* \* \* +TICK +run_once +[0-9T:.-]+Z +$(date -u -d @$tick_b +%Y-%m-%dT%H:%M):00.000Z " <<<"$out" \
+  || fail "dsync schedules: $out"
+pass "dsync schedules lists the next tick and the last run"
+s=$(api GET /v1/schedules)
+expect_eq "$(jq -r '.schedules[] | select(.name == "skip-min") | [.missed, .skipped_ticks, .last_event_code, .next_tick_source] | @tsv' <<<"$s")" \
+  "$(printf 'skip\t1\t%s\tleader' "$(tick_code skip-min $tick_a)")" "GET /v1/schedules"
+echo "PASS"

@@ -1,0 +1,148 @@
+// The tick rule of schedules (control/schedule_tick.h), pure: a new schedule starts at
+// its next tick, an on-time tick fires once, the missed-tick policies (skip, run_once)
+// when ticks passed unseen, and clocks stepping forward and back, including a long
+// random walk of a clock that never fires a tick twice and (steps within the grace)
+// never misses one.
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "control/schedule_tick.h"
+
+namespace dsync::control {
+namespace {
+
+using namespace std::chrono;
+using namespace std::chrono_literals;
+
+WallTime TickAt(const std::string& text) {
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0;
+  std::sscanf(text.c_str(), "%d-%d-%d %d:%d:%d", &y, &mo, &d, &h, &mi, &s);
+  return WallTime(sys_days(year(y) / month(mo) / day(d)) + hours(h) + minutes(mi) + seconds(s));
+}
+
+std::string Iso(const std::optional<WallTime>& t) { return t ? FormatUtc(*t) : "none"; }
+
+const CronExpression kHourly = CronExpression::Parse("0 * * * *");
+
+TEST(ScheduleTickTest, ANewScheduleStartsAtItsNextTickWithoutFiring) {
+  TickDecision d = DecideTick(kHourly, MissedTickPolicy::kRunOnce, 60s, std::nullopt, TickAt("2026-11-27 03:00:10"));
+  EXPECT_FALSE(d.fire);
+  EXPECT_EQ(d.skipped, 0);
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-27T04:00:00Z");
+}
+
+TEST(ScheduleTickTest, NothingBeforeTheNextTick) {
+  TickDecision d = DecideTick(kHourly, MissedTickPolicy::kSkip, 60s, TickAt("2026-11-27 04:00"),
+                              TickAt("2026-11-27 03:59:59"));
+  EXPECT_FALSE(d.fire);
+  EXPECT_EQ(d.skipped, 0);
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-27T04:00:00Z");
+}
+
+TEST(ScheduleTickTest, AnOnTimeTickFiresOnceUnderEitherPolicy) {
+  for (MissedTickPolicy p : {MissedTickPolicy::kSkip, MissedTickPolicy::kRunOnce}) {
+    TickDecision d = DecideTick(kHourly, p, 60s, TickAt("2026-11-27 04:00"), TickAt("2026-11-27 04:00:00"));
+    EXPECT_EQ(Iso(d.fire), "2026-11-27T04:00:00Z");
+    EXPECT_EQ(d.skipped, 0);
+    EXPECT_EQ(Iso(d.next_tick), "2026-11-27T05:00:00Z");
+    // Seen 59 s late: still on time with a grace of 60 s.
+    d = DecideTick(kHourly, p, 60s, TickAt("2026-11-27 04:00"), TickAt("2026-11-27 04:00:59"));
+    EXPECT_EQ(Iso(d.fire), "2026-11-27T04:00:00Z");
+  }
+}
+
+TEST(ScheduleTickTest, SkipFiresNothingForTicksSeenTooLate) {
+  // Ticks 01:00, 02:00, 03:00 passed while nobody led; seen at 03:30.
+  TickDecision d = DecideTick(kHourly, MissedTickPolicy::kSkip, 60s, TickAt("2026-11-27 01:00"),
+                              TickAt("2026-11-27 03:30"));
+  EXPECT_FALSE(d.fire);
+  EXPECT_EQ(d.skipped, 3);
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-27T04:00:00Z");
+  // Seen at 03:00:30 instead: the latest is on time and fires; the two before are skipped.
+  d = DecideTick(kHourly, MissedTickPolicy::kSkip, 60s, TickAt("2026-11-27 01:00"), TickAt("2026-11-27 03:00:30"));
+  EXPECT_EQ(Iso(d.fire), "2026-11-27T03:00:00Z");
+  EXPECT_EQ(d.skipped, 2);
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-27T04:00:00Z");
+}
+
+TEST(ScheduleTickTest, RunOnceFiresTheLatestMissedTickOnce) {
+  TickDecision d = DecideTick(kHourly, MissedTickPolicy::kRunOnce, 60s, TickAt("2026-11-27 01:00"),
+                              TickAt("2026-11-27 03:30"));
+  EXPECT_EQ(Iso(d.fire), "2026-11-27T03:00:00Z");
+  EXPECT_EQ(d.skipped, 2);
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-27T04:00:00Z");
+}
+
+TEST(ScheduleTickTest, AClockSteppingBackNeverRepeatsATick) {
+  // 04:00 fired; next_tick is 05:00. The clock steps back two hours, then comes forward.
+  const std::optional<WallTime> next = TickAt("2026-11-27 05:00");
+  for (const char* now : {"2026-11-27 02:00", "2026-11-27 03:00:00", "2026-11-27 04:00:00", "2026-11-27 04:59:59"}) {
+    TickDecision d = DecideTick(kHourly, MissedTickPolicy::kRunOnce, 60s, next, TickAt(now));
+    EXPECT_FALSE(d.fire) << now;
+    EXPECT_EQ(d.skipped, 0) << now;
+    EXPECT_EQ(Iso(d.next_tick), "2026-11-27T05:00:00Z") << now;
+  }
+  TickDecision d = DecideTick(kHourly, MissedTickPolicy::kRunOnce, 60s, next, TickAt("2026-11-27 05:00:01"));
+  EXPECT_EQ(Iso(d.fire), "2026-11-27T05:00:00Z");
+}
+
+TEST(ScheduleTickTest, AClockSteppingForwardYearsYieldsOneEventOrNone) {
+  const CronExpression every_minute = CronExpression::Parse("* * * * *");
+  const std::optional<WallTime> next = TickAt("2026-11-27 04:00");
+  const WallTime later = TickAt("2036-11-27 04:00:30");
+  TickDecision d = DecideTick(every_minute, MissedTickPolicy::kRunOnce, 60s, next, later);
+  EXPECT_EQ(Iso(d.fire), "2036-11-27T04:00:00Z");
+  EXPECT_EQ(d.skipped, kMaxCountedTicks - 1);  // counted up to the cap
+  EXPECT_EQ(Iso(d.next_tick), "2036-11-27T04:01:00Z");
+  d = DecideTick(every_minute, MissedTickPolicy::kSkip, 10s, next, later);  // latest 30 s late: missed
+  EXPECT_FALSE(d.fire);
+  EXPECT_EQ(d.skipped, kMaxCountedTicks);
+}
+
+// A clock walking forward in steps of up to 50 s (under the 60 s grace) with an
+// occasional step back of up to 10 minutes: every tick of an every-5-minutes schedule
+// between the first and the last is fired exactly once, under both policies.
+TEST(ScheduleTickTest, ARandomWalkOfTheClockFiresEveryTickExactlyOnce) {
+  const CronExpression cron = CronExpression::Parse("*/5 * * * *");
+  for (MissedTickPolicy p : {MissedTickPolicy::kSkip, MissedTickPolicy::kRunOnce}) {
+    std::mt19937_64 random(p == MissedTickPolicy::kSkip ? 1 : 2);
+    WallTime now = TickAt("2026-11-27 00:00:07");
+    WallTime furthest = now;
+    std::optional<WallTime> next;
+    std::set<int64_t> fired;
+    int64_t skipped = 0;
+    for (int i = 0; i < 20000; ++i) {
+      if (random() % 50 == 0) {
+        now -= seconds(static_cast<int64_t>(random() % 600));
+      } else {
+        now += seconds(static_cast<int64_t>(random() % 51));
+      }
+      furthest = std::max(furthest, now);
+      TickDecision d = DecideTick(cron, p, 60s, next, now);
+      if (d.fire) {
+        EXPECT_TRUE(fired.insert(EpochSeconds(*d.fire)).second) << "fired twice: " << FormatUtc(*d.fire);
+      }
+      skipped += d.skipped;
+      next = d.next_tick;
+    }
+    EXPECT_EQ(skipped, 0);
+    ASSERT_FALSE(fired.empty());
+    // Every tick from the first fired to the last fired is there.
+    int64_t expected = 0;
+    for (std::optional<WallTime> t = WallTime(seconds(*fired.begin())); t && EpochSeconds(*t) <= *fired.rbegin();
+         t = cron.NextAfter(*t)) {
+      ++expected;
+      EXPECT_TRUE(fired.count(EpochSeconds(*t))) << "missed " << FormatUtc(*t);
+    }
+    EXPECT_EQ(static_cast<int64_t>(fired.size()), expected);
+    EXPECT_GT(expected, 500);  // the walk covered days of ticks
+  }
+}
+
+}  // namespace
+}  // namespace dsync::control
