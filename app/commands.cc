@@ -200,6 +200,17 @@ std::shared_ptr<const saga::RelayEnvironment> RelayEnvironmentFor(storage::Conne
   env->options.window_bytes = s.relay.window_bytes;
   env->options.relay.poll = s.relay.poll_interval;
   env->topics = topics;
+  if (s.consumer.wakeups) {
+    // The waker reads the leader's address from the database at most every 5 s; it
+    // and its clock live as long as the environment.
+    struct Waking {
+      SystemClock clock;
+      dispatcher::DispatcherWaker waker;
+      Waking(storage::ConnectionPool& p, const std::string& service) : waker(p, service, clock) {}
+    };
+    auto waking = std::make_shared<Waking>(pool, s.service);
+    env->wake_dispatcher = [waking] { waking->waker.Wake(); };
+  }
   return env;
 }
 

@@ -131,6 +131,7 @@ class TableSyncStep final : public TableStep {
     payload["step"] = where_->second;
     const std::string code = ProduceRelaySourceHalf(*relay_->framework, relay_->service, ctx.idempotency_key(), epoch,
                                                     payload, spec_.source);
+    if (relay_->wake_dispatcher) relay_->wake_dispatcher();  // assigned now, not at its next poll
     spdlog::info("RELAY_SOURCE_STARTED event={} step={} code={} epoch={} source_event={} route={}",
                  ctx.event_code(), spec_.step, ctx.idempotency_key(), epoch, code, RouteKey({spec_.source}));
   }

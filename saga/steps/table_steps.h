@@ -169,6 +169,7 @@
 // Thread safety: a handler is shared by all workers; per-run state lives on the stack.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -193,6 +194,7 @@ struct RelayEnvironment {
   std::string service;                           // the source halves' events' service
   table::RelayedSyncOptions options;             // window, polls
   std::map<std::string, TopicSettings> topics;   // the node's topics: where a source half finds its step
+  std::function<void()> wake_dispatcher;         // after producing a source half (may be empty)
 };
 
 // The saga engine's StepContext as the table machinery's RunContext.

@@ -90,6 +90,7 @@ class TableVerifyStep final : public StepHandler {
       return table::RunRelayedVerify(run, check_, relay, options, kKeepKeys, [&](int epoch) {
         ProduceRelaySourceHalf(*relay_->framework, relay_->service, code, epoch,
                                table::VerifySourcePayload(check_, code, epoch, ctx.payload()), check_.source);
+        if (relay_->wake_dispatcher) relay_->wake_dispatcher();
       });
     }
     VerifyOptions options;
