@@ -1,5 +1,6 @@
 #include "app/commands.h"
 
+#include "app/capture_command.h"
 #include "app/command_support.h"
 #include "app/component_metrics.h"
 #include "app/verify_command.h"
@@ -217,11 +218,17 @@ struct NodeParts {
 
   NodeParts(storage::ConnectionPool& pool, const Settings& s, const std::map<std::string, TopicSettings>& topics,
             Clock& clock, const consumer::ConsumerOptions& o)
-      : plans(WithRelayTopic(topics),
-              saga::StepRegistry::WithBuiltins(topics, RelayEnvironmentFor(pool, s, topics, o))),
+      : plans(WithCaptureTopic(WithRelayTopic(topics), s),
+              WithCaptureStep(saga::StepRegistry::WithBuiltins(topics, RelayEnvironmentFor(pool, s, topics, o)), s)),
         datasources(s.datasources),
         engine(pool, plans, datasources, clock, o.node_address),
-        node(pool, engine, clock, ServingRelayTopic(o)) {}
+        node(pool, engine, clock, ServingCaptureTopic(ServingRelayTopic(o), s)) {}
+
+  // A node serving a list of topics serves the capture topic too (app/capture_command.h).
+  static consumer::ConsumerOptions ServingCaptureTopic(consumer::ConsumerOptions o, const Settings& s) {
+    o.topics = app::ServingCaptureTopic(std::move(o.topics), s);
+    return o;
+  }
 
   // A node serving a list of topics serves the source halves of relayed steps too.
   static consumer::ConsumerOptions ServingRelayTopic(consumer::ConsumerOptions o) {
@@ -491,6 +498,8 @@ const std::vector<CommandSpec>& Commands() {
       {"sweep", "mark the service's nodes with stale heartbeats offline and purge long-dead rows, once", "", 0, 0,
        {kServiceOption}},
       VerifyCommandSpec(),
+      CaptureCommandSpecs()[0],
+      CaptureCommandSpecs()[1],
       {"purge",
        "remove the service's finished events (SUCCESS, COMPENSATED, FAILED) and their steps older than a bound, in small "
        "batches, and registry rows silent longer than registry.purge_after_ms; prints the counts",
@@ -538,6 +547,8 @@ int RunCommand(const Invocation& inv) {
   if (inv.command == "cancel") return RunCancel(inv);
   if (inv.command == "drain") return RunDrain(inv);
   if (inv.command == "verify") return RunVerify(inv);
+  if (inv.command == "capture") return RunCapture(inv);
+  if (inv.command == "captures") return RunCaptures(inv);
   throw UsageError("command '" + inv.command + "' is not implemented");
 }
 

@@ -47,6 +47,7 @@ enum class Kind {
   kDatasources,  // structured keys: no field, no environment variable
   kTopics,
   kSteps,
+  kCaptures,     // config/captures.h
 };
 
 // The objects a field accessor may reach into; only the one matching the key's scope is set.
@@ -163,6 +164,10 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "datasources", .field = {.scope = Scope::kSettings, .kind = Kind::kDatasources},
      .default_text = "{}",
      .doc = "Object of datasource name -> database URL, referenced by steps' source/target."},
+    {.path = "captures", .field = {.scope = Scope::kSettings, .kind = Kind::kCaptures},
+     .default_text = "{}",
+     .doc = "Object of capture name -> {source, target, tables, where}: tables kept in sync from the "
+            "source's binlog by `dsync capture` (docs/capture.md)."},
     {.path = "topics", .field = {.scope = Scope::kSettings, .kind = Kind::kTopics}, .required = true,
      .doc = "Required: object of topic name -> topic settings. Names: 1-50 characters of "
             "A-Z a-z 0-9 _ . -"},
@@ -558,6 +563,7 @@ void Assign(const KeyDescriptor& key, const json& value, const Target& target,
     case Kind::kDatasources:
     case Kind::kTopics:
     case Kind::kSteps:
+    case Kind::kCaptures:
       break;
   }
   Fail(where, "internal error: structured key assigned as a scalar");
@@ -750,6 +756,7 @@ void ParseRoot(const json& root, Settings& settings) {
     switch (key->field.kind) {
       case Kind::kDatasources: ParseDatasources(member, settings); break;
       case Kind::kTopics: ParseTopics(member, settings); break;
+      case Kind::kCaptures: settings.captures = ParseCaptures(member); break;
       default: Assign(*key, member, Target{.settings = &settings}, name); break;
     }
   }
@@ -821,6 +828,7 @@ void Settings::Validate() const {
     RequireOrder(topic.backoff_base <= topic.backoff_max, prefix + ".backoff_base_ms", topic.backoff_base,
                  "at most", prefix + ".backoff_max_ms", topic.backoff_max);
   }
+  ValidateCaptures(captures, datasources);
   if (!IsHostPort(api.listen)) {
     Fail("api.listen", "expected HOST:PORT with a port from 1 to 65535, got '" +
                            Printable(api.listen) + "'");

@@ -26,6 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/captures.h"
+
 namespace dsync {
 
 using Millis = std::chrono::milliseconds;
@@ -132,6 +134,7 @@ struct Settings {
   RetentionSettings retention;        // retention.*
   RelaySettings relay;                // relay.*
   std::map<std::string, TopicSettings> topics;  // topics: name -> topic. Required when a file is given
+  std::map<std::string, CaptureSettings> captures;  // captures: name -> binlog capture (config/captures.h). Default {}
 
   // Cross-field rules. Throws ConfigError with a one-line reason.
   void Validate() const;

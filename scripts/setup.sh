@@ -8,6 +8,7 @@ packages=(
   build-essential cmake pkg-config
   libmysqlcppconn-dev libpoco-dev nlohmann-json3-dev libspdlog-dev
   libgtest-dev googletest
+  libmariadb-dev  # mariadb_rpl.h: the binlog reader of `dsync capture` (capture/binlog_stream.h)
   mariadb-server mariadb-client
   curl jq
   chromium  # the web console's browser tests (headless, driven over the DevTools protocol)

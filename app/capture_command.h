@@ -1,0 +1,30 @@
+// `dsync capture` (run the config's captures), `dsync capture resume NAME` and
+// `dsync captures` (list them): app/capture_command.cc, docs/capture.md.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "app/cli.h"
+#include "config/settings.h"
+#include "saga/step_handler.h"
+
+namespace dsync::app {
+
+std::vector<CommandSpec> CaptureCommandSpecs();
+
+// `capture`: runs every capture of the config until SIGTERM/SIGINT (exit 0); a
+// preflight refusal at start is one line and exit 1. `capture resume NAME`.
+int RunCapture(const Invocation& inv);
+// `captures`: each capture's state, position, lag, counters, paused tables, error.
+int RunCaptures(const Invocation& inv);
+
+// A node's plans and registry gain the capture topic and its step when the config
+// has captures (a node applies captured changes).
+std::map<std::string, TopicSettings> WithCaptureTopic(std::map<std::string, TopicSettings> topics, const Settings& s);
+saga::StepRegistry WithCaptureStep(saga::StepRegistry registry, const Settings& s);
+// A node serving a list of topics serves the capture topic too (when there are captures).
+std::vector<std::string> ServingCaptureTopic(std::vector<std::string> topics, const Settings& s);
+
+}  // namespace dsync::app
