@@ -44,15 +44,15 @@ int RunResume(const Invocation& inv) {
   SetupLogging(inv.Get("log-level").value_or("warn"), "cli");
   auto pool = OpenDatabase(s);
   capture::CaptureStore store(*pool, s.service);
-  const json paused = store.Resume(name);
+  const json paused = store.Resume(name, inv.Flag("restart"));
   if (inv.Flag("json")) {
     PrintJson({{"capture", name}, {"resumed_tables", paused}});
   } else {
-    std::cout << "capture " << name << " resumed";
+    std::cout << "capture " << name << (inv.Flag("restart") ? " restarts (a full copy, then the binlog)" : " resumed");
     if (paused.is_object() && !paused.empty()) {
       std::string tables;
       for (const auto& [t, _] : paused.items()) tables += (tables.empty() ? "" : ", ") + t;
-      std::cout << " (tables " << tables << " are captured again from now on)";
+      std::cout << " (tables " << tables << ": copied again in full, then captured)";
     }
     std::cout << "\n";
   }
@@ -69,7 +69,10 @@ std::vector<CommandSpec> CaptureCommandSpecs() {
        "[resume NAME]",
        0,
        2,
-       {{"service", true, "service name (default from config, kbs-sync)"}, kJsonOption}},
+       {{"service", true, "service name (default from config, kbs-sync)"},
+        {"restart", false, "with resume: start the capture afresh (a full copy, then the binlog from the source's "
+                           "position then): after a purged position or a failed copy"},
+        kJsonOption}},
       {"captures",
        "list the service's captures: state, position, reader lag, counters, paused tables, last error",
        "",

@@ -214,6 +214,7 @@ struct BinlogStream::Impl {
       item.text = e.what();
       return;
     }
+    item.rows = static_cast<int64_t>(kind == RowsKind::kUpdate ? item.keys.size() / 2 : item.keys.size());
     item.type = BinlogItem::Type::kRows;
   }
 };

@@ -83,6 +83,7 @@ struct BinlogItem {
   // kRows, kShapeChange, kQuery
   std::string schema, table, text;
   std::vector<nlohmann::json> keys;  // kRows: key arrays (an UPDATE: before and after of each row)
+  int64_t rows = 0;                  // kRows: rows changed (an UPDATE's row counts once)
 };
 
 struct StreamOptions {

@@ -79,11 +79,11 @@ std::vector<events::NewEventRow> KeyedSyncEvents(const EventContext& ctx, const 
   return out;
 }
 
-std::vector<events::NewEventRow> CopyEvents(const EventContext& ctx, const CaptureSettings& capture,
+std::vector<events::NewEventRow> CopyEvents(const EventContext& ctx, const std::vector<std::string>& tables,
                                             const std::string& start_gtid, const std::string& salt) {
   std::vector<events::NewEventRow> out;
   const std::string position = Hex64(Fnv64(start_gtid + "#" + salt)).substr(0, 8);
-  for (const std::string& table : capture.tables) {
+  for (const std::string& table : tables) {
     json payload = {{"capture", ctx.capture}, {"table", table}, {"copy", true}, {"gtid", start_gtid}};
     out.push_back(BaseRow(ctx, BoundedCode("cap:" + ctx.capture + ":copy:" + position + ":" + table),
                           ctx.capture + "#copy#" + table.substr(0, 16), payload));

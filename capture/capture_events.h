@@ -53,10 +53,10 @@ std::string BoundedCode(const std::string& text);
 // the codes). Payload: {"capture", "table", "keys": [[...], ...], "gtid", "committed_at"}.
 std::vector<events::NewEventRow> KeyedSyncEvents(const EventContext& ctx, const std::vector<CapturedTransaction>& batch);
 
-// The initial copy's events: one full sync per table (payload {"capture", "table",
+// The copy events of `tables` (the initial copy, or the tables a resume unpauses): one full sync per table (payload {"capture", "table",
 // "copy": true}), coded "cap:<capture>:copy:<hash of start position and salt>:<table>"
 // (`salt` tells two copies from one position apart: the lease token and a time).
-std::vector<events::NewEventRow> CopyEvents(const EventContext& ctx, const CaptureSettings& capture,
+std::vector<events::NewEventRow> CopyEvents(const EventContext& ctx, const std::vector<std::string>& tables,
                                             const std::string& start_gtid, const std::string& salt);
 
 }  // namespace dsync::capture

@@ -153,8 +153,8 @@ void Preflight(const std::string& name, const CaptureSettings& capture, const st
   } catch (const StreamError& e) {
     if (e.kind() == StreamError::Kind::kPurged) {
       throw PreflightError(who + " no longer has the binlog after position " + start_gtid +
-                           " (purged): the changes since cannot be read; start the capture afresh (DELETE its row from "
-                           "dsync_capture: a full copy, then capture) [" + e.what() + "]");
+                           " (purged): start the capture afresh with dsync capture resume " + name +
+                           " --restart (a full copy, then the binlog) [" + e.what() + "]");
     }
     if (e.kind() == StreamError::Kind::kRefused) {
       throw PreflightError(who + ": user " + url.user + " may not read the binlog: " + e.what() + grant_fix);
@@ -242,7 +242,7 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
     const std::string salt = std::to_string(token) + ":" +
                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                                                 clock.WallNow().time_since_epoch()).count());
-    std::vector<events::NewEventRow> copies = CopyEvents(ectx, capture_, start, salt);
+    std::vector<events::NewEventRow> copies = CopyEvents(ectx, capture_.tables, start, salt);
     json codes = json::array();
     for (const auto& e : copies) codes.push_back(e.code);
     Checkpoint cp;
@@ -310,6 +310,7 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
   bool advanced = false;
   auto first_pending = clock.Now();
   auto last_commit = clock.Now();
+  auto last_look = clock.Now();
 
   auto commit = [&] {
     std::vector<CapturedTransaction> with_keys;
@@ -366,17 +367,36 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
     const bool keys_due = batch_keys > 0 && (now - first_pending >= o.flush_interval || batch_keys >= o.max_batch_keys);
     const bool position_due = advanced && (now - last_commit >= o.checkpoint_interval || !new_pauses.empty());
     if (keys_due || position_due) commit();
-    if (clock.Now() - last_renew >= renew_every) {
-      renew();
+    if (clock.Now() - last_renew >= renew_every) renew();
+    if (clock.Now() - last_look >= Millis(1000)) {
+      last_look = clock.Now();
       // An operator's resume clears paused tables: read them back.
       if (auto now_row = store_.Read(name_)) {
         std::set<std::string> paused = PausedSet(now_row->paused);
         for (const auto& [table, _] : new_pauses) paused.insert(table);
-        if (paused != catalog.paused()) {
-          // Resumed tables are described again (their DDL changed them): start over
-          // from the checkpoint.
-          spdlog::info("CAPTURE_TABLES_RESUMED capture={} paused_now={}", name_, now_row->paused.dump());
-          break;
+        std::vector<std::string> resumed;
+        for (const std::string& t : catalog.paused()) {
+          if (!paused.count(t)) resumed.push_back(t);
+        }
+        if (!resumed.empty()) {
+          // The resumed tables' changes while they were paused were skipped: copy them
+          // in full, reading nothing meanwhile, then read on from this checkpoint, as
+          // at the start (docs/capture.md "Resume").
+          if (advanced || batch_keys > 0) commit();
+          const std::string salt = std::to_string(token) + ":" + position.Text();
+          std::vector<events::NewEventRow> copies = CopyEvents(ectx, resumed, position.Text(), salt);
+          json codes = json::array();
+          for (const auto& e : copies) codes.push_back(e.code);
+          Checkpoint cp;
+          cp.gtid = position.Text();
+          cp.file = file;
+          cp.pos = pos;
+          cp.state = "COPYING";
+          cp.copy_events = codes;
+          store_.Commit(name_, env_.holder, token, o.lease_ttl, margin, cp, copies);
+          spdlog::info("CAPTURE_TABLES_RESUMED capture={} tables={} position={} copy_events={}", name_,
+                       json(resumed).dump(), cp.gtid, codes.dump());
+          return;
         }
       }
     }

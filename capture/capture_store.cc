@@ -80,11 +80,13 @@ constexpr const char* kErrorSql = R"sql(
 UPDATE dsync_capture SET state = COALESCE(?, state), last_error = ?, updated_at = NOW(3)
  WHERE service = ? AND name = ? AND holder = ? AND token = ? AND lease_until > NOW(3))sql";
 
-// Params: service, name.
+// A paused table's reader copies it again, then reads on (capture_runner.cc); a
+// FAILED capture, or any with `restart`, starts afresh (NEW: a full copy from the
+// source's position then). Params: restart (0/1), service, name.
 constexpr const char* kResumeSql = R"sql(
 UPDATE dsync_capture
    SET paused_tables = NULL, last_error = NULL,
-       state = CASE WHEN state IN ('FAILED', 'PAUSED') THEN IF(gtid IS NULL, 'NEW', 'RUNNING') ELSE state END,
+       state = IF(state = 'FAILED' OR ? = 1, 'NEW', state),
        updated_at = NOW(3)
  WHERE service = ? AND name = ?)sql";
 
@@ -181,12 +183,12 @@ void CaptureStore::RecordError(const std::string& name, const std::string& holde
   });
 }
 
-json CaptureStore::Resume(const std::string& name) {
+json CaptureStore::Resume(const std::string& name, bool restart) {
   return pool_.Transact("capture: resume", [&](storage::Connection& c) {
     auto rs = c.Query("SELECT paused_tables FROM dsync_capture WHERE service = ? AND name = ? FOR UPDATE", service_, name);
     if (!rs->next()) throw NotFoundError("no capture '" + name + "' in service '" + service_ + "' (it has never run)");
     json paused = ParsedOr(rs->getString(1), json::object());
-    c.Execute(kResumeSql, service_, name);
+    c.Execute(kResumeSql, restart ? 1 : 0, service_, name);
     return paused;
   });
 }

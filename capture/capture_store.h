@@ -90,10 +90,11 @@ class CaptureStore {
   void RecordError(const std::string& name, const std::string& holder, int64_t token, const std::string& state,
                    const std::string& error);
 
-  // The operator's resume: clears paused tables and the last error; a FAILED capture
-  // goes back to RUNNING (or NEW when it never had a position). Returns the tables
-  // that were paused. Throws NotFoundError.
-  nlohmann::json Resume(const std::string& name);
+  // The operator's resume: clears paused tables (their reader copies them again, then
+  // reads on) and the last error; a FAILED capture, or any with `restart`, starts
+  // afresh (NEW: a full copy, then the binlog from the source's position then).
+  // Returns the tables that were paused. Throws NotFoundError.
+  nlohmann::json Resume(const std::string& name, bool restart);
 
   // The statuses of the events of `codes`: code -> (status, last_error).
   std::vector<std::pair<std::string, std::pair<std::string, std::string>>> EventStatuses(

@@ -99,7 +99,7 @@ std::optional<CapturedTransaction> TransactionAssembler::Feed(const BinlogItem& 
     case Type::kRows:
       if (!open_) return std::nullopt;  // rows before the first GTID of the stream: not ours to judge
       for (const auto& key : item.keys) open_->keys[item.table].emplace(key.dump(), key);
-      open_->row_changes += static_cast<int64_t>(item.keys.size());
+      open_->row_changes += item.rows;
       return std::nullopt;
     case Type::kShapeChange:
       if (open_) open_->pause.emplace(item.table, "row image of " + item.table + " does not match the table: " + item.text);

@@ -54,7 +54,7 @@ struct CapturedTransaction {
   std::map<std::string, std::map<std::string, nlohmann::json>> keys;
   // table -> why its capture must pause (a DDL on it, a row image that does not fit)
   std::map<std::string, std::string> pause;
-  int64_t row_changes = 0;    // row images read (an UPDATE counts once)
+  int64_t row_changes = 0;    // rows changed in captured tables (an UPDATE's row counts once)
 
   std::string GtidText() const;  // "domain-server-sequence"
 };
