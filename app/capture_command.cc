@@ -61,6 +61,31 @@ int RunResume(const Invocation& inv) {
 
 }  // namespace
 
+CaptureComponent::CaptureComponent(storage::ConnectionPool& pool, const Settings& s, Clock& clock)
+    : holder_(dispatcher::MakeLeaseOwnerId()) {
+  for (const auto& [name, c] : s.captures) {
+    capture::CaptureEnv env;
+    env.framework = &pool;
+    env.service = s.service;
+    env.holder = holder_;
+    env.source_url = SourceUrl(s, name, c);
+    env.options.lease_ttl = s.dispatcher.lease_ttl;
+    env.clock = &clock;
+    runners_.push_back(std::make_unique<capture::CaptureRunner>(name, c, env));
+  }
+}
+
+CaptureComponent::~CaptureComponent() { Stop(); }
+
+void CaptureComponent::Start() {
+  for (auto& r : runners_) threads_.emplace_back([&r](std::stop_token st) { r->Run(st); });
+}
+
+void CaptureComponent::Stop() {
+  for (auto& t : threads_) t.request_stop();
+  threads_.clear();  // joins: each commits what it read, then releases its lease
+}
+
 std::vector<CommandSpec> CaptureCommandSpecs() {
   return {
       {"capture",
@@ -90,7 +115,7 @@ int RunCapture(const Invocation& inv) {
   Settings s = ResolveSettings(inv);
   SetupLogging(s.log_level, "capture");
   if (s.captures.empty()) throw UsageError("the config has no captures (config key `captures`; docs/capture.md)");
-  auto pool = OpenDatabase(s, static_cast<int>(s.captures.size()) * 2 + 2);
+  auto pool = OpenDatabase(s, CaptureComponent::Connections(s) + 2);
   // Refusals at start: one line each, exit 1, nothing written.
   for (const auto& [name, c] : s.captures) {
     capture::CaptureStore store(*pool, s.service);
@@ -104,26 +129,13 @@ int RunCapture(const Invocation& inv) {
   }
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
-  const std::string holder = dispatcher::MakeLeaseOwnerId();
-  std::vector<std::unique_ptr<capture::CaptureRunner>> runners;
-  std::vector<std::jthread> threads;
-  for (const auto& [name, c] : s.captures) {
-    capture::CaptureEnv env;
-    env.framework = pool.get();
-    env.service = s.service;
-    env.holder = holder;
-    env.source_url = SourceUrl(s, name, c);
-    env.options.lease_ttl = s.dispatcher.lease_ttl;
-    env.clock = &clock;
-    runners.push_back(std::make_unique<capture::CaptureRunner>(name, c, env));
-  }
-  spdlog::info("CAPTURE_RUNNING holder={} service={} captures={} db={}", holder, s.service, runners.size(),
-               pool->url().Masked());
-  for (auto& r : runners) threads.emplace_back([&r](std::stop_token st) { r->Run(st); });
-  spdlog::info("CAPTURE_STOPPING holder={} signal={}", holder, WaitForStopSignal(signals));
-  for (auto& t : threads) t.request_stop();
-  threads.clear();  // joins: each commits what it read, then releases its lease
-  spdlog::info("CAPTURE_STOPPED holder={}", holder);
+  CaptureComponent captures(*pool, s, clock);
+  spdlog::info("CAPTURE_RUNNING holder={} service={} captures={} db={}", captures.holder(), s.service,
+               captures.size(), pool->url().Masked());
+  captures.Start();
+  spdlog::info("CAPTURE_STOPPING holder={} signal={}", captures.holder(), WaitForStopSignal(signals));
+  captures.Stop();
+  spdlog::info("CAPTURE_STOPPED holder={}", captures.holder());
   return 0;
 }
 

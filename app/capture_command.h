@@ -3,8 +3,14 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "capture/capture_runner.h"
+#include "core/clock.h"
+#include "storage/connection_pool.h"
 
 #include "app/cli.h"
 #include "config/settings.h"
@@ -13,6 +19,27 @@
 namespace dsync::app {
 
 std::vector<CommandSpec> CaptureCommandSpecs();
+
+// The config's captures as a component of a process (`dsync capture`, `dsync all`):
+// one CaptureRunner thread per capture. Start() starts them; Stop() (or destruction)
+// stops them, each committing what it read and releasing its lease.
+class CaptureComponent {
+ public:
+  // `pool` (the framework database) and `clock` must outlive it.
+  CaptureComponent(storage::ConnectionPool& pool, const Settings& s, Clock& clock);
+  ~CaptureComponent();
+  void Start();
+  void Stop();
+  const std::string& holder() const { return holder_; }
+  size_t size() const { return runners_.size(); }
+  // Database connections the component uses at most.
+  static int Connections(const Settings& s) { return static_cast<int>(s.captures.size()) * 2; }
+
+ private:
+  std::string holder_;
+  std::vector<std::unique_ptr<capture::CaptureRunner>> runners_;
+  std::vector<std::jthread> threads_;
+};
 
 // `capture`: runs every capture of the config until SIGTERM/SIGINT (exit 0); a
 // preflight refusal at start is one line and exit 1. `capture resume NAME`.

@@ -341,10 +341,12 @@ int RunAll(const Invocation& inv) {
   consumer::ConsumerOptions options = NodeOptions(inv, s);
   SetupLogging(s.log_level, "all");
   const std::map<std::string, TopicSettings> topics = BuildableTopics(s, options);
-  auto pool = OpenDatabase(s, NodeConnections(s.consumer.capacity) + kDispatcherConnections + kApiThreads);
+  auto pool = OpenDatabase(s, NodeConnections(s.consumer.capacity) + kDispatcherConnections + kApiThreads +
+                                  CaptureComponent::Connections(s));
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
   dispatcher::DispatcherService dispatcher(*pool, s, clock);
+  CaptureComponent captures(*pool, s, clock);  // the config's captures (docs/capture.md), if any
   NodeParts parts(*pool, s, topics, clock, options);
   ApiParts api_parts(*pool, s, clock,
                      ComponentMetrics({.pool = pool.get(), .dispatcher = &dispatcher,
@@ -354,11 +356,13 @@ int RunAll(const Invocation& inv) {
   api_parts.server.Start();
   dispatcher.Start();
   parts.node.Start();
+  captures.Start();
   spdlog::info("ALL_STARTED node={} listen={} port={} capacity={} prefetch={} pool={} topics={} db={}",
                options.node_address, s.api.listen, api_parts.server.port(), options.capacity, PrefetchText(options.prefetch),
                pool->stats().max_size, nlohmann::json(options.topics).dump(), pool->url().Masked());
   std::string cause = parts.node.WaitForDrainRequest(signals);
   spdlog::info("ALL_STOPPING node={} cause=\"{}\"", options.node_address, cause);
+  captures.Stop();
   bool clean = parts.node.Drain();
   dispatcher.Stop();
   api_parts.server.Stop();

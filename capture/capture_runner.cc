@@ -285,7 +285,9 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
   }
 
   // RUNNING: read the binlog from the checkpoint.
+  spdlog::debug("CAPTURE_PREFLIGHT capture={} position={}", name_, row->gtid);
   Preflight(name_, capture_, env_.source_url, row->gtid);
+  spdlog::debug("CAPTURE_PREFLIGHT_DONE capture={}", name_);
   storage::ConnectionPool source(source_url, OnePool());
   std::map<std::string, TableKey> keys;
   for (const std::string& table : capture_.tables) {
@@ -297,6 +299,7 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
   GtidPosition position = GtidPosition::Parse(row->gtid);
   std::string file = row->file;
   int64_t pos = row->pos;
+  spdlog::debug("CAPTURE_OPENING capture={}", name_);
   stream.Open(row->gtid);
   spdlog::info("CAPTURE_STARTED capture={} holder={} token={} position={} paused={}", name_, env_.holder, token,
                row->gtid.empty() ? "(start)" : row->gtid, row->paused.dump());
