@@ -37,6 +37,14 @@ std::string SourceUrl(const Settings& s, const std::string& name, const CaptureS
   return it->second;
 }
 
+json Optional(const std::optional<int64_t>& v) { return v ? json(*v) : json(); }
+
+json AppliedJson(const capture::CaptureStore::ApplyStats& a) {
+  return {{"events_10m", a.events}, {"lag_p50_ms", Optional(a.lag_p50_ms)}, {"lag_p99_ms", Optional(a.lag_p99_ms)},
+          {"apply_p50_ms", Optional(a.apply_p50_ms)}, {"apply_p99_ms", Optional(a.apply_p99_ms)},
+          {"keys_per_s", a.keys_per_s}};
+}
+
 int RunResume(const Invocation& inv) {
   if (inv.args.size() != 2) throw UsageError("usage: dsync capture resume NAME");
   const std::string name = inv.args[1];
@@ -125,6 +133,9 @@ int RunCapture(const Invocation& inv) {
     } catch (const capture::PreflightError& e) {
       std::cerr << "dsync: " << e.what() << "\n";
       return 1;
+    } catch (const std::exception& e) {
+      // Not a refusal (the source is unreachable for now): the reader keeps trying.
+      spdlog::warn("CAPTURE_PREFLIGHT_DEFERRED capture={} err=\"{}\"", name, storage::MaskPasswords(e.what()));
     }
   }
   sigset_t signals = BlockStopSignals();
@@ -166,19 +177,23 @@ int RunCaptures(const Invocation& inv) {
                      {"events_produced", r.events_produced}, {"events_pending", backlog[r.name].first},
                      {"events_failed", backlog[r.name].second}, {"reader_starts", r.reader_starts},
                      {"paused_tables", r.paused}, {"last_error", r.last_error.empty() ? json() : json(r.last_error)},
-                     {"updated_at", r.updated_at}});
+                     {"updated_at", r.updated_at}, {"applied", AppliedJson(store.Applied(r.name))}});
     }
     PrintJson(out);
     return 0;
   }
   std::cout << std::left << std::setw(16) << "NAME" << std::setw(10) << "STATE" << std::setw(24) << "POSITION"
-            << std::setw(9) << "LAG" << std::setw(12) << "ROWS" << std::setw(10) << "PENDING" << std::setw(8)
-            << "FAILED" << "READER\n";
+            << std::setw(11) << "READ_LAG" << std::setw(18) << "LAG_P50/P99" << std::setw(10) << "KEYS/S"
+            << std::setw(12) << "ROWS" << std::setw(10) << "PENDING" << std::setw(8) << "FAILED" << "READER\n";
   for (const auto& r : rows) {
-    std::ostringstream lag;
+    std::ostringstream lag, applied, rate;
     if (r.lag_s) lag << *r.lag_s << "s";
+    const capture::CaptureStore::ApplyStats a = store.Applied(r.name);
+    if (a.lag_p50_ms) applied << *a.lag_p50_ms << "/" << *a.lag_p99_ms << "ms";
+    rate << std::fixed << std::setprecision(1) << a.keys_per_s;
     std::cout << std::left << std::setw(16) << Cell(r.name, 15) << std::setw(10) << r.state << std::setw(24)
-              << Cell(r.gtid.empty() ? "-" : r.gtid, 23) << std::setw(9) << (r.lag_s ? lag.str() : "-") << std::setw(12)
+              << Cell(r.gtid.empty() ? "-" : r.gtid, 23) << std::setw(11) << (r.lag_s ? lag.str() : "-")
+              << std::setw(18) << (a.lag_p50_ms ? applied.str() : "-") << std::setw(10) << rate.str() << std::setw(12)
               << r.row_changes << std::setw(10) << backlog[r.name].first << std::setw(8) << backlog[r.name].second
               << (r.lease_live ? Cell(r.holder, 60) : "(none)") << "\n";
     if (r.paused.is_object()) {

@@ -3,7 +3,10 @@
 // Thread safety: see the header.
 #include "capture/capture_runner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <set>
 #include <vector>
@@ -88,6 +91,13 @@ storage::PoolOptions OnePool() {
   return o;
 }
 
+// Unique per call in this process and across processes (pid, address, counter).
+std::string MakeProbeId() {
+  static std::atomic<uint64_t> n{0};
+  return std::to_string(::getpid()) + ":" + std::to_string(reinterpret_cast<uintptr_t>(&n)) + ":" +
+         std::to_string(n.fetch_add(1));
+}
+
 std::string Variable(storage::Connection& c, const std::string& sql) { return c.QueryString(sql).value_or(""); }
 
 }  // namespace
@@ -143,7 +153,9 @@ void Preflight(const std::string& name, const CaptureSettings& capture, const st
   struct NoTables final : KeyCatalog {
     const TableKey* Keys(const std::string&, const std::string&) override { return nullptr; }
   } none;
-  BinlogStream probe(url, CaptureServerId("preflight", name), none, {.heartbeat = Millis(300)});
+  // A server id of this probe's own: a replica connecting with the id of another's
+  // dump ends that one (the reader's, or another process's probe).
+  BinlogStream probe(url, CaptureServerId("preflight:" + MakeProbeId(), name), none, {.heartbeat = Millis(300)});
   try {
     probe.Open(start_gtid);
     for (int i = 0; i < 20; ++i) {
@@ -159,7 +171,7 @@ void Preflight(const std::string& name, const CaptureSettings& capture, const st
     if (e.kind() == StreamError::Kind::kRefused) {
       throw PreflightError(who + ": user " + url.user + " may not read the binlog: " + e.what() + grant_fix);
     }
-    throw PreflightError(who + ": " + e.what());
+    throw;  // lost connection and the like: not a refusal, tried again
   }
 }
 
@@ -227,6 +239,10 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
   if (!row) throw LeaseLost("the capture's row is gone");
 
   // FAILED: wait for the operator's resume, holding the lease.
+  if (row->state == "FAILED") {
+    spdlog::warn("CAPTURE_FAILED capture={} err=\"{}\" action=\"waiting for: dsync capture resume {}\"", name_,
+                 row->last_error, name_);
+  }
   while (row->state == "FAILED") {
     if (!clock.SleepFor(Millis(1000), stop)) return;
     renew();

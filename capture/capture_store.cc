@@ -4,6 +4,7 @@
 // Thread safety: see the header.
 #include "capture/capture_store.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace dsync::capture {
@@ -115,7 +116,52 @@ CaptureRow FromRow(storage::ResultSet& rs) {
   return r;
 }
 
+// Params: service, data_id prefix pattern (LIKE, escaped). The keyed-sync events of
+// one capture (not its copies), newest first.
+constexpr const char* kAppliedSql = R"sql(
+SELECT TIMESTAMPDIFF(MICROSECOND, FROM_UNIXTIME(JSON_VALUE(payload, '$.committed_at')), finished_time) DIV 1000,
+       TIMESTAMPDIFF(MICROSECOND, create_time, finished_time) DIV 1000,
+       COALESCE(JSON_LENGTH(payload, '$.keys'), 0), finished_time > NOW(3) - INTERVAL 60 SECOND
+  FROM distribute_event
+ WHERE tenant_id = 'dsync.capture' AND service = ? AND data_id LIKE ? AND data_id NOT LIKE '%#copy#%'
+   AND status = 'SUCCESS' AND finished_time > NOW(3) - INTERVAL 10 MINUTE
+ ORDER BY id DESC LIMIT 2000)sql";
+
+std::optional<int64_t> Percentile(std::vector<int64_t> v, double p) {
+  if (v.empty()) return std::nullopt;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  return v[i];
+}
+
 }  // namespace
+
+CaptureStore::ApplyStats CaptureStore::Applied(const std::string& name) {
+  std::string pattern;
+  for (char c : name) {
+    if (c == '_' || c == '%' || c == '\\') pattern += '\\';
+    pattern += c;
+  }
+  pattern += "#%";
+  return pool_.Run("capture: apply statistics", [&](storage::Connection& c) {
+    ApplyStats st;
+    std::vector<int64_t> lag, apply;
+    int64_t keys_last_minute = 0;
+    auto rs = c.Query(kAppliedSql, service_, pattern);
+    while (rs->next()) {
+      ++st.events;
+      if (!rs->isNull(1)) lag.push_back(rs->getInt64(1));
+      apply.push_back(rs->getInt64(2));
+      if (rs->getInt(4) != 0) keys_last_minute += rs->getInt64(3);
+    }
+    st.lag_p50_ms = Percentile(lag, 0.50);
+    st.lag_p99_ms = Percentile(lag, 0.99);
+    st.apply_p50_ms = Percentile(apply, 0.50);
+    st.apply_p99_ms = Percentile(apply, 0.99);
+    st.keys_per_s = static_cast<double>(keys_last_minute) / 60.0;
+    return st;
+  });
+}
 
 CaptureStore::CaptureStore(storage::ConnectionPool& framework, std::string service)
     : pool_(framework), service_(std::move(service)) {}

@@ -96,6 +96,17 @@ class CaptureStore {
   // Returns the tables that were paused. Throws NotFoundError.
   nlohmann::json Resume(const std::string& name, bool restart);
 
+  // How fast a capture's changes are applied, from its keyed-sync events that
+  // succeeded in the last 10 minutes (the newest 2,000): lag from the source's commit
+  // (second precision: the binlog's) and from the event's production to its end, as
+  // p50/p99 in ms, and the keys applied per second over the last minute.
+  struct ApplyStats {
+    int64_t events = 0;
+    std::optional<int64_t> lag_p50_ms, lag_p99_ms, apply_p50_ms, apply_p99_ms;
+    double keys_per_s = 0;
+  };
+  ApplyStats Applied(const std::string& name);
+
   // The statuses of the events of `codes`: code -> (status, last_error).
   std::vector<std::pair<std::string, std::pair<std::string, std::string>>> EventStatuses(
       const std::vector<std::string>& codes);
