@@ -13,9 +13,12 @@
 #     after the operator aligns the target's schema, dsync capture resume copies the
 #     table again (the rows changed while it was paused arrive) and captures it;
 #  4. a steady writer while the reader is killed with kill -9 twice (a standby reader
-#     takes over from the checkpoint): dsync verify exit 0, the counter column equal,
-#     and the capture counted exactly the rows the writer changed (no binlog range
-#     committed twice or skipped);
+#     takes over from the checkpoint), then frozen with SIGSTOP past its lease and woken
+#     after the other took over: dsync verify exit 0, the counter column equal, and the
+#     capture counted exactly the rows the writer changed (no binlog range committed
+#     twice or skipped);
+#  4b. kill -9 of the source server under a writer, and its restart: the readers
+#     reconnect and the target converges (dsync verify exit 0);
 #  5. a purged start position is refused.
 source "$(dirname "$0")/lib.sh"
 
@@ -143,7 +146,7 @@ caught_up
 before=$(sql "SELECT row_changes FROM dsync_capture WHERE name = 'c1'")
 # The writer: N transactions, each an insert into t1, an update of the row before
 # (counter + 1), a two-row insert into t2, and every 5th a delete of an older row.
-N=${CAPTURE_TEST_TXNS:-600}
+N=${CAPTURE_TEST_TXNS:-900}
 expected=0
 {
   for ((i = 1000; i < 1000 + N; i++)); do
@@ -171,14 +174,45 @@ for round in 1 2; do
   if [[ $victim == "$PID_cap1" ]]; then start_bg cap1 "$DSYNC_BIN" capture --config "$WORK/dsync.json" --log-level debug
   else start_bg cap2 "$DSYNC_BIN" capture --config "$WORK/dsync.json" --log-level debug; fi
 done
+# Round 3: the holder freezes (SIGSTOP) past its lease; the other takes over; the frozen
+# one wakes up holding a batch it read, and must commit none of it (fenced by the token).
+sleep 2
+wait_for "[[ -n \$(holder_pid) && \$(holder_pid) != $victim ]]" 20 "a live reader to hold the lease"
+frozen=$(holder_pid)
+kill -STOP "$frozen"
+wait_for "[[ -n \$(holder_pid) && \$(holder_pid) != $frozen ]]" 20 "the other reader to take over from the frozen one"
+sleep 1
+kill -CONT "$frozen"
+pass "SIGSTOP of the reader holding the lease, taken over, then woken up"
+kill -0 "$writer" 2>/dev/null || echo "note: the writer ended before round 3 was over" >&2
 wait "$writer" || fail "the writer failed: $(cat "$WORK/writer.log")"
 caught_up
-verified "after two kill -9 of the reader under a steady writer"
+verified "after two kill -9 and a SIGSTOP of the reader under a steady writer"
 expect_eq "$(qt "SELECT SUM(counter) FROM t1")" "$(qs "SELECT SUM(counter) FROM t1")" "counter column equal (no change lost or applied twice)"
 expect_eq "$(( $(sql "SELECT row_changes FROM dsync_capture WHERE name = 'c1'") - before ))" "$expected" \
   "the capture counted exactly the $expected rows the writer changed (no binlog range committed twice or skipped)"
 expect_eq "$(sql "SELECT reader_starts >= 3 FROM dsync_capture WHERE name = 'c1'")" 1 "readers took over (reader_starts)"
 expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event WHERE topic = 'dsync.capture' AND status <> 'SUCCESS'")" 0 "every capture event succeeded"
+
+# --- 4b. kill -9 and restart of the source server ------------------------------------
+{
+  for ((i = 5000; i < 5200; i++)); do
+    echo "INSERT INTO t1 (id, name) VALUES ($i, 's$i'); UPDATE t1 SET counter = counter + 1 WHERE id = 1000; DO SLEEP(0.01);"
+  done
+} >"$WORK/writer2.sql"
+MYSQL_PWD=$S_PASS mariadb -h "$S_HOST" -P "$S_PORT" -u "$S_USER" src <"$WORK/writer2.sql" >"$WORK/writer2.log" 2>&1 &
+writer2=$!
+STARTED_PIDS+=("$writer2")
+sleep 1
+bash "$DSYNC_SOURCE_DIR/scripts/mariadb.sh" kill "$SERVER"
+wait "$writer2" 2>/dev/null || true   # it lost its server
+pass "kill -9 of the source server under a writer"
+sleep 2
+bash "$DSYNC_SOURCE_DIR/scripts/mariadb.sh" restart "$SERVER" >/dev/null
+qs "UPDATE t1 SET counter = counter + 10 WHERE id = 1000; INSERT INTO t1 (id, name) VALUES (5999, 'after restart')"
+caught_up
+verified "after kill -9 and restart of the source"
+expect_eq "$(qt "SELECT counter FROM t1 WHERE id = 1000")" "$(qs "SELECT counter FROM t1 WHERE id = 1000")" "the counter row equal after the source's restart"
 
 # --- 5. a purged start position -----------------------------------------------------
 kill9 "$PID_cap1"; kill9 "$PID_cap2"
