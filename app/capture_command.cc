@@ -85,6 +85,12 @@ CaptureComponent::CaptureComponent(storage::ConnectionPool& pool, const Settings
 
 CaptureComponent::~CaptureComponent() { Stop(); }
 
+std::vector<std::pair<std::string, const capture::RunnerStats*>> CaptureComponent::Stats() const {
+  std::vector<std::pair<std::string, const capture::RunnerStats*>> out;
+  for (const auto& r : runners_) out.emplace_back(r->name(), &r->stats());
+  return out;
+}
+
 void CaptureComponent::Start() {
   for (auto& r : runners_) threads_.emplace_back([&r](std::stop_token st) { r->Run(st); });
 }

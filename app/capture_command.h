@@ -32,6 +32,8 @@ class CaptureComponent {
   void Stop();
   const std::string& holder() const { return holder_; }
   size_t size() const { return runners_.size(); }
+  // Each capture's name and its reader's counters (for /metrics).
+  std::vector<std::pair<std::string, const capture::RunnerStats*>> Stats() const;
   // Database connections the component uses at most.
   static int Connections(const Settings& s) { return static_cast<int>(s.captures.size()) * 2; }
 

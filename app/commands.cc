@@ -350,7 +350,8 @@ int RunAll(const Invocation& inv) {
   NodeParts parts(*pool, s, topics, clock, options);
   ApiParts api_parts(*pool, s, clock,
                      ComponentMetrics({.pool = pool.get(), .dispatcher = &dispatcher,
-                                       .saga = &parts.engine.stats(), .consumer = &parts.node.stats()}));
+                                       .saga = &parts.engine.stats(), .consumer = &parts.node.stats(),
+                                       .captures = &captures}));
   parts.node.RefuseIfAddressInUse();  // before anything starts: exit 1 with one line
   WarnIfNotDefaultService(*pool, s.service, "all");
   api_parts.server.Start();

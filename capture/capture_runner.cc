@@ -197,6 +197,11 @@ void CaptureRunner::Run(std::stop_token stop) {
     }
     stats_.lease_acquired++;
     spdlog::info("CAPTURE_LEASE_ACQUIRED capture={} holder={} token={}", name_, env_.holder, *token);
+    struct Leading {
+      std::atomic<bool>& flag;
+      explicit Leading(std::atomic<bool>& f) : flag(f) { flag = true; }
+      ~Leading() { flag = false; }
+    } leading(stats_.leading);
     try {
       LeadOnce(*token, stop);
     } catch (const LeaseLost& e) {
@@ -351,6 +356,7 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
     stats_.transactions += batch.size();
     stats_.row_changes += static_cast<uint64_t>(batch_rows);
     stats_.events += evs.size();
+    if (cp.last_commit_at_s != 0) stats_.last_commit_at_s = cp.last_commit_at_s;
     spdlog::debug("CAPTURE_COMMIT capture={} position={} transactions={} rows={} events={}", name_, cp.gtid, batch.size(),
                   batch_rows, evs.size());
     batch.clear();

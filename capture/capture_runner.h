@@ -32,11 +32,14 @@
 #include <memory>
 #include <stop_token>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "capture/capture_store.h"
 #include "config/captures.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/metrics.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::capture {
@@ -68,7 +71,16 @@ struct CaptureEnv {
 struct RunnerStats {
   std::atomic<uint64_t> transactions{0}, row_changes{0}, events{0}, commits{0}, lease_acquired{0},
       lease_lost{0}, errors{0};
+  std::atomic<int64_t> last_commit_at_s{0};  // source commit time of the last captured transaction (its clock)
+  std::atomic<bool> leading{false};          // this process reads the capture now
 };
+
+// The capture families of /metrics (capture/capture_metrics.cc), one sample per capture
+// this process runs: dsync_capture_transactions_total, _row_changes_total,
+// _events_total, _commits_total, _reader_starts_total (leases taken),
+// _leases_lost_total, _errors_total, _reading (1 while this process holds the
+// capture's lease), _last_commit_timestamp_seconds (source clock).
+void WriteMetrics(const std::vector<std::pair<std::string, const RunnerStats*>>& captures, metrics::TextWriter& w);
 
 // Checks the source for capture `name` (read-only). Throws PreflightError.
 void Preflight(const std::string& name, const CaptureSettings& capture, const std::string& source_url,
@@ -82,6 +94,7 @@ class CaptureRunner {
   // Until `stop`: takes the lease when it is free, then reads and commits. Never throws.
   void Run(std::stop_token stop);
   const RunnerStats& stats() const { return stats_; }
+  const std::string& name() const { return name_; }
 
  private:
   struct Lead;
