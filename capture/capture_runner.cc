@@ -19,6 +19,7 @@
 #include "config/step_datasources.h"
 #include "storage/db_url.h"
 #include "table/sql.h"
+#include "table/where.h"
 
 namespace dsync::capture {
 namespace {
@@ -148,6 +149,19 @@ void Preflight(const std::string& name, const CaptureSettings& capture, const st
     if (!slave) throw PreflightError(who + ": user " + url.user + " lacks REPLICATION SLAVE" + grant_fix);
   });
   for (const std::string& table : capture.tables) (void)DescribeKey(source, name, capture.source, table);
+  for (const auto& [table, filter] : capture.where) {
+    const std::string where = "capture " + name + ": where of " + table;
+    table::CompiledWhere compiled;
+    try {
+      compiled = table::CompileWhere(filter);
+    } catch (const std::exception& e) {
+      throw PreflightError(where + ": " + e.what());
+    }
+    if (!compiled.params.empty()) {
+      throw PreflightError(where + " uses :" + compiled.params[0] +
+                           ": a capture's filter has no payload to bind it from; write the value itself");
+    }
+  }
   if (start_gtid.empty()) return;
   // Whether the server still has the binlog after the position: ask for it.
   struct NoTables final : KeyCatalog {

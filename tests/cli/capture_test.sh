@@ -5,7 +5,7 @@
 # schemas on the test server. A dispatcher and a node apply the captured changes.
 #  1. preflight: each refusal is one line naming the fix, exit 1, nothing captured:
 #     binlog off, binlog_format not ROW, binlog_row_image not FULL, a user without
-#     REPLICATION CLIENT, then without REPLICATION SLAVE;
+#     REPLICATION CLIENT, then without REPLICATION SLAVE, a where with a :placeholder;
 #  2. a new capture copies the tables first (rows written before it started arrive),
 #     then inserts, updates (a key change), deletes, multi-row and multi-table
 #     transactions, NULLs and binary values arrive exactly: dsync verify exit 0;
@@ -81,6 +81,10 @@ capture_config "$WORK/ro.json" "mysql://ro:ro@$S_HOST:$S_PORT/src"
 refused "$WORK/ro.json" "REPLICATION CLIENT" "no REPLICATION CLIENT"
 root "GRANT REPLICATION CLIENT ON *.* TO 'ro'@'127.0.0.1'"
 refused "$WORK/ro.json" "lacks REPLICATION SLAVE" "no REPLICATION SLAVE"
+CONFIG_FILE=$WORK/where.json write_config capture "$TOPICS" \
+  "{\"datasources\": {\"src\": \"$SRC_BASE/src\", \"tgt\": \"$TGT_URL\"},
+    \"captures\": {\"c1\": {\"source\": \"src\", \"target\": \"tgt\", \"tables\": [\"t1\"], \"where\": {\"t1\": \"id > :low\"}}}}"
+refused "$WORK/where.json" "uses :low" "a where with a placeholder"
 expect_eq "$(sql "SELECT COUNT(*) FROM distribute_event")" 0 "no event produced by a refused capture"
 
 # --- 2. copy, then changes of every kind --------------------------------------------
