@@ -1,5 +1,6 @@
 #include "app/commands.h"
 
+#include "app/capture_command.h"
 #include "app/command_support.h"
 #include "app/component_metrics.h"
 #include "app/control_commands.h"
@@ -229,11 +230,17 @@ struct NodeParts {
 
   NodeParts(storage::ConnectionPool& pool, const Settings& s, const std::map<std::string, TopicSettings>& topics,
             Clock& clock, const consumer::ConsumerOptions& o)
-      : plans(WithRelayTopic(topics),
-              saga::StepRegistry::WithBuiltins(topics, RelayEnvironmentFor(pool, s, topics, o))),
+      : plans(WithCaptureTopic(WithRelayTopic(topics), s),
+              WithCaptureStep(saga::StepRegistry::WithBuiltins(topics, RelayEnvironmentFor(pool, s, topics, o)), s)),
         datasources(s.datasources),
         engine(pool, plans, datasources, clock, o.node_address),
-        node(pool, engine, clock, ServingRelayTopic(o)) {}
+        node(pool, engine, clock, ServingCaptureTopic(ServingRelayTopic(o), s)) {}
+
+  // A node serving a list of topics serves the capture topic too (app/capture_command.h).
+  static consumer::ConsumerOptions ServingCaptureTopic(consumer::ConsumerOptions o, const Settings& s) {
+    o.topics = app::ServingCaptureTopic(std::move(o.topics), s);
+    return o;
+  }
 
   // A node serving a list of topics serves the source halves of relayed steps too.
   static consumer::ConsumerOptions ServingRelayTopic(consumer::ConsumerOptions o) {
@@ -346,24 +353,29 @@ int RunAll(const Invocation& inv) {
   consumer::ConsumerOptions options = NodeOptions(inv, s);
   SetupLogging(s.log_level, "all");
   const std::map<std::string, TopicSettings> topics = BuildableTopics(s, options);
-  auto pool = OpenDatabase(s, NodeConnections(s.consumer.capacity) + kDispatcherConnections + kApiThreads);
+  auto pool = OpenDatabase(s, NodeConnections(s.consumer.capacity) + kDispatcherConnections + kApiThreads +
+                                  CaptureComponent::Connections(s));
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
   dispatcher::DispatcherService dispatcher(*pool, s, clock);
+  CaptureComponent captures(*pool, s, clock);  // the config's captures (docs/capture.md), if any
   NodeParts parts(*pool, s, topics, clock, options);
   ApiParts api_parts(*pool, s, clock,
                      ComponentMetrics({.pool = pool.get(), .dispatcher = &dispatcher,
-                                       .saga = &parts.engine.stats(), .consumer = &parts.node.stats()}));
+                                       .saga = &parts.engine.stats(), .consumer = &parts.node.stats(),
+                                       .captures = &captures}));
   parts.node.RefuseIfAddressInUse();  // before anything starts: exit 1 with one line
   WarnIfNotDefaultService(*pool, s.service, "all");
   api_parts.server.Start();
   dispatcher.Start();
   parts.node.Start();
+  captures.Start();
   spdlog::info("ALL_STARTED node={} listen={} port={} capacity={} prefetch={} pool={} topics={} db={}",
                options.node_address, s.api.listen, api_parts.server.port(), options.capacity, PrefetchText(options.prefetch),
                pool->stats().max_size, nlohmann::json(options.topics).dump(), pool->url().Masked());
   std::string cause = parts.node.WaitForDrainRequest(signals);
   spdlog::info("ALL_STOPPING node={} cause=\"{}\"", options.node_address, cause);
+  captures.Stop();
   bool clean = parts.node.Drain();
   dispatcher.Stop();
   api_parts.server.Stop();
@@ -508,6 +520,8 @@ const std::vector<CommandSpec>& Commands() {
       {"sweep", "mark the service's nodes with stale heartbeats offline and purge long-dead rows, once", "", 0, 0,
        {kServiceOption}},
       VerifyCommandSpec(),
+      CaptureCommandSpecs()[0],
+      CaptureCommandSpecs()[1],
       {"purge",
        "remove the service's finished events (SUCCESS, COMPENSATED, FAILED) and their steps older than a bound, in small "
        "batches, and registry rows silent longer than registry.purge_after_ms; prints the counts",
@@ -559,6 +573,8 @@ int RunCommand(const Invocation& inv) {
   if (inv.command == "resume") return RunResume(inv);
   if (inv.command == "topics") return RunTopics(inv);
   if (inv.command == "schedules") return RunSchedules(inv);
+  if (inv.command == "capture") return RunCapture(inv);
+  if (inv.command == "captures") return RunCaptures(inv);
   throw UsageError("command '" + inv.command + "' is not implemented");
 }
 

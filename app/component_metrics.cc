@@ -1,5 +1,6 @@
 #include "app/component_metrics.h"
 
+#include "app/capture_command.h"
 #include "consumer/consumer_node.h"
 #include "dispatcher/dispatcher_service.h"
 #include "saga/saga_engine.h"
@@ -21,6 +22,9 @@ metrics::Registry ComponentMetrics(const MetricsComponents& c) {
   }
   if (c.saga != nullptr) {
     r.Add([s = c.saga](metrics::TextWriter& w) { saga::WriteMetrics(*s, w); });
+  }
+  if (c.captures != nullptr && c.captures->size() > 0) {
+    r.Add([stats = c.captures->Stats()](metrics::TextWriter& w) { capture::WriteMetrics(stats, w); });
   }
   return r;
 }

@@ -24,6 +24,8 @@ struct ConsumerStats;
 
 namespace dsync::app {
 
+class CaptureComponent;
+
 // In-process components whose counters /metrics exports. Each is optional (null: not
 // in this process); each must outlive the registry's use.
 struct MetricsComponents {
@@ -31,6 +33,7 @@ struct MetricsComponents {
   dispatcher::DispatcherService* dispatcher = nullptr;
   saga::SagaStats* saga = nullptr;
   consumer::ConsumerStats* consumer = nullptr;
+  const CaptureComponent* captures = nullptr;  // app/capture_command.h
 };
 
 metrics::Registry ComponentMetrics(const MetricsComponents& c);

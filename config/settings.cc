@@ -48,6 +48,7 @@ enum class Kind {
   kTopics,
   kSteps,
   kSchedules,    // issue 37: config/schedules.h
+  kCaptures,     // config/captures.h
 };
 
 // The objects a field accessor may reach into; only the one matching the key's scope is set.
@@ -164,6 +165,10 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "datasources", .field = {.scope = Scope::kSettings, .kind = Kind::kDatasources},
      .default_text = "{}",
      .doc = "Object of datasource name -> database URL, referenced by steps' source/target."},
+    {.path = "captures", .field = {.scope = Scope::kSettings, .kind = Kind::kCaptures},
+     .default_text = "{}",
+     .doc = "Object of capture name -> {source, target, tables, where}: tables kept in sync from the "
+            "source's binlog by `dsync capture` (docs/capture.md)."},
     {.path = "topics", .field = {.scope = Scope::kSettings, .kind = Kind::kTopics}, .required = true,
      .doc = "Required: object of topic name -> topic settings. Names: 1-50 characters of "
             "A-Z a-z 0-9 _ . -"},
@@ -575,6 +580,7 @@ void Assign(const KeyDescriptor& key, const json& value, const Target& target,
     case Kind::kTopics:
     case Kind::kSteps:
     case Kind::kSchedules:
+    case Kind::kCaptures:
       break;
   }
   Fail(where, "internal error: structured key assigned as a scalar");
@@ -768,6 +774,7 @@ void ParseRoot(const json& root, Settings& settings) {
       case Kind::kDatasources: ParseDatasources(member, settings); break;
       case Kind::kTopics: ParseTopics(member, settings); break;
       case Kind::kSchedules: settings.schedules = ParseSchedules(member); break;  // issue 37
+      case Kind::kCaptures: settings.captures = ParseCaptures(member); break;
       default: Assign(*key, member, Target{.settings = &settings}, name); break;
     }
   }
@@ -846,6 +853,7 @@ void Settings::Validate() const {
     }
   }
   // --- end issue 37 ---
+  ValidateCaptures(captures, datasources);
   if (!IsHostPort(api.listen)) {
     Fail("api.listen", "expected HOST:PORT with a port from 1 to 65535, got '" +
                            Printable(api.listen) + "'");

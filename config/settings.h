@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/schedules.h"  // issue 37: schedules
+#include "config/captures.h"
 
 namespace dsync {
 
@@ -138,6 +139,7 @@ struct Settings {
   // --- issue 37: schedules (config/schedules.h) ---
   std::map<std::string, ScheduleSettings> schedules;  // schedules: name -> cron schedule. Default {}
   // --- end issue 37 ---
+  std::map<std::string, CaptureSettings> captures;  // captures: name -> binlog capture (config/captures.h). Default {}
 
   // Cross-field rules. Throws ConfigError with a one-line reason.
   void Validate() const;

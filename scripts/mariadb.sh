@@ -7,11 +7,17 @@
 #   scripts/mariadb.sh kill "$dir"    # kill -9 the server, keep its data
 #   scripts/mariadb.sh restart "$dir" # start it again on the same port (after kill/stop)
 #   scripts/mariadb.sh stop "$dir"    # stop by PID and remove the datadir
+#   DSYNC_MARIADB_BINLOG=1 scripts/mariadb.sh start   # with a binlog a capture can read
 #
 # The server listens on 127.0.0.1 at a free port and on "$dir/sock", with
 # innodb_flush_log_at_trx_commit=1 (every commit durable), and has a user `dsync`
 # with a random password and all privileges, and an empty schema `dsync`.
 # Only the process this script started is ever signalled, by its PID file.
+#
+# Binary log: off by default. DSYNC_MARIADB_BINLOG=1 at `start` turns it on as a source
+# of `dsync capture` needs it (docs/capture.md): log_bin, binlog_format=ROW,
+# binlog_row_image=FULL, GTIDs (always on in MariaDB) and a server_id of its own (the
+# port); `restart` keeps it (it is in the datadir's my.cnf).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/mariadb_common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
@@ -41,7 +47,15 @@ launch() {  # dir: starts mariadbd with dir/my.cnf, records the PID
 }
 
 write_cnf() {  # dir port; DSYNC_MARIADB_BUFFER_POOL (default 256M) sizes the buffer pool
-  { server_cnf "$1" "$2" "${DSYNC_MARIADB_BUFFER_POOL:-256M}" 256M; echo "skip-log-bin"; } > "$1/my.cnf"
+  {
+    server_cnf "$1" "$2" "${DSYNC_MARIADB_BUFFER_POOL:-256M}" 256M
+    if [[ ${DSYNC_MARIADB_BINLOG:-0} == 1 ]]; then
+      printf '%s\n' "log-bin=$1/data/binlog" "binlog_format=ROW" "binlog_row_image=FULL" "server_id=$2" \
+        "sync_binlog=1"
+    else
+      echo "skip-log-bin"
+    fi
+  } > "$1/my.cnf"
 }
 
 cmd_start() {

@@ -9,6 +9,7 @@ packages=(
   libmysqlcppconn-dev libpoco-dev nlohmann-json3-dev libspdlog-dev
   libssl-dev  # the http step type's TLS (OpenSSL)
   libgtest-dev googletest
+  libmariadb-dev  # mariadb_rpl.h: the binlog reader of `dsync capture` (capture/binlog_stream.h)
   mariadb-server mariadb-client
   curl jq
   chromium  # the web console's browser tests (headless, driven over the DevTools protocol)

@@ -1,0 +1,170 @@
+// The capture_sync step (saga/steps/capture_step.h).
+//
+// Thread safety: see the header.
+#include "saga/steps/capture_step.h"
+
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "capture/capture_events.h"
+#include "core/error.h"
+#include "saga/steps/table_steps.h"
+#include "table/verify.h"
+
+namespace dsync::saga {
+namespace {
+
+using nlohmann::json;
+
+// A context whose payload is the sync's generated one; everything else forwards.
+class CapturePayloadContext final : public StepContext {
+ public:
+  CapturePayloadContext(StepContext& inner, json payload) : inner_(inner), payload_(std::move(payload)) {}
+  const std::string& event_code() const override { return inner_.event_code(); }
+  const std::string& step_name() const override { return inner_.step_name(); }
+  const std::string& idempotency_key() const override { return inner_.idempotency_key(); }
+  const json& payload() const override { return payload_; }
+  int attempt() const override { return inner_.attempt(); }
+  int step_retry_count() const override { return inner_.step_retry_count(); }
+  const json& compensation_data() const override { return inner_.compensation_data(); }
+  std::chrono::steady_clock::time_point deadline() const override { return inner_.deadline(); }
+  std::stop_token stop_token() const override { return inner_.stop_token(); }
+  storage::Connection& tx() override { return inner_.tx(); }
+  bool StillOwner() override { return inner_.StillOwner(); }
+  Datasources& datasources() override { return inner_.datasources(); }
+  void InsertAtCommit(std::string_view head, std::string_view tail, std::vector<storage::Value> row) override {
+    inner_.InsertAtCommit(head, tail, std::move(row));
+  }
+  void ReportProgress(const json& progress) override { inner_.ReportProgress(progress); }
+
+ private:
+  StepContext& inner_;
+  json payload_;
+};
+
+// A payload the step cannot use: permanent, nothing written.
+class BadCapturePayload : public Error {
+ public:
+  using Error::Error;
+};
+
+class CaptureSyncStep final : public StepHandler {
+ public:
+  CaptureSyncStep(std::string name, std::shared_ptr<const std::map<std::string, CaptureSettings>> captures)
+      : name_(std::move(name)), captures_(std::move(captures)) {}
+
+  StepResult Execute(StepContext& ctx) override {
+    return Run(ctx, [](StepHandler& h, StepContext& c) { return h.Execute(c); });
+  }
+  StepResult Compensate(StepContext& ctx) override {
+    return Run(ctx, [](StepHandler& h, StepContext& c) { return h.Compensate(c); });
+  }
+
+ private:
+  template <class F>
+  StepResult Run(StepContext& ctx, F&& f) {
+    std::unique_ptr<StepHandler> sync;
+    json payload;
+    try {
+      std::tie(sync, payload) = Build(ctx);
+    } catch (const BadCapturePayload& e) {
+      return Refuse(ctx, e.what());
+    } catch (const table::VerifyInputError& e) {
+      return Refuse(ctx, e.what());
+    } catch (const ConfigError& e) {
+      return Refuse(ctx, e.what());
+    }
+    CapturePayloadContext inner(ctx, std::move(payload));
+    return f(*sync, inner);
+  }
+
+  StepResult Refuse(StepContext& ctx, const std::string& why) const {
+    spdlog::warn("CAPTURE_SYNC_REFUSED event={} step={} err=\"{}\"", ctx.event_code(), name_, why);
+    return StepResult::Permanent("capture_sync " + name_ + ": " + why);
+  }
+
+  std::pair<std::unique_ptr<StepHandler>, json> Build(StepContext& ctx) const {
+    const json& p = ctx.payload();
+    if (!p.is_object() || !p.contains("capture") || !p["capture"].is_string() || !p.contains("table") ||
+        !p["table"].is_string()) {
+      throw BadCapturePayload("the payload must name a capture and a table");
+    }
+    const std::string name = p["capture"].get<std::string>();
+    const std::string table = p["table"].get<std::string>();
+    if (!captures_ || captures_->count(name) == 0) {
+      throw BadCapturePayload("capture '" + name.substr(0, 64) + "' is not in this node's config");
+    }
+    const CaptureSettings& capture = captures_->at(name);
+    bool listed = false;
+    for (const auto& t : capture.tables) listed = listed || t == table;
+    if (!listed) throw BadCapturePayload("table '" + table.substr(0, 64) + "' is not captured by " + name);
+    auto where = capture.where.find(table);
+    StepSpec spec;
+    spec.name = name_;
+    spec.type = "table_sync";
+    spec.params = {{"source", capture.source}, {"target", capture.target}, {"table", table},
+                   {"where", where == capture.where.end() ? std::string("1 = 1") : where->second},
+                   {"delete_missing", true}};
+    if (p.value("copy", false)) return {MakeTableSyncStep(spec), json::object()};
+
+    const json& keys = p.value("keys", json());
+    if (!keys.is_array() || keys.empty() || static_cast<int64_t>(keys.size()) > table::kMaxRepairKeys) {
+      throw BadCapturePayload("'keys' must be an array of 1 to " + std::to_string(table::kMaxRepairKeys) + " keys");
+    }
+    storage::ConnectionPool& target = ctx.datasources().Get(capture.target);
+    const std::vector<std::string> key_columns = table::DescribeForCheck(target, capture.target, table).key;
+    if (key_columns.empty()) throw BadCapturePayload("table " + capture.target + "." + table + " has no primary key");
+    json values = json::object();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const json& k = keys[i];
+      if (!k.is_array() || k.size() != key_columns.size()) {
+        throw BadCapturePayload("key " + std::to_string(i) + " does not have the " + std::to_string(key_columns.size()) +
+                                " values of the primary key of " + capture.target + "." + table +
+                                " (did the key change? pause and align the table)");
+      }
+      for (size_t j = 0; j < k.size(); ++j) {
+        if (!(k[j].is_string() || k[j].is_number_integer())) {
+          throw BadCapturePayload("key " + std::to_string(i) + " holds a value that is not a string or an integer");
+        }
+        values[RepairKeyField(i, j)] = k[j];
+      }
+    }
+    return {MakeKeyedTableSyncStep(spec, key_columns, keys.size()), std::move(values)};
+  }
+
+  const std::string name_;
+  const std::shared_ptr<const std::map<std::string, CaptureSettings>> captures_;
+};
+
+}  // namespace
+
+TopicSettings CaptureTopic() {
+  TopicSettings t;
+  t.max_retry = capture::kCaptureMaxRetry;
+  t.backoff_base = Millis(200);
+  t.backoff_max = Millis(5000);
+  t.ordered = true;
+  StepSpec apply;
+  apply.name = "apply";
+  apply.type = capture::kCaptureStepType;
+  t.steps.push_back(apply);
+  return t;
+}
+
+std::unique_ptr<StepHandler> MakeCaptureSyncStep(const StepSpec& spec,
+                                                 std::shared_ptr<const std::map<std::string, CaptureSettings>> captures) {
+  if (!spec.params.is_object() || !spec.params.empty()) {
+    throw ConfigError("config: step '" + spec.name + "' (capture_sync): takes no keys (its events name the capture)");
+  }
+  return std::make_unique<CaptureSyncStep>(spec.name, std::move(captures));
+}
+
+void RegisterCaptureStep(StepRegistry& registry, const std::map<std::string, CaptureSettings>& captures) {
+  auto shared = std::make_shared<const std::map<std::string, CaptureSettings>>(captures);
+  registry.Register(capture::kCaptureStepType, [shared](const StepSpec& spec) { return MakeCaptureSyncStep(spec, shared); });
+}
+
+}  // namespace dsync::saga
