@@ -45,7 +45,7 @@ json AppliedJson(const capture::CaptureStore::ApplyStats& a) {
           {"keys_per_s", a.keys_per_s}};
 }
 
-int RunResume(const Invocation& inv) {
+int RunCaptureResume(const Invocation& inv) {
   if (inv.args.size() != 2) throw UsageError("usage: dsync capture resume NAME");
   const std::string name = inv.args[1];
   Settings s = ResolveSettings(inv);
@@ -123,7 +123,7 @@ std::vector<CommandSpec> CaptureCommandSpecs() {
 
 int RunCapture(const Invocation& inv) {
   if (!inv.args.empty()) {
-    if (inv.args[0] == "resume") return RunResume(inv);
+    if (inv.args[0] == "resume") return RunCaptureResume(inv);
     throw UsageError("unknown capture subcommand '" + inv.args[0] + "' (expected: resume NAME)");
   }
   Settings s = ResolveSettings(inv);
