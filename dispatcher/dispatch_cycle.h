@@ -162,7 +162,13 @@ class DispatchCycle {
     int64_t priority;
     int64_t id;
   };
+  events::DueFilter DueFilterOf(const PageFilter& filter, const Cursor& after) const;
   std::vector<PendingEvent> ReadDue(const PageFilter& filter, const Cursor& after);
+  // issue 37: a fair page's windows; the limited slots held now (empty without limits);
+  // each event's concurrency key value (one read of payload keys per key, if any).
+  std::vector<PendingEvent> ReadWindows(const PageFilter& filter, const std::vector<TenantWindow>& windows);
+  LimitUsage ReadLimitUsage();
+  void FillLimitKeys(std::vector<PendingEvent>& events);
   // Records planner_.Unroutable() and the unknown topics (see the file comment).
   // Failures are logged, never thrown: the record is for the operator.
   void RecordUnroutable(const std::optional<LeaseFence>& fence);

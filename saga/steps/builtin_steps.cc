@@ -9,6 +9,7 @@
 #include "config/step_datasources.h"
 #include "saga/step_handler.h"
 #include "saga/steps/demo_step.h"
+#include "saga/steps/noop_step.h"
 #include "saga/steps/table_steps.h"
 #include "saga/steps/table_verify.h"
 
@@ -33,6 +34,7 @@ StepRegistry StepRegistry::WithBuiltins(const std::map<std::string, TopicSetting
   registry.Register("table_repair",
                     [repairable](const StepSpec& spec) { return MakeTableRepairStep(spec, repairable); });
   registry.Register("demo", [](const StepSpec& spec) { return MakeDemoStep(spec); });
+  registry.Register("noop", [](const StepSpec& spec) { return MakeNoopStep(spec); });
   return registry;
 }
 
