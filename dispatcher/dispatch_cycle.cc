@@ -50,6 +50,8 @@ constexpr size_t kMaxReason = 1024;
 // Most (priority, tenant) pairs a fair cycle reads (issue 37); a cluster with more
 // tenants waiting at once serves the first ones by name until these drain.
 constexpr int kMaxDueHeads = 10000;
+// How long a fair cycle reuses the pairs it read (under load cycles run every few ms).
+constexpr Millis kHeadsRefresh{20};
 
 // At most `max` bytes of `text`, cut at a UTF-8 character boundary.
 std::string Truncated(const std::string& text, size_t max) {
@@ -401,9 +403,16 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
       // some node can take work, then per-pair windows.
       if (!heads_read) {
         heads_read = true;
-        planner_.BeginFairCycle(pool_.Run("read due tenants", [&](storage::Connection& c) {
-          return events::ReadDueHeads(c, options_.service, kMaxDueHeads);
-        }));
+        // Reused for kHeadsRefresh while it lists some pair: a pair gone since is read as
+        // an empty window; a tenant new since waits at most that long to be seen.
+        const Clock::TimePoint now = clock_.Now();
+        if (heads_.empty() || !heads_at_ || now - *heads_at_ >= kHeadsRefresh) {
+          heads_ = pool_.Run("read due tenants", [&](storage::Connection& c) {
+            return events::ReadDueHeads(c, options_.service, kMaxDueHeads);
+          });
+          heads_at_ = now;
+        }
+        planner_.BeginFairCycle(heads_);
       }
       windows = planner_.NextWindows();
       if (windows.empty()) break;

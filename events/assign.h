@@ -93,7 +93,10 @@ struct DueHead {
 // Every (priority, tenant_id) with PENDING events of `service`, sorted, at most `max`:
 // a loose index scan of idx_fair (V021: priority, tenant_id, status, service, id, ...),
 // one index dive per (priority, tenant_id) the table holds, whatever the number of
-// events. Throws DbError.
+// events. The optimizer picks it by cost: with index statistics that badly overstate
+// the pairs (a fresh bulk load before InnoDB's automatic recalculation, which follows a
+// change of a tenth of the table) it may scan idx_fair instead, correct but slower
+// until the statistics catch up. Throws DbError.
 std::vector<DueHead> ReadDueHeads(storage::Connection& c, const std::string& service, int max);
 
 // What a fair page reads of one pair: its due events after `after_id`, at most `limit`.
