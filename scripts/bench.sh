@@ -1032,38 +1032,38 @@ section_pgboss() {
 # (dispatcher 200 ms / idle 1 s, consumer 200 ms) instead of the bench's 20 ms.
 section_paired() {
   local saved_capacity=$capacity saved_wakeups=$wakeups cap i b=${DSYNC_BENCH_PAIRED_BATCH:-500}
-  local pairs=${DSYNC_BENCH_PAIRS:-5} d p db line work kind pg_work
+  local pairs=${DSYNC_BENCH_PAIRS:-5} d p db line pwork kind pg_work
   local bin_b=${DSYNC_BENCH_PAIRED_BIN_B:-} bin_a=$bin
   [[ -z $bin_b || -x $bin_b ]] || die "DSYNC_BENCH_PAIRED_BIN_B=$bin_b is not an executable"
   pgboss_start
   wakeups=true
   for cap in ${DSYNC_BENCH_PAIRED_CAPACITIES:-16 256}; do
     capacity=$cap
-    for work in noop demo; do
+    for pwork in noop demo; do
       kind=1 pg_work=insert
-      [[ $work == noop ]] && kind=noop pg_work=noop
+      [[ $pwork == noop ]] && kind=noop pg_work=noop
       local drates=() prates=() ratios=() brates=() bratios=()
       for i in $(seq 1 "$pairs"); do
         # ABBA: odd pairs dsync first, even pairs pg-boss first (a trend falls on both);
         # the B binary's run between them.
         if ((i % 2 == 1)); then
           e2e_run "$kind" "$i"; d=$(field rate "$e2e_line")
-          if [[ -n $bin_b && $work == demo ]]; then bin=$bin_b; e2e_run "$kind" "b$i"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
+          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "b$i"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
           line=$(pgboss_run "$b" "$pg_work")
         else
           line=$(pgboss_run "$b" "$pg_work")
-          if [[ -n $bin_b && $work == demo ]]; then bin=$bin_b; e2e_run "$kind" "b$i"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
+          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "b$i"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
           e2e_run "$kind" "$i"; d=$(field rate "$e2e_line")
         fi
         p=$(field jobs_per_s "$line")
         drates+=("$d")
         prates+=("$p")
         ratios+=("$(awk -v a="$d" -v b="$p" 'BEGIN { printf "%.3f", a / b }')")
-        echo "  capacity $cap work $work pair $i: dsync $d events/s, pg-boss $p jobs/s, ratio ${ratios[-1]}"
-        if [[ -n $bin_b && $work == demo ]]; then
+        echo "  capacity $cap work $pwork pair $i: dsync $d events/s, pg-boss $p jobs/s, ratio ${ratios[-1]}"
+        if [[ -n $bin_b && $pwork == demo ]]; then
           brates+=("$db")
           bratios+=("$(awk -v a="$d" -v b="$db" 'BEGIN { printf "%.3f", a / b }')")
-          echo "  capacity $cap work $work pair $i: B binary $db events/s; this build / B = ${bratios[-1]}"
+          echo "  capacity $cap work $pwork pair $i: B binary $db events/s; this build / B = ${bratios[-1]}"
         fi
       done
       local extra=""
@@ -1071,15 +1071,15 @@ section_paired() {
         extra="b_events_per_s=$(echo "${brates[*]}" | median) a_over_b_median=$(echo "${bratios[*]}" | median)"
         extra+=" a_over_b=$(IFS=,; echo "${bratios[*]}") b_runs=$(IFS=,; echo "${brates[*]}")"
       fi
-      if [[ $work == demo && ${DSYNC_BENCH_PAIRED_DEFAULTS:-1} == 1 ]]; then
+      if [[ $pwork == demo && ${DSYNC_BENCH_PAIRED_DEFAULTS:-1} == 1 ]]; then
         local sp=$dispatcher_poll_ms si=$dispatcher_idle_ms sc=$consumer_poll_ms
         dispatcher_poll_ms=200 dispatcher_idle_ms=1000 consumer_poll_ms=200
         e2e_run "$kind" defaults
         dispatcher_poll_ms=$sp dispatcher_idle_ms=$si consumer_poll_ms=$sc
         extra+=" shipped_defaults_events_per_s=$(field rate "$e2e_line")"
-        echo "  capacity $cap work $work, shipped poll intervals: dsync $(field rate "$e2e_line") events/s"
+        echo "  capacity $cap work $pwork, shipped poll intervals: dsync $(field rate "$e2e_line") events/s"
       fi
-      result paired "capacity=$cap work=$work pairs=$pairs steps=1 events=$events nodes=4 wakeups=on pgboss_batch_size=$b" \
+      result paired "capacity=$cap work=$pwork pairs=$pairs steps=1 events=$events nodes=4 wakeups=on pgboss_batch_size=$b" \
         "pgboss_work=$pg_work pgboss_version=$pgboss_version ratio_median=$(echo "${ratios[*]}" | median)" \
         "dsync_events_per_s=$(echo "${drates[*]}" | median) pgboss_jobs_per_s=$(echo "${prates[*]}" | median)" \
         "ratios=$(IFS=,; echo "${ratios[*]}") dsync_runs=$(IFS=,; echo "${drates[*]}") pgboss_runs=$(IFS=,; echo "${prates[*]}") $extra"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Issue 37 item 1 through real processes (1 dispatcher, 2 nodes of capacity 20 without
-# prefetch: what a node holds beyond its capacity runs in the order it was assigned,
-# before anything the dispatcher shares later; docs/fairness-and-limits.md): tenant A
-# holds a backlog of FAIR_BACKLOG (1,500) due events of 100 ms steps (sleeping: the
-# times are the steps', not this shared machine's CPU); tenant B then produces 100. B's time (its first create_time to its last finished_time, database
-# clock) is compared with the same 100 on the idle cluster:
+# Issue 37 item 1 through real processes: 1 dispatcher, 2 nodes of capacity 20 without
+# prefetch (what a node holds beyond its capacity runs in the order it was assigned,
+# before anything the dispatcher shares later: with prefetch, B's first events would
+# also wait for the queue A's backlog left on the nodes; docs/fairness-and-limits.md).
+# Tenant A holds a backlog of FAIR_BACKLOG (1,500) due events of 100 ms steps (sleeping:
+# the times are the steps', not this shared machine's CPU); tenant B then produces 100.
+# B's time (its first create_time to its last finished_time, database clock) is compared
+# with the same 100 on the idle cluster:
 #   - fairness on (the default): B finishes within 2x its idle time;
 #   - fairness off (fairness.enabled false, a new dispatcher): B waits behind A's
 #     backlog, as before issue 37 (at least half of A's drain time).
