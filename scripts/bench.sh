@@ -1048,11 +1048,11 @@ section_paired() {
         # the B binary's run between them.
         if ((i % 2 == 1)); then
           e2e_run "$kind" "$i"; d=$(field rate "$e2e_line")
-          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "b$i"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
+          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "$((100 + i))"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
           line=$(pgboss_run "$b" "$pg_work")
         else
           line=$(pgboss_run "$b" "$pg_work")
-          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "b$i"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
+          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "$((100 + i))"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
           e2e_run "$kind" "$i"; d=$(field rate "$e2e_line")
         fi
         p=$(field jobs_per_s "$line")
@@ -1074,7 +1074,7 @@ section_paired() {
       if [[ $pwork == demo && ${DSYNC_BENCH_PAIRED_DEFAULTS:-1} == 1 ]]; then
         local sp=$dispatcher_poll_ms si=$dispatcher_idle_ms sc=$consumer_poll_ms
         dispatcher_poll_ms=200 dispatcher_idle_ms=1000 consumer_poll_ms=200
-        e2e_run "$kind" defaults
+        e2e_run "$kind" 999
         dispatcher_poll_ms=$sp dispatcher_idle_ms=$si consumer_poll_ms=$sc
         extra+=" shipped_defaults_events_per_s=$(field rate "$e2e_line")"
         echo "  capacity $cap work $pwork, shipped poll intervals: dsync $(field rate "$e2e_line") events/s"
