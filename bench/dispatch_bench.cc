@@ -730,6 +730,21 @@ class Bench {
                  return c.Query(sql, std::string(kService), first, first, int64_t{0}, true, std::string(), std::string(),
                                 std::string(kUnorderedTopics), o_.batch_size);
                });
+    // Fair dispatch (issue 37): the (priority, tenant) pairs, and one page of windows.
+    ExplainOne({"dispatch (fair): pairs with PENDING events (loose index scan)", "events::DueHeadsSql",
+                events::DueHeadsSql()},
+               true, [&](Connection& c, const std::string& sql) { return c.Query(sql, std::string(kService), 10000); });
+    ExplainOne({"dispatch (fair): one page of windows (one pair, padded to 2)", "events::DueWindowsSql",
+                events::DueWindowsSql(2)},
+               true, [&](Connection& c, const std::string& sql) {
+                 std::vector<Value> p;
+                 for (int w = 0; w < 2; ++w) {
+                   p.insert(p.end(), {Value{int64_t{0}}, Value{std::string("t1")}, Value{std::string(kService)},
+                                      Value{int64_t{0}}, Value{true}, Value{std::string()}, Value{std::string()},
+                                      Value{std::string(kUnorderedTopics)}, Value{int64_t{w == 0 ? o_.batch_size : 0}}});
+                 }
+                 return c.Query(sql, storage::Values(p));
+               });
     ExplainOne({"dispatch: lease fence (last statement of the write transaction)", "dispatcher::LeaseFenceSql",
                 dispatcher::LeaseFenceSql()},
                true, [&](Connection& c, const std::string& sql) {

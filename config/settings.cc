@@ -49,6 +49,7 @@ enum class Kind {
   kSteps,
   kSchedules,    // issue 37: config/schedules.h
   kCaptures,     // config/captures.h
+  kWeights,      // issue 37: fairness.weights, tenant -> integer weight
 };
 
 // The objects a field accessor may reach into; only the one matching the key's scope is set.
@@ -169,6 +170,21 @@ constexpr KeyDescriptor kKeys[] = {
      .default_text = "{}",
      .doc = "Object of capture name -> {source, target, tables, where}: tables kept in sync from the "
             "source's binlog by `dsync capture` (docs/capture.md)."},
+    // ---- issue 37: fairness and datasource limits (docs/fairness-and-limits.md) ----
+    {.path = "datasources.<name>.max_concurrent_steps", .field = {.scope = Scope::kSettings, .kind = Kind::kDatasources},
+     .doc = "A datasource given as {\"url\": URL, \"max_concurrent_steps\": N}: at most N events of topics whose "
+            "plan names it (table_sync/table_verify source or target, table_delete target) in flight at once "
+            "(ASSIGNED, RUNNING or COMPENSATING), cluster-wide, enforced by the dispatcher. 1 to 100000; "
+            "default: no limit."},
+    {.path = "fairness.enabled",
+     .field = Field<&Settings::fairness, &FairnessSettings::enabled>(),
+     .doc = "Share each priority's assignments across the tenants with due events (deficit round robin "
+            "by fairness.weights); false: oldest first within a priority, whatever the tenant."},
+    {.path = "fairness.weights", .field = {.scope = Scope::kSettings, .kind = Kind::kWeights},
+     .default_text = "{}",
+     .doc = "Object of tenant_id -> integer weight from 1 to 1000: a tenant's share of a priority's "
+            "assignments while others wait is its weight over theirs. Tenants not named weigh 1."},
+    // ---- end of issue 37 ----
     {.path = "topics", .field = {.scope = Scope::kSettings, .kind = Kind::kTopics}, .required = true,
      .doc = "Required: object of topic name -> topic settings. Names: 1-50 characters of "
             "A-Z a-z 0-9 _ . -"},
@@ -387,6 +403,19 @@ constexpr KeyDescriptor kKeys[] = {
     {.path = "topics.<name>.ordered",
      .field = Field<&TopicSettings::ordered>(),
      .doc = "Run events of one (tenant_id, data_id) one at a time, in order of creation."},
+    // ---- issue 37: per-key concurrency limit (docs/fairness-and-limits.md) ----
+    {.path = "topics.<name>.concurrency_key",
+     .field = Field<&TopicSettings::concurrency_key>(),
+     .max = 100,
+     .doc = "What the topic's concurrency_limit counts per value of: tenant_id, data_id or payload.<field> "
+            "(fields of A-Z a-z 0-9 _, dotted for nested objects). Default \"\": none."},
+    {.path = "topics.<name>.concurrency_limit",
+     .field = Field<&TopicSettings::concurrency_limit>(),
+     .max = 100000,
+     .doc = "Most events of this topic in flight (ASSIGNED, RUNNING, COMPENSATING) at once per value of "
+            "concurrency_key, cluster-wide, enforced by the dispatcher; events whose key is missing are not "
+            "limited. 0: no limit. From 0 to 100000; set together with concurrency_key."},
+    // ---- end of issue 37 ----
     {.path = "topics.<name>.steps", .field = {.scope = Scope::kTopic, .kind = Kind::kSteps}, .required = true,
      .doc = "Required: non-empty array of steps, run in order, compensated in reverse."},
 
@@ -581,6 +610,7 @@ void Assign(const KeyDescriptor& key, const json& value, const Target& target,
     case Kind::kSteps:
     case Kind::kSchedules:
     case Kind::kCaptures:
+    case Kind::kWeights:
       break;
   }
   Fail(where, "internal error: structured key assigned as a scalar");
@@ -678,6 +708,57 @@ bool IsTopicName(std::string_view name) {
   return true;
 }
 
+// ---- issue 37: a datasource with a limit, and fairness.weights ----
+void ParseLimitedDatasource(const json& object, const std::string& name, const std::string& where,
+                            Settings& settings) {
+  if (!object.contains("url")) Fail(where + ".url", "required");
+  for (const auto& [key, member] : object.items()) {
+    const std::string member_where = where + "." + Printable(key);
+    if (key == "url") {
+      if (!member.is_string()) Fail(member_where, "expected a string, got " + Describe(member));
+      if (member.get_ref<const std::string&>().empty()) Fail(member_where, "must not be empty");
+      settings.datasources[name] = member.get<std::string>();
+    } else if (key == "max_concurrent_steps") {
+      if (!member.is_number_integer()) Fail(member_where, "expected an integer, got " + Describe(member));
+      const int64_t n = member.is_number_unsigned() && member.get<uint64_t>() > uint64_t(kMaxInt64)
+                            ? kMaxInt64 : member.get<int64_t>();
+      if (n < 1 || n > 100000) Fail(member_where, "must be from 1 to 100000, got " + std::to_string(n));
+      settings.datasource_limits[name] = static_cast<int>(n);
+    } else {
+      Fail(member_where, "unknown key");
+    }
+  }
+}
+
+void ParseWeights(const json& value, const std::string& where, Settings& settings) {
+  ExpectObject(value, where);
+  for (const auto& [tenant, weight] : value.items()) {
+    const std::string item = where + "." + Printable(tenant);
+    if (tenant.empty() || tenant.size() > 30) Fail(item, "tenant_id must be 1 to 30 characters");  // VARCHAR(30)
+    if (!weight.is_number_integer()) Fail(item, "expected an integer, got " + Describe(weight));
+    const int64_t n = weight.is_number_unsigned() && weight.get<uint64_t>() > uint64_t(kMaxInt64)
+                          ? kMaxInt64 : weight.get<int64_t>();
+    if (n < 1 || n > 1000) Fail(item, "must be from 1 to 1000, got " + std::to_string(n));
+    settings.fairness.weights[tenant] = static_cast<int>(n);
+  }
+}
+
+// concurrency_key: tenant_id, data_id or payload.<field>[.<field>...].
+bool IsConcurrencyKey(std::string_view key) {
+  if (key == "tenant_id" || key == "data_id") return true;
+  if (!key.starts_with("payload.")) return false;
+  std::string_view path = key.substr(8);
+  if (path.empty() || path.front() == '.' || path.back() == '.') return false;
+  char previous = 0;
+  for (char c : path) {
+    const bool word = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    if (!word && !(c == '.' && previous != '.')) return false;
+    previous = c;
+  }
+  return true;
+}
+// ---- end of issue 37 ----
+
 void ParseDatasources(const json& value, Settings& settings) {
   ExpectObject(value, "datasources");
   for (const auto& [name, url] : value.items()) {
@@ -685,7 +766,11 @@ void ParseDatasources(const json& value, Settings& settings) {
     if (name.empty()) Fail(where, "datasource name must not be empty");
     // distribute_event.route lists datasources separated by commas (config/step_datasources.h).
     if (name.find(',') != std::string::npos) Fail(where, "datasource name must not contain ','");
-    if (!url.is_string()) Fail(where, "expected a string, got " + Describe(url));
+    if (url.is_object()) {  // issue 37: {"url": ..., "max_concurrent_steps": N}
+      ParseLimitedDatasource(url, name, where, settings);
+      continue;
+    }
+    if (!url.is_string()) Fail(where, "expected a string or an object, got " + Describe(url));
     if (url.get_ref<const std::string&>().empty()) Fail(where, "must not be empty");
     settings.datasources[name] = url.get<std::string>();
   }
@@ -755,6 +840,10 @@ void ParseSection(const json& value, std::string_view section, Settings& setting
     std::string where = std::string(section) + "." + Printable(name);
     const KeyDescriptor* key = FindKey(Scope::kSettings, section, name);
     if (key == nullptr) Fail(where, "unknown key");
+    if (key->field.kind == Kind::kWeights) {  // issue 37
+      ParseWeights(member, where, settings);
+      continue;
+    }
     Assign(*key, member, Target{.settings = &settings}, where);
   }
 }
@@ -845,6 +934,15 @@ void Settings::Validate() const {
     const std::string prefix = "topics." + Printable(name);
     RequireOrder(topic.backoff_base <= topic.backoff_max, prefix + ".backoff_base_ms", topic.backoff_base,
                  "at most", prefix + ".backoff_max_ms", topic.backoff_max);
+    // issue 37: a key and its limit go together.
+    if (!topic.concurrency_key.empty() && !IsConcurrencyKey(topic.concurrency_key)) {
+      Fail(prefix + ".concurrency_key", "expected tenant_id, data_id or payload.<field> (A-Z a-z 0-9 _, dotted), got '" +
+                                            Printable(topic.concurrency_key) + "'");
+    }
+    if (topic.concurrency_key.empty() != (topic.concurrency_limit == 0)) {
+      Fail(prefix + (topic.concurrency_key.empty() ? ".concurrency_key" : ".concurrency_limit"),
+           "concurrency_key and concurrency_limit go together: set both or neither");
+    }
   }
   // --- issue 37: a schedule produces events of a configured topic ---
   for (const auto& [name, schedule] : schedules) {

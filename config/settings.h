@@ -118,11 +118,22 @@ struct TopicSettings {
   int priority = 0;                   // priority: of new events; smaller runs first. Default 0
   std::string strategy = "least_load";  // strategy: least_load|weighted|least_connections|round_robin|consistent_hash. Default least_load
   bool ordered = true;                // ordered: one event per (tenant_id, data_id) at a time, in creation order. Default true
+  // ---- issue 37: per-key concurrency limit (docs/fairness-and-limits.md) ----
+  std::string concurrency_key;        // concurrency_key: tenant_id, data_id or payload.<field>[.<field>...]. Default "": none
+  int concurrency_limit = 0;          // concurrency_limit: most in-flight events of the topic per key value, >= 1 with a key. Default 0: none
+  // ---- end of issue 37 ----
   std::vector<StepSpec> steps;        // steps: required, non-empty; run in order, compensated in reverse
 
   // The deadline of one attempt of a step without its own timeout_ms.
   Millis StepTimeout() const { return step_timeout.count() > 0 ? step_timeout : max_processing_time; }
 };
+
+// ---- issue 37: fair dispatch across tenants (docs/fairness-and-limits.md) ----
+struct FairnessSettings {
+  bool enabled = true;                     // fairness.enabled: share each priority's assignments across tenants. Default true
+  std::map<std::string, int> weights;      // fairness.weights: tenant_id -> weight 1..1000. Default {}: every tenant 1
+};
+// ---- end of issue 37 ----
 
 struct Settings {
   std::string database;               // database (--db, DSYNC_DB_URL): framework database URL; validated by storage::DbUrl::Parse at use. Required
@@ -135,6 +146,13 @@ struct Settings {
   ApiSettings api;                    // api.*
   RetentionSettings retention;        // retention.*
   RelaySettings relay;                // relay.*
+  // ---- issue 37 ----
+  FairnessSettings fairness;          // fairness.*
+  // datasources.<name>.max_concurrent_steps: in-flight events of topics naming the
+  // datasource, cluster-wide (a datasource given as {"url": ..., "max_concurrent_steps": N}).
+  // Default: none
+  std::map<std::string, int> datasource_limits;
+  // ---- end of issue 37 ----
   std::map<std::string, TopicSettings> topics;  // topics: name -> topic. Required when a file is given
   // --- issue 37: schedules (config/schedules.h) ---
   std::map<std::string, ScheduleSettings> schedules;  // schedules: name -> cron schedule. Default {}

@@ -58,12 +58,17 @@ PlannerConfig PlannerConfigFromSettings(const Settings& settings) {
     p.ordered = topic.ordered;
     p.batch_limit = std::max(0, topic.batch_limit);
     p.datasources = TopicDatasources(topic);
+    p.concurrency_key = topic.concurrency_key;
+    p.concurrency_limit = topic.concurrency_key.empty() ? 0 : std::max(0, topic.concurrency_limit);
     for (const StepSpec& step : topic.steps) {
       p.steps.push_back(
           {step.name, StepDatasources(step), RelayedDatasources(step), RelaySourceDatasources(step)});
     }
     config.topics[name] = p;
   }
+  config.fair = settings.fairness.enabled;
+  config.tenant_weights = settings.fairness.weights;
+  config.datasource_limits = settings.datasource_limits;
   return config;
 }
 
@@ -92,8 +97,10 @@ const TopicPolicy& AssignmentPlanner::PolicyFor(const std::string& topic) const 
   return it == config_.topics.end() ? kDefault : it->second;
 }
 
-void AssignmentPlanner::BeginCycle(std::vector<NodeLoad> nodes) {
+void AssignmentPlanner::BeginCycle(std::vector<NodeLoad> nodes, LimitUsage usage) {
   nodes_.clear();
+  usage_ = std::move(usage);
+  pairs_.clear();
   assigned_total_ = 0;
   assigned_per_topic_.clear();
   seen_entities_.clear();
@@ -312,6 +319,15 @@ PageFilter AssignmentPlanner::NextPageFilter() const {
   for (const auto& [topic, policy] : config_.topics) {
     if (!policy.ordered) f.unordered_topics.push_back(topic);
   }
+  if (!config_.datasource_limits.empty()) {
+    for (const auto& [topic, policy] : config_.topics) {
+      PendingEvent probe;
+      probe.topic = topic;
+      if (topic.find(',') == std::string::npos && !WithinLimits(probe, policy)) {
+        f.limited_topics.push_back(topic);
+      }
+    }
+  }
   return f;
 }
 
@@ -325,36 +341,206 @@ std::map<std::string, int> AssignmentPlanner::assigned_per_node() const {
 
 PlanResult AssignmentPlanner::Plan(const std::vector<PendingEvent>& events) {
   PlanResult result;
-  for (const PendingEvent& e : events) {
-    const TopicPolicy& policy = PolicyFor(e.topic);
-    // Every event marks its entity, assigned or not: a later event of the same
-    // entity must not overtake it.
-    bool first_of_entity = seen_entities_.insert(EntityKey(e)).second;
-    if (policy.ordered && !first_of_entity) {
-      ++result.skipped_ordered;
-      continue;
-    }
-    if (assigned_total_ >= config_.batch_size) {
-      ++result.skipped_budget;
-      continue;
-    }
-    int& topic_count = assigned_per_topic_[e.topic];
-    if (policy.batch_limit > 0 && topic_count >= policy.batch_limit) {
-      ++result.skipped_topic_limit;
-      continue;
-    }
-    int chosen = Choose(e, policy, NextWork(e));
-    if (chosen < 0) {
-      ++result.skipped_no_node;
-      continue;
-    }
-    Node& node = nodes_[chosen];
-    ++node.assigned;
-    ++topic_count;
-    ++assigned_total_;
-    if (policy.strategy == Strategy::kRoundRobin) round_robin_cursor_[e.topic] = node.load.address;
-    result.assignments.push_back({e.id, e.version, node.load.address});
+  for (const PendingEvent& e : events) PlanOne(e, result);
+  return result;
+}
+
+bool AssignmentPlanner::PlanOne(const PendingEvent& e, PlanResult& result) {
+  const TopicPolicy& policy = PolicyFor(e.topic);
+  // Every event marks its entity, assigned or not: a later event of the same
+  // entity must not overtake it.
+  bool first_of_entity = seen_entities_.insert(EntityKey(e)).second;
+  if (policy.ordered && !first_of_entity) {
+    ++result.skipped_ordered;
+    return false;
   }
+  if (assigned_total_ >= config_.batch_size) {
+    ++result.skipped_budget;
+    return false;
+  }
+  int& topic_count = assigned_per_topic_[e.topic];
+  if (policy.batch_limit > 0 && topic_count >= policy.batch_limit) {
+    ++result.skipped_topic_limit;
+    return false;
+  }
+  if (!WithinLimits(e, policy)) {
+    ++result.skipped_limit;
+    return false;
+  }
+  int chosen = Choose(e, policy, NextWork(e));
+  if (chosen < 0) {
+    ++result.skipped_no_node;
+    return false;
+  }
+  Node& node = nodes_[chosen];
+  ++node.assigned;
+  ++topic_count;
+  ++assigned_total_;
+  Hold(e, policy);
+  if (policy.strategy == Strategy::kRoundRobin) round_robin_cursor_[e.topic] = node.load.address;
+  result.assignments.push_back({e.id, e.version, node.load.address});
+  return true;
+}
+
+// ---- issue 37: concurrency limits ----
+
+bool AssignmentPlanner::HasLimits() const {
+  if (!config_.datasource_limits.empty()) return true;
+  return std::any_of(config_.topics.begin(), config_.topics.end(),
+                     [](const auto& t) { return t.second.concurrency_limit > 0; });
+}
+
+std::map<std::string, std::string> AssignmentPlanner::KeyedTopics() const {
+  std::map<std::string, std::string> out;
+  for (const auto& [topic, policy] : config_.topics) {
+    if (policy.concurrency_limit > 0) out[topic] = policy.concurrency_key;
+  }
+  return out;
+}
+
+bool AssignmentPlanner::WithinLimits(const PendingEvent& e, const TopicPolicy& policy) const {
+  for (const auto& ds : policy.datasources) {
+    auto limit = config_.datasource_limits.find(ds);
+    if (limit == config_.datasource_limits.end()) continue;
+    auto held = usage_.per_datasource.find(ds);
+    if (held != usage_.per_datasource.end() && held->second >= limit->second) return false;
+  }
+  if (policy.concurrency_limit > 0 && e.limit_key) {
+    auto topic = usage_.per_key.find(e.topic);
+    if (topic != usage_.per_key.end()) {
+      auto held = topic->second.find(*e.limit_key);
+      if (held != topic->second.end() && held->second >= policy.concurrency_limit) return false;
+    }
+  }
+  return true;
+}
+
+void AssignmentPlanner::Hold(const PendingEvent& e, const TopicPolicy& policy) {
+  for (const auto& ds : policy.datasources) {
+    if (config_.datasource_limits.count(ds)) ++usage_.per_datasource[ds];
+  }
+  if (policy.concurrency_limit > 0 && e.limit_key) ++usage_.per_key[e.topic][*e.limit_key];
+}
+
+// ---- issue 37: fair dispatch ----
+
+bool AssignmentPlanner::Budget() const { return assigned_total_ < config_.batch_size && free_slots() > 0; }
+
+int AssignmentPlanner::WeightOf(const std::string& tenant) const {
+  auto it = config_.tenant_weights.find(tenant);
+  return it == config_.tenant_weights.end() ? 1 : std::max(1, it->second);
+}
+
+void AssignmentPlanner::BeginFairCycle(std::vector<TenantHead> heads) {
+  std::sort(heads.begin(), heads.end());
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  pairs_.clear();
+  for (const auto& h : heads) pairs_.push_back({h});
+  // An idle pair keeps no credit (DRR).
+  for (auto it = deficit_.begin(); it != deficit_.end();) {
+    const bool listed = std::binary_search(heads.begin(), heads.end(), TenantHead{it->first.first, it->first.second});
+    it = listed ? std::next(it) : deficit_.erase(it);
+  }
+}
+
+std::vector<TenantWindow> AssignmentPlanner::NextWindows() const {
+  std::vector<TenantWindow> out;
+  const int budget = remaining();
+  if (budget <= 0) return out;
+  // The most urgent priority with a pair left.
+  auto first = std::find_if(pairs_.begin(), pairs_.end(), [](const Pair& p) { return !p.done; });
+  if (first == pairs_.end()) return out;
+  const int priority = first->head.priority;
+  std::vector<const Pair*> level;
+  for (auto it = first; it != pairs_.end() && it->head.priority == priority; ++it) {
+    if (!it->done) level.push_back(&*it);
+  }
+  // This round's order: from the pair the round stopped at, wrapping.
+  size_t start = 0;
+  if (auto at = round_start_.find(priority); at != round_start_.end()) {
+    while (start < level.size() && level[start]->head.tenant_id < at->second) ++start;
+    if (start == level.size()) start = 0;
+  }
+  const size_t n = std::min(level.size(), kMaxWindows);
+  int64_t weights = 0;
+  for (size_t k = 0; k < n; ++k) weights += WeightOf(level[(start + k) % level.size()]->head.tenant_id);
+  for (size_t k = 0; k < n; ++k) {
+    const Pair& p = *level[(start + k) % level.size()];
+    // Its share of the budget and one more (a deficit carried over), or the whole
+    // budget when alone: a short window only costs another page.
+    int64_t share = n == 1 ? budget : (int64_t{budget} * WeightOf(p.head.tenant_id) + weights - 1) / weights + 1;
+    out.push_back({p.head.priority, p.head.tenant_id, p.after_id, static_cast<int>(std::min<int64_t>(share, budget))});
+  }
+  return out;
+}
+
+PlanResult AssignmentPlanner::PlanWindows(const std::vector<TenantWindow>& windows,
+                                          const std::vector<PendingEvent>& events) {
+  PlanResult result;
+  if (windows.empty()) return result;
+  // Each window's events in id order.
+  std::vector<std::vector<const PendingEvent*>> queues(windows.size());
+  std::map<std::pair<int, std::string>, size_t> index;
+  for (size_t i = 0; i < windows.size(); ++i) index[{windows[i].priority, windows[i].tenant_id}] = i;
+  for (const PendingEvent& e : events) {
+    auto it = index.find({e.priority, e.tenant_id});
+    if (it != index.end()) queues[it->second].push_back(&e);
+  }
+  std::vector<bool> more(windows.size());  // the pair may hold more than was read
+  for (size_t i = 0; i < windows.size(); ++i) {
+    auto& q = queues[i];
+    std::sort(q.begin(), q.end(), [](const PendingEvent* a, const PendingEvent* b) { return a->id < b->id; });
+    more[i] = static_cast<int>(q.size()) >= windows[i].limit;
+    result.window_full = result.window_full || more[i];
+    auto pair = std::lower_bound(pairs_.begin(), pairs_.end(), TenantHead{windows[i].priority, windows[i].tenant_id},
+                                 [](const Pair& p, const TenantHead& h) { return p.head < h; });
+    if (pair == pairs_.end() || !(pair->head == TenantHead{windows[i].priority, windows[i].tenant_id})) continue;
+    if (!q.empty()) pair->after_id = q.back()->id;
+    if (!more[i]) pair->done = true;
+  }
+  const int priority = windows.front().priority;
+  // Deficit round robin over the windows, in the order given (NextWindows starts at
+  // the pair the last round stopped at).
+  std::vector<size_t> next(windows.size(), 0);  // position in each queue
+  bool first_round = true;
+  while (true) {
+    bool any = false;
+    for (size_t i = 0; i < windows.size(); ++i) {
+      if (next[i] >= queues[i].size()) continue;
+      any = true;
+      double& deficit = deficit_[{priority, windows[i].tenant_id}];
+      const int weight = WeightOf(windows[i].tenant_id);
+      // A pair the last cycle stopped on already had this round's quantum.
+      const std::pair<int, std::string> key{priority, windows[i].tenant_id};
+      if (first_round && resume_ == key) {
+        resume_.reset();
+      } else {
+        deficit += weight;
+      }
+      while (deficit >= 1 && next[i] < queues[i].size()) {
+        if (!Budget()) {
+          round_start_[priority] = windows[i].tenant_id;
+          resume_ = key;
+          result.skipped_budget += static_cast<int>(queues[i].size() - next[i]);
+          for (size_t j = 0; j < windows.size(); ++j) {
+            if (j != i) result.skipped_budget += static_cast<int>(queues[j].size() - next[j]);
+          }
+          return result;
+        }
+        if (PlanOne(*queues[i][next[i]++], result)) deficit -= 1;
+      }
+      if (next[i] >= queues[i].size()) {
+        // Window used up: DRR's empty queue keeps no credit; one read only in part
+        // keeps at most a quantum for its next window.
+        deficit = more[i] ? std::min<double>(deficit, weight) : 0;
+      }
+    }
+    first_round = false;
+    if (!any) break;
+  }
+  // Every window is used up: the next round starts after the last pair served.
+  round_start_[priority] = windows.back().tenant_id + '\x01';
+  resume_.reset();
   return result;
 }
 

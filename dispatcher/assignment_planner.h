@@ -46,6 +46,32 @@
 //   - topics missing from the config are planned with the defaults (least_load,
 //     ordered, no per-topic limit): the consumer owns topic definitions, and a node
 //     serving the topic (or "*") records the error if it does not know it either.
+//   - concurrency limits (issue 37, docs/fairness-and-limits.md): an event holds one slot
+//     of every limited datasource its topic's plan names (TopicPolicy::datasources), and
+//     one slot of its topic's concurrency key value (TopicPolicy::concurrency_limit),
+//     from its assignment until it leaves ASSIGNED/RUNNING/COMPENSATING by any path. The
+//     cycle reads what is held from the database (LimitUsage, every in-flight event of
+//     the service, live nodes or not); an event whose slot is not free is skipped
+//     (skipped_limit), and topics with a full datasource are kept out of the next page
+//     (PageFilter::limited_topics). An event whose key value is missing (nullopt) is not
+//     limited by the key.
+// Fair dispatch (issue 37; PlannerConfig::fair, on by default in the config): instead of
+// Plan() over pages in (priority, id) order, the cycle reads the (priority, tenant)
+// pairs that have PENDING events (BeginFairCycle), then pages of per-pair windows
+// (NextWindows: at most kMaxWindows pairs of the most urgent priority with a pair left,
+// each window at most remaining() events after the pair's cursor), and PlanWindows()
+// shares the assignments among the pairs by deficit round robin: each round a pair
+// with events adds its tenant's weight (PlannerConfig::tenant_weights, default 1) to
+// its deficit and takes events while its deficit is at least 1, one per assignment.
+// Deficits and the round's position persist across cycles (a cycle cut short by the
+// budget resumes at the pair it stopped on, without a new quantum), so over any stretch
+// where tenants keep due events, each gets its weight's share of the assignments to
+// within one quantum each, however small each cycle's budget is. A pair whose window
+// came back short has nothing more readable this cycle: its deficit is dropped (as
+// DRR drops an idle flow's), and when every pair of a priority is so, the next page
+// reads the next priority. Priorities keep their meaning (a less urgent pair is read
+// only when the more urgent ones have nothing placeable left); the ordering rule is
+// per (tenant, data_id), within one tenant's pair, and is unchanged.
 // Strategies (per topic; ties always go to the smaller address):
 //   least_load         min (in_flight + assigned) / capacity
 //   weighted           max weight * capacity / (load + assigned / capacity + 0.001), the
@@ -103,12 +129,30 @@ struct TopicPolicy {
     std::vector<std::string> relay_source{};
   };
   std::vector<Step> steps;
+  // issue 37: per-key concurrency limit. concurrency_key as configured ("tenant_id",
+  // "data_id", "payload.a.b"; "" none); concurrency_limit 0: none.
+  std::string concurrency_key{};
+  int concurrency_limit = 0;
 };
 
 struct PlannerConfig {
   int batch_size = 500;                       // assignments per cycle, all topics
   std::map<std::string, TopicPolicy> topics;  // configured topics; others get TopicPolicy{}
+  // issue 37.
+  bool fair = false;                          // fairness.enabled (the config's default is true)
+  std::map<std::string, int> tenant_weights;  // fairness.weights; others weigh 1
+  std::map<std::string, int> datasource_limits;  // datasources.<name>.max_concurrent_steps
 };
+
+// In-flight events holding limited slots, as the database says at cycle start (issue 37).
+struct LimitUsage {
+  std::map<std::string, int64_t> per_datasource;  // limited datasource -> events holding it
+  std::map<std::string, std::map<std::string, int64_t>> per_key;  // topic -> key value -> events
+};
+
+// A (priority, tenant) with PENDING events, and what a fair page reads of it.
+using TenantHead = events::DueHead;
+using TenantWindow = events::DueWindow;
 
 // dispatcher.batch_size and each topic's strategy / ordered / batch_limit /
 // datasources. An unknown strategy name (Settings rejects them) falls back to
@@ -152,6 +196,9 @@ struct PlanResult {
   int skipped_topic_limit = 0;  // the topic's batch_limit was reached
   int skipped_no_node = 0;      // no eligible node has a free slot
   int skipped_budget = 0;       // the cycle's batch_size was reached
+  int skipped_limit = 0;        // a datasource's or the key's concurrency limit was full
+  // PlanWindows: some window came back full (its pair may hold more events).
+  bool window_full = false;
 };
 
 // What the next page of due events should be restricted to, so that events nobody
@@ -164,6 +211,8 @@ struct PageFilter {
   // Topics no node with a free slot can run (datasources not reached, plan bad
   // there): kept out of the page like exhausted_topics.
   std::vector<std::string> blocked_topics;
+  // Topics a datasource of which is at its max_concurrent_steps (issue 37): kept out too.
+  std::vector<std::string> limited_topics;
   int limit = 0;                               // remaining(): events worth reading
 };
 
@@ -172,10 +221,26 @@ class AssignmentPlanner {
   explicit AssignmentPlanner(PlannerConfig config);
 
   // Starts a cycle: forgets this cycle's assignments and seen entities, keeps the
-  // round-robin cursors.
-  void BeginCycle(std::vector<NodeLoad> nodes);
+  // round-robin cursors and the fair rotation. `usage`: the limited slots held now.
+  void BeginCycle(std::vector<NodeLoad> nodes, LimitUsage usage = {});
   // Plans events (in priority, id order) against what is left of this cycle.
   PlanResult Plan(const std::vector<PendingEvent>& events);
+
+  // Fair dispatch (see the file comment). After BeginCycle: the pairs with PENDING
+  // events (any order); forgets deficits of pairs no longer listed.
+  void BeginFairCycle(std::vector<TenantHead> heads);
+  // The windows the next page reads, in this round's order; empty: nothing left to
+  // read this cycle (no budget, or every pair's window came back short).
+  std::vector<TenantWindow> NextWindows() const;
+  // Plans the events read for `windows` (NextWindows()'s, any order of events).
+  PlanResult PlanWindows(const std::vector<TenantWindow>& windows, const std::vector<PendingEvent>& events);
+  // Most pairs one fair page reads (one UNION ALL statement).
+  static constexpr size_t kMaxWindows = 32;
+  bool fair() const { return config_.fair; }
+  // Whether any concurrency limit is configured (the cycle reads LimitUsage only then).
+  bool HasLimits() const;
+  // Topics with a per-key limit, and their key.
+  std::map<std::string, std::string> KeyedTopics() const;
   // Assignments still possible this cycle: min(free slots of non-draining nodes,
   // batch_size - assigned).
   int remaining() const;
@@ -262,8 +327,31 @@ class AssignmentPlanner {
   std::string UnreachedReason(const std::string& topic, const std::vector<Node*>& serving,
                               const std::vector<Node*>& eligible) const;
 
+  // Plan()'s per-event rules; true when `e` was assigned.
+  bool PlanOne(const PendingEvent& e, PlanResult& result);
+  // issue 37: whether `e`'s limited slots are free; Hold takes them.
+  bool WithinLimits(const PendingEvent& e, const TopicPolicy& policy) const;
+  void Hold(const PendingEvent& e, const TopicPolicy& policy);
+  // Assignments are still possible this cycle (batch_size and some free slot).
+  bool Budget() const;
+  int WeightOf(const std::string& tenant) const;
+
   const PlannerConfig config_;
   std::vector<Node> nodes_;  // non-draining only, by address
+  LimitUsage usage_;         // this cycle's, assignments included
+  // Fair dispatch. Per cycle: the pairs, sorted, with their read cursor.
+  struct Pair {
+    TenantHead head;
+    int64_t after_id = 0;
+    bool done = false;  // its window came back short: nothing more readable this cycle
+  };
+  std::vector<Pair> pairs_;
+  // Across cycles: each pair's deficit, and per priority the pair (tenant) the next
+  // round starts at; resume_: the pair a cycle's budget stopped on, which already had
+  // this round's quantum.
+  std::map<std::pair<int, std::string>, double> deficit_;
+  std::map<int, std::string> round_start_;
+  std::optional<std::pair<int, std::string>> resume_;
   int assigned_total_ = 0;
   std::map<std::string, int> assigned_per_topic_;
   std::unordered_set<std::string> seen_entities_;

@@ -47,6 +47,11 @@ constexpr Millis kUnknownTopicScan{10000};
 // reason VARCHAR(1024).
 constexpr size_t kMaxTopic = 50;
 constexpr size_t kMaxReason = 1024;
+// Most (priority, tenant) pairs a fair cycle reads (issue 37); a cluster with more
+// tenants waiting at once serves the first ones by name until these drain.
+constexpr int kMaxDueHeads = 10000;
+// How long a fair cycle reuses the pairs it read (under load cycles run every few ms).
+constexpr Millis kHeadsRefresh{20};
 
 // At most `max` bytes of `text`, cut at a UTF-8 character boundary.
 std::string Truncated(const std::string& text, size_t max) {
@@ -134,17 +139,75 @@ std::vector<NodeLoad> DispatchCycle::ReadNodes() {
   return nodes;
 }
 
-std::vector<PendingEvent> DispatchCycle::ReadDue(const PageFilter& f, const Cursor& after) {
+events::DueFilter DispatchCycle::DueFilterOf(const PageFilter& f, const Cursor& after) const {
   const std::string served = CommaList(f.served_topics);
-  // Topics at their batch_limit and topics no free node can run are kept out alike.
+  // Topics at their batch_limit, topics no free node can run and topics with a
+  // datasource at its concurrency limit are kept out alike.
   std::vector<std::string> excluded = f.exhausted_topics;
   excluded.insert(excluded.end(), f.blocked_topics.begin(), f.blocked_topics.end());
   excluded.insert(excluded.end(), paused_.begin(), paused_.end());  // paused topics (V022)
+  excluded.insert(excluded.end(), f.limited_topics.begin(), f.limited_topics.end());
   const std::string exhausted = CommaList(excluded);
   const std::string unordered = CommaList(f.unordered_topics);
-  const events::DueFilter filter{options_.service, after.priority, after.id, f.any_topic, served, exhausted, unordered, f.limit};
+  return events::DueFilter{options_.service, after.priority, after.id, f.any_topic, served, exhausted, unordered, f.limit};
+}
+
+std::vector<PendingEvent> DispatchCycle::ReadDue(const PageFilter& f, const Cursor& after) {
+  const events::DueFilter filter = DueFilterOf(f, after);
   return pool_.Run("read due events", [&](storage::Connection& c) { return events::ReadDue(c, filter); });
 }
+
+// ---- issue 37: fair windows and concurrency limits ----
+
+std::vector<PendingEvent> DispatchCycle::ReadWindows(const PageFilter& f, const std::vector<TenantWindow>& windows) {
+  const events::DueFilter filter = DueFilterOf(f, Cursor{0, 0});
+  return pool_.Run("read due windows", [&](storage::Connection& c) { return events::ReadDueWindows(c, filter, windows); });
+}
+
+LimitUsage DispatchCycle::ReadLimitUsage() {
+  LimitUsage usage;
+  if (!planner_.HasLimits()) return usage;
+  const std::map<std::string, std::string> keyed = planner_.KeyedTopics();
+  pool_.Run("count limited slots", [&](storage::Connection& c) {
+    usage = LimitUsage{};  // fresh on a retry
+    for (const auto& [topic, n] : events::CountInFlightByTopic(c, options_.service)) {
+      for (const auto& ds : planner_.PolicyFor(topic).datasources) usage.per_datasource[ds] += n;
+    }
+    for (const auto& [topic, key] : keyed) {
+      usage.per_key[topic] = events::CountInFlightByKey(c, options_.service, topic, key);
+    }
+  });
+  return usage;
+}
+
+void DispatchCycle::FillLimitKeys(std::vector<PendingEvent>& events) {
+  const std::map<std::string, std::string> keyed = planner_.KeyedTopics();
+  if (keyed.empty()) return;
+  std::map<std::string, std::vector<int64_t>> payload_ids;  // key -> events needing it read
+  for (PendingEvent& e : events) {
+    auto it = keyed.find(e.topic);
+    if (it == keyed.end()) continue;
+    if (it->second == "tenant_id") {
+      e.limit_key = e.tenant_id;
+    } else if (it->second == "data_id") {
+      e.limit_key = e.data_id;
+    } else {
+      payload_ids[it->second].push_back(e.id);
+    }
+  }
+  for (const auto& [key, ids] : payload_ids) {
+    const std::map<int64_t, std::string> values =
+        pool_.Run("read concurrency keys", [&](storage::Connection& c) { return events::ReadPayloadKeys(c, key, ids); });
+    for (PendingEvent& e : events) {
+      auto it = keyed.find(e.topic);
+      if (it == keyed.end() || it->second != key) continue;
+      auto v = values.find(e.id);
+      if (v != values.end()) e.limit_key = v->second;
+    }
+  }
+}
+
+// ---- end of issue 37 ----
 
 DispatchCycle::WriteResult DispatchCycle::Write(const std::vector<Assignment>& assignments,
                                                 const std::optional<LeaseFence>& fence) {
@@ -319,7 +382,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
   std::vector<NodeLoad> nodes = ReadNodes();
   r.live_nodes = static_cast<int>(nodes.size());
   const bool any_taker = std::any_of(nodes.begin(), nodes.end(), [](const NodeLoad& n) { return !n.draining; });
-  planner_.BeginCycle(std::move(nodes));
+  planner_.BeginCycle(std::move(nodes), ReadLimitUsage());
   r.free_slots = planner_.free_slots();
   r.unroutable_topics = static_cast<int>(planner_.Unroutable().size());
   RecordUnroutable(fence);
@@ -327,20 +390,53 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
   bool no_room = false;  // an event read found no eligible node with room left
 
   Cursor cursor{std::numeric_limits<int32_t>::min(), 0};
+  const bool fair = planner_.fair();
+  bool heads_read = false;
   for (int page = 0; page < options_.max_pages; ++page) {
     PageFilter filter = planner_.NextPageFilter();
     // The budget ran out; more_due tells whether the last page was full.
     if (filter.limit <= 0) break;
     if (!filter.any_topic && filter.served_topics.empty()) break;
-    std::vector<PendingEvent> events = ReadDue(filter, cursor);
+    std::vector<PendingEvent> events;
+    std::vector<TenantWindow> windows;
+    bool page_full = false;
+    if (fair) {
+      // Fair pages (issue 37): the pairs with PENDING events once a cycle, only when
+      // some node can take work, then per-pair windows.
+      if (!heads_read) {
+        heads_read = true;
+        // Reused for kHeadsRefresh while it lists some pair: a pair gone since is read as
+        // an empty window; a tenant new since waits at most that long to be seen.
+        const Clock::TimePoint now = clock_.Now();
+        if (heads_.empty() || !heads_at_ || now - *heads_at_ >= kHeadsRefresh) {
+          heads_ = pool_.Run("read due tenants", [&](storage::Connection& c) {
+            return events::ReadDueHeads(c, options_.service, kMaxDueHeads);
+          });
+          heads_at_ = now;
+        }
+        planner_.BeginFairCycle(heads_);
+      }
+      windows = planner_.NextWindows();
+      if (windows.empty()) break;
+      events = ReadWindows(filter, windows);
+    } else {
+      events = ReadDue(filter, cursor);
+    }
     const Clock::TimePoint read_at = clock_.Now();
     ++r.pages;
     r.due_read += static_cast<int>(events.size());
-    if (events.empty()) break;
-    cursor = {events.back().priority, events.back().id};
-    const bool page_full = static_cast<int>(events.size()) >= filter.limit;
-
-    PlanResult plan = planner_.Plan(events);
+    FillLimitKeys(events);
+    PlanResult plan;
+    if (fair) {
+      plan = planner_.PlanWindows(windows, events);  // marks short windows' pairs done
+      page_full = plan.window_full;
+      if (events.empty()) continue;                  // the next priority's pairs, if any
+    } else {
+      if (events.empty()) break;
+      cursor = {events.back().priority, events.back().id};
+      page_full = static_cast<int>(events.size()) >= filter.limit;
+      plan = planner_.Plan(events);
+    }
     r.skipped += static_cast<int>(events.size() - plan.assignments.size());
     if (plan.skipped_no_node > 0) no_room = true;
     if (!plan.assignments.empty()) {
@@ -369,7 +465,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
       if (on_assigned_ && r.assigned > 0) on_assigned_(WonNodes(plan.assignments, w.won));  // wake-ups
     }
     r.more_due = page_full;
-    if (!page_full) break;  // every due event the filter allows was read
+    if (!page_full && !fair) break;  // every due event the filter allows was read
   }
   // Whether due events wait for a slot. A cycle that read knows; one that could not
   // read because every node was full keeps what the last reading cycle saw (the

@@ -18,10 +18,18 @@
 //   - due events: idx_due (status, priority, id, next_run_time), in (priority, id)
 //     order from a keyset cursor, LIMIT = what the planner can still place, and
 //     restricted in SQL to topics some node with a free slot serves, to topics below
-//     their batch_limit and not paused (dsync_topic_pause, read once per cycle), and
-//     (ordered topics) to events with no earlier non-terminal event of the same
-//     (tenant_id, data_id) (idx_entity_status). So events that must
-//     wait never fill a page and block the ones behind them.
+//     their batch_limit and not paused (dsync_topic_pause, read once per cycle), to topics none of whose datasources is at its concurrency
+//     limit, and (ordered topics) to events with no earlier non-terminal event of the
+//     same (tenant_id, data_id) (idx_entity_status). So events that must wait never
+//     fill a page and block the ones behind them.
+//   - fair dispatch (issue 37, the default; docs/fairness-and-limits.md): instead of
+//     that page, the (priority, tenant) pairs with PENDING events (events::ReadDueHeads,
+//     a loose index scan of V021's idx_fair; reused for 20 ms while non-empty), then
+//     per page one UNION ALL of per-pair windows (events::ReadDueWindows, the same
+//     filters) that the planner shares by deficit round robin;
+//   - concurrency limits (only when configured): in-flight events per topic, and per
+//     key value of keyed topics, of the service on any node (a range of idx_due over
+//     the in-flight statuses), and the payload keys of a page's keyed events.
 //
 // Unroutable topics (AssignmentPlanner::Unroutable: no live node serves the topic or
 // could build its plan, or neither routing tier finds takers: no node reaches every
@@ -164,7 +172,13 @@ class DispatchCycle {
     int64_t priority;
     int64_t id;
   };
+  events::DueFilter DueFilterOf(const PageFilter& filter, const Cursor& after) const;
   std::vector<PendingEvent> ReadDue(const PageFilter& filter, const Cursor& after);
+  // issue 37: a fair page's windows; the limited slots held now (empty without limits);
+  // each event's concurrency key value (one read of payload keys per key, if any).
+  std::vector<PendingEvent> ReadWindows(const PageFilter& filter, const std::vector<TenantWindow>& windows);
+  LimitUsage ReadLimitUsage();
+  void FillLimitKeys(std::vector<PendingEvent>& events);
   // Records planner_.Unroutable() and the unknown topics (see the file comment).
   // Failures are logged, never thrown: the record is for the operator.
   void RecordUnroutable(const std::optional<LeaseFence>& fence);
@@ -185,6 +199,9 @@ class DispatchCycle {
   Clock::TimePoint recorded_at_{};
   std::map<std::string, std::string> unknown_;
   std::optional<Clock::TimePoint> counted_at_;  // the last look for unknown topics
+  // Fair cycles (issue 37): the (priority, tenant) pairs last read, and when.
+  std::vector<events::DueHead> heads_;
+  std::optional<Clock::TimePoint> heads_at_;
   // The lease token RecordUnordered last wrote under (-1: unfenced; nullopt: never).
   std::optional<int64_t> unordered_token_;
   // Paused topics (V022, control/topic_pause.h), read once per cycle and kept out of

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct DueEvent {
   // What its next step needs (V018 `route`: sorted, comma-separated datasources, set
   // by a hand-on); "" for NULL: a fresh event, its first step's datasources apply.
   std::string route;
+  // issue 37: the value of its topic's concurrency_key (set by the dispatch cycle);
+  // nullopt: the topic has none, or the event's value is missing.
+  std::optional<std::string> limit_key{};
 };
 
 // What a page of due events may hold (the planner's PageFilter, as statement params).
@@ -73,6 +77,60 @@ struct DueFilter {
 // restricted in SQL to the filter's topics and (ordered topics) to events with no
 // earlier non-terminal event of the same (tenant_id, data_id) in that service. Throws DbError.
 std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& filter);
+
+// ---- issue 37: fair windows and concurrency limits (docs/fairness-and-limits.md) ----
+
+// A (priority, tenant_id) that has PENDING events of the service.
+struct DueHead {
+  int priority = 0;
+  std::string tenant_id;
+  bool operator<(const DueHead& o) const {
+    return priority != o.priority ? priority < o.priority : tenant_id < o.tenant_id;
+  }
+  bool operator==(const DueHead& o) const { return priority == o.priority && tenant_id == o.tenant_id; }
+};
+
+// Every (priority, tenant_id) with PENDING events of `service`, sorted, at most `max`:
+// a loose index scan of idx_fair (V021: priority, tenant_id, status, service, id, ...),
+// one index dive per (priority, tenant_id) the table holds, whatever the number of
+// events. The optimizer picks it by cost: with index statistics that badly overstate
+// the pairs (a fresh bulk load before InnoDB's automatic recalculation, which follows a
+// change of a tenth of the table) it may scan idx_fair instead, correct but slower
+// until the statistics catch up. Throws DbError.
+std::vector<DueHead> ReadDueHeads(storage::Connection& c, const std::string& service, int max);
+
+// What a fair page reads of one pair: its due events after `after_id`, at most `limit`.
+struct DueWindow {
+  int priority = 0;
+  std::string tenant_id;
+  int64_t after_id = 0;
+  int limit = 0;
+};
+
+// ReadDue's rows (same filters: topics, ordering rule; `filter`'s cursor and limit are
+// unused) for each window, in one UNION ALL statement of ref ranges on idx_fair: at
+// most the windows' limits in rows. Windows of one priority and at most 32. Throws DbError.
+std::vector<DueEvent> ReadDueWindows(storage::Connection& c, const DueFilter& filter,
+                                     const std::vector<DueWindow>& windows);
+
+// In-flight events (ASSIGNED, RUNNING, COMPENSATING) of the service per topic, on any
+// node, live or not: a range of idx_due over the in-flight statuses. Throws DbError.
+std::map<std::string, int64_t> CountInFlightByTopic(storage::Connection& c, const std::string& service);
+
+// In-flight events of the topic per value of `key` ("tenant_id", "data_id" or
+// "payload.a.b"); events whose value is missing are not counted. Throws DbError.
+std::map<std::string, int64_t> CountInFlightByKey(storage::Connection& c, const std::string& service,
+                                                  const std::string& topic, const std::string& key);
+
+// The value of `key` ("payload.a.b") in each event's payload, by id; absent when
+// missing or the payload is not JSON. Throws DbError.
+std::map<int64_t, std::string> ReadPayloadKeys(storage::Connection& c, const std::string& key,
+                                               const std::vector<int64_t>& ids);
+
+// The statements, for the bench's EXPLAINs.
+const char* DueHeadsSql();
+std::string DueWindowsSql(size_t windows);
+// ---- end of issue 37 ----
 
 // One assignment to write: the event at the version read, to `node`.
 struct AssignRow {

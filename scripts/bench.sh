@@ -122,7 +122,14 @@
 #             ("16 256"), DSYNC_BENCH_PAIRS (5) pairs of one 1-step e2e run (wake-ups on,
 #             as in capacity) and one pg-boss run at its best batch size
 #             (DSYNC_BENCH_PAIRED_BATCH, 500), in ABBA order (odd pairs dsync first); each
-#             pair's ratio and their median
+#             pair's ratio and their median. Same work on both sides (issue 37): dsync
+#             `noop` vs pg-boss's no-op job, dsync `demo` vs pg-boss jobs inserting one
+#             row; DSYNC_BENCH_PAIRED_BIN_B (an older dsync) adds that binary's demo
+#             burn-down to each pair (before/after in one invocation);
+#             DSYNC_BENCH_PAIRED_DEFAULTS (1) adds a demo run with the shipped poll
+#             intervals (see section_paired)
+#   fairness  issue 37: tenant B's 100 events alone, then beside tenant A's backlog of
+#             DSYNC_BENCH_FAIR_BACKLOG (100,000) due events, fairness on and off
 #
 # Knobs (environment): DSYNC_MARIADB_BUFFER_POOL (256M, the throwaway server's
 # innodb_buffer_pool_size), DSYNC_BENCH_RUNS (3), DSYNC_BENCH_EVENTS (20000, e2e and pgboss),
@@ -145,7 +152,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ports.sh
 
-sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss paired galera sync relay purge slowclients)
+sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss paired fairness galera sync relay purge slowclients)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -261,7 +268,9 @@ write_config() {
                "steps": [ { "name": "s1", "type": "demo" } ] },
     "E2E_3": { "ordered": false, "max_retry": 3, "backoff_base_ms": 200, "backoff_max_ms": 1000,
                "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" },
-                          { "name": "s3", "type": "demo" } ] }
+                          { "name": "s3", "type": "demo" } ] },
+    "E2E_noop": { "ordered": false, "max_retry": 3, "backoff_base_ms": 200, "backoff_max_ms": 1000,
+               "steps": [ { "name": "s1", "type": "noop" } ] }
   }
 }
 JSON
@@ -994,10 +1003,11 @@ pgboss_start() {
   pg_version=$("$pg_bin/postgres" --version | awk '{ print $3 }')
   echo "  pg-boss $pgboss_version on PostgreSQL $pg_version (port $pg_port, fsync=on, synchronous_commit=on), node $(node --version)"
 }
-# pgboss_run BATCH: one run of `events` jobs, 4 workers; prints bench.js's line.
+# pgboss_run BATCH [WORK]: one run of `events` jobs, 4 workers, WORK noop (default) or
+# insert (a row per job); prints bench.js's line.
 pgboss_run() {
   NODE_PATH=$pgboss_cache/node_modules node bench/pgboss/bench.js --host 127.0.0.1 --port "$pg_port" \
-    --user bench --database postgres --jobs "$events" --workers 4 --batch-size "$1" --mode loop
+    --user bench --database postgres --jobs "$events" --workers 4 --batch-size "$1" --mode loop --work "${2:-noop}"
 }
 
 section_pgboss() {
@@ -1019,41 +1029,123 @@ section_pgboss() {
 }
 
 # -- paired: dsync and pg-boss alternated, so that both sides of a ratio share the hour --
+# Same work on both sides (issue 37): work=noop is dsync's `noop` step against pg-boss's
+# no-op job; work=demo is dsync's `demo` step (one demo_ledger row in the step's
+# transaction) against pg-boss jobs inserting one row each (bench.js --work insert).
+# With DSYNC_BENCH_PAIRED_BIN_B (an older dsync binary, e.g. a build of main), every
+# demo pair also runs that binary's burn-down (b) beside this build's (a), for the
+# before/after ratio of a change (a/b; below 1: this build is slower). The B binary
+# gets the same config; it cannot build the `noop` topic (an older binary does not know
+# the step), which its nodes report and skip. With DSYNC_BENCH_PAIRED_DEFAULTS=1 (the
+# default), one more demo run per capacity with the shipped poll intervals
+# (dispatcher 200 ms / idle 1 s, consumer 200 ms) instead of the bench's 20 ms.
 section_paired() {
   local saved_capacity=$capacity saved_wakeups=$wakeups cap i b=${DSYNC_BENCH_PAIRED_BATCH:-500}
-  local pairs=${DSYNC_BENCH_PAIRS:-5} d p line
+  local pairs=${DSYNC_BENCH_PAIRS:-5} d p db line pwork kind pg_work
+  local bin_b=${DSYNC_BENCH_PAIRED_BIN_B:-} bin_a=$bin
+  [[ -z $bin_b || -x $bin_b ]] || die "DSYNC_BENCH_PAIRED_BIN_B=$bin_b is not an executable"
   pgboss_start
   wakeups=true
   for cap in ${DSYNC_BENCH_PAIRED_CAPACITIES:-16 256}; do
     capacity=$cap
-    local drates=() prates=() ratios=()
-    for i in $(seq 1 "$pairs"); do
-      # ABBA: odd pairs dsync first, even pairs pg-boss first (a trend falls on both).
-      if ((i % 2 == 1)); then
-        e2e_run 1 "$i"
-        line=$(pgboss_run "$b")
-      else
-        line=$(pgboss_run "$b")
-        e2e_run 1 "$i"
+    for pwork in noop demo; do
+      kind=1 pg_work=insert
+      [[ $pwork == noop ]] && kind=noop pg_work=noop
+      local drates=() prates=() ratios=() brates=() bratios=()
+      for i in $(seq 1 "$pairs"); do
+        # ABBA: odd pairs dsync first, even pairs pg-boss first (a trend falls on both);
+        # the B binary's run between them.
+        if ((i % 2 == 1)); then
+          e2e_run "$kind" "$i"; d=$(field rate "$e2e_line")
+          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "$((100 + i))"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
+          line=$(pgboss_run "$b" "$pg_work")
+        else
+          line=$(pgboss_run "$b" "$pg_work")
+          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "$((100 + i))"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
+          e2e_run "$kind" "$i"; d=$(field rate "$e2e_line")
+        fi
+        p=$(field jobs_per_s "$line")
+        drates+=("$d")
+        prates+=("$p")
+        ratios+=("$(awk -v a="$d" -v b="$p" 'BEGIN { printf "%.3f", a / b }')")
+        echo "  capacity $cap work $pwork pair $i: dsync $d events/s, pg-boss $p jobs/s, ratio ${ratios[-1]}"
+        if [[ -n $bin_b && $pwork == demo ]]; then
+          brates+=("$db")
+          bratios+=("$(awk -v a="$d" -v b="$db" 'BEGIN { printf "%.3f", a / b }')")
+          echo "  capacity $cap work $pwork pair $i: B binary $db events/s; this build / B = ${bratios[-1]}"
+        fi
+      done
+      local extra=""
+      if ((${#brates[@]} > 0)); then
+        extra="b_events_per_s=$(echo "${brates[*]}" | median) a_over_b_median=$(echo "${bratios[*]}" | median)"
+        extra+=" a_over_b=$(IFS=,; echo "${bratios[*]}") b_runs=$(IFS=,; echo "${brates[*]}")"
       fi
-      d=$(field rate "$e2e_line")
-      p=$(field jobs_per_s "$line")
-      drates+=("$d")
-      prates+=("$p")
-      ratios+=("$(awk -v a="$d" -v b="$p" 'BEGIN { printf "%.3f", a / b }')")
-      echo "  capacity $cap pair $i: dsync $d events/s, pg-boss $p jobs/s, ratio ${ratios[-1]};" \
-        "dsync CPU µs per event: MariaDB $(field cpu_us_per_event_mariadb "$e2e_line")," \
-        "dispatcher $(field cpu_us_per_event_dispatcher "$e2e_line"), nodes $(field cpu_us_per_event_nodes "$e2e_line");" \
-        "$(field cpu_cores_busy "$e2e_line") cores busy"
+      if [[ $pwork == demo && ${DSYNC_BENCH_PAIRED_DEFAULTS:-1} == 1 ]]; then
+        local sp=$dispatcher_poll_ms si=$dispatcher_idle_ms sc=$consumer_poll_ms
+        dispatcher_poll_ms=200 dispatcher_idle_ms=1000 consumer_poll_ms=200
+        e2e_run "$kind" 999
+        dispatcher_poll_ms=$sp dispatcher_idle_ms=$si consumer_poll_ms=$sc
+        extra+=" shipped_defaults_events_per_s=$(field rate "$e2e_line")"
+        echo "  capacity $cap work $pwork, shipped poll intervals: dsync $(field rate "$e2e_line") events/s"
+      fi
+      result paired "capacity=$cap work=$pwork pairs=$pairs steps=1 events=$events nodes=4 wakeups=on pgboss_batch_size=$b" \
+        "pgboss_work=$pg_work pgboss_version=$pgboss_version ratio_median=$(echo "${ratios[*]}" | median)" \
+        "dsync_events_per_s=$(echo "${drates[*]}" | median) pgboss_jobs_per_s=$(echo "${prates[*]}" | median)" \
+        "ratios=$(IFS=,; echo "${ratios[*]}") dsync_runs=$(IFS=,; echo "${drates[*]}") pgboss_runs=$(IFS=,; echo "${prates[*]}") $extra"
     done
-    result paired "capacity=$cap pairs=$pairs steps=1 events=$events nodes=4 wakeups=on pgboss_batch_size=$b" \
-      "pgboss_version=$pgboss_version ratio_median=$(echo "${ratios[*]}" | median)" \
-      "dsync_events_per_s=$(echo "${drates[*]}" | median) pgboss_jobs_per_s=$(echo "${prates[*]}" | median)" \
-      "ratios=$(IFS=,; echo "${ratios[*]}") dsync_runs=$(IFS=,; echo "${drates[*]}") pgboss_runs=$(IFS=,; echo "${prates[*]}")"
   done
   pg_stop
   capacity=$saved_capacity
   wakeups=$saved_wakeups
+}
+
+# -- fairness (issue 37): tenant B's 100 events beside tenant A's backlog --
+# 1 dispatcher + 4 nodes of capacity 16 (as e2e), 1-step `demo` events. B's 100 alone on
+# the idle cluster (median of 3), then with A's DSYNC_BENCH_FAIR_BACKLOG (100,000) due
+# events inserted first (one statement; B's once 1,000 of A's have finished), with
+# fairness on (the default) and off: B's time from its first create_time to its last
+# finished_time (database clock), and A's drain time.
+section_fairness() {
+  local backlog=${DSYNC_BENCH_FAIR_BACKLOG:-100000} saved_capacity=$capacity mode i idles=() idle b a line
+  capacity=16
+  fair_b_ms() { sql "SELECT ROUND(TIMESTAMPDIFF(MICROSECOND, MIN(create_time), MAX(finished_time)) / 1000) FROM distribute_event WHERE tenant_id = '$1'"; }
+  produce_tenant() {  # TENANT COUNT
+    sql "INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload)
+         SELECT '$1', CONCAT('$1-', seq), CONCAT('d-', seq), 'E2E_1', '{}' FROM seq_1_to_$2"
+  }
+  done_of() { echo "SELECT COUNT(*) FROM distribute_event WHERE tenant_id = '$1' AND status = 'SUCCESS'"; }
+  new_cluster fair_idle 4
+  sleep 1
+  for i in 1 2 3; do
+    produce_tenant "B$i" 100
+    wait_sql "$(done_of "B$i")" 100 60 0.05
+    idles+=("$(fair_b_ms "B$i")")
+  done
+  idle=$(echo "${idles[*]}" | median)
+  stop_procs
+  drop_schema
+  echo "  B's 100 alone: $idle ms (runs ${idles[*]})"
+  for mode in true false; do
+    new_schema "fair_$mode"
+    new_work
+    write_config "$work/dsync.json"
+    jq --argjson on "$mode" '. + {fairness: {enabled: $on}}' "$work/dsync.json" > "$work/f.json" && mv "$work/f.json" "$work/dsync.json"
+    start_cluster 4
+    sleep 1
+    produce_tenant A "$backlog"
+    wait_sql "SELECT ($(done_of A)) >= 1000" 1 300 0.1
+    produce_tenant B 100
+    wait_sql "$(done_of B)" 100 900 0.05
+    b=$(fair_b_ms B)
+    wait_sql "$(done_of A)" "$backlog" 900 0.5
+    a=$(fair_b_ms A)
+    echo "  fairness=$mode: B's 100 beside A's $backlog: $b ms (alone $idle ms: x$(awk -v a="$b" -v b="$idle" 'BEGIN { printf "%.2f", a / b }')); A drained in $a ms"
+    result fairness "enabled=$mode backlog=$backlog b_events=100 nodes=4 capacity=16 b_ms=$b b_alone_ms=$idle" \
+      "b_over_alone=$(awk -v a="$b" -v b="$idle" 'BEGIN { printf "%.2f", a / b }') a_drain_ms=$a"
+    stop_procs
+    drop_schema
+  done
+  capacity=$saved_capacity
 }
 
 # -- galera: e2e on a single server vs a 3-member cluster, and the failover time --
@@ -1635,8 +1727,16 @@ while read -r line; do
   [[ -n $line ]] || continue
   cap=$(field capacity "$line")
   target=$(ratio_target "$cap")
-  echo "RATIO capacity $cap, paired runs: median of $(field pairs "$line") pairs' dsync events/s / pg-boss jobs/s = $(field ratio_median "$line")$target (pairs: $(field ratios "$line"))"
+  work=$(field work "$line")
+  echo "RATIO capacity $cap work ${work:-demo}, paired runs: median of $(field pairs "$line") pairs' dsync events/s / pg-boss jobs/s = $(field ratio_median "$line")$target (pg-boss work $(field pgboss_work "$line"); pairs: $(field ratios "$line"))"
+  [[ -n $ce1 && ${work:-demo} == demo ]] && echo "RATIO capacity $cap work demo, paired: dsync events/s / the database's 1-step ceiling (shape=exact) = $(field dsync_events_per_s "$line") / $ce1 = $(ratio "$(field dsync_events_per_s "$line")" "$ce1") (target >= 0.85)"
+  [[ -n $(field a_over_b_median "$line") ]] && echo "RATIO capacity $cap work ${work:-demo}: this build / DSYNC_BENCH_PAIRED_BIN_B = $(field a_over_b_median "$line") (median; pairs $(field a_over_b "$line"); target >= 0.95)"
+  [[ -n $(field shipped_defaults_events_per_s "$line") ]] && echo "REFERENCE capacity $cap work ${work:-demo}: with the shipped poll intervals $(field shipped_defaults_events_per_s "$line") events/s (paired runs at 20 ms: $(field dsync_events_per_s "$line"))"
 done < <(printf '%s\n' "${results[@]}" | grep '^RESULT paired ' || true)
+while read -r line; do
+  [[ -n $line ]] || continue
+  echo "TARGET fairness enabled=$(field enabled "$line"): B's 100 events beside A's $(field backlog "$line") in $(field b_ms "$line") ms, $(field b_over_alone "$line")x their time alone ($(field b_alone_ms "$line") ms; <= 2x with fairness on)"
+done < <(printf '%s\n' "${results[@]}" | grep '^RESULT fairness ' || true)
 lat50=$(pick '^RESULT latency ' p50_ms)
 lat99=$(pick '^RESULT latency ' p99_ms)
 fo=$(pick '^RESULT failover ' seconds)

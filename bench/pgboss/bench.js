@@ -3,7 +3,7 @@
 //
 //   NODE_PATH=build-bench/pgboss/node_modules node bench/pgboss/bench.js \
 //     --host 127.0.0.1 --port P --user U --database D [--jobs 20000] [--workers 4]
-//     [--batch-size 100] [--mode loop|work] [--queue NAME]
+//     [--batch-size 100] [--mode loop|work] [--queue NAME] [--work noop|insert]
 //
 // One run: a fresh queue; the workers start first and poll the empty queue; then all
 // jobs are inserted with one boss.insert() (one statement, like dsync's one multi-row
@@ -20,6 +20,14 @@
 //         complete(ids). pg-boss's worker loop waits out the rest of the 0.5 s interval
 //         after every batch, so this mode is bounded by workers * batchSize / 0.5 s;
 //         the end is found by polling the job table every 20 ms.
+// Work per job (--work, issue 37: the same work as dsync's steps):
+//   noop    (default) nothing: the peer of dsync's `noop` step;
+//   insert  one row per job in bench_ledger (job id unique, as dsync's demo_ledger's
+//           idempotency key) in the same database, one multi-row INSERT per fetched
+//           batch (the batching pg-boss allows: fetch, insert, complete), committed
+//           before the batch's complete (pg-boss completes in its own statement; dsync's
+//           `demo` writes its row in the step's transaction): the peer of `demo`.
+//           Loop mode only.
 // Prints one line: PGBOSS mode=.. jobs=.. workers=.. batch_size=.. insert_seconds=..
 //   e2e_seconds=.. process_seconds=.. jobs_per_s=.. (jobs / e2e_seconds)
 //   process_jobs_per_s=.. completed=..   and exits non-zero if not every job completed.
@@ -28,7 +36,7 @@
 const PgBoss = require('pg-boss')
 
 function parseArgs (argv) {
-  const o = { host: '127.0.0.1', port: 5432, user: 'postgres', database: 'postgres', jobs: 20000, workers: 4, batchSize: 100, mode: 'loop', queue: `bench_${process.pid}_${Date.now()}` }
+  const o = { host: '127.0.0.1', port: 5432, user: 'postgres', database: 'postgres', jobs: 20000, workers: 4, batchSize: 100, mode: 'loop', queue: `bench_${process.pid}_${Date.now()}`, work: 'noop' }
   const numeric = new Set(['port', 'jobs', 'workers', 'batchSize'])
   for (let i = 2; i < argv.length; i++) {
     const flag = argv[i]
@@ -39,6 +47,8 @@ function parseArgs (argv) {
     if (numeric.has(key) && !(o[key] > 0)) throw new Error(`${flag}: not a positive number: ${v}`)
   }
   if (!['loop', 'work'].includes(o.mode)) throw new Error(`--mode: loop or work, not ${o.mode}`)
+  if (!['noop', 'insert'].includes(o.work)) throw new Error(`--work: noop or insert, not ${o.work}`)
+  if (o.work === 'insert' && o.mode !== 'loop') throw new Error('--work insert needs --mode loop')
   return o
 }
 
@@ -53,6 +63,13 @@ async function main () {
   await boss.start()
   await boss.createQueue(o.queue)
   const db = boss.getDb()
+  if (o.work === 'insert') {
+    await db.executeSql('CREATE TABLE IF NOT EXISTS bench_ledger (id bigserial PRIMARY KEY, job_id uuid NOT NULL UNIQUE, ' +
+      'queue text NOT NULL, created_on timestamptz NOT NULL DEFAULT now())')
+  }
+  const insertRows = o.work === 'insert'
+    ? ids => db.executeSql('INSERT INTO bench_ledger (job_id, queue) SELECT unnest($1::uuid[]), $2', [ids, o.queue])
+    : async () => {}
   const completedInDb = async () => Number((await db.executeSql("SELECT count(*) AS n FROM pgboss.job WHERE name = $1 AND state = 'completed'", [o.queue])).rows[0].n)
 
   let completed = 0
@@ -65,6 +82,7 @@ async function main () {
         while (!stop) {
           const jobs = await boss.fetch(o.queue, { batchSize: o.batchSize })
           if (!jobs || jobs.length === 0) { await sleep(5); continue }
+          await insertRows(jobs.map(j => j.id))
           await boss.complete(o.queue, jobs.map(j => j.id))
           completed += jobs.length
           lastCompletion = now()
@@ -101,11 +119,18 @@ async function main () {
   const inDb = await completedInDb()
   const e2e = lastCompletion - t0
   const proc = lastCompletion - t1
-  console.log(`PGBOSS mode=${o.mode} jobs=${o.jobs} workers=${o.workers} batch_size=${o.batchSize} ` +
+  const rows = o.work === 'insert'
+    ? Number((await db.executeSql('SELECT count(*) AS n FROM bench_ledger WHERE queue = $1', [o.queue])).rows[0].n)
+    : 0
+  console.log(`PGBOSS mode=${o.mode} work=${o.work} rows=${rows} jobs=${o.jobs} workers=${o.workers} batch_size=${o.batchSize} ` +
     `insert_seconds=${(t1 - t0).toFixed(3)} e2e_seconds=${e2e.toFixed(3)} process_seconds=${proc.toFixed(3)} ` +
     `jobs_per_s=${(o.jobs / e2e).toFixed(0)} process_jobs_per_s=${(o.jobs / proc).toFixed(0)} completed=${inDb}`)
   await boss.deleteQueue(o.queue).catch(() => {})
   await boss.stop({ graceful: false, wait: true })
+  if (o.work === 'insert' && rows !== o.jobs) {
+    console.error(`pgboss bench: ${rows} ledger rows for ${o.jobs} jobs`)
+    process.exitCode = 1
+  }
   if (inDb !== o.jobs) {
     console.error(`pgboss bench: ${inDb} of ${o.jobs} jobs completed`)
     process.exitCode = 1

@@ -11,6 +11,7 @@
 #include "saga/steps/demo_step.h"
 #include "saga/steps/exec_step.h"
 #include "saga/steps/http_step.h"
+#include "saga/steps/noop_step.h"
 #include "saga/steps/table_steps.h"
 #include "saga/steps/table_verify.h"
 
@@ -37,6 +38,7 @@ StepRegistry StepRegistry::WithBuiltins(const std::map<std::string, TopicSetting
   registry.Register("demo", [](const StepSpec& spec) { return MakeDemoStep(spec); });
   registry.Register("exec", [](const StepSpec& spec) { return MakeExecStep(spec); });
   registry.Register("http", [](const StepSpec& spec) { return MakeHttpStep(spec); });
+  registry.Register("noop", [](const StepSpec& spec) { return MakeNoopStep(spec); });
   return registry;
 }
 

@@ -63,6 +63,11 @@
 # service's dispatcher reset the other's events (cross_service=0); sd and sn never
 # die and exit 0 on SIGTERM.
 #
+# The CHAOS topic has a concurrency limit (issue 37): concurrency_key tenant_id, at most
+# CHAOS_KEY_LIMIT (3) in flight per tenant, the events spread over four tenants; a
+# sampler reads the most in flight of one tenant every 0.1 s all through the chaos
+# (key_limit_max=M/LIMIT in the summary); above the limit fails the run.
+#
 # Short form (ctest, label chaos): 600 events. Long form: scripts/chaos.sh (5,000).
 # Knobs (environment): CHAOS_EVENTS, CHAOS_RATE, CHAOS_CAPACITY, CHAOS_SLEEP_MS,
 # CHAOS_QUIESCE_S, CHAOS_NODES (default "n1 n2 n3 n4"), CHAOS_KEEP_DIR (copy the
@@ -83,6 +88,7 @@ EVENTS=${CHAOS_EVENTS:-600}
 RATE=${CHAOS_RATE:-30}             # events produced per second
 CAPACITY=${CHAOS_CAPACITY:-6}      # per node
 SLEEP_MS=${CHAOS_SLEEP_MS:-50}     # per demo step
+KEY_LIMIT=${CHAOS_KEY_LIMIT:-3}    # issue 37: CHAOS events in flight per tenant (concurrency_key tenant_id)
 QUIESCE_S=${CHAOS_QUIESCE_S:-90}   # after the chaos, for everything to become terminal
 read -r -a NODES <<< "${CHAOS_NODES:-n1 n2 n3 n4}"
 HEARTBEAT_MS=1000
@@ -114,7 +120,7 @@ cat > "$WORK/dsync.json" <<JSON
   "topics": {
     "CHAOS": {
       "max_retry": 2, "backoff_base_ms": 100, "backoff_max_ms": 500, "max_processing_time_ms": 30000,
-      "ordered": false,
+      "ordered": false, "concurrency_key": "tenant_id", "concurrency_limit": $KEY_LIMIT,
       "steps": [ { "name": "s1", "type": "demo" }, { "name": "s2", "type": "demo" }, { "name": "s3", "type": "demo" } ]
     }
   }
@@ -216,7 +222,7 @@ producer() {
     upto=$(( target < EVENTS ? target : EVENTS ))
     if (( upto > made )); then
       if sql "INSERT IGNORE INTO distribute_event (tenant_id, code, data_id, topic, payload)
-              SELECT 't1', CONCAT('c-', s.seq), CONCAT('c-', s.seq), 'CHAOS', f.payload
+              SELECT CONCAT('t', s.seq % 4), CONCAT('c-', s.seq), CONCAT('c-', s.seq), 'CHAOS', f.payload
               FROM seq_$((made + 1))_to_${upto} s JOIN chaos_fate f ON f.slot = s.seq % 20" 2>/dev/null; then
         made=$upto
         echo "$made" > "$WORK/produced.tmp" && mv "$WORK/produced.tmp" "$WORK/produced"
@@ -246,6 +252,15 @@ STARTED_PIDS+=("$PRODUCER")
 side_producer >"$WORK/side_producer.log" 2>&1 &
 SIDE_PRODUCER=$!
 STARTED_PIDS+=("$SIDE_PRODUCER")
+# Issue 37: the CHAOS topic's per-tenant limit (concurrency_key tenant_id, four tenants),
+# sampled from the database all through the chaos: the most events of one tenant in
+# flight at once (samples fail while the database is down; they are skipped).
+( while true; do
+    q "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) n FROM distribute_event WHERE service = 'chaos'
+         AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') GROUP BY tenant_id) x" >>"$WORK/key_samples"
+    sleep 0.1
+  done ) &
+STARTED_PIDS+=($!)
 
 # --- the chaos -----------------------------------------------------------------
 P_MS=$(( EVENTS * 1000 / RATE ))            # production period
@@ -614,12 +629,15 @@ if ((GALERA)); then
   galera_line="galera_members_synced=$synced members_differ=$members_differ killed_member_ists=$ists failovers=$failovers "
 fi
 
+key_samples=$(grep -c . "$WORK/key_samples" || true)
+key_max=$(sort -n "$WORK/key_samples" | tail -1)
 elapsed=$(( (T_QUIET - T_START) / 1000 ))
 echo "${galera_line}events=$EVENTS kills=$kills db_restarts=$db_restarts freezes=$freezes lost=$lost double_owner=$double_owner" \
      "innocent_retries=$innocent_retries" \
      "saga_violations=$violations ledger_mismatches=$ledger_mismatches fate_mismatches=$fate_mismatches" \
      "dispatcher_kills=$dispatcher_kills frozen_lost=$frozen_lost frozen_late_writes=$frozen_late_writes" \
-     "side_events=$side_events side_lost=$side_lost cross_service=$cross_service seconds=$elapsed"
+     "side_events=$side_events side_lost=$side_lost cross_service=$cross_service" \
+     "key_limit_max=${key_max:-0}/$KEY_LIMIT key_samples=$key_samples seconds=$elapsed"
 
 # Evidence for whatever failed.
 show() { echo "--- $1" >&2; sql "$2 LIMIT 10" >&2 || true; }
@@ -654,6 +672,9 @@ fi
 echo "retries charged to innocent events: $innocent_retries"
 if (( double_owner > 0 )); then
   rc=1; show "writes by a non-owner" "$STALE_WRITES"; show "effects committed twice" "$TWICE"
+fi
+if (( key_samples < 20 || ${key_max:-0} > KEY_LIMIT || ${key_max:-0} < 1 )); then
+  rc=1; echo "FAIL: per-tenant concurrency limit $KEY_LIMIT: most in flight ${key_max:-none} over $key_samples samples" >&2
 fi
 (( kills >= 3 && dispatcher_kills == 1 && db_restarts == 1 && freezes == 1 )) \
   || { rc=1; echo "FAIL: the chaos did not happen as planned" >&2; }

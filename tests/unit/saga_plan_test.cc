@@ -58,7 +58,7 @@ TEST(SagaPlans, UnknownStepTypeIsAConfigErrorNamingTheStep) {
   std::string error = ConfigErrorOf({{"SPACE_ADD", Topic({Step("s1", "demo"), Step("docs", "tabel_sync")})}});
   EXPECT_NE(error.find("topics.SPACE_ADD.steps[1] (docs)"), std::string::npos) << error;
   EXPECT_NE(error.find("unknown step type 'tabel_sync'"), std::string::npos) << error;
-  EXPECT_NE(error.find("demo, exec, http, table_delete, table_repair, table_sync, table_verify"), std::string::npos) << error;
+  EXPECT_NE(error.find("demo, exec, http, noop, table_delete, table_repair, table_sync, table_verify"), std::string::npos) << error;
 }
 
 TEST(SagaPlans, BadStepParamsAndNamesAreConfigErrors) {

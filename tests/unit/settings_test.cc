@@ -247,7 +247,7 @@ TEST(SettingsTest, WrongTypesRejected) {
   EXPECT_EQ(ParseError(WithTopics(R"("registry": [])")),
             "config: registry: expected an object, got an array");
   EXPECT_EQ(ParseError(WithTopics(R"("datasources": {"env_a": 1})")),
-            "config: datasources.env_a: expected a string, got an integer");
+            "config: datasources.env_a: expected a string or an object, got an integer");
   EXPECT_EQ(ParseError(R"({"topics": {"T": {"ordered": "yes", "steps": [{"name": "a", "type": "demo"}]}}})"),
             "config: topics.T.ordered: expected true or false, got a string");
   EXPECT_EQ(ParseError(R"({"topics": {"T": {"max_retry": -1, "steps": [{"name": "a", "type": "demo"}]}}})"),
@@ -552,6 +552,7 @@ std::map<std::string, EnvProbe> EnvProbes() {
       {"relay.window_bytes", {"8388608", [](const Settings& s) { return std::to_string(s.relay.window_bytes); }}},
       {"relay.poll_interval_ms", {"50", [](const Settings& s) { return std::to_string(s.relay.poll_interval.count()); }}},
       {"relay.verify_wait_ms", {"5000", [](const Settings& s) { return std::to_string(s.relay.verify_wait.count()); }}},
+      {"fairness.enabled", {"false", [](const Settings& s) { return s.fairness.enabled ? "true" : "false"; }}},
       {"api.listen", {"0.0.0.0:9090", [](const Settings& s) { return s.api.listen; }}},
       {"api.token", {"s3cret", [](const Settings& s) { return s.api.token; }}},
       {"api.max_body_bytes", {"4096", [](const Settings& s) { return std::to_string(s.api.max_body_bytes); }}},
@@ -608,7 +609,8 @@ TEST(SettingsTest, AllSettingKeysFollowTheNamingRules) {
     if (!key.default_value.empty()) {
       EXPECT_TRUE(nlohmann::json::accept(key.default_value)) << key.path;
     }
-    if (key.path.rfind("topics", 0) == 0 || key.path == "datasources" || key.path == "schedules" || key.path == "captures") {
+    if (key.path.rfind("topics", 0) == 0 || key.path.rfind("datasources", 0) == 0 || key.path == "fairness.weights" ||
+        key.path == "schedules" || key.path == "captures") {
       EXPECT_EQ(key.env, "") << key.path;
       continue;
     }

@@ -1,0 +1,222 @@
+// Fair dispatch and concurrency limits of the dispatch cycle (issue 37,
+// dispatcher/dispatch_cycle.h, events/assign.h) against a real MariaDB, with nodes
+// simulated by registry rows.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/clock.h"
+#include "dispatcher/dispatch_cycle.h"
+#include "events/assign.h"
+#include "tests/integration/dispatcher_fixtures.h"
+
+namespace dsync::dispatcher {
+namespace {
+
+using namespace fixtures;
+
+DispatchCycle FairCycleOf(TestSchema& db, Clock& clock, const Settings& s) {
+  CycleOptions o;
+  o.service = s.service;
+  o.offline_timeout = s.registry.offline_timeout;
+  return DispatchCycle(db.pool(), clock, PlannerConfigFromSettings(s), o);
+}
+
+// `count` PENDING events of `tenant` in one statement; codes prefix-1..N.
+void AddTenantEvents(TestSchema& db, const std::string& tenant, int count, const std::string& prefix,
+                     const std::string& topic = "T", const std::string& payload = "{}") {
+  db.pool().Run("add tenant events", [&](storage::Connection& c) {
+    c.Execute("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) "
+              "SELECT ?, CONCAT(?, '-', seq), CONCAT(?, '-', seq), ?, ? FROM seq_1_to_" + std::to_string(count),
+              tenant, prefix, prefix, topic, payload);
+  });
+}
+
+int64_t AssignedOf(TestSchema& db, const std::string& tenant) {
+  return Count(db, "tenant_id = '" + tenant + "' AND status = 'ASSIGNED'");
+}
+
+class DispatcherFairTest : public ::testing::Test {
+ protected:
+  TestSchema db;
+  SystemClock clock;
+};
+
+TEST_F(DispatcherFairTest, HeadsAreOnePerPriorityAndTenantReadByALooseIndexScan) {
+  AddTenantEvents(db, "A", 500, "a");
+  AddTenantEvents(db, "B", 3, "b");
+  AddEvent(db, {.code = "c-1", .tenant = "C", .priority = 5});
+  AddEvent(db, {.code = "d-1", .tenant = "D", .status = "SUCCESS"});          // terminal: no head
+  AddEvent(db, {.code = "x-1", .tenant = "X", .service = "other-service"});  // another service
+  auto heads = db.pool().Run("heads", [&](storage::Connection& c) { return events::ReadDueHeads(c, kService, 100); });
+  ASSERT_EQ(heads.size(), 3u);
+  EXPECT_EQ(heads[0].tenant_id, "A");
+  EXPECT_EQ(heads[1].tenant_id, "B");
+  EXPECT_EQ(heads[2].tenant_id, "C");
+  EXPECT_EQ(heads[2].priority, 5);
+  // Bounded by the pairs, not the events: the plan is a loose index scan of idx_fair,
+  // chosen by cost, so with statistics that know the pairs are few (InnoDB recomputes
+  // them once a tenth of the table changed; here at once).
+  std::string extra = db.pool().Run("explain", [&](storage::Connection& c) {
+    c.Query("ANALYZE TABLE distribute_event");
+    auto rs = c.Query(std::string("EXPLAIN ") + events::DueHeadsSql(), kService, 100);
+    std::string out;
+    while (rs->next()) out += rs->getString(10);  // Extra (MariaDB's EXPLAIN)
+    return out;
+  });
+  EXPECT_NE(extra.find("Using index for group-by"), std::string::npos) << extra;
+}
+
+TEST_F(DispatcherFairTest, WindowsReadEachTenantsOwnEventsWithTheUsualFilters) {
+  AddTenantEvents(db, "A", 50, "a");
+  AddEvent(db, {.code = "b-future", .tenant = "B", .next_run_in_s = 3600});  // not due
+  AddEvent(db, {.code = "b-1", .tenant = "B", .data_id = "same"});
+  AddEvent(db, {.code = "b-2", .tenant = "B", .data_id = "same"});          // behind b-1 (ordered)
+  AddEvent(db, {.code = "b-3", .topic = "OTHER", .tenant = "B"});           // excluded topic
+  AddEvent(db, {.code = "b-4", .tenant = "B"});
+  const events::DueFilter f{kService, 0, 0, true, "", "OTHER", "", 0};
+  auto got = db.pool().Run("windows", [&](storage::Connection& c) {
+    return events::ReadDueWindows(c, f, {{0, "A", 0, 3}, {0, "B", 0, 10}});
+  });
+  std::vector<std::string> codes;
+  for (const auto& e : got) codes.push_back(e.data_id);
+  EXPECT_EQ(codes, (std::vector<std::string>{"a-1", "a-2", "a-3", "same", "b-4"}));
+  // After a cursor; a window of 0 (padding) reads nothing.
+  auto after = db.pool().Run("windows", [&](storage::Connection& c) {
+    return events::ReadDueWindows(c, f, {{0, "A", got[1].id, 2}, {0, "B", 0, 0}, {0, "A", 0, 0}});
+  });
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[0].data_id, "a-3");
+  EXPECT_EQ(after[1].data_id, "a-4");
+}
+
+TEST_F(DispatcherFairTest, ALateTenantSharesTheSlotsInsteadOfWaitingBehindABacklog) {
+  AddNode(db, {.address = "a:1", .capacity = 10});
+  AddNode(db, {.address = "b:1", .capacity = 10});
+  AddTenantEvents(db, "A", 2000, "a");
+  AddTenantEvents(db, "B", 10, "b");
+  Settings s = TestSettings();
+  ASSERT_TRUE(s.fairness.enabled);  // the default
+  DispatchCycle cycle = FairCycleOf(db, clock, s);
+  CycleResult r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(r.assigned, 20);
+  EXPECT_EQ(AssignedOf(db, "B"), 10);
+  EXPECT_EQ(AssignedOf(db, "A"), 10);
+  EXPECT_LE(r.due_read, 40);  // windows bounded by the free slots, not A's 2,000
+}
+
+TEST_F(DispatcherFairTest, WithFairnessOffTheBacklogGoesFirst) {
+  AddNode(db, {.address = "a:1", .capacity = 20});
+  AddTenantEvents(db, "A", 2000, "a");
+  AddTenantEvents(db, "B", 10, "b");
+  Settings s = TestSettings();
+  s.fairness.enabled = false;
+  DispatchCycle cycle = FairCycleOf(db, clock, s);
+  cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(AssignedOf(db, "A"), 20);
+  EXPECT_EQ(AssignedOf(db, "B"), 0);
+}
+
+TEST_F(DispatcherFairTest, WeightsShareAcrossCycles) {
+  AddNode(db, {.address = "a:1", .capacity = 4});
+  AddTenantEvents(db, "A", 200, "a");
+  AddTenantEvents(db, "B", 200, "b");
+  Settings s = TestSettings();
+  s.fairness.weights["A"] = 3;
+  DispatchCycle cycle = FairCycleOf(db, clock, s);
+  for (int i = 0; i < 10; ++i) {
+    cycle.RunOnce(std::nullopt);
+    // Everything assigned finishes: the node has 4 free slots each cycle.
+    db.pool().Run("finish", [&](storage::Connection& c) {
+      c.Execute("UPDATE distribute_event SET status = 'SUCCESS' WHERE status = 'ASSIGNED'");
+    });
+  }
+  EXPECT_EQ(Count(db, "tenant_id = 'A' AND status = 'SUCCESS'"), 30);
+  EXPECT_EQ(Count(db, "tenant_id = 'B' AND status = 'SUCCESS'"), 10);
+}
+
+Settings LimitSettings() {
+  Settings s = TestSettings();
+  TopicSettings sync;
+  sync.ordered = false;
+  StepSpec step;
+  step.name = "items";
+  step.type = "table_sync";
+  step.params = {{"source", "env_a"}, {"target", "env_b"}, {"table", "item"}};
+  sync.steps.push_back(step);
+  s.topics["SYNC"] = sync;
+  s.datasources = {{"env_a", "mysql://u:p@h:1/a"}, {"env_b", "mysql://u:p@h:1/b"}};
+  s.datasource_limits["env_b"] = 2;
+  TopicSettings keyed;
+  keyed.ordered = false;
+  keyed.concurrency_key = "payload.space_id";
+  keyed.concurrency_limit = 2;
+  StepSpec demo;
+  demo.name = "k";
+  demo.type = "demo";
+  keyed.steps.push_back(demo);
+  s.topics["KEYED"] = keyed;
+  return s;
+}
+
+TEST_F(DispatcherFairTest, ADatasourceLimitCountsInFlightEventsOfDeadNodesToo) {
+  AddNode(db, {.address = "a:1", .capacity = 16});
+  AddNode(db, {.address = "b:1", .capacity = 16});
+  // Still RUNNING on a node that died (no registry row): its slot is held until the
+  // event leaves RUNNING.
+  AddEvent(db, {.code = "held", .topic = "SYNC", .status = "RUNNING", .node = "dead:1", .version = 3});
+  AddTenantEvents(db, "A", 5, "a", "SYNC");
+  AddTenantEvents(db, "B", 5, "b", "SYNC");
+  AddTenantEvents(db, "C", 5, "c", "T");  // not limited
+  for (bool fair : {true, false}) {
+    SCOPED_TRACE(fair ? "fair" : "unfair");
+    Settings s = LimitSettings();
+    s.fairness.enabled = fair;
+    DispatchCycle cycle = FairCycleOf(db, clock, s);
+    cycle.RunOnce(std::nullopt);
+    EXPECT_EQ(Count(db, "topic = 'SYNC' AND status IN ('ASSIGNED', 'RUNNING')"), 2);
+    EXPECT_EQ(Count(db, "topic = 'T' AND status = 'ASSIGNED'"), 5);
+    // Nothing frees, nothing more: a second cycle adds none.
+    cycle.RunOnce(std::nullopt);
+    EXPECT_EQ(Count(db, "topic = 'SYNC' AND status IN ('ASSIGNED', 'RUNNING')"), 2);
+    // The held event and the two assigned leave their in-flight statuses (any path: here
+    // FAILED): their slots free, and the next cycle fills them.
+    db.pool().Run("release", [&](storage::Connection& c) {
+      c.Execute("UPDATE distribute_event SET status = 'FAILED' WHERE code = 'held' OR (topic = 'SYNC' AND status = 'ASSIGNED')");
+    });
+    cycle.RunOnce(std::nullopt);
+    EXPECT_EQ(Count(db, "topic = 'SYNC' AND status = 'ASSIGNED'"), 2);
+    // Back to the start for the other mode.
+    db.pool().Run("reset", [&](storage::Connection& c) {
+      c.Execute("UPDATE distribute_event SET status = 'PENDING', node_address = NULL WHERE code <> 'held'");
+      c.Execute("UPDATE distribute_event SET status = 'RUNNING', node_address = 'dead:1' WHERE code = 'held'");
+    });
+  }
+}
+
+TEST_F(DispatcherFairTest, AKeyLimitReadsTheKeyFromThePayload) {
+  AddNode(db, {.address = "a:1", .capacity = 50});
+  AddTenantEvents(db, "A", 5, "s1", "KEYED", R"({"space_id": "s1"})");
+  AddTenantEvents(db, "A", 5, "s2", "KEYED", R"({"space_id": "s2"})");
+  AddTenantEvents(db, "A", 3, "none", "KEYED", R"({"other": 1})");
+  AddTenantEvents(db, "A", 2, "bad", "KEYED", "not json");
+  db.pool().Run("one in flight", [&](storage::Connection& c) {
+    c.Execute("UPDATE distribute_event SET status = 'RUNNING', node_address = 'dead:1' WHERE code = 's1-1'");
+  });
+  DispatchCycle cycle = FairCycleOf(db, clock, LimitSettings());
+  cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(Count(db, "code LIKE 's1-%' AND status = 'ASSIGNED'"), 1);
+  EXPECT_EQ(Count(db, "code LIKE 's2-%' AND status = 'ASSIGNED'"), 2);
+  EXPECT_EQ(Count(db, "code LIKE 'none-%' AND status = 'ASSIGNED'"), 3);
+  EXPECT_EQ(Count(db, "code LIKE 'bad-%' AND status = 'ASSIGNED'"), 2);
+  auto counts = db.pool().Run("keys", [&](storage::Connection& c) {
+    return events::CountInFlightByKey(c, kService, "KEYED", "payload.space_id");
+  });
+  EXPECT_EQ(counts, (std::map<std::string, int64_t>{{"s1", 2}, {"s2", 2}}));
+}
+
+}  // namespace
+}  // namespace dsync::dispatcher
