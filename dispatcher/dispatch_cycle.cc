@@ -50,8 +50,8 @@ constexpr size_t kMaxReason = 1024;
 // Most (priority, tenant) pairs a fair cycle reads (issue 37); a cluster with more
 // tenants waiting at once serves the first ones by name until these drain.
 constexpr int kMaxDueHeads = 10000;
-// How long a fair cycle reuses the pairs it read (under load cycles run every few ms).
-constexpr Millis kHeadsRefresh{20};
+// How often a fair cycle reads every pair; in between, only those of new rows.
+constexpr Millis kHeadsRefresh{2000};
 
 // At most `max` bytes of `text`, cut at a UTF-8 character boundary.
 std::string Truncated(const std::string& text, size_t max) {
@@ -405,15 +405,23 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
       // some node can take work, then per-pair windows.
       if (!heads_read) {
         heads_read = true;
-        // Reused for kHeadsRefresh while it lists some pair: a pair gone since is read as
-        // an empty window; a tenant new since waits at most that long to be seen.
+        // Every pair, every kHeadsRefresh (the GROUP BY: a loose index scan when the
+        // statistics know the pairs are few, else a scan of idx_fair); in between, the
+        // pairs of the events inserted since (a primary-key range), so a tenant that
+        // just produced is seen at once. A pair gone since reads an empty window; a pair
+        // whose events became PENDING again (retry, reset, hand-on) and that had none
+        // is seen at the next refresh.
         const Clock::TimePoint now = clock_.Now();
-        if (heads_.empty() || !heads_at_ || now - *heads_at_ >= kHeadsRefresh) {
-          heads_ = pool_.Run("read due tenants", [&](storage::Connection& c) {
-            return events::ReadDueHeads(c, options_.service, kMaxDueHeads);
-          });
-          heads_at_ = now;
-        }
+        pool_.Run("read due tenants", [&](storage::Connection& c) {
+          if (!heads_at_ || now - *heads_at_ >= kHeadsRefresh) {
+            heads_after_id_ = events::MaxEventId(c);
+            heads_ = events::ReadDueHeads(c, options_.service, kMaxDueHeads);
+            heads_at_ = now;
+          }
+          for (auto& h : events::ReadNewDueHeads(c, options_.service, heads_after_id_)) {
+            if (std::find(heads_.begin(), heads_.end(), h) == heads_.end()) heads_.push_back(std::move(h));
+          }
+        });
         planner_.BeginFairCycle(heads_);
       }
       windows = planner_.NextWindows();

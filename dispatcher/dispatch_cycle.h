@@ -24,7 +24,8 @@
 //     fill a page and block the ones behind them.
 //   - fair dispatch (issue 37, the default; docs/fairness-and-limits.md): instead of
 //     that page, the (priority, tenant) pairs with PENDING events (events::ReadDueHeads,
-//     a loose index scan of V021's idx_fair; reused for 20 ms while non-empty), then
+//     a loose index scan of V021's idx_fair, every 2 s; in between only the pairs of
+//     rows inserted since, a primary-key range: events::ReadNewDueHeads), then
 //     per page one UNION ALL of per-pair windows (events::ReadDueWindows, the same
 //     filters) that the planner shares by deficit round robin;
 //   - concurrency limits (only when configured): in-flight events per topic, and per
@@ -202,6 +203,7 @@ class DispatchCycle {
   // Fair cycles (issue 37): the (priority, tenant) pairs last read, and when.
   std::vector<events::DueHead> heads_;
   std::optional<Clock::TimePoint> heads_at_;
+  int64_t heads_after_id_ = 0;  // the newest event id the pairs were read up to
   // The lease token RecordUnordered last wrote under (-1: unfenced; nullopt: never).
   std::optional<int64_t> unordered_token_;
   // Paused topics (V022, control/topic_pause.h), read once per cycle and kept out of

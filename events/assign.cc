@@ -175,6 +175,30 @@ LIMIT ?)";
 
 const char* DueHeadsSql() { return kSelectDueHeads; }
 
+// Params: service, after id. The pairs of PENDING events newer than `after id`: a range
+// of the primary key over the rows inserted since (plus older ids: none), whatever the
+// table holds. Also the newest id, for the next call.
+constexpr const char* kSelectNewHeads = R"(
+SELECT priority, tenant_id, MAX(id) FROM distribute_event FORCE INDEX (PRIMARY)
+WHERE id > ? AND status = 'PENDING' AND service = ?
+GROUP BY priority, tenant_id)";
+
+std::vector<DueHead> ReadNewDueHeads(storage::Connection& c, const std::string& service, int64_t& after_id) {
+  std::vector<DueHead> out;
+  auto rs = c.Query(kSelectNewHeads, after_id, service);
+  int64_t newest = after_id;
+  while (rs->next()) {
+    out.push_back({rs->getInt(1), rs->getString(2)});
+    newest = std::max<int64_t>(newest, rs->getInt64(3));
+  }
+  after_id = newest;
+  return out;
+}
+
+int64_t MaxEventId(storage::Connection& c) {
+  return c.QueryInt("SELECT COALESCE(MAX(id), 0) FROM distribute_event").value_or(0);
+}
+
 std::vector<DueHead> ReadDueHeads(storage::Connection& c, const std::string& service, int max) {
   std::vector<DueHead> out;
   auto rs = c.Query(kSelectDueHeads, service, max);

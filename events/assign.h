@@ -99,6 +99,13 @@ struct DueHead {
 // until the statistics catch up. Throws DbError.
 std::vector<DueHead> ReadDueHeads(storage::Connection& c, const std::string& service, int max);
 
+// The pairs of PENDING events of `service` with ids above `after_id` (the rows inserted
+// since: a range of the primary key), and `after_id` moved to the newest id seen. Finds a
+// tenant that just produced without the whole GROUP BY. Throws DbError.
+std::vector<DueHead> ReadNewDueHeads(storage::Connection& c, const std::string& service, int64_t& after_id);
+// The table's highest event id (0 when empty): where ReadNewDueHeads starts.
+int64_t MaxEventId(storage::Connection& c);
+
 // What a fair page reads of one pair: its due events after `after_id`, at most `limit`.
 struct DueWindow {
   int priority = 0;
