@@ -37,6 +37,14 @@ SELECT subject_kind, subject, filter_text, COALESCE(step_name, ''), table_name, 
        DATE_FORMAT(finished_at, '%Y-%m-%dT%H:%i:%s.%fZ')
 FROM dsync_verify_result ORDER BY id DESC LIMIT ?)";
 
+// Live nodes of a service that reach a datasource (a node that reports no datasources,
+// an older version, counts as reaching every one).
+constexpr const char* kNodesReachingSql = R"(
+SELECT COUNT(*) FROM distribute_node_registry
+WHERE status = 1 AND service_name = ?
+  AND (JSON_EXTRACT(metadata, '$.datasources') IS NULL
+       OR JSON_CONTAINS(JSON_EXTRACT(metadata, '$.datasources'), JSON_QUOTE(?))))";
+
 constexpr size_t kHistoryKeys = 10;
 constexpr size_t kFilterTextMax = 2048;
 
@@ -188,6 +196,15 @@ table::TableDiff VerifyService::CompareAcrossTheGap(const table::TableCheck& che
   if (history_ == nullptr) {
     throw UsageError("verify: datasource '" + check.source + "' is not configured here, and verifying across the gap "
                      "needs the framework database (config 'database'), which is not reachable");
+  }
+  // A source no live node of the service reaches is a name nobody knows (or a side with
+  // no node running): say so at once instead of waiting for a source half.
+  const int64_t reaching = history_->Run("verify: nodes reaching the source", [&](storage::Connection& c) {
+    return c.QueryInt(kNodesReachingSql, settings_.service, check.source).value_or(0);
+  });
+  if (reaching == 0) {
+    throw UsageError("unknown datasource '" + check.source.substr(0, 64) + "': this config does not name it, and no "
+                     "live node of service '" + settings_.service + "' reaches it (dsync nodes)");
   }
   const std::string code = RunId();
   table::StandaloneRunContext ctx(

@@ -170,8 +170,9 @@ victim=none
 for round in 1 2; do
   sleep 2
   # The killed reader's lease runs out; a live one takes it (database clock).
-  wait_for "[[ -n \$(holder_pid) && \$(holder_pid) != $victim ]]" 20 "a live reader to hold the lease"
-  victim=$(holder_pid)
+  # Read once per try and kept: the lease can lapse between two reads under load.
+  wait_for "holder=\$(holder_pid); [[ -n \$holder && \$holder != $victim ]]" 20 "a live reader to hold the lease"
+  victim=$holder
   [[ $victim == "$PID_cap1" || $victim == "$PID_cap2" ]] || fail "the lease holder $victim is not one of the readers"
   kill9 "$victim"
   pass "kill -9 of the reader holding the lease (round $round)"
@@ -181,8 +182,8 @@ done
 # Round 3: the holder freezes (SIGSTOP) past its lease; the other takes over; the frozen
 # one wakes up holding a batch it read, and must commit none of it (fenced by the token).
 sleep 2
-wait_for "[[ -n \$(holder_pid) && \$(holder_pid) != $victim ]]" 20 "a live reader to hold the lease"
-frozen=$(holder_pid)
+wait_for "holder=\$(holder_pid); [[ -n \$holder && \$holder != $victim ]]" 20 "a live reader to hold the lease"
+frozen=$holder
 kill -STOP "$frozen"
 wait_for "[[ -n \$(holder_pid) && \$(holder_pid) != $frozen ]]" 20 "the other reader to take over from the frozen one"
 sleep 1
