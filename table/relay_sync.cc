@@ -201,6 +201,26 @@ BoundFilter RelayTargetFilter(RunContext& ctx, const Spec& spec, ConnectionPool&
                        : BoundFilter{};
 }
 
+void RethrowTargetHalfFailure(RelayTable& relay, const RelayHalf& half, const Spec& spec) {
+  try {
+    throw;
+  } catch (const RelayFailed& e) {
+    throw PermanentError(spec.What(std::string("relay: ") + e.what()));
+  } catch (const PermanentError& e) {
+    RecordFailure(relay, half, spec, e.what());
+    throw;
+  } catch (const DbError& e) {
+    if (IsPermanent(e)) RecordFailure(relay, half, spec, e.what());  // e.g. a value the target refuses
+    throw;
+  } catch (const RelayLost& e) {
+    throw Interrupted(e.what());
+  } catch (const RelayStopped& e) {
+    throw Interrupted(e.what());
+  } catch (const RelayFormatError& e) {
+    throw PermanentError(spec.What(e.what()));
+  }
+}
+
 json SourceHalfArgs::ToJson() const { return {{"step_code", step_code}, {"epoch", epoch}, {"payload", payload}}; }
 
 SourceHalfArgs SourceHalfArgs::FromJson(const json& j) {
@@ -303,20 +323,8 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
                 {"schema_fingerprint", shape.Fingerprint()},
                 {"schema", shape.ToJson()}};
     return SyncResult{std::move(out), std::move(ref)};
-  } catch (const RelayFailed& e) {
-    throw PermanentError(spec.What(std::string("relay: ") + e.what()));
-  } catch (const PermanentError& e) {
-    RecordFailure(relay, half, spec, e.what());
-    throw;
-  } catch (const DbError& e) {
-    if (IsPermanent(e)) RecordFailure(relay, half, spec, e.what());  // e.g. a value the target refuses
-    throw;
-  } catch (const RelayLost& e) {
-    throw Interrupted(e.what());
-  } catch (const RelayStopped& e) {
-    throw Interrupted(e.what());
-  } catch (const RelayFormatError& e) {
-    throw PermanentError(spec.What(e.what()));
+  } catch (...) {
+    RethrowTargetHalfFailure(relay, half, spec);
   }
 }
 

@@ -90,6 +90,11 @@ RelayOptions RelayOptionsFor(const Spec& spec, const RelayedSyncOptions& o);
 // when `timeout` passed first).
 RelaySchema AwaitOtherHalf(RunContext& ctx, RelayTable& relay, const RelayHalf& half, Millis poll,
                            Millis timeout = Millis{0});
+// Inside a target half's `catch (...)`: what both target halves (sync, verify) make of
+// a failure. RelayFailed and RelayFormatError become PermanentError; a PermanentError
+// or a permanent DbError marks the relay FAILED (the source half stops) and goes on;
+// RelayLost and RelayStopped become Interrupted; anything else is rethrown as is.
+[[noreturn]] void RethrowTargetHalfFailure(RelayTable& relay, const RelayHalf& half, const Spec& spec);
 // The step's filter bound on the target (ctx's payload), or none when the target lacks
 // a column or table it reads (then every target row of the range counts).
 BoundFilter RelayTargetFilter(RunContext& ctx, const Spec& spec, storage::ConnectionPool& tgt, const TableSchema& t);

@@ -175,20 +175,8 @@ TableDiff RunRelayedVerify(RunContext& ctx, const TableCheck& check, RelayTable&
                  code, spec.table, d.equal(), totals.ranges, totals.ranges_equal, totals.rows_relayed,
                  totals.bytes_relayed);
     return d;
-  } catch (const RelayFailed& e) {
-    throw PermanentError(spec.What(std::string("relay: ") + e.what()));
-  } catch (const PermanentError& e) {
-    try {
-      relay.SetState(half, "FAILED", std::string(e.what()).substr(0, 1000));
-    } catch (const std::exception&) {
-    }
-    throw;
-  } catch (const RelayLost& e) {
-    throw Interrupted(e.what());
-  } catch (const RelayStopped& e) {
-    throw Interrupted(e.what());
-  } catch (const RelayFormatError& e) {
-    throw PermanentError(spec.What(e.what()));
+  } catch (...) {
+    RethrowTargetHalfFailure(relay, half, spec);
   }
 }
 
