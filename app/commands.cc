@@ -1,5 +1,6 @@
 #include "app/commands.h"
 
+#include "app/bundle_command.h"
 #include "app/capture_command.h"
 #include "app/command_support.h"
 #include "app/component_metrics.h"
@@ -520,6 +521,7 @@ const std::vector<CommandSpec>& Commands() {
       {"sweep", "mark the service's nodes with stale heartbeats offline and purge long-dead rows, once", "", 0, 0,
        {kServiceOption}},
       VerifyCommandSpec(),
+      BundleCommandSpec(),
       CaptureCommandSpecs()[0],
       CaptureCommandSpecs()[1],
       {"purge",
@@ -568,7 +570,8 @@ int RunCommand(const Invocation& inv) {
   if (inv.command == "retry") return RunRetry(inv);
   if (inv.command == "cancel") return RunCancel(inv);
   if (inv.command == "drain") return RunDrain(inv);
-  if (inv.command == "verify") return RunVerify(inv);
+  if (inv.command == "verify") return inv.Get("bundle") ? RunVerifyBundle(inv) : RunVerify(inv);
+  if (inv.command == "bundle") return RunBundle(inv);
   if (inv.command == "pause") return RunPause(inv);      // issue 37
   if (inv.command == "resume") return RunResume(inv);
   if (inv.command == "topics") return RunTopics(inv);

@@ -255,6 +255,8 @@ CommandSpec VerifyCommandSpec() {
            {"table", true, "one table: its name"},
            {"where", true, "one table: the filter (table_sync's where grammar, :name placeholders)"},
            {"params", true, "one table: JSON object of the where's :name values"},
+           {"bundle", true, "compare the target with a bundle file's manifest (dsync bundle export) alone; "
+                            "with --target to name another datasource"},
            {"max-keys", true, "differing keys listed per list (1-10000, default 100)"},
            {"plan", false, "dry run: print what a sync would insert, update and delete; writes nothing"},
            {"repair", false, "with --topic: one repair event per differing table (topic --repair-topic) syncing "

@@ -273,6 +273,13 @@ constexpr KeyDescriptor kKeys[] = {
             "how long it waits for a node reaching the source to take the source side's half before "
             "it fails with one line saying so."},
 
+    // bundles
+    {.path = "bundle.key",
+     .field = Field<&Settings::bundle, &BundleSettings::key>(),
+     .doc = "The secret that signs bundle files (`dsync bundle export`) and checks them (`dsync bundle "
+            "import`, `dsync verify --bundle`) with HMAC-SHA256; both sides need the same. Empty: "
+            "bundle commands refuse to run. Environment: DSYNC_BUNDLE_KEY."},
+
     // retention
     {.path = "retention.enabled",
      .field = Field<&Settings::retention, &RetentionSettings::enabled>(),

@@ -73,6 +73,10 @@ struct RelaySettings {
   Millis verify_wait{60000};          // relay.verify_wait_ms: a verify across the gap's wait for its source half to start. Default 60 s
 };
 
+struct BundleSettings {
+  std::string key;                    // bundle.key: the HMAC-SHA256 key signing and checking bundle files (docs/relay.md "Bundles"). Default "": bundles refused
+};
+
 struct ConsumerSettings {
   Millis poll_interval{200};          // consumer.poll_interval_ms: how often a node looks for its events. Default 200 ms
   Millis drain_timeout{30000};        // consumer.drain_timeout_ms: on shutdown, how long running events may take. Default 30 s
@@ -146,6 +150,7 @@ struct Settings {
   ApiSettings api;                    // api.*
   RetentionSettings retention;        // retention.*
   RelaySettings relay;                // relay.*
+  BundleSettings bundle;              // bundle.*
   // ---- issue 37 ----
   FairnessSettings fairness;          // fairness.*
   // datasources.<name>.max_concurrent_steps: in-flight events of topics naming the

@@ -13,6 +13,7 @@
 #include "table/relay_sides.h"
 #include "table/target_table.h"
 #include "table/target_writer.h"
+#include "table/writer_target.h"
 
 namespace dsync::table {
 namespace {
@@ -21,95 +22,8 @@ using nlohmann::json;
 using storage::Connection;
 using storage::ConnectionPool;
 
-constexpr std::chrono::milliseconds kRelayCheckpointEvery{2000};
 constexpr size_t kRelayChunkBytes = 2u << 20;
 constexpr int kRelayMaxCompareRows = 40000;
-
-// The target side of the relay over the step's TargetWriter: each relayed chunk is one
-// chunk transaction, exactly as in direct mode.
-class WriterTarget final : public DbTargetReads {
- public:
-  WriterTarget(ConnectionPool& pool, const Spec& spec, const Plan& plan, const BoundFilter& filter,
-               TargetWriter& writer, Clock& clock)
-      : DbTargetReads(pool, spec.table, plan.tgt_cols, plan.tgt_key, filter),
-        spec_(spec),
-        plan_(plan),
-        writer_(writer),
-        clock_(clock),
-        last_record_(clock.Now()) {}
-
-  int64_t Apply(const RelayChunk& chunk) override {
-    if (chunk.columns != plan_.src_cols.names() || chunk.key_columns != plan_.src_key.names()) {
-      throw PermanentError(spec_.What("a relayed chunk's columns are not the step's (the tables changed?)"));
-    }
-    pending_equal_.reset();  // this chunk's record checkpoints past it
-    ChunkWork w;
-    w.range = {chunk.lo, chunk.hi};
-    w.rows = chunk.rows;
-    w.delete_keys = chunk.deletes;
-    w.rows_read = static_cast<int64_t>(chunk.rows.size());
-    return Commit(std::move(w));
-  }
-
-  void RecordEqual(const KeyRange& range) override {
-    pending_equal_ = range;
-    ++counts.chunks;
-    ++counts.chunks_equal;
-    if (clock_.Now() - last_record_ >= kRelayCheckpointEvery) FlushEqual();
-  }
-
-  void Finish() override { FlushEqual(); }
-
-  Counts counts;
-  int64_t records = 0;
-
- private:
-  // One chunk transaction; a chunk whose before-image is too big for one statement is
-  // cut in two at a row (the rows are in the source's key order).
-  int64_t Commit(ChunkWork w) {
-    try {
-      const Counts delta = writer_.Commit(w);
-      ++records;
-      last_record_ = clock_.Now();
-      if (delta.inserted + delta.updated + delta.deleted > 0) ++counts.chunks_written;
-      counts += delta;
-      ++counts.chunks;
-      counts.rows += w.rows_read;
-      counts.rows_fetched += static_cast<int64_t>(w.rows.size());
-      return delta.inserted + delta.updated + delta.deleted;
-    } catch (const ChunkTooBig& e) {
-      if (w.rows.size() < 2) throw PermanentError(e.what());
-      const size_t mid = w.rows.size() / 2;
-      ChunkWork first, second;
-      first.range = {w.range.lo, Project(w.rows[mid - 1], plan_.sync_key_pos)};
-      first.rows.assign(w.rows.begin(), w.rows.begin() + static_cast<std::ptrdiff_t>(mid));
-      first.delete_keys = std::move(w.delete_keys);  // all in the first: applied before any checkpoint inside
-      first.rows_read = static_cast<int64_t>(first.rows.size());
-      second.range = {first.range.hi, w.range.hi};
-      second.rows.assign(w.rows.begin() + static_cast<std::ptrdiff_t>(mid), w.rows.end());
-      second.rows_read = static_cast<int64_t>(second.rows.size());
-      return Commit(std::move(first)) + Commit(std::move(second));
-    }
-  }
-
-  void FlushEqual() {
-    if (!pending_equal_) return;
-    ChunkWork w;
-    w.range = *pending_equal_;
-    w.equal = true;
-    writer_.Commit(w);
-    ++records;
-    pending_equal_.reset();
-    last_record_ = clock_.Now();
-  }
-
-  const Spec& spec_;
-  const Plan& plan_;
-  TargetWriter& writer_;
-  Clock& clock_;
-  Clock::TimePoint last_record_;
-  std::optional<KeyRange> pending_equal_;
-};
 
 std::vector<std::string> ColumnNames(const TableSchema& t) {
   std::vector<std::string> names;
@@ -291,11 +205,7 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
     const RelayTotals totals = run.Run();
 
     const Counts& c = side.counts;
-    json out = {{"rows", c.rows}, {"inserted", c.inserted}, {"updated", c.updated}, {"unchanged", c.unchanged}};
-    if (spec.delete_missing) out["deleted"] = c.deleted;
-    out["chunks"] = c.chunks;
-    out["chunks_equal"] = c.chunks_equal;
-    out["chunks_written"] = c.chunks_written;
+    json out = CountsJson(spec, c);
     out["rows_fetched"] = c.rows_fetched;
     out["chunk_records"] = resume.records + side.records;
     if (resume.last_chunk > 0) {
@@ -314,14 +224,7 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
     spdlog::info("TABLE_SYNC_RELAYED_DONE step={} code={} epoch={} ranges={} chunks={} bytes={} peak_bytes={}",
                  spec.step, step_code, half.epoch, totals.ranges, totals.chunks, totals.bytes_relayed,
                  r["peak_bytes"].get<int64_t>());
-    json ref = {{"format", 2},
-                {"undo", "dsync_sync_chunk"},
-                {"target", spec.target},
-                {"table", spec.table},
-                {"step_code", step_code},
-                {"chunks", resume.records + side.records},
-                {"schema_fingerprint", shape.Fingerprint()},
-                {"schema", shape.ToJson()}};
+    json ref = ChunkUndoRef(spec, step_code, resume.records + side.records, shape);
     return SyncResult{std::move(out), std::move(ref)};
   } catch (...) {
     RethrowTargetHalfFailure(relay, half, spec);

@@ -55,8 +55,8 @@ TableDiff RunRelayedVerify(RunContext& ctx, const TableCheck& check, RelayTable&
 nlohmann::json RunRelayedVerifySource(RunContext& ctx, const nlohmann::json& payload, RelayTable& relay,
                                       const RelayedSyncOptions& options);
 
-// A RunContext for a run outside the saga engine (`dsync verify`, tests): attempt 1,
-// always the owner, progress dropped.
+// A RunContext for a run outside the saga engine (`dsync verify`, `dsync bundle`,
+// tests): attempt 1, always the owner, progress dropped.
 class StandaloneRunContext final : public RunContext {
  public:
   using Pools = std::function<storage::ConnectionPool&(const std::string&)>;
@@ -68,7 +68,9 @@ class StandaloneRunContext final : public RunContext {
   const std::string& step_code() const override { return code_; }
   const nlohmann::json& payload() const override { return payload_; }
   int attempt() const override { return 1; }
-  const nlohmann::json& compensation_data() const override { return null_; }
+  const nlohmann::json& compensation_data() const override { return compensation_; }
+  // What a compensation run of this context undoes (null by default).
+  void set_compensation_data(nlohmann::json data) { compensation_ = std::move(data); }
   std::stop_token stop_token() const override { return stop_; }
   bool StillOwner() override { return true; }
   void ReportProgress(const nlohmann::json&) override {}
@@ -78,7 +80,7 @@ class StandaloneRunContext final : public RunContext {
  private:
   std::string code_;
   nlohmann::json payload_;
-  nlohmann::json null_;
+  nlohmann::json compensation_;
   Pools pools_;
   Clock& clock_;
   std::stop_token stop_;

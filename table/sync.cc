@@ -21,6 +21,7 @@
 #include "table/row_io.h"
 #include "table/source_reader.h"
 #include "table/target_writer.h"
+#include "table/writer_target.h"
 
 namespace dsync::table {
 namespace {
@@ -429,14 +430,7 @@ SyncResult RunSync(RunContext& ctx, const Spec& spec, ChunkTable& chunks) {
   // are named here, so a column dropped or renamed on one side is visible.
   if (!plan.not_in_target.empty()) out["source_columns_not_in_target"] = plan.not_in_target;
   spdlog::debug("TABLE_SYNC step={} code={} result={}", spec.step, step_code, out.dump());
-  json ref = {{"format", 2},
-              {"undo", "dsync_sync_chunk"},
-              {"target", spec.target},
-              {"table", spec.table},
-              {"step_code", step_code},
-              {"chunks", run.records},
-              {"schema_fingerprint", shape.Fingerprint()},
-              {"schema", shape.ToJson()}};
+  json ref = ChunkUndoRef(spec, step_code, run.records, shape);
   return SyncResult{std::move(out), std::move(ref)};
 }
 

@@ -552,6 +552,7 @@ std::map<std::string, EnvProbe> EnvProbes() {
       {"relay.window_bytes", {"8388608", [](const Settings& s) { return std::to_string(s.relay.window_bytes); }}},
       {"relay.poll_interval_ms", {"50", [](const Settings& s) { return std::to_string(s.relay.poll_interval.count()); }}},
       {"relay.verify_wait_ms", {"5000", [](const Settings& s) { return std::to_string(s.relay.verify_wait.count()); }}},
+      {"bundle.key", {"bundle-s3cret", [](const Settings& s) { return s.bundle.key; }}},
       {"fairness.enabled", {"false", [](const Settings& s) { return s.fairness.enabled ? "true" : "false"; }}},
       {"api.listen", {"0.0.0.0:9090", [](const Settings& s) { return s.api.listen; }}},
       {"api.token", {"s3cret", [](const Settings& s) { return s.api.token; }}},
