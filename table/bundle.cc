@@ -252,7 +252,7 @@ BundleApplied ImportBundleTable(RunContext& ctx, const Spec& spec, BundleReader&
   const size_t first = Field(table, "first_section", json::value_t::number_unsigned).get<size_t>();
   if (first + entries.size() > reader.sections()) throw BundleError("bundle manifest: a table's chunks run past its sections");
 
-  TakeOver(tgt, spec, step_code, ctx.attempt());
+  TakeOver(tgt, spec, step_code, ctx.attempt(), ctx.clock());
   const Resume resume =
       tgt.Transact(spec.What("read checkpoint"), [&](Connection& c) { return ReadResume(c, spec, step_code); });
   TargetWriter::Commits commits;

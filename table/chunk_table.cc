@@ -3,6 +3,7 @@
 #include "table/chunks.h"
 #include "table/row_io.h"
 #include "table/run_context.h"
+#include "storage/lock_eviction.h"
 
 namespace dsync::table {
 namespace {
@@ -14,7 +15,7 @@ using storage::Connection;
 constexpr const char* kCreateChunkTableSql = R"(
 CREATE TABLE IF NOT EXISTS dsync_sync_chunk (
   step_code      VARCHAR(128) NOT NULL COMMENT 'idempotency key (distribute_event_step.code)',
-  chunk_no       INT          NOT NULL COMMENT '0: the step (its lock, compensated mark); 1, 2, ...: chunks in key order',
+  chunk_no       INT          NOT NULL COMMENT '-1: the run lock; 0: the step (its lock, compensated mark); 1, 2, ...: chunks in key order',
   step_name      VARCHAR(64)  NOT NULL,
   table_name     VARCHAR(64)  NOT NULL,
   attempt        INT          NOT NULL DEFAULT 0 COMMENT 'claim attempt of the run that committed the chunk',
@@ -36,6 +37,18 @@ constexpr const char* kLockStepSql = R"(
 INSERT INTO dsync_sync_chunk (step_code, chunk_no, step_name, table_name, created_at)
 VALUES (?, 0, ?, ?, NOW(3))
 ON DUPLICATE KEY UPDATE step_code = step_code)";
+
+// The step's run row (-1): a chunk transaction holds it shared from its start, a
+// takeover exclusively, so a takeover waits for the chunk transactions of the runs it
+// supersedes (and evicts one that a frozen node holds open: TakeOver), while the lanes
+// of one run, each holding it shared, do not wait for each other.   params: step_code,
+// step_name, table_name / step_code
+constexpr const char* kLockRunSql = R"(
+INSERT INTO dsync_sync_chunk (step_code, chunk_no, step_name, table_name, created_at)
+VALUES (?, -1, ?, ?, NOW(3))
+ON DUPLICATE KEY UPDATE step_code = step_code)";
+constexpr const char* kShareRunSql = R"(
+SELECT 1 FROM dsync_sync_chunk WHERE step_code = ? AND chunk_no = -1 LOCK IN SHARE MODE)";
 
 // The step's fencing token (row 0's attempt): the highest claim attempt of the event
 // that has run the step on this target. A run raises it to its own attempt before its
@@ -138,6 +151,8 @@ void LockStep(Connection& c, const std::string& step_code, const std::string& st
   c.Execute(kLockStepSql, step_code, step_name, table_name);
 }
 
+void ShareRun(Connection& c, const std::string& step_code) { (void)c.QueryInt(kShareRunSql, step_code); }
+
 void CheckFence(Connection& c, const Spec& spec, const std::string& step_code, int attempt) {
   const int64_t token = c.QueryInt(kReadFenceSql, step_code).value_or(0);
   if (token > attempt) {
@@ -147,9 +162,15 @@ void CheckFence(Connection& c, const Spec& spec, const std::string& step_code, i
   }
 }
 
-void TakeOver(storage::ConnectionPool& tgt, const Spec& spec, const std::string& step_code, int attempt) {
+void TakeOver(storage::ConnectionPool& tgt, const Spec& spec, const std::string& step_code, int attempt,
+              Clock& clock) {
   tgt.Transact(spec.What("fence step"), [&](Connection& c) {
-    LockStep(c, step_code, spec.step, spec.table);
+    // Only a run this claim supersedes can hold the step row now: a node frozen inside
+    // one of its chunk transactions would hold it for as long as it stays frozen.
+    storage::WhileEvictingStaleLocks(tgt, c, clock, kEvictStaleRunAfter, spec.What("fence step"), [&] {
+      c.Execute(kLockRunSql, step_code, spec.step, spec.table);
+      LockStep(c, step_code, spec.step, spec.table);
+    });
     CheckFence(c, spec, step_code, attempt);
     c.Execute(kRaiseFenceSql, attempt, step_code, attempt);
   });

@@ -17,6 +17,8 @@
 // TargetTable.
 #pragma once
 
+#include "core/clock.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,18 +42,30 @@ class ChunkTable : public TargetTable {
   ChunkTable();
 };
 
-// The step's row 0, locked (inserted if absent): taken first by every chunk transaction
-// and compensation, so runs of one step serialise on it.
+// The step's row 0, locked (inserted if absent): taken by every chunk transaction
+// before its record and first by every compensation, so runs of one step serialise
+// on it.
 void LockStep(storage::Connection& c, const std::string& step_code, const std::string& step_name,
               const std::string& table_name);
+
+// First in a chunk transaction: the step's run row (-1) shared. A takeover (TakeOver)
+// takes it exclusively, so it waits for the chunk transactions of the runs it
+// supersedes, and evicts one held open by a frozen node. Nothing when the row does not
+// exist (a run that began before it was introduced).
+void ShareRun(storage::Connection& c, const std::string& step_code);
 
 // Under the step lock: throws Interrupted when a later claim of the event has run the
 // step on this target since (the fencing token, row 0's attempt, is above `attempt`).
 void CheckFence(storage::Connection& c, const Spec& spec, const std::string& step_code, int attempt);
 
 // Before a run's first write: raises the step's fencing token to `attempt` (or throws
-// Interrupted, if a later claim raised it already), in a transaction of its own.
-void TakeOver(storage::ConnectionPool& tgt, const Spec& spec, const std::string& step_code, int attempt);
+// Interrupted, if a later claim raised it already), in a transaction of its own, holding
+// the run row (-1) and the step row (0). A superseded run still holding either (a node
+// frozen inside a chunk transaction) is evicted after kEvictStaleRunAfter (storage/lock_eviction.h): its transaction rolls
+// back, so it writes nothing when it wakes up, and this run goes on.
+inline constexpr Millis kEvictStaleRunAfter{3000};
+void TakeOver(storage::ConnectionPool& tgt, const Spec& spec, const std::string& step_code, int attempt,
+              Clock& clock);
 
 // What earlier runs committed (chunk records, row 0 excluded).
 struct StepState {

@@ -176,7 +176,7 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
                                        RelayShapeOf(t_full, plan.tgt_image.names()));
     const BoundFilter tgt_filter = RelayTargetFilter(ctx, spec, tgt, t);
 
-    TakeOver(tgt, spec, step_code, ctx.attempt());
+    TakeOver(tgt, spec, step_code, ctx.attempt(), ctx.clock());
     const Resume resume =
         tgt.Transact(spec.What("read checkpoint"), [&](Connection& c) { return ReadResume(c, spec, step_code); });
     const std::vector<Lane> lanes = PlanLanes(spec, tgt, ctx.attempt(), std::nullopt, step_code, resume);

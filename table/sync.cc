@@ -365,7 +365,7 @@ SyncResult RunSync(RunContext& ctx, const Spec& spec, ChunkTable& chunks) {
 
   // The fence first: what is read after it is every chunk an earlier claim will ever
   // commit (one committing at that instant committed before the fence was raised).
-  TakeOver(tgt, spec, step_code, ctx.attempt());
+  TakeOver(tgt, spec, step_code, ctx.attempt(), ctx.clock());
   const Resume resume =
       tgt.Transact(spec.What("read checkpoint"), [&](Connection& c) { return ReadResume(c, spec, step_code); });
   // Single integer keys: each side's lowest and highest key, for the lanes' split and

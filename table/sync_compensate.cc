@@ -226,7 +226,7 @@ json CompensateSync(RunContext& ctx, const Spec& spec, ChunkTable& chunk_table) 
                          spec.target + ".dsync_sync_chunk are gone (purged after undo_retention_days, or "
                          "deleted); its before-image cannot be restored");
   }
-  TakeOver(tgt, spec, step_code, ctx.attempt());
+  TakeOver(tgt, spec, step_code, ctx.attempt(), ctx.clock());
   const bool check = spec.on_conflict != OnConflict::kOverwrite;
   Conflicts conflicts;
   if (spec.on_conflict == OnConflict::kFail) {

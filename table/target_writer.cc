@@ -49,6 +49,7 @@ Counts TargetWriter::Commit(const ChunkWork& w) {
   Counts delta;
   pool_.Transact(spec_.What("sync chunk"), commits_.isolation, [&](Connection& tc) {
     delta = Counts{};
+    ShareRun(tc, ctx_.step_code());  // a takeover waits for (or evicts) this transaction
     Image image = EmptyImage();
     const std::optional<KeySpan> span = ApplyChunk(tc, w, image, delta);
     const bool changed = !image.restore.empty() || !image.remove.empty();

@@ -119,7 +119,11 @@
 // attempt. A node frozen past the offline timeout and resumed thus commits no chunk
 // once the new owner has taken the step over; a chunk it was committing at that
 // instant (inside its transaction, after the ownership check) commits before the
-// takeover, which waits for the step lock, and the new owner resumes after it.
+// takeover, which waits for the step lock, and the new owner resumes after it. Every
+// chunk transaction also holds the run row (-1) shared from its start, which a
+// takeover takes exclusively: a node frozen anywhere inside a chunk transaction is
+// waited for at most kEvictStaleRunAfter (3 s), then its session is killed
+// (storage/lock_eviction.h) and its chunk rolls back.
 //
 // Heartbeat: ctx.ReportProgress (about once a second while chunks run, and after each
 // compensated chunk) also refreshes the event's modifier_time, fenced by the claimed

@@ -11,8 +11,11 @@
 #  - kill -9 of the source half's node mid-step, then of the target half's node:
 #    each resumed on the other node of its side, env_b equal, and no key range written
 #    twice (the target's chunk records of the step follow each other without overlap);
-#  - a frozen source half (SIGSTOP past the offline timeout, thawed after the takeover)
-#    relays nothing after losing its part;
+#  - a frozen target half (SIGSTOP past the offline timeout, thawed after the takeover)
+#    commits no chunk after losing its part; frozen inside a chunk transaction, it holds
+#    the step row in env_b, and the node taking over evicts it (KILL of its session,
+#    storage/lock_eviction.h) instead of waiting for it to thaw; a frozen source half
+#    relays none;
 #  - the relay table's peak stays inside the window; nothing is left in it.
 source "$(dirname "$0")/lib.sh"
 
@@ -153,6 +156,30 @@ expect_eq "$(overlaps 'sync-3#1')" 0 "sync-3: no key range written twice"
 expect_eq "$(sql "SELECT node_address FROM distribute_event WHERE code = 'sync-3'")" "$B2" "sync-3 finished on B2"
 expect_eq "$(sql "SELECT epoch > 1 FROM dsync_relay WHERE step_code = 'sync-3#1'")" 1 "sync-3: B2 started a new epoch"
 
+# --- a frozen target half: it loses its part and writes nothing after ---------------------
+# B2 (the only B node) is SIGSTOPped mid-step; B comes back under its address and takes
+# the event over once B2 is offline (a new epoch); B2 is thawed after the event ended:
+# its run must not commit one more chunk.
+older_copy
+produce sync-4 '{}' SYNC
+wait_for "[[ \$(qb \"SELECT COUNT(*) FROM dsync_sync_chunk WHERE step_code = 'sync-4#1' AND rows_written > 0\") -ge 3 ]]" 120 \
+  "sync-4: 3 chunks applied in env_b"
+kill -STOP "$PID_b2"
+frozen_attempt=$(sql "SELECT attempt FROM distribute_event WHERE code = 'sync-4'")
+frozen_chunks=$(qb "SELECT COUNT(*) FROM dsync_sync_chunk WHERE step_code = 'sync-4#1' AND chunk_no > 0 AND attempt = $frozen_attempt")
+start_bg b "$DSYNC_BIN" node --config "$WORK/b.json" --node-address "$B"
+wait_status sync-4 SUCCESS 240
+expect_eq "$(sql "SELECT node_address FROM distribute_event WHERE code = 'sync-4'")" "$B" "sync-4: taken over by B while B2 was frozen"
+grep -h "DB_LOCK_HOLDER_EVICTED" "$WORK/b.log" || echo "  (B2 was frozen between chunk transactions: nothing to evict)"
+kill -CONT "$PID_b2"
+wait_for "grep -q 'sync-4' \"$WORK/b2.log\" && grep -E 'sync-4.*(taken over|lost|Interrupted|handed)|(taken over|lost).*sync-4' \"$WORK/b2.log\" >/dev/null" 30 \
+  "the thawed B2 to notice it lost sync-4"
+sleep 2
+expect_eq "$(qb "SELECT COUNT(*) FROM dsync_sync_chunk WHERE step_code = 'sync-4#1' AND chunk_no > 0 AND attempt = $frozen_attempt")" "$frozen_chunks" \
+  "sync-4: the thawed target half committed no chunk after losing its part"
+expect_eq "$(dump_b)" "$WANT" "sync-4: env_b equals env_a"
+expect_eq "$(overlaps 'sync-4#1')" 0 "sync-4: no key range written twice"
+
 # --- a frozen source half: it loses its part and relays nothing after -----------------------
 older_copy
 start_bg a "$DSYNC_BIN" node --config "$WORK/a.json" --node-address "$A"
@@ -176,8 +203,9 @@ expect_eq "$(dump_b)" "$WANT" "sync-5: the source half's node frozen mid-step, t
 expect_eq "$(overlaps 'sync-5#1')" 0 "sync-5: no key range written twice"
 
 expect_eq "$(saga_violations)" 0 "saga order holds for every event"
-kill -TERM "$PID_a" "$PID_a2" "$PID_b2" "$PID_disp"
+kill -TERM "$PID_a" "$PID_a2" "$PID_b" "$PID_b2" "$PID_disp"
 wait "$PID_a" || fail "node A exit code $?"
+wait "$PID_b" || fail "node B exit code $?"
 wait "$PID_a2" || fail "node A2 exit code $?"
 wait "$PID_b2" || fail "node B2 exit code $?"
 wait "$PID_disp" || fail "dispatcher exit code $?"

@@ -2,6 +2,7 @@
 // killed connection, deadlock retry, bounded borrowing, prepared-statement binding
 // of hostile strings.
 #include <atomic>
+#include <chrono>
 #include <barrier>
 #include <thread>
 
@@ -9,6 +10,7 @@
 
 #include "core/error.h"
 #include "storage/connection_pool.h"
+#include "storage/lock_eviction.h"
 #include "tests/support/test_db.h"
 #include "tests/support/fake_clock.h"
 
@@ -148,6 +150,40 @@ TEST(Storage, IdleTransactionIsEndedByTheServer) {
     EXPECT_EQ(e.kind(), DbError::Kind::kConnectionLost) << e.what();
   }
   EXPECT_EQ(db.QueryInt("SELECT v FROM idle_t WHERE id = 1"), 2);  // the frozen write never landed
+}
+
+// storage/lock_eviction.h: a statement waiting for a row lock that a stale session holds
+// (a transaction left open, as by a node frozen with SIGSTOP) goes on after `after`: the
+// holder's session is killed and its write rolled back; a statement that does not wait
+// kills nothing.
+TEST(Storage, StaleLockHolderIsEvictedAfterTheBound) {
+  testing::TestSchema db(false);
+  db.Exec("CREATE TABLE lk (id INT PRIMARY KEY, v INT)");
+  db.Exec("INSERT INTO lk VALUES (1, 0), (2, 0)");
+  Connection holder(db.url());
+  holder.Begin();
+  holder.Execute("UPDATE lk SET v = 1 WHERE id = 1");  // holds row 1 and stays silent
+  ConnectionPool pool(db.url());
+  SystemClock clock;
+
+  // Not waiting: row 2 is free, nothing is killed.
+  pool.Transact("free row", [&](Connection& c) {
+    storage::WhileEvictingStaleLocks(pool, c, clock, Millis(300), "free row",
+                                     [&] { c.Execute("UPDATE lk SET v = 5 WHERE id = 2"); }, Millis(50));
+  });
+  EXPECT_EQ(holder.QueryInt("SELECT 1"), 1) << "a holder nobody waited for stays";
+
+  const auto start = std::chrono::steady_clock::now();
+  pool.Transact("held row", [&](Connection& c) {
+    storage::WhileEvictingStaleLocks(pool, c, clock, Millis(500), "held row",
+                                     [&] { c.Execute("UPDATE lk SET v = 2 WHERE id = 1"); }, Millis(100));
+  });
+  const auto waited = std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - start);
+  EXPECT_GE(waited.count(), 500);
+  EXPECT_LT(waited.count(), 15000) << "innodb_lock_wait_timeout (50 s) was not what ended the wait";
+  EXPECT_ANY_THROW(holder.QueryInt("SELECT 1")) << "the holder's session was killed";
+  EXPECT_EQ(db.QueryInt("SELECT v FROM lk WHERE id = 1"), 2) << "the holder's write rolled back, the waiter's committed";
+  EXPECT_EQ(db.QueryInt("SELECT v FROM lk WHERE id = 2"), 5);
 }
 
 TEST(Storage, KilledConnectionIsReplacedTransparently) {
