@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "table/relay_table.h"
+
 namespace dsync::dispatcher {
 namespace {
 
@@ -81,6 +83,7 @@ events::PurgeCounts Retention::RunPass(std::stop_token stop, const std::function
                                        const std::function<bool()>& busy) {
   events::PurgeCounts total;
   int64_t verify_results = 0;
+  int64_t relays = 0;
   try {
     total += Purge(pool_, clock_, purger_, {{"SUCCESS", "COMPENSATED"}, settings_.finished_after, service_},
                    settings_.batch_pause, kPausePerWork, stop, keep_going, busy, settings_.busy_pause);
@@ -89,6 +92,11 @@ events::PurgeCounts Retention::RunPass(std::stop_token stop, const std::function
     verify_results = PurgeVerifyResults(pool_, clock_, settings_.verify_results_after, settings_.batch_size,
                                         settings_.batch_pause, kPausePerWork, stop, keep_going, busy,
                                         settings_.busy_pause);
+    // Relays (docs/relay.md) of events no longer in flight, as long as finished events
+    // are kept; one batch a pass (a relay is one row once its step ended).
+    if (!stop.stop_requested() && keep_going()) {
+      relays = table::RelayTable(pool_).Purge(BoundMicros(settings_.finished_after), settings_.batch_size);
+    }
   } catch (...) {
     ++failures_;
     events_ += static_cast<uint64_t>(total.events);
@@ -101,16 +109,19 @@ events::PurgeCounts Retention::RunPass(std::stop_token stop, const std::function
   steps_ += static_cast<uint64_t>(total.steps);
   batches_ += static_cast<uint64_t>(total.batches);
   verify_results_ += static_cast<uint64_t>(verify_results);
-  if (total.events > 0 || verify_results > 0) {
-    spdlog::info("RETENTION_PASS service={} events={} steps={} batches={} verify_results={} archive={} by_status={}",
-                 service_, total.events, total.steps, total.batches, verify_results, settings_.archive,
-                 FormatByStatus(total.by_status));
+  relays_ += static_cast<uint64_t>(relays);
+  if (total.events > 0 || verify_results > 0 || relays > 0) {
+    spdlog::info(
+        "RETENTION_PASS service={} events={} steps={} batches={} verify_results={} relays={} archive={} by_status={}",
+        service_, total.events, total.steps, total.batches, verify_results, relays, settings_.archive,
+        FormatByStatus(total.by_status));
   }
   return total;
 }
 
 RetentionStats Retention::stats() const {
-  return {passes_.load(), failures_.load(), events_.load(), steps_.load(), batches_.load(), verify_results_.load()};
+  return {passes_.load(),  failures_.load(),       events_.load(), steps_.load(),
+          batches_.load(), verify_results_.load(), relays_.load()};
 }
 
 std::string FormatByStatus(const std::map<std::string, int64_t>& by_status) {

@@ -18,8 +18,10 @@
 // says no: leadership lost), then the verify history (dsync_verify_result, one row per
 // table of each `dsync verify` and POST /v1/verify) older than
 // retention.verify_results_after_ms, oldest first, batch_size rows a statement (by its
-// finished_at index), with the same pauses. It logs one line when it removed anything:
-//   RETENTION_PASS events=<n> steps=<n> batches=<n> verify_results=<n> archive=<bool> by_status=SUCCESS:<n>,...
+// finished_at index), with the same pauses; then up to batch_size relays (dsync_relay
+// and its ranges and chunks, docs/relay.md) untouched for retention.finished_after_ms
+// whose event is not in flight. It logs one line when it removed anything:
+//   RETENTION_PASS events=<n> steps=<n> batches=<n> verify_results=<n> relays=<n> archive=<bool> by_status=SUCCESS:<n>,...
 //
 // Thread safety: RunPass from one thread at a time; stats() from any thread.
 #pragma once
@@ -43,6 +45,7 @@ struct RetentionStats {
   uint64_t steps_removed = 0;
   uint64_t batches = 0;
   uint64_t verify_results_removed = 0;  // dsync_verify_result rows deleted
+  uint64_t relays_removed = 0;          // dsync_relay rows (with their ranges and chunks) dropped
 };
 
 class Retention {
@@ -85,7 +88,7 @@ class Retention {
   const std::string service_;
   const RetentionSettings settings_;
   events::Purger purger_;
-  std::atomic<uint64_t> passes_{0}, failures_{0}, events_{0}, steps_{0}, batches_{0}, verify_results_{0};
+  std::atomic<uint64_t> passes_{0}, failures_{0}, events_{0}, steps_{0}, batches_{0}, verify_results_{0}, relays_{0};
 };
 
 // "SUCCESS:3,FAILED:1".

@@ -112,6 +112,14 @@ constexpr const char* kRelaySourceDoneSql =
 
 // (step_code)
 constexpr const char* kRelayDropRelaySql = "DELETE FROM dsync_relay WHERE step_code = ?";
+// Relays untouched past the bound whose event is not in flight (retention).
+//   params: older_than (µs), limit
+constexpr const char* kRelayStaleSql = R"(
+SELECT r.step_code FROM dsync_relay r
+WHERE r.updated_at < NOW(3) - INTERVAL ? MICROSECOND
+  AND NOT EXISTS (SELECT 1 FROM distribute_event e WHERE e.code = r.event_code
+                  AND e.status NOT IN ('SUCCESS', 'COMPENSATED', 'FAILED'))
+ORDER BY r.updated_at LIMIT ?)";
 constexpr const char* kRelayDropRangesSql = "DELETE FROM dsync_relay_range WHERE step_code = ?";
 constexpr const char* kRelayDropChunksSql = "DELETE FROM dsync_relay_chunk WHERE step_code = ?";
 
@@ -356,6 +364,17 @@ void RelayTable::SetState(const RelayHalf& h, std::string_view state, const std:
       c.Execute(kRelayNoBytesInFlightSql, h.step_code);
     }
   });
+}
+
+int64_t RelayTable::Purge(int64_t older_than_us, int limit) {
+  const std::vector<std::string> codes = pool_.Run("relay retention", [&](Connection& c) {
+    std::vector<std::string> out;
+    auto rs = c.Query(kRelayStaleSql, older_than_us, limit);
+    while (rs->next()) out.push_back(rs->getString(1));
+    return out;
+  });
+  for (const std::string& code : codes) Drop(code);
+  return static_cast<int64_t>(codes.size());
 }
 
 void RelayTable::Drop(const std::string& step_code) {

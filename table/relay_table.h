@@ -158,6 +158,10 @@ class RelayTable {
   void SetState(const RelayHalf& h, std::string_view state, const std::optional<std::string>& error = std::nullopt);
   // Every row of the step (after its last use: the target half of a finished step).
   void Drop(const std::string& step_code);
+  // Retention: drops up to `limit` relays untouched for `older_than_us` microseconds
+  // whose event is not in flight (finished, purged, or none: a verify's relay left by
+  // a process killed with kill -9), with their ranges and chunks. Returns how many.
+  int64_t Purge(int64_t older_than_us, int limit);
 
  private:
 

@@ -230,5 +230,28 @@ TEST_F(RelayTableTest, StateAndDrop) {
   EXPECT_THROW(relay_.AddChunk(s, 1, false, 1, Bytes(1), std::nullopt), RelayLost);
 }
 
+// Retention: a relay untouched past the bound goes with its ranges and chunks unless its
+// event is in flight; a fresh one stays.
+TEST_F(RelayTableTest, PurgeDropsOldRelaysWhoseEventIsNotInFlight) {
+  RelaySpec running = spec_, gone = spec_, fresh = spec_;
+  running.step_code = "E2#1", running.event_code = "E2";
+  gone.step_code = "V9", gone.event_code = "verify-V9";  // a verify's relay: no event
+  fresh.step_code = "E3#1", fresh.event_code = "E3";
+  for (const RelaySpec* r : {&running, &gone, &fresh}) relay_.Open(*r);
+  RelayHalf t = relay_.TakeTarget(gone.step_code, 1, "b1:7000");
+  relay_.PublishRanges(t, ThreeRanges());
+  Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, status) VALUES "
+       "('t', 'E1', 'd', 'SYNC', '{}', 'SUCCESS'), ('t', 'E2', 'd', 'SYNC', '{}', 'RUNNING')");
+  Exec("UPDATE dsync_relay SET updated_at = NOW(3) - INTERVAL 2 HOUR WHERE step_code <> 'E3#1'");
+
+  EXPECT_EQ(relay_.Purge(/*older_than_us=*/3600LL * 1000 * 1000, 100), 2);  // E1#1 (SUCCESS), V9 (no event)
+  EXPECT_FALSE(relay_.Read(spec_.step_code));
+  EXPECT_FALSE(relay_.Read(gone.step_code));
+  EXPECT_EQ(Int("SELECT COUNT(*) FROM dsync_relay_range WHERE step_code = 'V9'"), 0);
+  EXPECT_TRUE(relay_.Read(running.step_code)) << "its event is in flight";
+  EXPECT_TRUE(relay_.Read(fresh.step_code)) << "touched within the bound";
+  EXPECT_EQ(relay_.Purge(3600LL * 1000 * 1000, 100), 0);
+}
+
 }  // namespace
 }  // namespace dsync::table
