@@ -200,7 +200,7 @@ void CaptureRunner::Run(std::stop_token stop) {
   while (!stop.stop_requested()) {
     std::optional<int64_t> token;
     try {
-      store_.Ensure(name_, capture_.source, capture_.target);
+      store_.Ensure(name_, capture_.source, capture_.target, capture_.lag_bound_s);
       token = store_.TryAcquire(name_, env_.holder, env_.options.lease_ttl);
     } catch (const Error& e) {
       spdlog::warn("CAPTURE_ERROR capture={} holder={} err=\"{}\"", name_, env_.holder, e.what());
