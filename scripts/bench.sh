@@ -1658,8 +1658,8 @@ section_slowclients() {
 # 5,000 rows/s writer for DSYNC_BENCH_CAPTURE_KILL_S (40) s, the reading process
 # kill -9'd after 10 s: seconds from the kill until another process holds the lease
 # (takeover), until the last row applied with a lag >= 1 s (recovery), and the peak lag.
-# Each case also reports its events: count, keys per event, create -> start (queue) and
-# start -> finish (run) p50/p99: where the lag goes. Last, `dsync verify` of both tables (exit 0).
+# Each case also reports its events: count, keys per event, how many were retried,
+# create -> start (queue) and start -> finish (run) p50/p99: where the lag goes. Last, `dsync verify` of both tables (exit 0).
 section_capture() {
   local src_dir tgt_dir src_url tgt_url fw_schema=capture secs=${DSYNC_BENCH_CAPTURE_S:-30}
   local nodes=${DSYNC_BENCH_CAPTURE_NODES:-1} rate writers line
@@ -1737,13 +1737,15 @@ JSON
   }
   pct() { awk -v p="$1" '{ v[NR] = $1 } END { if (NR) { i = int(NR * p / 100 + 0.999); if (i < 1) i = 1; printf "%.0f", v[i] } else print "none" }'; }
   # ev_stats FROM TO: the capture events created in [FROM, TO] (framework clock): their
-  # count, keys per event, and p50/p99 of create -> start (queue) and start -> finish (run).
+  # count, keys per event, those retried (a deadlock between lanes, ...), and p50/p99 of
+  # create -> start (queue) and start -> finish (run).
   ev_stats() {
     local f=$work/ev.tsv
     sql "SELECT TIMESTAMPDIFF(MICROSECOND, create_time, started_time) / 1000, TIMESTAMPDIFF(MICROSECOND, started_time, finished_time) / 1000,
-           JSON_LENGTH(payload, '$.keys') FROM distribute_event WHERE topic = 'dsync.capture' AND create_time BETWEEN '$1' AND '$2'
+           JSON_LENGTH(payload, '$.keys'), retry_count FROM distribute_event WHERE topic = 'dsync.capture' AND create_time BETWEEN '$1' AND '$2'
            AND finished_time IS NOT NULL" > "$f"
     echo "events=$(wc -l < "$f") keys_per_event=$(awk '{ s += $3 } END { if (NR) printf "%.0f", s / NR }' "$f")" \
+      "retried_events=$(awk '$4 > 0 { n++ } END { print n + 0 }' "$f")" \
       "queue_p50_ms=$(cut -f1 "$f" | sort -g | pct 50) queue_p99_ms=$(cut -f1 "$f" | sort -g | pct 99)" \
       "run_p50_ms=$(cut -f2 "$f" | sort -g | pct 50) run_p99_ms=$(cut -f2 "$f" | sort -g | pct 99)"
   }
