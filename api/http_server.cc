@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/http_text.h"
+#include "capture/capture_store.h"
 #include "core/error.h"
 
 namespace dsync::api {
@@ -71,6 +72,7 @@ const std::vector<HttpServer::RouteSpec>& HttpServer::Routes() {
       {Route::kPauseTopic, "POST", "/v1/topics/{topic}/pause", {}, &HttpServer::PauseTopic},
       {Route::kResumeTopic, "POST", "/v1/topics/{topic}/resume", {}, &HttpServer::ResumeTopic},
       {Route::kSchedules, "GET", "/v1/schedules", {}, &HttpServer::Schedules},
+      {Route::kCaptures, "GET", "/v1/captures", {}, &HttpServer::Captures},
   };
   return kRoutes;
 }
@@ -198,6 +200,7 @@ const char* RouteName(Route r) {
     case Route::kPauseTopic: return "/v1/topics/{topic}/pause";
     case Route::kResumeTopic: return "/v1/topics/{topic}/resume";
     case Route::kSchedules: return "/v1/schedules";
+    case Route::kCaptures: return "/v1/captures";
     case Route::kUnknown: return "other";
   }
   return "other";
@@ -606,6 +609,13 @@ HttpServer::Reply HttpServer::Topics(Request&) {
   json topics = json::array();
   for (const TopicRow& t : control_.Topics()) topics.push_back(ToJson(t));
   return {200, PublicDump(json{{"topics", std::move(topics)}})};
+}
+
+// GET /v1/captures (issue 36): each capture's state, position, lags, rates, backlog,
+// paused tables and last error, as `dsync captures --json` prints them.
+HttpServer::Reply HttpServer::Captures(Request&) {
+  capture::CaptureStore captures(store_.pool(), store_.settings().service);
+  return {200, PublicDump(json{{"captures", captures.ListJson()}})};
 }
 
 HttpServer::Reply HttpServer::PauseTopic(Request& req) {

@@ -132,6 +132,7 @@ enum class Route {
   kCreateEvent, kListEvents, kGetEvent, kStreamEvent, kRetryEvent, kCreateBatch, kGetBatch,
   kNodes, kHealth, kMetrics, kDrainNode, kOverview, kConsole, kVerify, kCancelEvent,
   kTopics, kPauseTopic, kResumeTopic, kSchedules,  // issue 37
+  kCaptures,                                        // issue 36
   kUnknown,
 };
 inline constexpr size_t kRouteCount = static_cast<size_t>(Route::kUnknown) + 1;
@@ -210,6 +211,7 @@ class HttpServer final : private HttpService {
   Reply ConsoleAsset(Request& req);
   // issue 37: pauses and schedules (api/control_store.h).
   Reply Topics(Request& req);
+  Reply Captures(Request& req);  // issue 36: capture::CaptureStore::ListJson
   Reply PauseTopic(Request& req);
   Reply ResumeTopic(Request& req);
   Reply Schedules(Request& req);

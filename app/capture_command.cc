@@ -37,14 +37,6 @@ std::string SourceUrl(const Settings& s, const std::string& name, const CaptureS
   return it->second;
 }
 
-json Optional(const std::optional<int64_t>& v) { return v ? json(*v) : json(); }
-
-json AppliedJson(const capture::CaptureStore::ApplyStats& a) {
-  return {{"events_10m", a.events}, {"lag_p50_ms", Optional(a.lag_p50_ms)}, {"lag_p99_ms", Optional(a.lag_p99_ms)},
-          {"apply_p50_ms", Optional(a.apply_p50_ms)}, {"apply_p99_ms", Optional(a.apply_p99_ms)},
-          {"keys_per_s", a.keys_per_s}};
-}
-
 int RunCaptureResume(const Invocation& inv) {
   if (inv.args.size() != 2) throw UsageError("usage: dsync capture resume NAME");
   const std::string name = inv.args[1];
@@ -162,32 +154,11 @@ int RunCaptures(const Invocation& inv) {
   auto pool = OpenDatabase(s);
   capture::CaptureStore store(*pool, s.service);
   const std::vector<capture::CaptureRow> rows = store.List();
-  // Events of each capture not yet applied (not terminal), and those that failed.
-  std::map<std::string, std::pair<int64_t, int64_t>> backlog;
-  pool->Run("captures: backlog", [&](storage::Connection& c) {
-    auto rs = c.Query(
-        "SELECT SUBSTRING_INDEX(data_id, '#', 1), SUM(status NOT IN ('SUCCESS', 'FAILED', 'COMPENSATED')), "
-        "SUM(status IN ('FAILED', 'COMPENSATED')) FROM distribute_event WHERE tenant_id = ? AND topic = ? "
-        "AND service = ? GROUP BY 1",
-        std::string(capture::kCaptureTenant), std::string(capture::kCaptureTopic), s.service);
-    while (rs->next()) backlog[rs->getString(1)] = {rs->getInt64(2), rs->getInt64(3)};
-  });
   if (inv.Flag("json")) {
-    json out = json::array();
-    for (const auto& r : rows) {
-      out.push_back({{"name", r.name}, {"source", r.source}, {"target", r.target}, {"state", r.state},
-                     {"gtid", r.gtid}, {"binlog_file", r.file}, {"binlog_pos", r.pos},
-                     {"holder", r.lease_live ? json(r.holder) : json()}, {"reader_lag_s", r.lag_s ? json(*r.lag_s) : json()},
-                     {"last_commit_at", r.last_commit_at_s ? json(*r.last_commit_at_s) : json()},
-                     {"transactions", r.transactions}, {"row_changes", r.row_changes},
-                     {"events_produced", r.events_produced}, {"events_pending", backlog[r.name].first},
-                     {"events_failed", backlog[r.name].second}, {"reader_starts", r.reader_starts},
-                     {"paused_tables", r.paused}, {"last_error", r.last_error.empty() ? json() : json(r.last_error)},
-                     {"updated_at", r.updated_at}, {"applied", AppliedJson(store.Applied(r.name))}});
-    }
-    PrintJson(out);
+    PrintJson(store.ListJson());
     return 0;
   }
+  std::map<std::string, capture::CaptureStore::Backlog> backlog = store.Backlogs();
   std::cout << std::left << std::setw(16) << "NAME" << std::setw(10) << "STATE" << std::setw(24) << "POSITION"
             << std::setw(11) << "READ_LAG" << std::setw(18) << "LAG_P50/P99" << std::setw(10) << "KEYS/S"
             << std::setw(12) << "ROWS" << std::setw(10) << "PENDING" << std::setw(8) << "FAILED" << "READER\n";
@@ -200,7 +171,7 @@ int RunCaptures(const Invocation& inv) {
     std::cout << std::left << std::setw(16) << Cell(r.name, 15) << std::setw(10) << r.state << std::setw(24)
               << Cell(r.gtid.empty() ? "-" : r.gtid, 23) << std::setw(11) << (r.lag_s ? lag.str() : "-")
               << std::setw(18) << (a.lag_p50_ms ? applied.str() : "-") << std::setw(10) << rate.str() << std::setw(12)
-              << r.row_changes << std::setw(10) << backlog[r.name].first << std::setw(8) << backlog[r.name].second
+              << r.row_changes << std::setw(10) << backlog[r.name].pending << std::setw(8) << backlog[r.name].failed
               << (r.lease_live ? Cell(r.holder, 60) : "(none)") << "\n";
     if (r.paused.is_object()) {
       for (const auto& [t, why] : r.paused.items()) {

@@ -1,6 +1,7 @@
 #include "app/component_metrics.h"
 
 #include "app/capture_command.h"
+#include "capture/apply_metrics.h"
 #include "consumer/consumer_node.h"
 #include "dispatcher/dispatcher_service.h"
 #include "saga/saga_engine.h"
@@ -22,6 +23,9 @@ metrics::Registry ComponentMetrics(const MetricsComponents& c) {
   }
   if (c.saga != nullptr) {
     r.Add([s = c.saga](metrics::TextWriter& w) { saga::WriteMetrics(*s, w); });
+  }
+  if (c.saga != nullptr) {  // what this process's capture_sync steps applied (nothing when none)
+    r.Add([](metrics::TextWriter& w) { capture::ApplyMetrics::Instance().Write(w); });
   }
   if (c.captures != nullptr && c.captures->size() > 0) {
     r.Add([stats = c.captures->Stats()](metrics::TextWriter& w) { capture::WriteMetrics(stats, w); });

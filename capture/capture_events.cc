@@ -38,6 +38,12 @@ events::NewEventRow BaseRow(const EventContext& ctx, std::string code, std::stri
 
 }  // namespace
 
+std::string LaneOf(const std::string& capture, int shard, const std::string& table) {
+  std::string lane = capture + "#" + std::to_string(shard) + "#" + table;
+  if (lane.size() <= 64) return lane;
+  return capture + "#" + std::to_string(shard) + "#" + Hex64(Fnv64(table, Fnv64(capture)));  // names are <= 40
+}
+
 std::string BoundedCode(const std::string& text) {
   if (text.size() <= 64) return text;
   return "cap:" + Hex64(Fnv64(text)) + Hex64(Fnv64(text, 0x9e3779b97f4a7c15ull));
@@ -65,7 +71,7 @@ std::vector<events::NewEventRow> KeyedSyncEvents(const EventContext& ctx, const 
       auto flush = [&] {
         json payload = {{"capture", ctx.capture}, {"table", table}, {"keys", chunk},
                         {"gtid", last.GtidText()}, {"committed_at", last.committed_at}};
-        out.push_back(BaseRow(ctx, BoundedCode(prefix + std::to_string(n++)), ctx.capture + "#" + std::to_string(shard),
+        out.push_back(BaseRow(ctx, BoundedCode(prefix + std::to_string(n++)), LaneOf(ctx.capture, shard, table),
                               payload));
         chunk = json::array();
       };

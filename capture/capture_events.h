@@ -7,10 +7,11 @@
 // Grouping and order. The transactions of one commit (a batch, capture/capture_runner.h)
 // are merged: each table's changed keys, each key once, are split into kCaptureShards
 // shards by a hash of (table, key), and each shard's keys into events of at most
-// kMaxKeysPerEvent. An event's ordering key is (kCaptureTenant, "<capture>#<shard>"),
-// and the topic is ordered: events holding the same key never run at once and run in
-// the order they were produced, so a later change of a row is applied after an earlier
-// one; and since each re-reads the source's current row, any order would converge.
+// kMaxKeysPerEvent. An event's ordering key (its lane) is (kCaptureTenant,
+// "<capture>#<shard>#<table>"), and the topic is ordered: events of one lane never run
+// at once and run in the order they were produced, so a later change of a row is
+// applied after an earlier one. A capture of T tables has T x kCaptureShards lanes
+// running in parallel.
 //
 // Codes. "cap:<capture>:<last GTID of the batch>:<n>", n the event's place in the
 // batch (a 64-bit hash replaces the text when it would exceed the 64 characters of a
@@ -45,6 +46,10 @@ struct EventContext {
   std::string service;        // the events' service
   std::string route;          // RouteKey({source, target})
 };
+
+// The ordering key of a table's shard: "<capture>#<shard>#<table>", at most 64
+// characters (a hash of the table replaces it when longer).
+std::string LaneOf(const std::string& capture, int shard, const std::string& table);
 
 // A code of at most 64 characters: `text`, or "cap:" and a hash of it when longer.
 std::string BoundedCode(const std::string& text);

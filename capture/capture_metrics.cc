@@ -26,6 +26,9 @@ void WriteMetrics(const std::vector<std::pair<std::string, const RunnerStats*>>&
          [](const RunnerStats& s) { return s.lease_lost.load(); });
   family("dsync_capture_errors_total", "Reader errors (source, framework database); each is retried.",
          Type::kCounter, [](const RunnerStats& s) { return s.errors.load(); });
+  family("dsync_capture_flushes_held_total",
+         "Batches whose commit waited for the previous batch's events to end (group commit under load).",
+         Type::kCounter, [](const RunnerStats& s) { return s.held.load(); });
   family("dsync_capture_reading", "1 while this process holds the capture's lease and reads its binlog.",
          Type::kGauge, [](const RunnerStats& s) { return s.leading.load() ? 1 : 0; });
   family("dsync_capture_last_commit_timestamp_seconds",

@@ -200,7 +200,7 @@ void CaptureRunner::Run(std::stop_token stop) {
   while (!stop.stop_requested()) {
     std::optional<int64_t> token;
     try {
-      store_.Ensure(name_, capture_.source, capture_.target);
+      store_.Ensure(name_, capture_.source, capture_.target, capture_.lag_bound_s);
       token = store_.TryAcquire(name_, env_.holder, env_.options.lease_ttl);
     } catch (const Error& e) {
       spdlog::warn("CAPTURE_ERROR capture={} holder={} err=\"{}\"", name_, env_.holder, e.what());
@@ -346,6 +346,22 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
   size_t batch_keys = 0;
   int64_t batch_rows = 0;
   bool advanced = false;
+  // The previous batch's keyed events, while any of them may still run (group commit).
+  std::vector<std::string> in_flight;
+  auto last_flight_look = clock.Now();
+  bool held = false;
+  auto previous_running = [&] {
+    if (in_flight.empty()) return false;
+    if (clock.Now() - last_flight_look < Millis(20)) return true;
+    last_flight_look = clock.Now();
+    std::vector<std::string> still;
+    for (const auto& [code, status] : store_.EventStatuses(in_flight)) {
+      const std::string& st = status.first;
+      if (st != "SUCCESS" && st != "FAILED" && st != "COMPENSATED") still.push_back(code);
+    }
+    in_flight = std::move(still);
+    return !in_flight.empty();
+  };
   auto first_pending = clock.Now();
   auto last_commit = clock.Now();
   auto last_look = clock.Now();
@@ -366,6 +382,12 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
     cp.row_changes = batch_rows;
     if (!batch.empty() && batch.back().committed_at != 0) cp.last_commit_at_s = batch.back().committed_at;
     store_.Commit(name_, env_.holder, token, o.lease_ttl, margin, cp, evs);
+    if (!evs.empty()) {
+      in_flight.clear();
+      for (const auto& e : evs) in_flight.push_back(e.code);
+      last_flight_look = clock.Now();
+    }
+    held = false;
     stats_.commits++;
     stats_.transactions += batch.size();
     stats_.row_changes += static_cast<uint64_t>(batch_rows);
@@ -403,7 +425,12 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
       batch.push_back(std::move(*t));
     }
     const auto now = clock.Now();
-    const bool keys_due = batch_keys > 0 && (now - first_pending >= o.flush_interval || batch_keys >= o.max_batch_keys);
+    bool keys_due = batch_keys > 0 && (now - first_pending >= o.flush_interval || batch_keys >= o.max_batch_keys);
+    if (keys_due && batch_keys < o.max_batch_keys && now - first_pending < o.max_hold && previous_running()) {
+      keys_due = false;
+      if (!held) stats_.held++;
+      held = true;
+    }
     const bool position_due = advanced && (now - last_commit >= o.checkpoint_interval || !new_pauses.empty());
     if (keys_due || position_due) commit();
     if (clock.Now() - last_renew >= renew_every) renew();

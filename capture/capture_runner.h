@@ -23,6 +23,12 @@
 // Logs: CAPTURE_LEASE_ACQUIRED, CAPTURE_STARTED (position), CAPTURE_COMMIT (debug),
 // CAPTURE_TABLE_PAUSED, CAPTURE_LEASE_LOST, CAPTURE_ERROR, CAPTURE_COPY_DONE.
 //
+// Batching follows the apply (group commit): a batch is committed once its first change
+// waited flush_interval AND the previous batch's events have all ended (or max_hold
+// passed, or max_batch_keys keys are waiting). Under load, batches grow while the
+// previous events run, so events carry more keys instead of queueing up behind each
+// other in their lanes (each lane runs one event at a time).
+//
 // Thread safety: Run on one thread; stats() from any.
 #pragma once
 
@@ -52,10 +58,11 @@ class PreflightError : public Error {
 
 struct RunnerOptions {
   Millis lease_ttl{10000};         // the reader's lease (database clock); renewed every third
-  Millis flush_interval{100};      // longest a captured change waits before its events are committed
+  Millis flush_interval{100};      // a captured change waits at least this before its events are committed,
+  Millis max_hold{1000};           // and until the previous batch's events all ended, at most this
   Millis checkpoint_interval{1000};// longest an advanced position waits when nothing was captured
   size_t max_batch_keys = 20000;   // keys of one commit, at most (then it commits at once)
-  Millis heartbeat{500};           // the source's heartbeat while idle
+  Millis heartbeat{250};           // the source's heartbeat while idle (a held batch is looked at again then)
   Millis retry_pause{1000};        // after an error, before reading again
 };
 
@@ -70,7 +77,7 @@ struct CaptureEnv {
 
 struct RunnerStats {
   std::atomic<uint64_t> transactions{0}, row_changes{0}, events{0}, commits{0}, lease_acquired{0},
-      lease_lost{0}, errors{0};
+      lease_lost{0}, errors{0}, held{0};  // held: flushes put off while the previous batch ran
   std::atomic<int64_t> last_commit_at_s{0};  // source commit time of the last captured transaction (its clock)
   std::atomic<bool> leading{false};          // this process reads the capture now
 };

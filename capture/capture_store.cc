@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "capture/capture_events.h"
+
 namespace dsync::capture {
 namespace {
 
@@ -22,8 +24,9 @@ json ParsedOr(const std::string& text, json fallback) {
 
 // Params: service, name, source, target.
 constexpr const char* kEnsureSql = R"sql(
-INSERT INTO dsync_capture (service, name, source_ds, target_ds) VALUES (?, ?, ?, ?)
-ON DUPLICATE KEY UPDATE source_ds = VALUES(source_ds), target_ds = VALUES(target_ds))sql";
+INSERT INTO dsync_capture (service, name, source_ds, target_ds, lag_bound_s) VALUES (?, ?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE source_ds = VALUES(source_ds), target_ds = VALUES(target_ds),
+                        lag_bound_s = VALUES(lag_bound_s))sql";
 
 // The token rises when the holder changes (assignments run left to right: `token`
 // and `reader_starts` see the old holder). Params: holder, holder, holder, ttl (µs),
@@ -55,7 +58,7 @@ SELECT name, source_ds, target_ds, state, gtid, binlog_file, binlog_pos, holder,
        lease_until > NOW(3), paused_tables, copy_events, last_error,
        UNIX_TIMESTAMP(last_commit_at), TIMESTAMPDIFF(MICROSECOND, last_commit_at, updated_at) / 1000000,
        transactions, row_changes, events_produced, reader_starts,
-       DATE_FORMAT(updated_at, '%Y-%m-%d %H:%i:%s.%f')
+       DATE_FORMAT(updated_at, '%Y-%m-%d %H:%i:%s.%f'), lag_bound_s
   FROM dsync_capture)sql";
 
 // The fenced checkpoint; it renews the lease too. Params: gtid, file, pos, state,
@@ -113,6 +116,7 @@ CaptureRow FromRow(storage::ResultSet& rs) {
   r.events_produced = rs.getInt64(18);
   r.reader_starts = rs.getInt64(19);
   r.updated_at = rs.getString(20);
+  r.lag_bound_s = rs.getInt(21);
   return r;
 }
 
@@ -163,11 +167,48 @@ CaptureStore::ApplyStats CaptureStore::Applied(const std::string& name) {
   });
 }
 
+std::map<std::string, CaptureStore::Backlog> CaptureStore::Backlogs() {
+  return pool_.Run("capture: backlog", [&](storage::Connection& c) {
+    std::map<std::string, Backlog> out;
+    auto rs = c.Query(
+        "SELECT SUBSTRING_INDEX(data_id, '#', 1), SUM(status NOT IN ('SUCCESS', 'FAILED', 'COMPENSATED')), "
+        "SUM(status IN ('FAILED', 'COMPENSATED')) FROM distribute_event WHERE tenant_id = ? AND topic = ? "
+        "AND service = ? GROUP BY 1",
+        std::string(kCaptureTenant), std::string(kCaptureTopic), service_);
+    while (rs->next()) out[rs->getString(1)] = {rs->getInt64(2), rs->getInt64(3)};
+    return out;
+  });
+}
+
+json CaptureStore::ListJson() {
+  auto optional = [](const std::optional<int64_t>& v) { return v ? json(*v) : json(); };
+  std::map<std::string, Backlog> backlog = Backlogs();
+  json out = json::array();
+  for (const CaptureRow& r : List()) {
+    const ApplyStats a = Applied(r.name);
+    out.push_back({{"name", r.name}, {"source", r.source}, {"target", r.target}, {"state", r.state},
+                   {"gtid", r.gtid}, {"binlog_file", r.file}, {"binlog_pos", r.pos},
+                   {"holder", r.lease_live ? json(r.holder) : json()}, {"reader_lag_s", optional(r.lag_s)},
+                   {"last_commit_at", optional(r.last_commit_at_s)},
+                   {"transactions", r.transactions}, {"row_changes", r.row_changes},
+                   {"events_produced", r.events_produced}, {"events_pending", backlog[r.name].pending},
+                   {"events_failed", backlog[r.name].failed}, {"reader_starts", r.reader_starts},
+                   {"paused_tables", r.paused}, {"last_error", r.last_error.empty() ? json() : json(r.last_error)},
+                   {"lag_bound_s", r.lag_bound_s}, {"updated_at", r.updated_at},
+                   {"applied", {{"events_10m", a.events}, {"lag_p50_ms", optional(a.lag_p50_ms)},
+                                {"lag_p99_ms", optional(a.lag_p99_ms)}, {"apply_p50_ms", optional(a.apply_p50_ms)},
+                                {"apply_p99_ms", optional(a.apply_p99_ms)}, {"keys_per_s", a.keys_per_s}}}});
+  }
+  return out;
+}
+
 CaptureStore::CaptureStore(storage::ConnectionPool& framework, std::string service)
     : pool_(framework), service_(std::move(service)) {}
 
-void CaptureStore::Ensure(const std::string& name, const std::string& source, const std::string& target) {
-  pool_.Run("capture: ensure its row", [&](storage::Connection& c) { c.Execute(kEnsureSql, service_, name, source, target); });
+void CaptureStore::Ensure(const std::string& name, const std::string& source, const std::string& target,
+                          int lag_bound_s) {
+  pool_.Run("capture: ensure its row",
+            [&](storage::Connection& c) { c.Execute(kEnsureSql, service_, name, source, target, lag_bound_s); });
 }
 
 std::optional<int64_t> CaptureStore::TryAcquire(const std::string& name, const std::string& holder, Millis ttl) {

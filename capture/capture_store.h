@@ -53,6 +53,7 @@ struct CaptureRow {
   std::optional<int64_t> lag_s;             // seconds from that commit to the checkpoint's update (database clock)
   int64_t transactions = 0, row_changes = 0, events_produced = 0, reader_starts = 0;
   std::string updated_at;
+  int lag_bound_s = 10;  // captures.<name>.lag_bound_s as its reader last recorded it (V026)
 };
 
 // What one fenced commit records.
@@ -72,7 +73,9 @@ class CaptureStore {
 
   // Creates the capture's row (state NEW) if missing; an existing row keeps its
   // position, and its source and target are updated.
-  void Ensure(const std::string& name, const std::string& source, const std::string& target);
+  // Also records the config's lag bound (captures.<name>.lag_bound_s), which
+  // v_events_needing_attention compares the capture's lag with (V026).
+  void Ensure(const std::string& name, const std::string& source, const std::string& target, int lag_bound_s = 10);
   // The token now held, or nullopt when another holder's lease is live.
   std::optional<int64_t> TryAcquire(const std::string& name, const std::string& holder, Millis ttl);
   // False when the lease is no longer this holder's under `token`.
@@ -106,6 +109,21 @@ class CaptureStore {
     double keys_per_s = 0;
   };
   ApplyStats Applied(const std::string& name);
+
+  // Per capture: its events not yet ended (pending) and those that FAILED or were
+  // COMPENSATED (failed).
+  struct Backlog {
+    int64_t pending = 0, failed = 0;
+  };
+  std::map<std::string, Backlog> Backlogs();
+
+  // Every capture of the service as `dsync captures --json` and GET /v1/captures show
+  // it: a JSON array of {name, source, target, state, gtid, binlog_file, binlog_pos,
+  // holder (null without a live lease), reader_lag_s, last_commit_at, transactions,
+  // row_changes, events_produced, events_pending, events_failed, reader_starts,
+  // paused_tables, last_error, lag_bound_s, updated_at, applied: {events_10m,
+  // lag_p50_ms, lag_p99_ms, apply_p50_ms, apply_p99_ms, keys_per_s}}.
+  nlohmann::json ListJson();
 
   // The statuses of the events of `codes`: code -> (status, last_error).
   std::vector<std::pair<std::string, std::pair<std::string, std::string>>> EventStatuses(

@@ -72,6 +72,11 @@ CaptureSettings ParseOne(const json& value, const std::string& where) {
         if (f.size() > kMaxWhereChars) CaptureFail(item, "must be at most " + std::to_string(kMaxWhereChars) + " characters");
         c.where[table] = f;
       }
+    } else if (key == "lag_bound_s") {
+      if (!member.is_number_integer() || member.get<int64_t>() < 1 || member.get<int64_t>() > 86400) {
+        CaptureFail(path, "expected an integer number of seconds from 1 to 86400");
+      }
+      c.lag_bound_s = member.get<int>();
     } else {
       CaptureFail(path, "unknown key");
     }

@@ -3,7 +3,7 @@
 //
 //   "captures": {
 //     "orders": { "source": "env_a", "target": "env_b", "tables": ["orders", "order_line"],
-//                 "where": { "orders": "tenant_id = 7" } }
+//                 "where": { "orders": "tenant_id = 7" }, "lag_bound_s": 10 }
 //   }
 //
 // Parsed with the rest of the configuration (config/settings.h) into CaptureSettings;
@@ -26,6 +26,8 @@ struct CaptureSettings {
   std::string target;                        // captures.<name>.target: datasource written. Required, not the source
   std::vector<std::string> tables;           // captures.<name>.tables: 1..100 table names ([A-Za-z0-9_$], <= 64). Required
   std::map<std::string, std::string> where;  // captures.<name>.where: table -> filter (table_sync grammar, no :names). Default {}
+  int lag_bound_s = 10;                      // captures.<name>.lag_bound_s: a lag above it (seconds) is listed in
+                                             // v_events_needing_attention (capture_lagging). 1..86400, default 10
 };
 
 // A capture name: 1..40 characters of A-Z a-z 0-9 _ - (it is part of event codes).

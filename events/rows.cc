@@ -184,6 +184,38 @@ constexpr const char* kAttentionDelayed =
     "AND q.status = 'PENDING' AND q.id > e.id AND q.service = e.service AND " DSYNC_ORDERED("q") ") "
     "ORDER BY e.id LIMIT ?";
 
+// Captures (V026, issue 36): a FAILED capture, each paused table, a RUNNING capture
+// whose lag exceeds its lag_bound_s; the view's rules, on dsync_capture (a row per
+// capture) and the capture's unfinished events (idx_topic_status).
+#define DSYNC_CAPTURE_COLUMNS(reason, code)                                                      \
+  "SELECT '" reason "' AS reason, " code " AS code, 'dsync.capture' AS topic, c.state AS status, " \
+  "'' AS phase, IFNULL(c.holder, '') AS node_address, 0 AS attempt, 0 AS retry_count, "           \
+  DSYNC_ISO("c.updated_at") " AS modifier_time, TIMESTAMPDIFF(SECOND, c.updated_at, NOW(3)) AS idle_s, " \
+  "IFNULL(c.last_error, '') AS last_error, '' AS blocker_code, "
+#define DSYNC_CAPTURE_TAIL                                                                        \
+  " AS detail, c.service AS service, 'dsync.capture' AS tenant_id, c.name AS data_id, '' AS next_run_time"
+constexpr const char* kAttentionCaptureFailed =
+    DSYNC_CAPTURE_COLUMNS("capture_failed", "CONCAT('capture:', c.name)")
+    "CONCAT('capture ', c.name, ' failed; fix the cause, then: dsync capture resume ', c.name)" DSYNC_CAPTURE_TAIL
+    " FROM dsync_capture c WHERE c.state = 'FAILED' ORDER BY c.service, c.name LIMIT ?";
+constexpr const char* kAttentionCaptureTablePaused =
+    DSYNC_CAPTURE_COLUMNS("capture_table_paused", "CONCAT('capture:', c.name, ':', p.tbl)")
+    "CONCAT('table ', p.tbl, ' of capture ', c.name, ' paused: ', "
+    "JSON_UNQUOTE(JSON_EXTRACT(c.paused_tables, CONCAT('$.\"', p.tbl, '\"'))), "
+    "'; align the target, then: dsync capture resume ', c.name)" DSYNC_CAPTURE_TAIL
+    " FROM dsync_capture c JOIN JSON_TABLE(JSON_KEYS(c.paused_tables), '$[*]' COLUMNS (tbl VARCHAR(64) PATH '$')) p "
+    "WHERE c.paused_tables IS NOT NULL ORDER BY c.service, c.name, p.tbl LIMIT ?";
+constexpr const char* kAttentionCaptureLagging =
+    DSYNC_CAPTURE_COLUMNS("capture_lagging", "CONCAT('capture:', c.name)")
+    "CONCAT('capture ', c.name, ' lags ', c.lag_s, ' s, above its bound of ', c.lag_bound_s, "
+    "' s (captures.', c.name, '.lag_bound_s)')" DSYNC_CAPTURE_TAIL
+    " FROM (SELECT k.*, GREATEST(COALESCE(TIMESTAMPDIFF(SECOND, (SELECT MIN(e.create_time) FROM distribute_event e "
+    "WHERE e.topic = 'dsync.capture' AND e.status IN ('PENDING', 'ASSIGNED', 'RUNNING', 'COMPENSATING') "
+    "AND e.service = k.service AND e.tenant_id = 'dsync.capture' AND SUBSTRING_INDEX(e.data_id, '#', 1) = k.name "
+    "AND e.data_id NOT LIKE '%#copy#%'), NOW(3)), 0), "
+    "COALESCE(TIMESTAMPDIFF(SECOND, k.last_commit_at, k.updated_at), 0)) AS lag_s "
+    "FROM dsync_capture k WHERE k.state = 'RUNNING') c WHERE c.lag_s > c.lag_bound_s ORDER BY c.service, c.name LIMIT ?";
+
 struct AttentionQuery {
   const char* reason;
   const char* sql;
@@ -199,6 +231,9 @@ constexpr AttentionQuery kAttentionQueries[] = {
     {"no_dispatcher_for_service", kAttentionNoDispatcher},
     {"held_behind", kAttentionHeldBehind},
     {"delayed", kAttentionDelayed},
+    {"capture_failed", kAttentionCaptureFailed},              // issue 36 (V026)
+    {"capture_table_paused", kAttentionCaptureTablePaused},  // issue 36 (V026)
+    {"capture_lagging", kAttentionCaptureLagging},            // issue 36 (V026)
 };
 // held_behind gives one row per (event, blocker): read this many per event wanted.
 constexpr int64_t kHeldRowsPerEvent = 4;

@@ -57,7 +57,10 @@ std::vector<EventRow> ListEvents(storage::Connection& c, const EventListFilter& 
 // PENDING events `paused` (its topic is paused: dsync_topic_pause; detail says by whom,
 // when and why), `unknown_topic`, `unroutable`, `no_dispatcher_for_service`,
 // `held_behind` (blocker_code names the blocker, detail its reason) and `delayed`
-// (due later while later events of its entity wait for it; detail gives the due time).
+// (due later while later events of its entity wait for it; detail gives the due time);
+// and captures (V026): `capture_failed`, `capture_table_paused` (one per table),
+// `capture_lagging` (lag above captures.<name>.lag_bound_s), with code 'capture:<name>'
+// ('capture:<name>:<table>'), status the capture's state, data_id its name.
 struct AttentionEntry {
   std::string reason, code, topic, status, phase, node_address;
   int attempt = 0, retry_count = 0;

@@ -114,6 +114,13 @@
 #             Content-Length, a 1 GiB Content-Length, a foreign Host).
 #             bench/slow_clients.py is the client. DSYNC_BENCH_SLOW_BIN runs another
 #             binary (an older build) for the before figures
+#   capture   issue 36: binlog capture (dsync capture) of a writer's mixed INSERT/UPDATE/DELETE
+#             transactions on two tables at 1,000 and 5,000 changed rows/s and as fast as
+#             it goes, source, target and framework database each its own server: applied
+#             rows/s, lag p50/p99 (source write -> target apply, per row, by triggers on
+#             the target), node and reader VmHWM, framework-database row writes per
+#             captured row; then a kill -9 of the reader under load (takeover and lag
+#             recovery); see section_capture
 #   pgboss    the peer: pg-boss (bench/pgboss, pinned) on a throwaway PostgreSQL with
 #             fsync and synchronous_commit on, 20,000 no-op jobs, 4 workers, batch fetch +
 #             batch complete, batch sizes DSYNC_BENCH_PGBOSS_BATCHES ("100 500")
@@ -152,7 +159,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ports.sh
 
-sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss paired fairness galera sync relay purge slowclients)
+sections=(dispatch produce e2e profile latency capacity failover rss ceiling sysbench pgboss paired fairness galera sync relay purge slowclients capture)
 
 die() { echo "bench.sh: $*" >&2; exit 2; }
 
@@ -1631,6 +1638,186 @@ section_slowclients() {
   result slowclients "probe $line"
   stop_procs
   drop_schema
+}
+
+# -- capture (issue 36): binlog capture under a steady writer --
+# Three servers on this machine: the source (binlog on, sync_binlog=1), the target, and
+# the section's own server as the framework database. 1 dispatcher, DSYNC_BENCH_CAPTURE_NODES
+# (1) node of capacity 16, and two `dsync capture` processes (the lease holder reads, the
+# other stands by). The writer (bench/capture_writer.py piped into a mariadb client) changes
+# 40 rows per transaction on two tables (w1, and w2 with a composite key): INSERT 12,
+# UPDATE 6, DELETE 2 each, every changed row stamped written_at = NOW(6). Triggers on the
+# target log (written_at, NOW(6)) of every row the apply inserts or changes into a
+# table of another schema: lag = apply - write, per row (deletes are not timed; a row
+# changed twice before its apply is timed from its last change). For each rate of
+# DSYNC_BENCH_CAPTURE_RATES ("1000 5000 0": changed rows/s, 0 = as fast as they go), written
+# by DSYNC_BENCH_CAPTURE_WRITERS (2) clients for DSYNC_BENCH_CAPTURE_S (30) s: rows written
+# per s, applied rows/s (the capture's row changes over first write -> last event
+# finished), lag p50/p99/max, framework-database row writes (Handler_write + _update +
+# _delete) and commits per captured row, node and reader VmHWM. Then the kill case: the
+# 5,000 rows/s writer for DSYNC_BENCH_CAPTURE_KILL_S (40) s, the reading process
+# kill -9'd after 10 s: seconds from the kill until another process holds the lease
+# (takeover), until the last row applied with a lag >= 1 s (recovery), and the peak lag.
+# Each case also reports its events: count, keys per event, how many were retried,
+# create -> start (queue) and start -> finish (run) p50/p99: where the lag goes. Last, `dsync verify` of both tables (exit 0).
+section_capture() {
+  local src_dir tgt_dir src_url tgt_url fw_schema=capture secs=${DSYNC_BENCH_CAPTURE_S:-30}
+  local nodes=${DSYNC_BENCH_CAPTURE_NODES:-1} rate writers line
+  src_dir=$(DSYNC_MARIADB_BINLOG=1 bash scripts/mariadb.sh start); servers+=("$src_dir")
+  tgt_dir=$(bash scripts/mariadb.sh start); servers+=("$tgt_dir")
+  src_url=$(bash scripts/mariadb.sh url "$src_dir")
+  tgt_url=$(bash scripts/mariadb.sh url "$tgt_dir")
+  qsrc() { bash scripts/mariadb.sh root "$src_dir" -N -B src -e "SET time_zone = '+00:00'; $1"; }
+  qtgt() { bash scripts/mariadb.sh root "$tgt_dir" -N -B tgt -e "SET time_zone = '+00:00'; $1"; }
+  local tables="CREATE TABLE w1 (id BIGINT PRIMARY KEY, n INT NOT NULL, note VARCHAR(64), written_at DATETIME(6) NOT NULL);
+    CREATE TABLE w2 (g INT NOT NULL, id BIGINT NOT NULL, n INT NOT NULL, note VARCHAR(64), written_at DATETIME(6) NOT NULL,
+                     PRIMARY KEY (g, id));"
+  bash scripts/mariadb.sh root "$src_dir" -e "CREATE DATABASE src"
+  bash scripts/mariadb.sh root "$tgt_dir" -e "CREATE DATABASE tgt; CREATE DATABASE lag;
+    CREATE TABLE lag.log (t CHAR(2) NOT NULL, written_at DATETIME(6) NOT NULL, applied_at DATETIME(6) NOT NULL)"
+  qsrc "$tables"
+  qtgt "$tables"
+  local t
+  for t in w1 w2; do
+    qtgt "CREATE TRIGGER ${t}_ins AFTER INSERT ON $t FOR EACH ROW INSERT INTO lag.log VALUES ('$t', NEW.written_at, NOW(6));
+          CREATE TRIGGER ${t}_upd AFTER UPDATE ON $t FOR EACH ROW
+            INSERT INTO lag.log SELECT '$t', NEW.written_at, NOW(6) FROM DUAL WHERE NEW.written_at <> OLD.written_at"
+  done
+  new_schema "$fw_schema"
+  new_work
+  cat > "$work/dsync.json" <<JSON
+{
+  "database": "$schema_url",
+  "service": "bench",
+  "log_level": "info",
+  "registry":   { "heartbeat_interval_ms": 1000, "offline_timeout_ms": 3000, "sweep_interval_ms": 500 },
+  "dispatcher": { "poll_interval_ms": $dispatcher_poll_ms, "idle_interval_ms": $dispatcher_idle_ms, "lease_ttl_ms": 3000, "batch_size": 500, "busy_interval_ms": ${DSYNC_BENCH_BUSY_MS:-2}, "wakeups": true },
+  "consumer":   { "poll_interval_ms": $consumer_poll_ms, "capacity": 16, "wakeups": true },
+  "topics": { "E2E_noop": { "steps": [ { "name": "s1", "type": "noop" } ] } },
+  "datasources": { "src": "${src_url%/*}/src", "tgt": "${tgt_url%/*}/tgt" },
+  "captures": { "bench": { "source": "src", "target": "tgt", "tables": ["w1", "w2"] } }
+}
+JSON
+  local n reader_pids=()
+  start_proc dispatcher dispatcher
+  for n in $(seq 1 "$nodes"); do start_proc "node$n" node --node-address "127.0.0.1:$((7100 + n))"; done
+  local node_pid=$last_pid
+  start_proc reader1 capture; reader_pids+=("$last_pid")
+  start_proc reader2 capture; reader_pids+=("$last_pid")
+  wait_sql "SELECT state FROM dsync_capture WHERE name = 'bench'" RUNNING 60
+
+  hwm_mib() { awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+  holder_pid() { sql "SELECT SUBSTRING_INDEX(SUBSTRING_INDEX(holder, ':', 2), ':', -1) FROM dsync_capture WHERE name = 'bench' AND lease_until > NOW(3)"; }
+  # caught_up: the reader at the source's position and no capture event left to run.
+  caught_up() {
+    local pos
+    pos=$(qsrc "SELECT @@gtid_binlog_pos")
+    wait_sql "SELECT gtid = '$pos' FROM dsync_capture WHERE name = 'bench'" 1 600 0.1
+    wait_sql "SELECT COUNT(*) FROM distribute_event WHERE topic = 'dsync.capture' AND status NOT IN ('SUCCESS', 'FAILED', 'COMPENSATED')" 0 600 0.1
+  }
+  next_tx=0
+  # write RATE SECONDS WRITERS: the writers, until done; sets t0/t1 (source clock).
+  write() {
+    local w wpids=() per
+    per=$(awk -v r="$1" -v w="$3" 'BEGIN { print r / w }')
+    t0=$(qsrc "SELECT NOW(6)")
+    for w in $(seq 0 $(($3 - 1))); do
+      { echo "SET time_zone = '+00:00';"; python3 bench/capture_writer.py --rate "$per" --seconds "$2" --writer "$w" --writers "$3" --first "$next_tx"; } |
+        bash scripts/mariadb.sh root "$src_dir" src 2>>"$work/writer.log" &
+      wpids+=("$!")
+    done
+    for w in "${wpids[@]}"; do wait "$w" || { echo "bench.sh: the writer failed: $(tail -3 "$work/writer.log")" >&2; return 1; }; done
+    t1=$(qsrc "SELECT NOW(6)")
+    next_tx=$(( $(qsrc "SELECT COALESCE(MAX(id), 0) DIV 12 + 1 FROM w1") + 100 ))
+  }
+  # lags FROM TO: the lags in ms of the rows written in [FROM, TO), sorted.
+  lags() {
+    bash scripts/mariadb.sh root "$tgt_dir" -N -B -e "SELECT TIMESTAMPDIFF(MICROSECOND, written_at, applied_at) / 1000
+      FROM lag.log WHERE written_at >= '$1' AND written_at < '$2'" | sort -g
+  }
+  pct() { awk -v p="$1" '{ v[NR] = $1 } END { if (NR) { i = int(NR * p / 100 + 0.999); if (i < 1) i = 1; printf "%.0f", v[i] } else print "none" }'; }
+  # ev_stats FROM TO: the capture events created in [FROM, TO] (framework clock): their
+  # count, keys per event, those retried (a deadlock between lanes, ...), and p50/p99 of
+  # create -> start (queue) and start -> finish (run).
+  ev_stats() {
+    local f=$work/ev.tsv
+    sql "SELECT TIMESTAMPDIFF(MICROSECOND, create_time, started_time) / 1000, TIMESTAMPDIFF(MICROSECOND, started_time, finished_time) / 1000,
+           JSON_LENGTH(payload, '$.keys'), retry_count FROM distribute_event WHERE topic = 'dsync.capture' AND create_time BETWEEN '$1' AND '$2'
+           AND finished_time IS NOT NULL" > "$f"
+    echo "events=$(wc -l < "$f") keys_per_event=$(awk '{ s += $3 } END { if (NR) printf "%.0f", s / NR }' "$f")" \
+      "retried_events=$(awk '$4 > 0 { n++ } END { print n + 0 }' "$f")" \
+      "queue_p50_ms=$(cut -f1 "$f" | sort -g | pct 50) queue_p99_ms=$(cut -f1 "$f" | sort -g | pct 99)" \
+      "run_p50_ms=$(cut -f2 "$f" | sort -g | pct 50) run_p99_ms=$(cut -f2 "$f" | sort -g | pct 99)"
+  }
+  fw_writes() { root_sql "SELECT SUM(VARIABLE_VALUE) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN ('HANDLER_WRITE', 'HANDLER_UPDATE', 'HANDLER_DELETE')"; }
+  fw_commits() { root_sql "SELECT SUM(VARIABLE_VALUE) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME IN ('COM_COMMIT', 'COM_INSERT', 'COM_UPDATE', 'COM_DELETE')"; }
+
+  for rate in ${DSYNC_BENCH_CAPTURE_RATES:-1000 5000 0}; do
+    writers=${DSYNC_BENCH_CAPTURE_WRITERS:-2}
+    caught_up
+    local rows0 w0 c0 rows1 w1 c1 last written
+    rows0=$(sql "SELECT row_changes FROM dsync_capture WHERE name = 'bench'")
+    w0=$(fw_writes); c0=$(fw_commits)
+    write "$rate" "$secs" "$writers"
+    caught_up
+    rows1=$(sql "SELECT row_changes FROM dsync_capture WHERE name = 'bench'")
+    w1=$(fw_writes); c1=$(fw_commits)
+    last=$(sql "SELECT MAX(finished_time) FROM distribute_event WHERE topic = 'dsync.capture'")
+    written=$((rows1 - rows0))
+    local lag_file=$work/lags-$rate
+    lags "$t0" "$t1" > "$lag_file"
+    result capture "rate=$( ((rate == 0)) && echo max || echo "$rate") writers=$writers seconds=$secs nodes=$nodes" \
+      "row_changes=$written written_per_s=$(sql "SELECT ROUND($written / (TIMESTAMPDIFF(MICROSECOND, '$t0', '$t1') / 1e6))")" \
+      "applied_per_s=$(sql "SELECT ROUND($written / (TIMESTAMPDIFF(MICROSECOND, '$t0', '$last') / 1e6))")" \
+      "lag_p50_ms=$(pct 50 < "$lag_file") lag_p99_ms=$(pct 99 < "$lag_file") lag_max_ms=$(pct 100 < "$lag_file") timed_rows=$(wc -l < "$lag_file")" \
+      "fw_row_writes_per_row=$(awk -v d="$((w1 - w0))" -v n="$written" 'BEGIN { printf "%.2f", d / n }')" \
+      "fw_statements_per_row=$(awk -v d="$((c1 - c0))" -v n="$written" 'BEGIN { printf "%.3f", d / n }')" \
+      "node_vmhwm_mib=$(hwm_mib "$node_pid") reader_vmhwm_mib=$(hwm_mib "$(holder_pid)") $(ev_stats "$t0" "$last")"
+  done
+
+  # kill -9 of the reading process under the 5,000 rows/s writer.
+  local kill_s=${DSYNC_BENCH_CAPTURE_KILL_S:-40} victim killed_at recovered peak
+  caught_up
+  if ((kill_s > 0)); then
+    write 5000 "$kill_s" "${DSYNC_BENCH_CAPTURE_WRITERS:-2}" &
+  local writer_job=$!
+  sleep 10
+  victim=$(holder_pid)
+  killed_at=$(qsrc "SELECT NOW(6)")
+  kill -9 "$victim"
+  echo "  killed the reader $victim at $killed_at"
+  local keep=()
+  for n in "${reader_pids[@]}"; do [[ $n == "$victim" ]] || keep+=("$n"); done
+  reader_pids=("${keep[@]}")
+  start_proc reader3 capture; reader_pids+=("$last_pid")
+  local took_over=""
+  for _ in $(seq 1 300); do
+    n=$(holder_pid)
+    if [[ -n $n && $n != "$victim" ]]; then took_over=$(qsrc "SELECT TIMESTAMPDIFF(MICROSECOND, '$killed_at', NOW(6)) / 1e6"); break; fi
+    sleep 0.1
+  done
+  wait "$writer_job"
+  t1=$(qsrc "SELECT NOW(6)")
+  caught_up
+  read -r recovered peak < <(bash scripts/mariadb.sh root "$tgt_dir" -N -B -e "
+    SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, '$killed_at', MAX(IF(TIMESTAMPDIFF(MICROSECOND, written_at, applied_at) >= 1000000, applied_at, NULL))) / 1e6, 0),
+           MAX(TIMESTAMPDIFF(MICROSECOND, written_at, applied_at)) / 1e6
+    FROM lag.log WHERE applied_at >= '$killed_at'")
+  result capture "kill=reader rate=5000 seconds=$kill_s killed_after_s=10" \
+    "takeover_s=${took_over:-none} recovery_s=$recovered peak_lag_s=$peak reader_starts=$(sql "SELECT reader_starts FROM dsync_capture WHERE name = 'bench'")"
+  fi
+
+  local equal=yes
+  for t in w1 w2; do
+    "$bin" verify --config "$work/dsync.json" --source src --target tgt --table "$t" --where "1 = 1" >"$work/verify-$t.out" 2>&1 || equal="no ($t: $(tail -1 "$work/verify-$t.out"))"
+  done
+  result capture "verify equal=$equal rows_w1=$(qtgt "SELECT COUNT(*) FROM w1") rows_w2=$(qtgt "SELECT COUNT(*) FROM w2")"
+  stop_procs
+  drop_schema
+  for d in "$src_dir" "$tgt_dir"; do bash scripts/mariadb.sh stop "$d" >/dev/null 2>&1 || true; done
+  keep=()
+  for d in "${servers[@]}"; do [[ $d == "$src_dir" || $d == "$tgt_dir" ]] || keep+=("$d"); done
+  servers=("${keep[@]}")
 }
 
 for s in "${selected[@]}"; do

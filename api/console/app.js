@@ -7,6 +7,7 @@ import {overviewView} from './views_overview.js';
 import {eventsView, eventView} from './views_events.js';
 import {nodesView, batchesView, verifyView} from './views_ops.js';
 import {topicsView} from './views_topics.js';
+import {capturesView} from './views_captures.js';
 
 const main = document.getElementById('main');
 const statusLine = document.getElementById('status');
@@ -109,6 +110,7 @@ const views = {
   batches: batchesView,
   verify: verifyView,
   topics: topicsView,
+  captures: capturesView,
 };
 
 async function route() {

@@ -3,12 +3,15 @@
 // Thread safety: see the header.
 #include "saga/steps/capture_step.h"
 
+#include <chrono>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "capture/apply_metrics.h"
 #include "capture/capture_events.h"
 #include "core/error.h"
 #include "saga/steps/table_steps.h"
@@ -57,7 +60,9 @@ class CaptureSyncStep final : public StepHandler {
       : name_(std::move(name)), captures_(std::move(captures)) {}
 
   StepResult Execute(StepContext& ctx) override {
-    return Run(ctx, [](StepHandler& h, StepContext& c) { return h.Execute(c); });
+    StepResult r = Run(ctx, [](StepHandler& h, StepContext& c) { return h.Execute(c); });
+    if (r.kind == StepResult::Kind::kOk) CountApplied(ctx.payload());
+    return r;
   }
   StepResult Compensate(StepContext& ctx) override {
     return Run(ctx, [](StepHandler& h, StepContext& c) { return h.Compensate(c); });
@@ -79,6 +84,19 @@ class CaptureSyncStep final : public StepHandler {
     }
     CapturePayloadContext inner(ctx, std::move(payload));
     return f(*sync, inner);
+  }
+
+  // /metrics (capture/apply_metrics.h): a keyed event's keys and its lag from the
+  // source commit (binlog seconds) to now; a copy event counts no keys.
+  static void CountApplied(const json& p) {
+    if (!p.is_object() || !p.contains("capture") || !p["capture"].is_string()) return;
+    const json& keys = p.value("keys", json());
+    std::optional<double> lag;
+    if (p.contains("committed_at") && p["committed_at"].is_number_integer() && p["committed_at"].get<int64_t>() > 0) {
+      const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      lag = now - static_cast<double>(p["committed_at"].get<int64_t>());
+    }
+    capture::ApplyMetrics::Instance().Applied(p["capture"].get<std::string>(), keys.is_array() ? keys.size() : 0, lag);
   }
 
   StepResult Refuse(StepContext& ctx, const std::string& why) const {

@@ -455,5 +455,43 @@ TEST_F(ConsoleBrowserTest, TopicsPagePausesAndResumesAfterConfirmation) {
   EXPECT_TRUE(b.errors().empty()) << b.errors().front();
 }
 
+// issue 36: the Captures page lists each capture of the service (GET /v1/captures) with
+// its state, position, counts and reader, its paused tables with what to run, and its
+// last error; hostile text in them stays text.
+TEST_F(ConsoleBrowserTest, CapturesPageListsCapturesWithPausedTablesAndErrors) {
+  db_.pool().Run("captures", [&](storage::Connection& c) {
+    c.Execute("INSERT INTO dsync_capture (service, name, source_ds, target_ds, state, gtid, holder, lease_until, "
+              "paused_tables, row_changes) VALUES (?, 'orders', 'env_a', 'env_b', 'RUNNING', '0-11-42', 'host:123:abc', "
+              "NOW(3) + INTERVAL 60 SECOND, ?, 1234)",
+              settings_.service, std::string(R"({"order_line": "DDL on order_line: <img src=x onerror=\"window.__pwned=1\">"})"));
+    c.Execute("INSERT INTO dsync_capture (service, name, source_ds, target_ds, state, last_error) "
+              "VALUES (?, 'billing', 'env_a', 'env_b', 'FAILED', '<b>boom</b>')",
+              settings_.service);
+  });
+  server_ = Serve("");
+  const std::string base = "http://127.0.0.1:" + std::to_string(server_->port()) + "/";
+  testing::Chromium b;
+  b.Navigate(base + "#/captures");
+  ASSERT_TRUE(b.WaitFor("document.body.dataset.view === 'captures' && document.querySelector('tr[data-capture=orders]')"))
+      << b.Eval("document.body.innerText");
+  EXPECT_EQ(b.Eval("document.querySelector('a[data-nav=captures]').getAttribute('aria-current')"), "page");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-capture=orders] td:nth-child(2)').textContent"), "env_a → env_b");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-capture=orders] td:nth-child(3)').textContent"), "RUNNING, 1 paused");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-capture=orders] td:nth-child(4)').textContent"), "0-11-42");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-capture=orders] td:nth-child(6)').textContent"), "— / —");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-capture=orders] td:nth-child(8)').textContent"), "1,234");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-capture=orders] td:nth-child(11)').textContent"), "host:123:abc");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-capture=billing]').dataset.state"), "FAILED");
+  EXPECT_EQ(b.Eval("document.querySelector('tr[data-capture=billing] td:nth-child(11)').textContent"), "none");
+  EXPECT_EQ(b.Eval("document.querySelector('li[data-paused=\"orders:order_line\"]').textContent"),
+            "orders: table order_line paused: DDL on order_line: <img src=x onerror=\"window.__pwned=1\"> — align the "
+            "target, then run dsync capture resume orders");
+  EXPECT_EQ(b.Eval("document.querySelector('li[data-error=billing]').textContent"),
+            "billing: last error: <b>boom</b> — fix it, then run dsync capture resume billing");
+  ExpectNoInjection(b, "captures page");
+  Shot(b, "captures");
+  EXPECT_TRUE(b.errors().empty()) << b.errors().front();
+}
+
 }  // namespace
 }  // namespace dsync::api

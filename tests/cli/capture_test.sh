@@ -9,7 +9,8 @@
 #  2. a new capture copies the tables first (rows written before it started arrive),
 #     then inserts, updates (a key change), deletes, multi-row and multi-table
 #     transactions, NULLs and binary values arrive exactly: dsync verify exit 0;
-#  3. a DDL pauses its table (dsync captures says why); the other table goes on;
+#  3. a DDL pauses its table (dsync captures, v_events_needing_attention, dsync events
+#     --attention, GET /v1/captures and /metrics say so); the other table goes on;
 #     after the operator aligns the target's schema, dsync capture resume copies the
 #     table again (the rows changed while it was paused arrive) and captures it;
 #  4. a steady writer while the reader is killed with kill -9 twice (a standby reader
@@ -133,6 +134,31 @@ wait_for "[[ \$(sql \"SELECT JSON_EXTRACT(paused_tables, '\\\$.t1') IS NOT NULL 
 "$DSYNC_BIN" captures --config "$WORK/dsync.json" >"$WORK/captures.out"
 grep -q "paused t1: DDL on t1" "$WORK/captures.out" || fail "dsync captures does not say why t1 paused: $(cat "$WORK/captures.out")"
 pass "dsync captures names the paused table and its DDL"
+# The paused table in the attention view and its readers; GET /v1/captures (token
+# required like every /v1 route) and /metrics of `dsync serve` (issue 36 item 5).
+expect_eq "$(sql "SELECT COUNT(*) FROM v_events_needing_attention WHERE reason = 'capture_table_paused' AND code = 'capture:c1:t1' AND detail LIKE 'table t1 of capture c1 paused: DDL on t1%'")" 1 \
+  "v_events_needing_attention lists the paused table"
+"$DSYNC_BIN" events --attention --config "$WORK/dsync.json" >"$WORK/attention.out"
+grep -q "^capture_table_paused .*capture:c1:t1" "$WORK/attention.out" || fail "dsync events --attention: $(cat "$WORK/attention.out")"
+pass "dsync events --attention lists the paused table"
+token="capture-test-token-$$"
+jq --arg t "$token" '. * {api: {token: $t}}' "$WORK/dsync.json" >"$WORK/api.json"
+API_PORT=$(free_port)
+start_bg api "$DSYNC_BIN" serve --config "$WORK/api.json" --listen "127.0.0.1:$API_PORT"
+wait_for "curl -sf -H 'Authorization: Bearer $token' http://127.0.0.1:$API_PORT/healthz >/dev/null" 15 "API up"
+expect_eq "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$API_PORT/v1/captures")" 401 "GET /v1/captures needs the token"
+curl -sf -H "Authorization: Bearer $token" "http://127.0.0.1:$API_PORT/v1/captures" >"$WORK/captures.json" ||
+  fail "GET /v1/captures failed"
+jq -e '.captures | length == 1 and .[0].name == "c1" and .[0].state == "RUNNING" and (.[0].gtid | test("^0-[0-9]+-[0-9]+$"))
+       and (.[0].paused_tables.t1 | startswith("DDL on t1")) and .[0].lag_bound_s == 10 and .[0].reader_starts >= 1
+       and (.[0].applied.lag_p99_ms | type) == "number" and (.[0].applied | has("keys_per_s"))' "$WORK/captures.json" >/dev/null ||
+  fail "GET /v1/captures: $(cat "$WORK/captures.json")"
+pass "GET /v1/captures: state, position, lag p99, rows/s, the paused table"
+curl -sf -H "Authorization: Bearer $token" "http://127.0.0.1:$API_PORT/metrics" >"$WORK/metrics.txt"
+grep -q '^dsync_events_needing_attention{reason="capture_table_paused"} 1$' "$WORK/metrics.txt" ||
+  fail "/metrics: $(grep capture "$WORK/metrics.txt")"
+pass "/metrics counts the paused table among the events needing attention"
+kill -TERM "$PID_api"; wait "$PID_api" 2>/dev/null || true
 wait_for "[[ \$(qt \"SELECT COUNT(*) FROM t2 WHERE k1 = 'after ddl'\") == 1 ]]" 20 "t2 to go on while t1 is paused"
 pass "the other table goes on while t1 is paused"
 qs "INSERT INTO t1 (id, name, extra) VALUES (7, 'while paused', 7)"

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/apply_metrics.h"
 #include "capture/capture_events.h"
 #include "capture/row_image.h"
 #include "capture/transactions.h"
@@ -270,6 +271,30 @@ TEST(CaptureEvents, ShardsKeysAndNamesCodesByTheLastGtid) {
     }
   }
   EXPECT_TRUE(KeyedSyncEvents(ctx, {}).empty());
+  // One lane per (shard, table): the events of t2 never share a lane with t1's.
+  for (const auto& e : evs) {
+    const json p = json::parse(e.payload);
+    EXPECT_TRUE(e.data_id.ends_with("#" + p["table"].get<std::string>())) << e.data_id;
+  }
+  EXPECT_LE(LaneOf(std::string(40, 'c'), 3, std::string(64, 't')).size(), 64u);
+  EXPECT_TRUE(LaneOf(std::string(40, 'c'), 3, std::string(64, 't')).starts_with(std::string(40, 'c') + "#3#"));
+  EXPECT_NE(LaneOf("c", 0, std::string(64, 't')), LaneOf("c", 0, std::string(63, 't') + "u"));
+}
+
+TEST(ApplyMetrics, CountsRowsAndLagPerCapture) {
+  ApplyMetrics& m = ApplyMetrics::Instance();
+  m.Applied("unit_a", 120, 0.4);
+  m.Applied("unit_a", 30, 3.0);
+  m.Applied("unit_b", 0, std::nullopt);  // a copy event: no keys, no lag
+  metrics::TextWriter w;
+  m.Write(w);
+  const std::string& out = w.str();
+  EXPECT_NE(out.find("dsync_capture_rows_applied_total{capture=\"unit_a\"} 150\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("dsync_capture_events_applied_total{capture=\"unit_a\"} 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("dsync_capture_events_applied_total{capture=\"unit_b\"} 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("dsync_capture_apply_lag_seconds_bucket{capture=\"unit_a\",le=\"0.5\"} 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("dsync_capture_apply_lag_seconds_bucket{capture=\"unit_a\",le=\"5\"} 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("dsync_capture_apply_lag_seconds_count{capture=\"unit_b\"} 0\n"), std::string::npos) << out;
 }
 
 TEST(CaptureEvents, CodesFitTheColumn) {
@@ -294,6 +319,11 @@ TEST(CaptureConfig, ParsesAndRejectsWithPaths) {
     }
   };
   fails(R"({"c1": {"source": "a", "target": "b", "tables": ["t"], "extra": 1}})", "captures.c1.extra: unknown key");
+  EXPECT_EQ(c.at("c1").lag_bound_s, 10) << "the default";
+  EXPECT_EQ(ParseCaptures(json::parse(R"({"c1": {"source": "a", "target": "b", "tables": ["t"], "lag_bound_s": 3}})"))
+                .at("c1").lag_bound_s, 3);
+  fails(R"({"c1": {"source": "a", "target": "b", "tables": ["t"], "lag_bound_s": 0}})", "captures.c1.lag_bound_s");
+  fails(R"({"c1": {"source": "a", "target": "b", "tables": ["t"], "lag_bound_s": "5"}})", "captures.c1.lag_bound_s");
   fails(R"({"c 1": {"source": "a", "target": "b", "tables": ["t"]}})", "capture name");
   fails(R"({"c1": {"source": "a", "target": "b", "tables": []}})", "captures.c1.tables");
   fails(R"({"c1": {"source": "a", "target": "b", "tables": ["t", "t"]}})", "listed twice");
