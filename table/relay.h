@@ -110,6 +110,10 @@ struct RelayControl {
   std::stop_token stop;
   // About once a second with the half's counters (the step's progress); may be empty.
   std::function<void(const nlohmann::json&)> progress;
+  // Source half: whether the target half's process is gone for good (a verify's, which
+  // no takeover replaces: RelayTable::TargetGone); asked at most every 5 s while idle.
+  // Then the source half ends with RelayFailed. May be empty.
+  std::function<bool()> target_gone;
 };
 
 struct RelayTotals {
@@ -160,6 +164,7 @@ class RelaySource {
   RelayTotals totals_;
   Clock::TimePoint last_report_{};
   Clock::TimePoint last_progress_{};
+  Clock::TimePoint last_presence_check_{};
 };
 
 class RelayTarget {

@@ -9,6 +9,7 @@ namespace dsync::table {
 namespace {
 
 constexpr Millis kSourceReportEvery{1000};
+constexpr Millis kPresenceCheckEvery{5000};  // RelayControl::target_gone
 
 bool RangeFinished(const RelayRange& r) { return r.state == "EQUAL" || r.state == "SENT" || r.state == "APPLIED"; }
 
@@ -83,6 +84,7 @@ RelayTotals RelaySource::Run() {
   std::vector<RelayRange> pending;  // read and not finished, in range order
   int fetched_through = 0;
   last_progress_ = control_.clock.Now();
+  last_presence_check_ = control_.clock.Now();
   for (;;) {
     if (control_.stop.stop_requested()) throw RelayStopped("relay: the source half stopped");
     bool progressed = false;
@@ -116,6 +118,10 @@ RelayTotals RelaySource::Run() {
     // (the target half taken over) shows here, not in a write.
     const std::optional<RelayStatus> st = relay_.Read(half_.step_code);
     if (!st) throw RelayLost("relay of step '" + half_.step_code + "': no relay row (dropped)");
+    if (control_.target_gone && control_.clock.Now() - last_presence_check_ >= kPresenceCheckEvery) {
+      last_presence_check_ = control_.clock.Now();
+      if (control_.target_gone()) throw RelayFailed("the target half's process is gone (killed?)");
+    }
     if (st->state == "DONE") {  // the target half needs nothing more (every range it had is done)
       Report();
       return totals_;

@@ -201,7 +201,7 @@ SyncResult RunRelayedTarget(RunContext& ctx, const Spec& spec, ChunkTable& chunk
       ctx.ReportProgress(out);
     };
     RelayTarget run(relay, half, side, std::move(segments), RelayOptionsFor(spec, options),
-                    RelayControl{ctx.clock(), ctx.stop_token(), progress});
+                    RelayControl{ctx.clock(), ctx.stop_token(), progress, {}});
     const RelayTotals totals = run.Run();
 
     const Counts& c = side.counts;
@@ -262,8 +262,11 @@ json RunRelayedSource(RunContext& ctx, const Spec& spec, const SourceHalfArgs& a
     KeysOnlySource key_side(full, keys);
     SourceSide& side = keys_only ? static_cast<SourceSide&>(key_side) : full;
     auto progress = [&](const json& p) { ctx.ReportProgress(p); };
-    RelaySource run(relay, half, side, RelayOptionsFor(spec, options),
-                    RelayControl{ctx.clock(), ctx.stop_token(), progress});
+    RelayControl control{ctx.clock(), ctx.stop_token(), progress, {}};
+    // A verify's target half (a `dsync verify` process, or a table_verify step) has no
+    // takeover that would end this half: it is watched instead (RelayPresence).
+    if (keys_only) control.target_gone = [&] { return relay.TargetGone(args.step_code); };
+    RelaySource run(relay, half, side, RelayOptionsFor(spec, options), std::move(control));
     json out = run.Run().ToJson();
     out["half"] = "source";
     out["epoch"] = args.epoch;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "table/bundle_file.h"
+
 namespace dsync::table {
 namespace {
 
@@ -363,6 +365,34 @@ void RelayTable::SetState(const RelayHalf& h, std::string_view state, const std:
       c.Execute(kRelayDropRangesSql, h.step_code);
       c.Execute(kRelayNoBytesInFlightSql, h.step_code);
     }
+  });
+}
+
+namespace {
+
+// GET_LOCK names are at most 64 characters (MySQL): the step code's SHA-256, shortened.
+std::string PresenceLockName(const std::string& step_code) {
+  return "dsync-relay-" + Sha256Hex(step_code).substr(0, 48);
+}
+
+}  // namespace
+
+RelayPresence::RelayPresence(storage::ConnectionPool& pool, const std::string& step_code)
+    : lease_(pool.Borrow()), name_(PresenceLockName(step_code)) {
+  lease_->QueryInt("SELECT GET_LOCK(?, 0)", name_);
+}
+
+RelayPresence::~RelayPresence() {
+  try {
+    lease_->QueryInt("SELECT RELEASE_LOCK(?)", name_);
+  } catch (const std::exception&) {
+    lease_->mark_broken();  // the session goes, and its lock with it
+  }
+}
+
+bool RelayTable::TargetGone(const std::string& step_code) {
+  return pool_.Run("relay presence", [&](Connection& c) {
+    return c.QueryInt("SELECT IS_USED_LOCK(?) IS NULL", PresenceLockName(step_code)).value_or(1) == 1;
   });
 }
 

@@ -105,9 +105,27 @@ struct RelayChunkRow {
   std::string data;  // table/relay_codec.h
 };
 
+// A process that runs a relay's target half outside the event machinery (a verify
+// across the gap) holds this while it runs: a named lock on a framework-database session
+// of its own, which the server releases when the process dies (kill -9 included), so
+// the source half can tell it is gone (RelayTable::TargetGone) instead of waiting for
+// its own event's deadline.
+class RelayPresence {
+ public:
+  RelayPresence(storage::ConnectionPool& pool, const std::string& step_code);  // throws DbError
+  ~RelayPresence();
+  RelayPresence(const RelayPresence&) = delete;
+  RelayPresence& operator=(const RelayPresence&) = delete;
+
+ private:
+  storage::ConnectionPool::Lease lease_;
+  std::string name_;
+};
+
 class RelayTable {
  public:
   explicit RelayTable(storage::ConnectionPool& pool) : pool_(pool) {}
+  storage::ConnectionPool& pool() { return pool_; }
 
   // The step's row, if it has none yet (a later call changes nothing).
   void Open(const RelaySpec& spec);
@@ -158,6 +176,9 @@ class RelayTable {
   void SetState(const RelayHalf& h, std::string_view state, const std::optional<std::string>& error = std::nullopt);
   // Every row of the step (after its last use: the target half of a finished step).
   void Drop(const std::string& step_code);
+  // Whether the RelayPresence of `step_code` is gone (never held, or its process
+  // released it or died).
+  bool TargetGone(const std::string& step_code);
   // Retention: drops up to `limit` relays untouched for `older_than_us` microseconds
   // whose event is not in flight (finished, purged, or none: a verify's relay left by
   // a process killed with kill -9), with their ranges and chunks. Returns how many.

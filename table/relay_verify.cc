@@ -140,6 +140,8 @@ TableDiff RunRelayedVerify(RunContext& ctx, const TableCheck& check, RelayTable&
   spdlog::info("VERIFY_RELAYED code={} table={} source={} target={} epoch={}", code, spec.table, spec.source,
                spec.target, half.epoch);
   try {
+    // Held until the verify ends: the source half stops when this process is gone.
+    const RelayPresence presence(relay.pool(), code);
     relay.PublishSchema(half, RelaySchemaJson(t, t_full));
     start_source(half.epoch);
     const RelaySchema other = AwaitOtherHalf(ctx, relay, half, options.schema_wait_poll, options.other_half_timeout);
@@ -150,7 +152,7 @@ TableDiff RunRelayedVerify(RunContext& ctx, const TableCheck& check, RelayTable&
     const BoundFilter tgt_filter = RelayTargetFilter(ctx, spec, tgt, t);
     VerifyTarget side(tgt, spec.table, plan.tgt_cols, plan.tgt_key, tgt_filter, keep_keys);
     RelayTarget run(relay, half, side, {KeyRange{}}, RelayOptionsFor(spec, options),
-                    RelayControl{ctx.clock(), ctx.stop_token(), {}});
+                    RelayControl{ctx.clock(), ctx.stop_token(), {}, {}});
     const RelayTotals totals = run.Run();
 
     TableDiff d;

@@ -13,6 +13,7 @@
 #    listed keys equal the direct verify's; --topic mode too;
 #  - only keys travel: the source half relayed a few bytes per differing row;
 #  - no node of env_a live: one line naming the wait, exit 1; nothing left behind;
+#  - the verifying process killed with kill -9: its source half ends within seconds;
 #  - --repair across the gap: the repair event's sync runs relayed and the re-verify
 #    says equal (exit 0).
 source "$(dirname "$0")/lib.sh"
@@ -144,6 +145,28 @@ grep -q "no source half described its table within 2 s" "$WORK/verify.err" ||
   fail "no live node of env_a: the error does not name the wait: $(tail -n 2 "$WORK/verify.err")"
 pass "no live node of env_a: one line naming the wait ($(( $(now_ms) - start )) ms)"
 expect_eq "$(relay_left)" 0 "nothing is left in the relay tables after the refusal"
+
+# --- a verifying process killed with kill -9: its source half ends ------------------------------------
+# Node A is frozen so that the source half waits; the verifying process dies after it
+# published its side; A is thawed: its source half finds the verify's presence lock
+# released (RelayPresence) and ends within seconds, instead of waiting for its event's
+# deadline (an hour).
+kill -STOP "$PID_a"
+last_half=$(sql "SELECT COALESCE(MAX(id), 0) FROM distribute_event WHERE topic = 'dsync.relay_source'")
+"$DSYNC_BIN" verify --config "$WORK/b.json" --source env_a --target env_b --table big --where "1 = 1" \
+  >"$WORK/killed.out" 2>"$WORK/killed.err" &
+vpid=$!
+wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_event WHERE topic = '"'"'dsync.relay_source'"'"' AND id > '"$last_half"'") == 1
+            && $(sql "SELECT COUNT(*) FROM dsync_relay WHERE target_schema IS NOT NULL AND source_schema IS NULL") -ge 1 ]]' 30 \
+  "the verify to publish its side and produce its source half"
+kill -9 "$vpid"; wait "$vpid" 2>/dev/null || true
+kill -CONT "$PID_a"
+half=$(sql "SELECT code FROM distribute_event WHERE topic = 'dsync.relay_source' AND id > $last_half")
+start=$(now_ms)
+wait_for "[[ \$(event_status '$half') == SUCCESS ]]" 60 "the killed verify's source half $half to end (is \$(event_status '$half'))"
+out=$(sql "SELECT s.output FROM distribute_event_step s WHERE s.job_code = '$half'")
+[[ $out == *"process is gone"* ]] || fail "the source half ended without naming the gone verify: $out"
+pass "a verify killed with kill -9: its source half ended $(( $(now_ms) - start )) ms after node A was thawed ($out)"
 
 # --- repair across the gap ----------------------------------------------------------------------------
 start_bg b "$DSYNC_BIN" node --config "$WORK/b.json" --node-address "$B"

@@ -152,13 +152,13 @@ class RelayTest : public ::testing::Test {
     std::exception_ptr source_error;
     std::thread source([&] {
       try {
-        RelaySource half(relay_, s, *sides.source, o, RelayControl{clock_, {}, {}});
+        RelaySource half(relay_, s, *sides.source, o, RelayControl{clock_, {}, {}, {}});
         st = half.Run();
       } catch (...) {
         source_error = std::current_exception();
       }
     });
-    RelayTarget target(relay_, t, *sides.target, sides.target->Segments(), o, RelayControl{clock_, {}, {}});
+    RelayTarget target(relay_, t, *sides.target, sides.target->Segments(), o, RelayControl{clock_, {}, {}, {}});
     RelayTotals tt = target.Run();
     source.join();
     if (source_error) std::rethrow_exception(source_error);
@@ -263,7 +263,7 @@ TEST_F(RelayTest, ATargetTakeoverResumesFromTheCheckpoint) {
   std::exception_ptr old_source_error;
   std::thread old_source([&] {
     try {
-      RelaySource half(relay_, s1, *sides.source, o, RelayControl{clock_, {}, {}});
+      RelaySource half(relay_, s1, *sides.source, o, RelayControl{clock_, {}, {}, {}});
       half.Run();
     } catch (...) {
       old_source_error = std::current_exception();
@@ -280,7 +280,7 @@ TEST_F(RelayTest, ATargetTakeoverResumesFromTheCheckpoint) {
     }
     stop.request_stop();
   });
-  RelayTarget first(relay_, t1, *sides.target, sides.target->Segments(), o, RelayControl{clock_, stop.get_token(), {}});
+  RelayTarget first(relay_, t1, *sides.target, sides.target->Segments(), o, RelayControl{clock_, stop.get_token(), {}, {}});
   EXPECT_THROW(first.Run(), RelayStopped);
   stopper.join();
   RelayHalf t2 = relay_.TakeTarget("EV-1#1", 2, "b2:7000");
@@ -294,13 +294,13 @@ TEST_F(RelayTest, ATargetTakeoverResumesFromTheCheckpoint) {
   std::exception_ptr source_error;
   std::thread source([&] {
     try {
-      RelaySource half(relay_, s2, *sides.source, o, RelayControl{clock_, {}, {}});
+      RelaySource half(relay_, s2, *sides.source, o, RelayControl{clock_, {}, {}, {}});
       half.Run();
     } catch (...) {
       source_error = std::current_exception();
     }
   });
-  RelayTarget second(relay_, t2, *sides.target, sides.target->Segments(), o, RelayControl{clock_, {}, {}});
+  RelayTarget second(relay_, t2, *sides.target, sides.target->Segments(), o, RelayControl{clock_, {}, {}, {}});
   second.Run();
   source.join();
   if (source_error) std::rethrow_exception(source_error);
@@ -322,7 +322,7 @@ TEST_F(RelayTest, ASourceTakeoverResumesFromTheRangesStates) {
   std::exception_ptr target_error;
   std::thread target([&] {
     try {
-      RelayTarget half(relay_, t, *sides.target, sides.target->Segments(), o, RelayControl{clock_, {}, {}});
+      RelayTarget half(relay_, t, *sides.target, sides.target->Segments(), o, RelayControl{clock_, {}, {}, {}});
       half.Run();
     } catch (...) {
       target_error = std::current_exception();
@@ -334,13 +334,13 @@ TEST_F(RelayTest, ASourceTakeoverResumesFromTheRangesStates) {
       while (relay_.Read("EV-1#1")->chunks_relayed < 8) std::this_thread::sleep_for(std::chrono::milliseconds(2));
       stop.request_stop();
     });
-    RelaySource first(relay_, s1, *sides.source, o, RelayControl{clock_, stop.get_token(), {}});
+    RelaySource first(relay_, s1, *sides.source, o, RelayControl{clock_, stop.get_token(), {}, {}});
     EXPECT_THROW(first.Run(), RelayStopped);
     stopper.join();
   }
   RelayHalf s2 = relay_.TakeSource("EV-1#1", t.epoch, 2, "a2:7000");
   EXPECT_THROW(relay_.AddChunk(s1, 1, false, 0, "x", std::nullopt), RelayLost);
-  RelaySource second(relay_, s2, *sides.source, o, RelayControl{clock_, {}, {}});
+  RelaySource second(relay_, s2, *sides.source, o, RelayControl{clock_, {}, {}, {}});
   second.Run();
   target.join();
   if (target_error) std::rethrow_exception(target_error);
