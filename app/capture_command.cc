@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dispatcher/lease_lock.h"
+#include "events/status.h"
 #include "saga/steps/capture_step.h"
 
 namespace dsync::app {
@@ -166,8 +167,8 @@ int RunCaptures(const Invocation& inv) {
   std::map<std::string, std::pair<int64_t, int64_t>> backlog;
   pool->Run("captures: backlog", [&](storage::Connection& c) {
     auto rs = c.Query(
-        "SELECT SUBSTRING_INDEX(data_id, '#', 1), SUM(status NOT IN ('SUCCESS', 'FAILED', 'COMPENSATED')), "
-        "SUM(status IN ('FAILED', 'COMPENSATED')) FROM distribute_event WHERE tenant_id = ? AND topic = ? "
+        "SELECT SUBSTRING_INDEX(data_id, '#', 1), SUM(status NOT IN " DSYNC_SQL_TERMINAL "), "
+        "SUM(status IN (" DSYNC_SQL_STATUS(FAILED) ", " DSYNC_SQL_STATUS(COMPENSATED) ")) FROM distribute_event WHERE tenant_id = ? AND topic = ? "
         "AND service = ? GROUP BY 1",
         std::string(capture::kCaptureTenant), std::string(capture::kCaptureTopic), s.service);
     while (rs->next()) backlog[rs->getString(1)] = {rs->getInt64(2), rs->getInt64(3)};
