@@ -14,6 +14,7 @@
 #include "events/cancel.h"
 #include "events/produce.h"
 #include "events/retry.h"
+#include "events/status.h"
 #include "registry/node_directory.h"
 
 namespace dsync::api {
@@ -22,12 +23,6 @@ namespace {
 constexpr size_t kMaxBatchEvents = 10000;
 constexpr int64_t kMaxDelayMs = 31LL * 24 * 3600 * 1000;
 constexpr int kMaxPriority = 1000000;
-
-const std::set<std::string>& EventStatuses() {
-  static const std::set<std::string> kStatuses = {"PENDING", "ASSIGNED", "RUNNING", "SUCCESS",
-                                                  "FAILED", "COMPENSATING", "COMPENSATED"};
-  return kStatuses;
-}
 
 // Params: service, address, offline timeout (µs).
 constexpr const char* kDrainNode = R"(
@@ -201,7 +196,8 @@ NodeView ToView(const registry::NodeInfo& n, int64_t in_flight) {
 }  // namespace
 
 bool IsTerminal(const std::string& status) {
-  return status == "SUCCESS" || status == "FAILED" || status == "COMPENSATED";
+  const std::optional<events::EventStatus> s = events::ParseEventStatus(status);
+  return s && events::IsTerminal(*s);
 }
 
 NewEvent ParseNewEvent(const nlohmann::json& body) {
@@ -566,9 +562,9 @@ EventDetail EventStore::Get(const std::string& code) {
 }
 
 EventPage EventStore::List(const EventFilter& f) {
-  if (!f.status.empty() && !EventStatuses().count(f.status)) {
+  if (!f.status.empty() && !events::ParseEventStatus(f.status)) {
     throw UsageError("unknown status " + Quote(f.status) +
-                     " (one of PENDING, ASSIGNED, RUNNING, SUCCESS, FAILED, COMPENSATING, COMPENSATED)");
+                     " (one of " + events::EventStatusList() + ")");
   }
   if (!f.topic.empty()) RequireText("topic", f.topic, 1, 50);
   if (!f.batch_code.empty()) RequireText("batch", f.batch_code, 1, 64);
@@ -594,15 +590,15 @@ EventRow EventStore::Retry(const std::string& code, RetryFrom from) {
   pool_.Transact("retry event", [&](storage::Connection& c) {
     std::optional<events::RetryTarget> target = events::LockForRetry(c, code);
     if (!target) throw NotFoundError("no event " + Quote(code));
-    if (target->status != "FAILED" && target->status != "COMPENSATED") {
+    if (target->status != events::ToText(events::EventStatus::kFailed) && target->status != events::ToText(events::EventStatus::kCompensated)) {
       throw ConflictError("event " + Quote(code) + " is " + target->status +
                           "; only FAILED or COMPENSATED events can be retried");
     }
     // A step whose effect is still in place never runs forward again ("Retry
     // semantics"): a compensation that did not finish is finished first.
     const std::vector<events::AppliedStep> applied =
-        target->status == "FAILED" ? events::ReadAppliedSteps(c, code) : std::vector<events::AppliedStep>{};
-    if (target->status == "FAILED" && target->phase == "COMPENSATE") {
+        target->status == events::ToText(events::EventStatus::kFailed) ? events::ReadAppliedSteps(c, code) : std::vector<events::AppliedStep>{};
+    if (target->status == events::ToText(events::EventStatus::kFailed) && target->phase == "COMPENSATE") {
       if (from == RetryFrom::kStart) {
         throw ConflictError("event " + Quote(code) + " failed while compensating; steps still applied: " +
                             (applied.empty() ? std::string("none") : events::DescribeApplied(applied)) +
@@ -720,13 +716,13 @@ EventRow EventStore::Cancel(const std::string& code, const std::string& reason_g
     if (IsTerminal(t->status)) {
       throw ConflictError("event " + Quote(code) + " is already " + t->status + "; nothing to cancel");
     }
-    if (t->status != "PENDING" && t->status != "ASSIGNED") {
+    if (t->status != events::ToText(events::EventStatus::kPending) && t->status != events::ToText(events::EventStatus::kAssigned)) {
       throw ConflictError("event " + Quote(code) + " is " + t->status +
                           (t->node_address.empty() ? "" : " on node " + t->node_address) +
                           "; only PENDING or ASSIGNED events that have not started can be cancelled "
                           "(drain or stop the node; the sweeper hands a dead node's events back)");
     }
-    if (t->status == "ASSIGNED" && t->held_by_live_node) {
+    if (t->status == events::ToText(events::EventStatus::kAssigned) && t->held_by_live_node) {
       throw ConflictError("event " + Quote(code) + " is ASSIGNED to live node " + t->node_address +
                           ", which may be starting it; if the node does not claim it the sweeper hands it back "
                           "(claim_timeout_ms), then cancel it");

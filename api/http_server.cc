@@ -21,6 +21,7 @@
 #include "api/http_text.h"
 #include "capture/capture_store.h"
 #include "core/error.h"
+#include "events/status.h"
 
 namespace dsync::api {
 
@@ -84,8 +85,8 @@ using nlohmann::json;
 json Progress(const EventDetail& d) {
   int done = 0, compensated = 0;
   for (const auto& s : d.steps) {
-    if (s.status == "SUCCESS") ++done;
-    if (s.status == "COMPENSATED") ++compensated;
+    if (s.status == events::ToText(events::StepStatus::kSuccess)) ++done;
+    if (s.status == events::ToText(events::StepStatus::kCompensated)) ++compensated;
   }
   const EventRow& e = d.event;
   return {{"code", e.code},

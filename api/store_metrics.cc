@@ -9,6 +9,7 @@
 #include "api/event_store.h"
 #include "api/verify_service.h"
 #include "core/error.h"
+#include "events/status.h"
 
 namespace dsync::api {
 
@@ -31,10 +32,9 @@ void WriteDatabaseMetrics(EventStore& store, metrics::TextWriter& w) {
     std::map<std::string, std::map<std::string, int64_t>> by_topic;
     for (const auto& [topic, status, n] : counts) by_topic[topic][status] = n;
     w.Family("dsync_events", "Events by topic and status.", Type::kGauge);
-    static const char* kStatuses[] = {"PENDING", "ASSIGNED", "RUNNING", "SUCCESS",
-                                      "FAILED", "COMPENSATING", "COMPENSATED"};
     for (const auto& [topic, statuses] : by_topic) {
-      for (const char* status : kStatuses) {
+      for (events::EventStatus s : events::kEventStatuses) {
+        const std::string& status = events::ToText(s);
         auto it = statuses.find(status);
         w.Sample("dsync_events", {{"topic", topic}, {"status", status}},
                  static_cast<double>(it == statuses.end() ? 0 : it->second));

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dispatcher/lease_lock.h"
+#include "events/status.h"
 #include "saga/steps/capture_step.h"
 
 namespace dsync::app {

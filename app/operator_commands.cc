@@ -23,6 +23,7 @@
 #include "core/visible_text.h"
 #include "dispatcher/dispatcher_waker.h"
 #include "events/batches.h"
+#include "events/status.h"
 
 namespace dsync::app {
 namespace {
@@ -248,7 +249,8 @@ int ShowEvent(const Invocation& inv, OperatorStore& s, const std::string& code) 
                   (st.compensation_retry_count ? "+" + std::to_string(st.compensation_retry_count) + "c" : ""))
               << std::setw(22) << Cell(Or(st.node_address, "-"), 21) << Cell(st.error_details, 60) << "\n";
     // A running step's progress (e.g. table_sync's chunks and rows), as it reports it.
-    if ((st.status == "EXECUTING" || st.status == "COMPENSATING") && !st.output.empty()) {
+    if ((st.status == events::ToText(events::StepStatus::kExecuting) ||
+         st.status == events::ToText(events::StepStatus::kCompensating)) && !st.output.empty()) {
       std::cout << "      progress: " << Cell(st.output, 200) << "\n";
     }
   }

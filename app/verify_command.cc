@@ -22,6 +22,7 @@
 #include "app/verify_command.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "events/status.h"
 #include "table/verify.h"
 
 namespace dsync::app {
@@ -177,7 +178,7 @@ bool WaitForRepairs(api::EventStore& store, const std::vector<std::string>& code
       if (api::IsTerminal(ev.status)) {
         (json_out ? std::cerr : std::cout) << "repair event " << code << ": " << ev.status
                                            << (ev.last_error.empty() ? "" : " (" + ev.last_error + ")") << "\n";
-        ok = ok && ev.status == "SUCCESS";
+        ok = ok && ev.status == events::ToText(events::EventStatus::kSuccess);
         break;
       }
       if (std::chrono::steady_clock::now() > until) {

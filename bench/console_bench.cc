@@ -24,6 +24,7 @@
 
 #include "api/event_store.h"
 #include "api/http_server.h"
+#include "events/status.h"
 #include "storage/connection_pool.h"
 #include "storage/migrator.h"
 #include "tests/browser/chromium.h"
@@ -81,13 +82,13 @@ void Fill(storage::ConnectionPool& pool, int64_t n) {
 INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload, status, phase, node_address,
                               create_time, started_time, finished_time, modifier_time, last_error)
 SELECT CONCAT('t', k MOD 50), CONCAT('bench-', k), CONCAT('d', k), ELT(1 + k MOD 3, 'SPACE_ADD', 'DOC_SYNC', 'TAG_SYNC'),
-  '{}', st, IF(st = 'COMPENSATED', 'COMPENSATE', 'FORWARD'), IF(st = 'PENDING', NULL, '10.0.0.1:7001'),
+  '{}', st, IF(st = )" DSYNC_SQL_STATUS(COMPENSATED) R"(, 'COMPENSATE', 'FORWARD'), IF(st = )" DSYNC_SQL_STATUS(PENDING) R"(, NULL, '10.0.0.1:7001'),
   NOW(3) - INTERVAL (? - k) SECOND, NOW(3) - INTERVAL (? - k) SECOND,
-  IF(st IN ('SUCCESS', 'FAILED', 'COMPENSATED'), NOW(3) - INTERVAL (? - k) SECOND, NULL),
-  IF(st = 'RUNNING', NOW(3) - INTERVAL 1 HOUR, NOW(3) - INTERVAL (? - k) SECOND),
-  IF(st IN ('FAILED', 'COMPENSATED'), 'bench: injected failure', NULL)
-FROM (SELECT k, CASE WHEN k > ? - 2000 THEN 'PENDING' WHEN k > ? - 2100 THEN 'RUNNING'
-                     WHEN k MOD 1000 = 0 THEN 'FAILED' WHEN k MOD 1000 = 1 THEN 'COMPENSATED' ELSE 'SUCCESS' END AS st
+  IF(st IN )" DSYNC_SQL_TERMINAL R"(, NOW(3) - INTERVAL (? - k) SECOND, NULL),
+  IF(st = )" DSYNC_SQL_STATUS(RUNNING) R"(, NOW(3) - INTERVAL 1 HOUR, NOW(3) - INTERVAL (? - k) SECOND),
+  IF(st IN ()" DSYNC_SQL_STATUS(FAILED) R"(, )" DSYNC_SQL_STATUS(COMPENSATED) R"(), 'bench: injected failure', NULL)
+FROM (SELECT k, CASE WHEN k > ? - 2000 THEN )" DSYNC_SQL_STATUS(PENDING) R"( WHEN k > ? - 2100 THEN )" DSYNC_SQL_STATUS(RUNNING) R"(
+                     WHEN k MOD 1000 = 0 THEN )" DSYNC_SQL_STATUS(FAILED) R"( WHEN k MOD 1000 = 1 THEN )" DSYNC_SQL_STATUS(COMPENSATED) R"( ELSE )" DSYNC_SQL_STATUS(SUCCESS) R"( END AS st
       FROM (WITH RECURSIVE seq(k) AS (SELECT ? UNION ALL SELECT k + 1 FROM seq WHERE k < ?) SELECT k FROM seq) s) g)",
                 n, n, n, n, n, n, start + 1, start + count);
     }
@@ -100,11 +101,11 @@ void Explain(storage::ConnectionPool& pool) {
   pool.Run("explain", [&](storage::Connection& c) {
     for (const char* q : {"SELECT status, COUNT(*) FROM distribute_event GROUP BY status",
                           "SELECT topic, status, COUNT(*) FROM distribute_event GROUP BY topic, status",
-                          "SELECT code FROM distribute_event WHERE status = 'FAILED' ORDER BY id DESC LIMIT 20",
-                          "SELECT code FROM distribute_event WHERE status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') "
+                          "SELECT code FROM distribute_event WHERE status = " DSYNC_SQL_STATUS(FAILED) " ORDER BY id DESC LIMIT 20",
+                          "SELECT code FROM distribute_event WHERE status IN " DSYNC_SQL_IN_FLIGHT " "
                           "AND modifier_time < NOW(3) - INTERVAL 5 MINUTE ORDER BY id LIMIT 20",
                           "SELECT code FROM distribute_event e WHERE e.phase = 'COMPENSATE' AND e.status IN "
-                          "('PENDING', 'ASSIGNED', 'COMPENSATING') LIMIT 20"}) {
+                          "(" DSYNC_SQL_STATUS(PENDING) ", " DSYNC_SQL_STATUS(ASSIGNED) ", " DSYNC_SQL_STATUS(COMPENSATING) ") LIMIT 20"}) {
       auto rs = c.Query(std::string("EXPLAIN ") + q);
       // storage::ResultSet reads by column number: find EXPLAIN's columns by label.
       auto column = [&](const std::string& label) {

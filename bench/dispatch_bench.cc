@@ -78,6 +78,7 @@
 #include "dispatcher/lease_lock.h"
 #include "events/assign.h"
 #include "events/reset.h"
+#include "events/status.h"
 #include "registry/node_directory.h"
 #include "registry/offline_sweeper.h"
 #include "registry/node_metadata.h"
@@ -193,16 +194,16 @@ WHERE service_name = ? AND status = 1)";
 // PENDING, as produced (a primary-key range: the terminal rows are never touched).
 constexpr const char* kResetToPending = R"(
 UPDATE distribute_event
-SET status = 'PENDING', node_address = NULL, version = version + 1, assigned_time = NULL,
+SET status = )" DSYNC_SQL_STATUS(PENDING) R"(, node_address = NULL, version = version + 1, assigned_time = NULL,
     finished_time = NULL, next_run_time = '1970-01-01 00:00:00.000'
-WHERE id BETWEEN ? AND ? AND status <> 'PENDING')";
+WHERE id BETWEEN ? AND ? AND status <> )" DSYNC_SQL_STATUS(PENDING);
 
 // The steady mode's consumers: every ASSIGNED event completes at once (run between
 // cycles, not timed), so each cycle starts with nothing in flight.
 constexpr const char* kCompleteAssigned = R"(
 UPDATE distribute_event
-SET status = 'SUCCESS', version = version + 1, finished_time = NOW(3)
-WHERE status = 'ASSIGNED')";
+SET status = )" DSYNC_SQL_STATUS(SUCCESS) R"(, version = version + 1, finished_time = NOW(3)
+WHERE status = )" DSYNC_SQL_STATUS(ASSIGNED);
 
 // The first and last id of the bench's pending events (uk_code range).
 constexpr const char* kPendingIdRange = R"(
@@ -211,15 +212,15 @@ SELECT MIN(id), MAX(id) FROM distribute_event WHERE code LIKE 'bench-p-%')";
 // Params: limit. Gives part of the in-flight events a RUNNING status before the
 // EXPLAINs, so the sweeper's timeout query has rows of its statuses to consider.
 constexpr const char* kSomeRunning = R"(
-UPDATE distribute_event SET status = 'RUNNING', version = version + 1, attempt = attempt + 1,
+UPDATE distribute_event SET status = )" DSYNC_SQL_STATUS(RUNNING) R"(, version = version + 1, attempt = attempt + 1,
     started_time = NOW(3)
-WHERE status = 'ASSIGNED' ORDER BY id LIMIT ?)";
+WHERE status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( ORDER BY id LIMIT ?)";
 
 constexpr const char* kCountByStatus = R"(
 SELECT status, COUNT(*) FROM distribute_event GROUP BY status ORDER BY status)";
 
 constexpr const char* kAssignedPerNode = R"(
-SELECT node_address, COUNT(*) FROM distribute_event WHERE status = 'ASSIGNED'
+SELECT node_address, COUNT(*) FROM distribute_event WHERE status = )" DSYNC_SQL_STATUS(ASSIGNED) R"(
 GROUP BY node_address)";
 
 // InnoDB's undo history not yet purged (MariaDB and MySQL 8 alike).
@@ -253,7 +254,7 @@ SELECT 'bench', t.created, 'bench', t.created + INTERVAL 1500000 MICROSECOND,
   CONCAT('tenant-', MOD(t.k, 16)), CONCAT('bench-t-', t.n),
   IF(MOD(t.k, 10) < 6, CONCAT('doc-', t.k), CONCAT('hot-', MOD(t.k, 500))),
   ELT(1 + MOD(t.k, 10))" + topics + R"(),
-  CASE WHEN t.s < 90 THEN 'SUCCESS' WHEN t.s < 97 THEN 'COMPENSATED' ELSE 'FAILED' END,
+  CASE WHEN t.s < 90 THEN )" DSYNC_SQL_STATUS(SUCCESS) R"( WHEN t.s < 97 THEN )" DSYNC_SQL_STATUS(COMPENSATED) R"( ELSE )" DSYNC_SQL_STATUS(FAILED) R"( END,
   IF(t.s < 90, 'FORWARD', 'COMPENSATE'),
   CONCAT('{"space_id":', t.k, ',"doc_ids":[1,2,3],"source":"env_a","target":"env_b","note":"bench"}'),
   IF(t.s < 90, 100, 50),
@@ -708,7 +709,7 @@ class Bench {
     int64_t some_assigned = 0, some_assigned_version = 0;
     pool_->Run("params", [&](Connection& c) {
       std::vector<int64_t> ids, versions;
-      auto rs = c.Query("SELECT id, version FROM distribute_event WHERE status = 'PENDING' ORDER BY id LIMIT 64");
+      auto rs = c.Query("SELECT id, version FROM distribute_event WHERE status = " DSYNC_SQL_STATUS(PENDING) " ORDER BY id LIMIT 64");
       while (rs->next()) ids.push_back(rs->getInt64(1)), versions.push_back(rs->getInt64(2));
       while (!ids.empty() && ids.size() < events::kAssignChunkSize) ids.push_back(ids.back()), versions.push_back(versions.back());
       for (int64_t id : ids) chunk.emplace_back(id);
@@ -716,7 +717,7 @@ class Bench {
       for (int64_t id : ids) chunk.emplace_back(id);
       for (int64_t id : ids) chunk.emplace_back(id);
       for (int64_t v : versions) chunk.emplace_back(v);
-      auto a = c.Query("SELECT id, version FROM distribute_event WHERE status = 'ASSIGNED' ORDER BY id LIMIT 1");
+      auto a = c.Query("SELECT id, version FROM distribute_event WHERE status = " DSYNC_SQL_STATUS(ASSIGNED) " ORDER BY id LIMIT 1");
       if (a->next()) some_assigned = a->getInt64(1), some_assigned_version = a->getInt64(2);
     });
 
@@ -769,7 +770,7 @@ class Bench {
     ExplainOne({"sweeper: conditional reset", "events::ResetEventSql", events::ResetEventSql()}, false,
                [&](Connection& c, const std::string& sql) {
                  return c.Query(sql, std::string("reset: bench"), int64_t{0}, some_assigned, some_assigned_version,
-                                std::string("ASSIGNED"));
+                                events::ToText(events::EventStatus::kAssigned));
                });
     ExplainOne({"sweeper: mark stale nodes offline", "registry::MarkStaleOfflineSql", registry::MarkStaleOfflineSql()}, false,
                [&](Connection& c, const std::string& sql) {

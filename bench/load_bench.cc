@@ -128,6 +128,7 @@
 #include "dispatcher/dispatcher_waker.h"
 #include "events/assign.h"
 #include "events/process_log.h"
+#include "events/status.h"
 #include "events/transitions.h"
 #include "saga/steps/demo_step.h"
 #include "storage/connection.h"
@@ -452,12 +453,12 @@ struct CeilingSql {
     std::string ids = Marks(rows);
     insert_events = InsertSql(static_cast<int>(rows));
     // Params: node; ids.
-    assign = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET status = 'ASSIGNED', node_address = ?, version = version + 1, "
-             "assigned_time = NOW(3) WHERE id IN (" + ids + ") AND status = 'PENDING'";
+    assign = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET status = " DSYNC_SQL_STATUS(ASSIGNED) ", node_address = ?, version = version + 1, "
+             "assigned_time = NOW(3) WHERE id IN (" + ids + ") AND status = " DSYNC_SQL_STATUS(PENDING);
     // Params: node, 'RUNNING', why (log); ids; node.
     claim = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
-            ", status = 'RUNNING', version = version + 1, attempt = attempt + 1, started_time = NOW(3), "
-            "modifier_time = NOW(3) WHERE id IN (" + ids + ") AND status = 'ASSIGNED' AND node_address = ? "
+            ", status = " DSYNC_SQL_STATUS(RUNNING) ", version = version + 1, attempt = attempt + 1, started_time = NOW(3), "
+            "modifier_time = NOW(3) WHERE id IN (" + ids + ") AND status = " DSYNC_SQL_STATUS(ASSIGNED) " AND node_address = ? "
             "AND phase = 'FORWARD'";
     // The engine's step INSERT (saga/step_store.cc InsertStepsSql), rows * steps rows.
     // Params per row: code, job_code, tenant_id, sort, step_type, step_name, max_retry,
@@ -471,13 +472,13 @@ struct CeilingSql {
     // The engine's kMarkStepSucceeded; output and compensation_data are what the demo step
     // returns, {"ledger": <step code>}, built from the row's code instead of bound per row.
     // Params: step codes.
-    steps_ok = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'SUCCESS', executed_at = NOW(3), "
+    steps_ok = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = " DSYNC_SQL_STATUS(SUCCESS) ", executed_at = NOW(3), "
                "output = JSON_OBJECT('ledger', code), compensation_data = JSON_OBJECT('ledger', code) "
                "WHERE code IN (" + Marks(rows * steps) + ")";
     // The engine's kSucceedEvent. Params: node, 'SUCCESS', why (log); result; ids.
     done = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
-           ", status = 'SUCCESS', version = version + 1, finished_time = NOW(3), modifier_time = NOW(3), "
-           "progress = 100, result = ? WHERE id IN (" + ids + ") AND status = 'RUNNING'";
+           ", status = " DSYNC_SQL_STATUS(SUCCESS) ", version = version + 1, finished_time = NOW(3), modifier_time = NOW(3), "
+           "progress = 100, result = ? WHERE id IN (" + ids + ") AND status = " DSYNC_SQL_STATUS(RUNNING);
   }
 };
 
@@ -588,7 +589,7 @@ struct CeilingWorker {
         v.emplace_back("s" + std::to_string(s));
         v.emplace_back(int64_t{3});
         v.emplace_back(std::string("{}"));  // the demo step's params: none
-        v.emplace_back(std::string(executing ? "EXECUTING" : "PENDING"));
+        v.emplace_back(events::ToText(executing ? events::StepStatus::kExecuting : events::StepStatus::kPending));
         if (executing) v.emplace_back(node);
         else v.emplace_back(std::monostate{});
         v.emplace_back(int64_t{executing ? 1 : 0});
@@ -700,7 +701,7 @@ struct CeilingWorker {
       Expect(c.Execute(q.assign, node, storage::Values(ids)), rows, "assign");
       lap(1);
       // 3 claim
-      Expect(c.Execute(q.claim, node, "RUNNING", "claimed, attempt 1", storage::Values(ids), node), rows, "claim");
+      Expect(c.Execute(q.claim, node, events::ToText(events::EventStatus::kRunning), "claimed, attempt 1", storage::Values(ids), node), rows, "claim");
       lap(2);
       statements += 2;
       if (o.tx_per_batch) {
@@ -729,7 +730,7 @@ struct CeilingWorker {
         Expect(c.Execute(q.steps_ok, storage::Values(step_codes)), rows * k, "step_ok");
         lap(5);
         // 7 event SUCCESS
-        Expect(c.Execute(q.done, node, "SUCCESS", "all steps succeeded", "{\"steps\":" + std::to_string(k) + "}",
+        Expect(c.Execute(q.done, node, events::ToText(events::EventStatus::kSuccess), "all steps succeeded", "{\"steps\":" + std::to_string(k) + "}",
                          storage::Values(ids)),
                rows, "done");
         statements += 4;
@@ -809,13 +810,13 @@ int Ceiling(const Options& o) {
   const std::string done_check = o.exact ? (k == 1 ? "version = 3 AND JSON_LENGTH(process_log) = 2"
                                                     : "version = 4 AND JSON_LENGTH(process_log) = 3")
                                           : "version = 4 AND JSON_LENGTH(process_log) = 2";
-  int64_t ok = control.QueryInt("SELECT COUNT(*) FROM distribute_event WHERE status = 'SUCCESS' AND progress = 100 "
+  int64_t ok = control.QueryInt("SELECT COUNT(*) FROM distribute_event WHERE status = " DSYNC_SQL_STATUS(SUCCESS) " AND progress = 100 "
                                 "AND attempt = 1 AND " + done_check).value_or(-1);
-  int64_t steps_ok = count("SELECT COUNT(*) FROM distribute_event_step WHERE status = 'SUCCESS'");
+  int64_t steps_ok = count("SELECT COUNT(*) FROM distribute_event_step WHERE status = " DSYNC_SQL_STATUS(SUCCESS));
   int64_t ledger = count("SELECT COUNT(*) FROM demo_ledger WHERE applications = 1");
   if (o.exact) {
     // Every step went through EXECUTING on its node at attempt 1 (steps 2..K by the advance).
-    steps_ok = count("SELECT COUNT(*) FROM distribute_event_step WHERE status = 'SUCCESS' AND attempt = 1 "
+    steps_ok = count("SELECT COUNT(*) FROM distribute_event_step WHERE status = " DSYNC_SQL_STATUS(SUCCESS) " AND attempt = 1 "
                      "AND node_address IS NOT NULL AND started_at IS NOT NULL AND executed_at IS NOT NULL "
                      "AND JSON_VALUE(output, '$.ledger') = code");
   }

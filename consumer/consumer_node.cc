@@ -202,7 +202,7 @@ int ConsumerNode::HandBack(HandBackScope scope, const std::string& reason, const
                                   [&](storage::Connection& c) { return events::ResetEvent(c, h, reason); });
     if (applied) {
       ++reset;
-      spdlog::info("EVENT_RESET event={} node={} from={} reason=\"{}\"", h.code, options_.node_address, h.status,
+      spdlog::info("EVENT_RESET event={} node={} from={} reason=\"{}\"", h.code, options_.node_address, events::ToText(h.status),
                    reason);
     }
   }
@@ -319,7 +319,7 @@ void ConsumerNode::HandBackAbandoned() {
       if (applied) {
         stats_.handed_back_abandoned++;
         spdlog::info("EVENT_RESET event={} node={} from={} version={} reason=\"{}\"", held->code,
-                     options_.node_address, held->status, held->version, drain ? "drain timed out" : "run abandoned");
+                     options_.node_address, events::ToText(held->status), held->version, drain ? "drain timed out" : "run abandoned");
       }
     } catch (const std::exception& e) {
       failed.push_back(run);  // the database is still away: next poll

@@ -178,12 +178,12 @@ bool EventSweeper::Reset(const ResetCandidate& c) {
   const std::string& trace = c.trace_id.empty() ? c.code : c.trace_id;
   if (applied) {
     spdlog::warn("EVENT_RESET event={} node={} reason={} trace={} from={} version={} idle_ms={}",
-                 c.code, node, ResetReasonName(c.reason), trace, c.status, c.version,
+                 c.code, node, ResetReasonName(c.reason), trace, events::ToText(c.status), c.version,
                  c.idle.count());
   } else {
     spdlog::info("EVENT_RESET_SKIPPED event={} node={} reason={} trace={} from={} version={} "
                  "why={}",
-                 c.code, node, ResetReasonName(c.reason), trace, c.status, c.version,
+                 c.code, node, ResetReasonName(c.reason), trace, events::ToText(c.status), c.version,
                  locked ? "row_locked_by_owner" : "changed_since_read");
   }
   return applied;

@@ -1,5 +1,7 @@
 #include "dispatcher/retention.h"
 
+#include "events/status.h"
+
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
@@ -85,9 +87,9 @@ events::PurgeCounts Retention::RunPass(std::stop_token stop, const std::function
   int64_t verify_results = 0;
   int64_t relays = 0;
   try {
-    total += Purge(pool_, clock_, purger_, {{"SUCCESS", "COMPENSATED"}, settings_.finished_after, service_},
+    total += Purge(pool_, clock_, purger_, {{events::ToText(events::EventStatus::kSuccess), events::ToText(events::EventStatus::kCompensated)}, settings_.finished_after, service_},
                    settings_.batch_pause, kPausePerWork, stop, keep_going, busy, settings_.busy_pause);
-    total += Purge(pool_, clock_, purger_, {{"FAILED"}, settings_.failed_after, service_}, settings_.batch_pause,
+    total += Purge(pool_, clock_, purger_, {{events::ToText(events::EventStatus::kFailed)}, settings_.failed_after, service_}, settings_.batch_pause,
                    kPausePerWork, stop, keep_going, busy, settings_.busy_pause);
     verify_results = PurgeVerifyResults(pool_, clock_, settings_.verify_results_after, settings_.batch_size,
                                         settings_.batch_pause, kPausePerWork, stop, keep_going, busy,

@@ -6,6 +6,7 @@
 
 #include "events/columns.h"
 #include "events/process_log.h"
+#include "events/status.h"
 
 namespace dsync::events {
 namespace {
@@ -31,22 +32,22 @@ constexpr const char* kSelectDueEvents = R"(
 SELECT e.id, e.version, e.topic, e.tenant_id, e.data_id, e.priority,
        TIMESTAMPDIFF(MICROSECOND, GREATEST(e.next_run_time, e.modifier_time), NOW(3)), e.route
 FROM distribute_event e FORCE INDEX (idx_due)
-WHERE e.status = 'PENDING' AND e.service = ? AND e.next_run_time <= NOW(3)
+WHERE e.status = )" DSYNC_SQL_STATUS(PENDING) R"( AND e.service = ? AND e.next_run_time <= NOW(3)
   AND (e.priority > ? OR (e.priority = ? AND e.id > ?))
   AND (? OR FIND_IN_SET(e.topic, ?) > 0)
   AND FIND_IN_SET(e.topic, ?) = 0
   AND (FIND_IN_SET(e.topic, ?) > 0 OR (
     NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'PENDING' AND p.id < e.id
+                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(PENDING) R"( AND p.id < e.id
                 AND p.service = e.service)
     AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'ASSIGNED' AND p.id < e.id
+                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( AND p.id < e.id
                 AND p.service = e.service)
     AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'RUNNING' AND p.id < e.id
+                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(RUNNING) R"( AND p.id < e.id
                 AND p.service = e.service)
     AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'COMPENSATING' AND p.id < e.id
+                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(COMPENSATING) R"( AND p.id < e.id
                 AND p.service = e.service)))
 ORDER BY e.priority, e.id
 LIMIT ?)";
@@ -95,7 +96,7 @@ SELECT version, status, node_address FROM distribute_event WHERE id = ?)";
 std::string CountInFlightSql(size_t nodes) {
   const std::string marks = storage::Marks(nodes);
   return "SELECT e.node_address, COUNT(*) FROM distribute_event e FORCE INDEX (idx_node_address) "
-         "WHERE e.node_address IN (" + marks + ") AND e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') "
+         "WHERE e.node_address IN (" + marks + ") AND e.status IN " DSYNC_SQL_IN_FLIGHT " "
          "AND e.service = ? GROUP BY e.node_address";
 }
 
@@ -107,9 +108,9 @@ const std::string& AssignChunkSql() {
   static const std::string sql = [] {
     const std::string marks = storage::Marks(kAssignChunk);
     return "UPDATE distribute_event\nSET node_address = ELT(FIELD(id, " + marks + "), " + marks +
-           "),\n    " DSYNC_PROCESS_LOG_ENTRY("node_address", "'ASSIGNED'", "'assigned by the dispatcher'") +
-           std::string(",\n    status = 'ASSIGNED', version = version + 1, assigned_time = NOW(3)\nWHERE id IN (") +
-           marks + ") AND status = 'PENDING'\n  AND version = CAST(ELT(FIELD(id, " + marks + "), " + marks +
+           "),\n    " DSYNC_PROCESS_LOG_ENTRY("node_address", DSYNC_SQL_STATUS(ASSIGNED), "'assigned by the dispatcher'") +
+           std::string(",\n    status = " DSYNC_SQL_STATUS(ASSIGNED) ", version = version + 1, assigned_time = NOW(3)\nWHERE id IN (") +
+           marks + ") AND status = " DSYNC_SQL_STATUS(PENDING) "\n  AND version = CAST(ELT(FIELD(id, " + marks + "), " + marks +
            ") AS SIGNED)";
   }();
   return sql;
@@ -125,7 +126,7 @@ std::map<std::string, int64_t> CountInFlight(storage::Connection& c, const std::
 
 // Params: service, the topics, one `?` each.
 std::string CountPendingSql(size_t topics) {
-  return "SELECT topic, COUNT(*) FROM distribute_event WHERE status = 'PENDING' AND service = ? AND topic IN (" +
+  return "SELECT topic, COUNT(*) FROM distribute_event WHERE status = " DSYNC_SQL_STATUS(PENDING) " AND service = ? AND topic IN (" +
          storage::Marks(topics) + ") GROUP BY topic";
 }
 
@@ -140,7 +141,7 @@ std::map<std::string, int64_t> CountPendingByTopic(storage::Connection& c, const
 // Params: service.
 constexpr const char* kCountPendingTopics =
     "SELECT topic, COUNT(*) FROM distribute_event FORCE INDEX (idx_due) "
-    "WHERE status = 'PENDING' AND service = ? GROUP BY topic";
+    "WHERE status = " DSYNC_SQL_STATUS(PENDING) " AND service = ? GROUP BY topic";
 
 std::map<std::string, int64_t> CountPendingTopics(storage::Connection& c, const std::string& service) {
   return ReadCounts(*c.Query(kCountPendingTopics, service));
@@ -168,7 +169,7 @@ std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& f) {
 // for group-by"), not the events. FORCE INDEX: the same on MariaDB and MySQL 8.
 constexpr const char* kSelectDueHeads = R"(
 SELECT priority, tenant_id, MIN(id) FROM distribute_event FORCE INDEX (idx_fair)
-WHERE status = 'PENDING' AND service = ?
+WHERE status = )" DSYNC_SQL_STATUS(PENDING) R"( AND service = ?
 GROUP BY priority, tenant_id
 ORDER BY priority, tenant_id
 LIMIT ?)";
@@ -180,7 +181,7 @@ const char* DueHeadsSql() { return kSelectDueHeads; }
 // table holds. Also the newest id, for the next call.
 constexpr const char* kSelectNewHeads = R"(
 SELECT priority, tenant_id, MAX(id) FROM distribute_event FORCE INDEX (PRIMARY)
-WHERE id > ? AND status = 'PENDING' AND service = ?
+WHERE id > ? AND status = )" DSYNC_SQL_STATUS(PENDING) R"( AND service = ?
 GROUP BY priority, tenant_id)";
 
 std::vector<DueHead> ReadNewDueHeads(storage::Connection& c, const std::string& service, int64_t& after_id) {
@@ -215,22 +216,22 @@ constexpr const char* kWindowSql = R"((
 SELECT e.id, e.version, e.topic, e.tenant_id, e.data_id, e.priority,
        TIMESTAMPDIFF(MICROSECOND, GREATEST(e.next_run_time, e.modifier_time), NOW(3)), e.route
 FROM distribute_event e FORCE INDEX (idx_fair)
-WHERE e.priority = ? AND e.tenant_id = ? AND e.status = 'PENDING' AND e.service = ? AND e.id > ?
+WHERE e.priority = ? AND e.tenant_id = ? AND e.status = )" DSYNC_SQL_STATUS(PENDING) R"( AND e.service = ? AND e.id > ?
   AND e.next_run_time <= NOW(3)
   AND (? OR FIND_IN_SET(e.topic, ?) > 0)
   AND FIND_IN_SET(e.topic, ?) = 0
   AND (FIND_IN_SET(e.topic, ?) > 0 OR (
     NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'PENDING' AND p.id < e.id
+                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(PENDING) R"( AND p.id < e.id
                 AND p.service = e.service)
     AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'ASSIGNED' AND p.id < e.id
+                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( AND p.id < e.id
                 AND p.service = e.service)
     AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'RUNNING' AND p.id < e.id
+                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(RUNNING) R"( AND p.id < e.id
                 AND p.service = e.service)
     AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = 'COMPENSATING' AND p.id < e.id
+                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(COMPENSATING) R"( AND p.id < e.id
                 AND p.service = e.service)))
 ORDER BY e.id
 LIMIT ?))";
@@ -285,7 +286,7 @@ std::vector<DueEvent> ReadDueWindows(storage::Connection& c, const DueFilter& f,
 // topic) over the three in-flight statuses; service is read from the row. Params: service.
 constexpr const char* kCountInFlightByTopic =
     "SELECT e.topic, COUNT(*) FROM distribute_event e FORCE INDEX (idx_due) "
-    "WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND e.service = ? GROUP BY e.topic";
+    "WHERE e.status IN " DSYNC_SQL_IN_FLIGHT " AND e.service = ? GROUP BY e.topic";
 
 std::map<std::string, int64_t> CountInFlightByTopic(storage::Connection& c, const std::string& service) {
   return ReadCounts(*c.Query(kCountInFlightByTopic, service));
@@ -302,7 +303,7 @@ std::map<std::string, int64_t> CountInFlightByKey(storage::Connection& c, const 
   // Params: [json path,] service, topic.
   const char* range =
       " FROM distribute_event e FORCE INDEX (idx_due) "
-      "WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND e.service = ? AND e.topic = ? ";
+      "WHERE e.status IN " DSYNC_SQL_IN_FLIGHT " AND e.service = ? AND e.topic = ? ";
   std::map<std::string, int64_t> out;
   if (key == "tenant_id" || key == "data_id") {
     out = ReadCounts(*c.Query("SELECT e." + key + ", COUNT(*)" + range + "GROUP BY e." + key, service, topic));
@@ -349,7 +350,7 @@ std::vector<bool> AssignEvents(storage::Connection& c, const std::vector<AssignR
     for (size_t k = begin; k < end; ++k) {
       const AssignRow& a = rows[k];
       auto rs = c.Query(kReadAssigned, a.id);
-      won[k] = rs->next() && rs->getInt64(1) == a.version + 1 && rs->getString(2) == "ASSIGNED" &&
+      won[k] = rs->next() && rs->getInt64(1) == a.version + 1 && rs->getString(2) == ToText(EventStatus::kAssigned) &&
                !rs->isNull(3) && rs->getString(3) == a.node;
     }
   }

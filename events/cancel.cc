@@ -4,6 +4,7 @@
 
 #include "events/columns.h"
 #include "events/process_log.h"
+#include "events/status.h"
 
 namespace dsync::events {
 namespace {
@@ -24,17 +25,17 @@ constexpr const char* kSelectCancelTarget =
 
 // Params: job_code. At most 20 named.
 constexpr const char* kSelectStartedSteps =
-    "SELECT step_name, status FROM distribute_event_step WHERE job_code = ? AND status <> 'PENDING' "
+    "SELECT step_name, status FROM distribute_event_step WHERE job_code = ? AND status <> " DSYNC_SQL_STATUS(PENDING) " "
     "ORDER BY sort, id LIMIT 20";
 
 // Params: node, 'FAILED', why (log); last_error, result, id, version, offline timeout (us).
 constexpr const char* kCancelEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = 'FAILED', version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
+  status = )" DSYNC_SQL_STATUS(FAILED) R"(, version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
   last_error = ?, result = ?
-WHERE id = ? AND version = ? AND status IN ('PENDING', 'ASSIGNED') AND phase = 'FORWARD'
-  AND NOT (status = 'ASSIGNED' AND )" DSYNC_HELD_BY_LIVE_NODE("distribute_event") R"()
+WHERE id = ? AND version = ? AND status IN ()" DSYNC_SQL_STATUS(PENDING) R"(, )" DSYNC_SQL_STATUS(ASSIGNED) R"() AND phase = 'FORWARD'
+  AND NOT (status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( AND )" DSYNC_HELD_BY_LIVE_NODE("distribute_event") R"()
   AND NOT EXISTS (SELECT 1 FROM distribute_event_step s
-                  WHERE s.job_code = distribute_event.code AND s.status <> 'PENDING'))";
+                  WHERE s.job_code = distribute_event.code AND s.status <> )" DSYNC_SQL_STATUS(PENDING) R"())";
 
 }  // namespace
 
@@ -60,7 +61,7 @@ std::optional<CancelTarget> ReadCancelTarget(storage::Connection& c, const std::
 bool CancelEvent(storage::Connection& c, int64_t id, int64_t version, const std::string& reason,
                  Millis offline_timeout) {
   const std::string result = nlohmann::json{{"cancelled", true}, {"reason", reason}}.dump();
-  return c.Execute(kCancelEvent, "operator", "FAILED", "cancelled by an operator: " + reason,
+  return c.Execute(kCancelEvent, "operator", ToText(EventStatus::kFailed), "cancelled by an operator: " + reason,
                    "cancelled: " + reason, result, id, version, Micros(offline_timeout)) == 1;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "events/columns.h"
+#include "events/status.h"
 
 namespace dsync::events {
 namespace {
@@ -15,7 +16,7 @@ constexpr const char* kSelectAssigned = R"(
 SELECT id, code, tenant_id, data_id, topic, payload, phase, COALESCE(trace_id, ''),
        version, attempt, retry_count, reset_count, TIMESTAMPDIFF(MICROSECOND, assigned_time, NOW(3))
 FROM distribute_event
-WHERE node_address = ? AND status = 'ASSIGNED' AND service = ? AND (? = '' OR FIND_IN_SET(topic, ?) > 0)
+WHERE node_address = ? AND status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( AND service = ? AND (? = '' OR FIND_IN_SET(topic, ?) > 0)
 ORDER BY id
 LIMIT ?)";
 

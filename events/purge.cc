@@ -1,5 +1,7 @@
 #include "events/purge.h"
 
+#include "events/status.h"
+
 #include <algorithm>
 
 namespace dsync::events {
@@ -102,13 +104,19 @@ std::string ReadBound(storage::Connection& c, const PurgeSelector& selector) {
 }  // namespace
 
 const std::vector<std::string>& TerminalStatuses() {
-  static const std::vector<std::string> kTerminal = {"SUCCESS", "COMPENSATED", "FAILED"};
+  static const std::vector<std::string> kTerminal = [] {
+    std::vector<std::string> t;
+    for (EventStatus s : kEventStatuses) {
+      if (IsTerminal(s)) t.push_back(ToText(s));
+    }
+    return t;
+  }();
   return kTerminal;
 }
 
 bool IsTerminalStatus(const std::string& status) {
-  const auto& t = TerminalStatuses();
-  return std::find(t.begin(), t.end(), status) != t.end();
+  const std::optional<EventStatus> s = ParseEventStatus(status);
+  return s && IsTerminal(*s);
 }
 
 PurgeCounts& PurgeCounts::operator+=(const PurgeCounts& o) {

@@ -2,6 +2,7 @@
 
 #include "events/columns.h"
 #include "events/process_log.h"
+#include "events/status.h"
 
 namespace dsync::events {
 namespace {
@@ -11,8 +12,8 @@ namespace {
 // parameter, and the holder from node_address before it is cleared.
 #define DSYNC_RESET_SET                                                                     \
   "UPDATE distribute_event\nSET last_error = ?, " DSYNC_PROCESS_LOG_ENTRY(                  \
-      "node_address", "'PENDING'", "last_error") ",\n"                                      \
-  "    status = 'PENDING', node_address = NULL, version = version + 1, "                    \
+      "node_address", DSYNC_SQL_STATUS(PENDING), "last_error") ",\n"                                      \
+  "    status = " DSYNC_SQL_STATUS(PENDING) ", node_address = NULL, version = version + 1, "                    \
   "next_run_time = NOW(3),\n    reset_count = reset_count + ?\n"
 
 // Params: last_error, reset_count increment, id, version, status.
@@ -30,13 +31,13 @@ constexpr const char* kResetIdleEvent = DSYNC_RESET_SET
 // (the claim checks max_resets, saga/event_run.cc).
 constexpr const char* kNoteInterruptedCompensation = R"(
 UPDATE distribute_event_step SET error_details = ?
-WHERE job_code = ? AND status = 'COMPENSATING')";
+WHERE job_code = ? AND status = )" DSYNC_SQL_STATUS(COMPENSATING);
 
 // Params: node_address, service. Everything this address holds in its service, for
 // the hand-back at start.
 constexpr const char* kSelectHeld = R"(
 SELECT id, version, status, code FROM distribute_event
-WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND service = ?)";
+WHERE node_address = ? AND status IN )" DSYNC_SQL_IN_FLIGHT R"( AND service = ?)";
 
 // Params: id, node_address, service, the run's version twice. One event still held
 // here after its run was abandoned (ASSIGNED: its claim was deferred,
@@ -44,13 +45,13 @@ WHERE node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND
 // would have left (ReadAbandoned).
 constexpr const char* kSelectAbandoned = R"(
 SELECT id, version, status, code FROM distribute_event
-WHERE id = ? AND node_address = ? AND status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND service = ?
+WHERE id = ? AND node_address = ? AND status IN )" DSYNC_SQL_IN_FLIGHT R"( AND service = ?
   AND version BETWEEN ? AND ? + 1)";
 
 // Params: node_address, service. What is assigned here but unclaimed, for the drain.
 constexpr const char* kSelectUnclaimed = R"(
 SELECT id, version, status, code FROM distribute_event
-WHERE node_address = ? AND status = 'ASSIGNED' AND service = ?)";
+WHERE node_address = ? AND status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( AND service = ?)";
 
 // Params: service, offline timeout in microseconds, limit.
 // The in-flight statuses are a range of idx_due (status, ...): terminal rows are never
@@ -64,7 +65,7 @@ constexpr const char* kSelectOrphaned = R"(
 SELECT e.id, e.version, e.status, e.node_address, e.code, e.trace_id, e.topic,
        TIMESTAMPDIFF(MICROSECOND, e.modifier_time, NOW(3))
 FROM distribute_event e FORCE INDEX (idx_due)
-WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND e.service = ?
+WHERE e.status IN )" DSYNC_SQL_IN_FLIGHT R"( AND e.service = ?
   AND NOT EXISTS (
     SELECT 1 FROM distribute_node_registry r
     WHERE r.node_address = e.node_address AND r.service_name = e.service AND r.status IN (1, 2)
@@ -81,7 +82,7 @@ constexpr const char* kSelectTimedOut = R"(
 SELECT id, version, status, node_address, code, trace_id, topic,
        TIMESTAMPDIFF(MICROSECOND, modifier_time, NOW(3))
 FROM distribute_event FORCE INDEX (idx_due)
-WHERE status IN ('RUNNING', 'COMPENSATING') AND service = ?
+WHERE status IN )" DSYNC_SQL_CLAIMED R"( AND service = ?
   AND modifier_time < NOW(3) - INTERVAL ? MICROSECOND
   AND (FIND_IN_SET(topic, ?) > 0 OR (? AND FIND_IN_SET(topic, ?) = 0))
 ORDER BY modifier_time
@@ -97,7 +98,7 @@ SELECT e.id, e.version, e.status, e.node_address, e.code, e.trace_id, e.topic,
        TIMESTAMPDIFF(MICROSECOND, COALESCE(e.assigned_time, e.modifier_time), NOW(3)), r.metadata
 FROM distribute_event e FORCE INDEX (idx_due)
 JOIN distribute_node_registry r ON r.node_address = e.node_address AND r.service_name = e.service
-WHERE e.status = 'ASSIGNED' AND e.service = ?
+WHERE e.status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( AND e.service = ?
   AND COALESCE(e.assigned_time, e.modifier_time) < NOW(3) - INTERVAL ? MICROSECOND
   AND (FIND_IN_SET(e.topic, ?) > 0 OR (? AND FIND_IN_SET(e.topic, ?) = 0))
   AND r.status IN (1, 2) AND r.last_heartbeat_time >= NOW(3) - INTERVAL ? MICROSECOND
@@ -111,7 +112,7 @@ constexpr const char* kLockEventIfFree = "SELECT id FROM distribute_event WHERE 
 int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
 
 HeldEvent ReadHeldRow(storage::ResultSet& rs) {
-  return HeldEvent{rs.getInt64(1), rs.getInt64(2), rs.getString(3), rs.getString(4)};
+  return HeldEvent{rs.getInt64(1), rs.getInt64(2), StoredEventStatus(rs.getString(3)), rs.getString(4)};
 }
 
 std::vector<HeldEvent> ReadHeldRows(storage::Connection& c, const char* sql, const NodeKey& node,
@@ -128,7 +129,7 @@ std::vector<HeldEvent> ReadHeldRows(storage::Connection& c, const char* sql, con
 // The columns kSelectOrphaned, kSelectTimedOut and kSelectNotClaimed start with (a NULL
 // node_address or trace_id reads as "", a NULL idle time as 0).
 InFlightEvent ReadInFlightRow(Columns& col) {
-  return {.id = col.Int64(), .version = col.Int64(), .status = col.String(), .node_address = col.String(),
+  return {.id = col.Int64(), .version = col.Int64(), .status = StoredEventStatus(col.String()), .node_address = col.String(),
           .code = col.String(), .trace_id = col.String(), .topic = col.String(),
           .idle = Millis(col.Int64() / 1000)};
 }
@@ -151,13 +152,13 @@ const char* NotClaimedSql() { return kSelectNotClaimed; }
 
 bool ResetEvent(storage::Connection& c, const HeldEvent& e, const std::string& why,
                 std::optional<Millis> idle_for, ResetCharge charge) {
-  const bool claimed = e.status == "RUNNING" || e.status == "COMPENSATING";
+  const bool claimed = e.status == EventStatus::kRunning || e.status == EventStatus::kCompensating;
   const int resets = claimed && charge == ResetCharge::kCountReset ? 1 : 0;
-  uint64_t rows = idle_for ? c.Execute(kResetIdleEvent, why, resets, e.id, e.version, e.status,
+  uint64_t rows = idle_for ? c.Execute(kResetIdleEvent, why, resets, e.id, e.version, ToText(e.status),
                                        static_cast<int64_t>(idle_for->count()) * 1000)
-                           : c.Execute(kResetEvent, why, resets, e.id, e.version, e.status);
+                           : c.Execute(kResetEvent, why, resets, e.id, e.version, ToText(e.status));
   if (rows != 1) return false;
-  if (e.status == "COMPENSATING") c.Execute(kNoteInterruptedCompensation, "compensation interrupted: " + why, e.code);
+  if (e.status == EventStatus::kCompensating) c.Execute(kNoteInterruptedCompensation, "compensation interrupted: " + why, e.code);
   return true;
 }
 

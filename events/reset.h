@@ -32,6 +32,7 @@
 
 #include "core/clock.h"
 #include "events/node_key.h"
+#include "events/status.h"
 #include "storage/connection.h"
 
 namespace dsync::events {
@@ -40,7 +41,7 @@ namespace dsync::events {
 struct HeldEvent {
   int64_t id = 0;
   int64_t version = 0;
-  std::string status;  // ASSIGNED, RUNNING or COMPENSATING
+  EventStatus status = EventStatus::kAssigned;  // ASSIGNED, RUNNING or COMPENSATING
   std::string code;
 };
 
@@ -78,7 +79,7 @@ std::optional<HeldEvent> ReadAbandoned(storage::Connection& c, int64_t id, int64
 struct InFlightEvent {
   int64_t id = 0;
   int64_t version = 0;
-  std::string status;        // ASSIGNED, RUNNING or COMPENSATING
+  EventStatus status = EventStatus::kAssigned;  // ASSIGNED, RUNNING or COMPENSATING
   std::string node_address;  // empty when NULL
   std::string code;
   std::string trace_id;      // empty when NULL

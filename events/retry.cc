@@ -1,6 +1,7 @@
 #include "events/retry.h"
 
 #include "events/process_log.h"
+#include "events/status.h"
 
 namespace dsync::events {
 namespace {
@@ -13,41 +14,41 @@ constexpr const char* kLockForRetry =
 // saga/event_run.h), in plan order.
 constexpr const char* kSelectAppliedSteps = R"(
 SELECT step_name, status FROM distribute_event_step
-WHERE job_code = ? AND (status IN ('SUCCESS', 'COMPENSATING')
-                        OR (status IN ('FAILED', 'EXECUTING') AND compensation_data IS NOT NULL))
+WHERE job_code = ? AND (status IN ()" DSYNC_SQL_STATUS(SUCCESS) R"(, )" DSYNC_SQL_STATUS(COMPENSATING) R"()
+                        OR (status IN ()" DSYNC_SQL_STATUS(FAILED) R"(, )" DSYNC_SQL_STATUS(EXECUTING) R"() AND compensation_data IS NOT NULL))
 ORDER BY sort, LENGTH(code), code)";
 
 // Params: job_code. The compensations left unfinished get their retries afresh.
 constexpr const char* kFreshCompensationRetries = R"(
 UPDATE distribute_event_step SET compensation_retry_count = 0
-WHERE job_code = ? AND status = 'COMPENSATING')";
+WHERE job_code = ? AND status = )" DSYNC_SQL_STATUS(COMPENSATING);
 
 // Params: node, 'PENDING', why (log); id, version. Phase stays COMPENSATE; the result
 // keeps the original failure, without the compensation's.
 constexpr const char* kResumeCompensation = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = 'PENDING', node_address = NULL, version = version + 1, reset_count = 0,
+  status = )" DSYNC_SQL_STATUS(PENDING) R"(, node_address = NULL, version = version + 1, reset_count = 0,
   next_run_time = '1970-01-01 00:00:00.000',
   result = IF(JSON_VALID(result), JSON_REMOVE(result, '$.compensation_failed_step', '$.compensation_error'), result),
   last_error = NULL, assigned_time = NULL, finished_time = NULL, modifier_time = NOW(3)
-WHERE id = ? AND version = ? AND status = 'FAILED' AND phase = 'COMPENSATE')";
+WHERE id = ? AND version = ? AND status = )" DSYNC_SQL_STATUS(FAILED) R"( AND phase = 'COMPENSATE')";
 
 // Params: job_code.
 #define DSYNC_RESET_STEPS                                                                  \
   "UPDATE distribute_event_step SET "                                                      \
-  "compensation_data = IF(status = 'COMPENSATED', NULL, compensation_data), "              \
-  "status = 'PENDING', retry_count = 0, compensation_retry_count = 0, started_at = NULL, " \
+  "compensation_data = IF(status = " DSYNC_SQL_STATUS(COMPENSATED) ", NULL, compensation_data), "              \
+  "status = " DSYNC_SQL_STATUS(PENDING) ", retry_count = 0, compensation_retry_count = 0, started_at = NULL, " \
   "executed_at = NULL, compensated_at = NULL, error_details = NULL, output = NULL "        \
   "WHERE job_code = ?"
 constexpr const char* kResetAllSteps = DSYNC_RESET_STEPS;
-constexpr const char* kResetUnfinishedSteps = DSYNC_RESET_STEPS " AND status <> 'SUCCESS'";
+constexpr const char* kResetUnfinishedSteps = DSYNC_RESET_STEPS " AND status <> " DSYNC_SQL_STATUS(SUCCESS);
 
 // Params: node, 'PENDING', why (log); id, version.
 constexpr const char* kRetryEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = 'PENDING', phase = 'FORWARD', node_address = NULL, version = version + 1,
+  status = )" DSYNC_SQL_STATUS(PENDING) R"(, phase = 'FORWARD', node_address = NULL, version = version + 1,
   retry_count = 0, reset_count = 0, next_run_time = '1970-01-01 00:00:00.000', result = NULL, last_error = NULL,
   progress = 0, assigned_time = NULL, started_time = NULL, finished_time = NULL,
   modifier_time = NOW(3)
-WHERE id = ? AND version = ? AND status IN ('FAILED', 'COMPENSATED'))";
+WHERE id = ? AND version = ? AND status IN ()" DSYNC_SQL_STATUS(FAILED) R"(, )" DSYNC_SQL_STATUS(COMPENSATED) R"())";
 
 }  // namespace
 
@@ -72,7 +73,7 @@ std::string DescribeApplied(const std::vector<AppliedStep>& steps) {
 
 bool ResumeCompensation(storage::Connection& c, int64_t id, int version, const std::string& code,
                         const std::string& why) {
-  if (c.Execute(kResumeCompensation, "operator", "PENDING", why, id, version) != 1) return false;
+  if (c.Execute(kResumeCompensation, "operator", ToText(EventStatus::kPending), why, id, version) != 1) return false;
   c.Execute(kFreshCompensationRetries, code);
   return true;
 }
@@ -82,7 +83,7 @@ void ResetStepsForRetry(storage::Connection& c, const std::string& code, bool al
 }
 
 bool RetryEvent(storage::Connection& c, int64_t id, int version, const std::string& why) {
-  return c.Execute(kRetryEvent, "operator", "PENDING", why, id, version) == 1;
+  return c.Execute(kRetryEvent, "operator", ToText(EventStatus::kPending), why, id, version) == 1;
 }
 
 }  // namespace dsync::events

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "events/columns.h"
+#include "events/status.h"
 
 namespace dsync::events {
 namespace {
@@ -66,7 +67,7 @@ constexpr const char* kBatchProgress =
 // A compensation failed and is retried (listed as compensation_retrying).
 #define DSYNC_COMP_RETRYING(x)                                                                    \
   "(" x ".phase = 'COMPENSATE' AND EXISTS (SELECT 1 FROM distribute_event_step s "                \
-  "WHERE s.job_code = " x ".code AND s.status = 'COMPENSATING' AND s.compensation_retry_count > 0))"
+  "WHERE s.job_code = " x ".code AND s.status = " DSYNC_SQL_STATUS(COMPENSATING) " AND s.compensation_retry_count > 0))"
 // The leader recorded the event's topic as unroutable or unknown within the last minute.
 #define DSYNC_UNROUTABLE(x)                                                                       \
   "EXISTS (SELECT 1 FROM distribute_unroutable_topic u WHERE u.service_name = " x ".service "     \
@@ -91,36 +92,36 @@ constexpr const char* kBatchProgress =
 // topic, or in flight and idle 5 minutes.
 #define DSYNC_EARLIER_BLOCKER(x)                                                                  \
   "(EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = " x ".tenant_id AND p.data_id = " x ".data_id " \
-  "AND p.status = 'PENDING' AND p.id < " x ".id AND p.service = " x ".service "                   \
+  "AND p.status = " DSYNC_SQL_STATUS(PENDING) " AND p.id < " x ".id AND p.service = " x ".service "                   \
   "AND (p.next_run_time > NOW(3) OR " DSYNC_UNROUTABLE("p") " OR " DSYNC_PAUSED("p") ")) "         \
   "OR EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = " x ".tenant_id AND p.data_id = " x ".data_id " \
-  "AND p.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND p.id < " x ".id AND p.service = " x ".service " \
+  "AND p.status IN " DSYNC_SQL_IN_FLIGHT " AND p.id < " x ".id AND p.service = " x ".service " \
   "AND p.modifier_time < NOW(3) - INTERVAL 5 MINUTE))"
 
 constexpr const char* kAttentionFailed =
-    "SELECT 'failed' AS reason, " DSYNC_ATTENTION_PLAIN " FROM distribute_event e WHERE e.status = 'FAILED' "
+    "SELECT 'failed' AS reason, " DSYNC_ATTENTION_PLAIN " FROM distribute_event e WHERE e.status = " DSYNC_SQL_STATUS(FAILED) " "
     "ORDER BY e.id DESC LIMIT ?";
 constexpr const char* kAttentionStuck =
     "SELECT 'stuck' AS reason, " DSYNC_ATTENTION_PLAIN " FROM distribute_event e "
-    "WHERE e.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') AND e.modifier_time < NOW(3) - INTERVAL 5 MINUTE "
+    "WHERE e.status IN " DSYNC_SQL_IN_FLIGHT " AND e.modifier_time < NOW(3) - INTERVAL 5 MINUTE "
     "ORDER BY e.id LIMIT ?";
 constexpr const char* kAttentionCompensationRetrying =
     "SELECT 'compensation_retrying' AS reason, " DSYNC_ATTENTION_PLAIN " FROM distribute_event e "
-    "WHERE e.status IN ('PENDING', 'ASSIGNED', 'COMPENSATING') "
-    "AND NOT (e.status <> 'PENDING' AND e.modifier_time < NOW(3) - INTERVAL 5 MINUTE) "
+    "WHERE e.status IN (" DSYNC_SQL_STATUS(PENDING) ", " DSYNC_SQL_STATUS(ASSIGNED) ", " DSYNC_SQL_STATUS(COMPENSATING) ") "
+    "AND NOT (e.status <> " DSYNC_SQL_STATUS(PENDING) " AND e.modifier_time < NOW(3) - INTERVAL 5 MINUTE) "
     "AND " DSYNC_COMP_RETRYING("e") " ORDER BY e.id LIMIT ?";
 // From the leader's records (a few rows) to their PENDING events. Params: kind, limit.
 #define DSYNC_ATTENTION_RECORDED(kind)                                                            \
   "SELECT u.kind AS reason, " DSYNC_ATTENTION_COLUMNS "'' AS blocker_code, u.reason" DSYNC_ATTENTION_TAIL \
   " FROM distribute_unroutable_topic u STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_due) "   \
-  "ON e.status = 'PENDING' AND e.topic = u.topic AND e.service = u.service_name "                 \
+  "ON e.status = " DSYNC_SQL_STATUS(PENDING) " AND e.topic = u.topic AND e.service = u.service_name "                 \
   "WHERE u.kind = '" kind "' AND u.updated_time >= NOW(3) - INTERVAL 60 SECOND "                  \
   "AND NOT " DSYNC_COMP_RETRYING("e") " AND NOT " DSYNC_PAUSED("e") " ORDER BY e.id LIMIT ?"
 // The PENDING events of paused topics, from the pause rows (a few) through idx_due.
 constexpr const char* kAttentionPaused =
     "SELECT 'paused' AS reason, " DSYNC_ATTENTION_COLUMNS "'' AS blocker_code, " DSYNC_PAUSE_DETAIL
     DSYNC_ATTENTION_TAIL " FROM dsync_topic_pause tp STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_due) "
-    "ON e.status = 'PENDING' AND e.topic = tp.topic AND e.service = tp.service "
+    "ON e.status = " DSYNC_SQL_STATUS(PENDING) " AND e.topic = tp.topic AND e.service = tp.service "
     "WHERE NOT " DSYNC_COMP_RETRYING("e") " ORDER BY e.id LIMIT ?";
 constexpr const char* kAttentionUnknownTopic = DSYNC_ATTENTION_RECORDED("unknown_topic");
 constexpr const char* kAttentionUnroutable = DSYNC_ATTENTION_RECORDED("unroutable");
@@ -138,7 +139,7 @@ constexpr const char* kAttentionNoDispatcher =
     "UNION SELECT SUBSTRING(lock_name, 12) FROM distribute_lease_lock WHERE lock_name LIKE 'dispatcher:%' "
     "UNION SELECT ?) c "
     "WHERE NOT " DSYNC_HAS_DISPATCHER("c") ") s "
-    "STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_due) ON e.status = 'PENDING' AND e.service = s.service "
+    "STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_due) ON e.status = " DSYNC_SQL_STATUS(PENDING) " AND e.service = s.service "
     "WHERE NOT " DSYNC_UNROUTABLE("e") " AND NOT " DSYNC_COMP_RETRYING("e") " AND NOT " DSYNC_PAUSED("e")
     " LIMIT ?";  // in idx_due order
 // Held events, found from their blockers (at most 1,000 of each kind): PENDING events
@@ -156,32 +157,32 @@ constexpr const char* kAttentionHeldBehind =
     "SELECT 'held_behind' AS reason, " DSYNC_ATTENTION_COLUMNS "b.code AS blocker_code, "
     "CONCAT('held behind ', b.code, ' (', b.why, ')')" DSYNC_ATTENTION_TAIL " FROM ("
     "(SELECT p.id, p.code, p.tenant_id, p.data_id, p.service, " DSYNC_BLOCKER_WHY_PENDING " AS why "
-    "FROM distribute_event p FORCE INDEX (idx_due) WHERE p.status = 'PENDING' AND p.next_run_time > NOW(3) "
+    "FROM distribute_event p FORCE INDEX (idx_due) WHERE p.status = " DSYNC_SQL_STATUS(PENDING) " AND p.next_run_time > NOW(3) "
     "ORDER BY p.priority, p.id LIMIT 1000) "
     "UNION (SELECT p.id, p.code, p.tenant_id, p.data_id, p.service, " DSYNC_BLOCKER_WHY_PENDING " AS why "
     "FROM distribute_unroutable_topic u STRAIGHT_JOIN distribute_event p FORCE INDEX (idx_due) "
-    "ON p.status = 'PENDING' AND p.topic = u.topic AND p.service = u.service_name "
+    "ON p.status = " DSYNC_SQL_STATUS(PENDING) " AND p.topic = u.topic AND p.service = u.service_name "
     "WHERE u.updated_time >= NOW(3) - INTERVAL 60 SECOND ORDER BY p.id LIMIT 1000) "
     "UNION (SELECT p.id, p.code, p.tenant_id, p.data_id, p.service, " DSYNC_BLOCKER_WHY_PENDING " AS why "
     "FROM dsync_topic_pause tq STRAIGHT_JOIN distribute_event p FORCE INDEX (idx_due) "
-    "ON p.status = 'PENDING' AND p.topic = tq.topic AND p.service = tq.service ORDER BY p.id LIMIT 1000) "
+    "ON p.status = " DSYNC_SQL_STATUS(PENDING) " AND p.topic = tq.topic AND p.service = tq.service ORDER BY p.id LIMIT 1000) "
     "UNION ALL (SELECT p.id, p.code, p.tenant_id, p.data_id, p.service, CONCAT('stuck: ', p.status, ' on ', "
     "IFNULL(p.node_address, '-'), ', no activity since ', DATE_FORMAT(p.modifier_time, '%Y-%m-%d %H:%i:%s')) AS why "
-    "FROM distribute_event p WHERE p.status IN ('ASSIGNED', 'RUNNING', 'COMPENSATING') "
+    "FROM distribute_event p WHERE p.status IN " DSYNC_SQL_IN_FLIGHT " "
     "AND p.modifier_time < NOW(3) - INTERVAL 5 MINUTE ORDER BY p.id LIMIT 1000)) b "
     "STRAIGHT_JOIN distribute_event e FORCE INDEX (idx_entity_status) ON e.tenant_id = b.tenant_id "
-    "AND e.data_id = b.data_id AND e.status = 'PENDING' AND e.id > b.id AND e.service = b.service "
+    "AND e.data_id = b.data_id AND e.status = " DSYNC_SQL_STATUS(PENDING) " AND e.id > b.id AND e.service = b.service "
     "WHERE " DSYNC_ORDERED("e") " AND NOT " DSYNC_UNROUTABLE("e") " AND " DSYNC_HAS_DISPATCHER("e")
     " AND NOT " DSYNC_COMP_RETRYING("e") " AND NOT " DSYNC_PAUSED("e") " ORDER BY e.id, b.id LIMIT ?";
 constexpr const char* kAttentionDelayed =
     "SELECT 'delayed' AS reason, " DSYNC_ATTENTION_COLUMNS "'' AS blocker_code, "
     "CONCAT('due at ', DATE_FORMAT(e.next_run_time, '%Y-%m-%d %H:%i:%s'), ' UTC; later events of ', "
     "e.tenant_id, '/', e.data_id, ' wait for it')" DSYNC_ATTENTION_TAIL
-    " FROM distribute_event e FORCE INDEX (idx_due) WHERE e.status = 'PENDING' AND e.next_run_time > NOW(3) "
+    " FROM distribute_event e FORCE INDEX (idx_due) WHERE e.status = " DSYNC_SQL_STATUS(PENDING) " AND e.next_run_time > NOW(3) "
     "AND NOT " DSYNC_UNROUTABLE("e") " AND " DSYNC_HAS_DISPATCHER("e") " AND NOT " DSYNC_COMP_RETRYING("e")
     " AND NOT " DSYNC_PAUSED("e") " AND NOT (" DSYNC_ORDERED("e") " AND " DSYNC_EARLIER_BLOCKER("e") ") "
     "AND EXISTS (SELECT 1 FROM distribute_event q WHERE q.tenant_id = e.tenant_id AND q.data_id = e.data_id "
-    "AND q.status = 'PENDING' AND q.id > e.id AND q.service = e.service AND " DSYNC_ORDERED("q") ") "
+    "AND q.status = " DSYNC_SQL_STATUS(PENDING) " AND q.id > e.id AND q.service = e.service AND " DSYNC_ORDERED("q") ") "
     "ORDER BY e.id LIMIT ?";
 
 // Captures (V026, issue 36): a FAILED capture, each paused table, a RUNNING capture

@@ -1,5 +1,7 @@
 #include "events/step_progress.h"
 
+#include "events/status.h"
+
 namespace dsync::events {
 namespace {
 
@@ -7,7 +9,7 @@ namespace {
 //   params: output, step code, event id, version
 constexpr const char* kWriteStepProgressSql = R"(
 UPDATE distribute_event_step SET output = ?
-WHERE code = ? AND status IN ('EXECUTING', 'COMPENSATING')
+WHERE code = ? AND status IN ()" DSYNC_SQL_STATUS(EXECUTING) R"(, )" DSYNC_SQL_STATUS(COMPENSATING) R"()
   AND EXISTS (SELECT 1 FROM distribute_event WHERE id = ? AND version = ?))";
 
 // The owner's heartbeat: the event's last activity, fenced by the claimed version, so
@@ -15,7 +17,7 @@ WHERE code = ? AND status IN ('EXECUTING', 'COMPENSATING')
 // counts from the last activity).   params: event id, version
 constexpr const char* kTouchRunningEventSql = R"(
 UPDATE distribute_event SET modifier_time = NOW(3)
-WHERE id = ? AND version = ? AND status IN ('RUNNING', 'COMPENSATING'))";
+WHERE id = ? AND version = ? AND status IN )" DSYNC_SQL_CLAIMED R"()";
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "events/process_log.h"
+#include "events/status.h"
 
 namespace dsync::events {
 namespace {
@@ -17,9 +18,9 @@ static_assert(kProcessLogSize == 20, "DSYNC_APPEND_PROCESS_LOG hard-codes 20");
 
 // Params: node, to, why (log); id, version, node, phase.
 constexpr const char* kClaimEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = IF(phase = 'COMPENSATE', 'COMPENSATING', 'RUNNING'),
+  status = IF(phase = 'COMPENSATE', )" DSYNC_SQL_STATUS(COMPENSATING) R"(, )" DSYNC_SQL_STATUS(RUNNING) R"(),
   version = version + 1, attempt = attempt + 1, started_time = NOW(3), modifier_time = NOW(3)
-WHERE id = ? AND version = ? AND status = 'ASSIGNED' AND node_address = ? AND phase = ?)";
+WHERE id = ? AND version = ? AND status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( AND node_address = ? AND phase = ?)";
 
 // Params: id, version.
 constexpr const char* kReadClaimState =
@@ -34,14 +35,14 @@ constexpr const char* kOwnsEvent = "SELECT 1 FROM distribute_event WHERE id = ? 
 
 // Params: node, 'SUCCESS', why (log); result, id, version.
 constexpr const char* kSucceedEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = 'SUCCESS', version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
+  status = )" DSYNC_SQL_STATUS(SUCCESS) R"(, version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
   progress = 100, result = ?
 WHERE id = ? AND version = ?)";
 
 // Params: node, 'PENDING', why (log); retry increment, reset increment, backoff
 // (microseconds), last_error, id, version.
 constexpr const char* kScheduleEventRetry = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = 'PENDING', node_address = NULL, version = version + 1,
+  status = )" DSYNC_SQL_STATUS(PENDING) R"(, node_address = NULL, version = version + 1,
   retry_count = retry_count + ?, reset_count = reset_count + ?,
   next_run_time = NOW(3) + INTERVAL ? MICROSECOND,
   last_error = ?, modifier_time = NOW(3)
@@ -49,25 +50,25 @@ WHERE id = ? AND version = ?)";
 
 // Params: node, 'PENDING', why (log); route, id, version. HandOnEvent.
 constexpr const char* kHandOnEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = 'PENDING', node_address = NULL, version = version + 1,
+  status = )" DSYNC_SQL_STATUS(PENDING) R"(, node_address = NULL, version = version + 1,
   next_run_time = NOW(3), modifier_time = NOW(3), route = ?
-WHERE id = ? AND version = ? AND status IN ('RUNNING', 'COMPENSATING'))";
+WHERE id = ? AND version = ? AND status IN )" DSYNC_SQL_CLAIMED R"()";
 
 // Params: node, 'COMPENSATING', why (log); result, last_error, id, version.
 constexpr const char* kStartCompensation = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = 'COMPENSATING', phase = 'COMPENSATE', version = version + 1, result = ?,
+  status = )" DSYNC_SQL_STATUS(COMPENSATING) R"(, phase = 'COMPENSATE', version = version + 1, result = ?,
   last_error = ?, modifier_time = NOW(3)
 WHERE id = ? AND version = ?)";
 
 // Params: node, 'COMPENSATED', why (log); progress, id, version.
 constexpr const char* kCompleteCompensation = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = 'COMPENSATED', version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
+  status = )" DSYNC_SQL_STATUS(COMPENSATED) R"(, version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
   progress = ?
 WHERE id = ? AND version = ?)";
 
 // Params: node, 'FAILED', why (log); result, last_error, id, version.
 constexpr const char* kFailEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = 'FAILED', version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
+  status = )" DSYNC_SQL_STATUS(FAILED) R"(, version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
   result = ?, last_error = ?
 WHERE id = ? AND version = ?)";
 
@@ -75,7 +76,7 @@ WHERE id = ? AND version = ?)";
 constexpr const char* kFailCompensation = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
   result = JSON_SET(IF(JSON_VALID(result), result, '{}'),
                     '$.compensation_failed_step', ?, '$.compensation_error', ?),
-  status = 'FAILED', version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
+  status = )" DSYNC_SQL_STATUS(FAILED) R"(, version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
   last_error = ?
 WHERE id = ? AND version = ?)";
 
@@ -86,52 +87,52 @@ constexpr const char* kStepId = "SELECT id FROM distribute_event_step WHERE code
 // Params: job code. Uses idx_job_code.
 // Params: node, attempt, code.
 constexpr const char* kMarkStepExecuting = R"(
-UPDATE distribute_event_step SET status = 'EXECUTING', node_address = ?, attempt = ?,
+UPDATE distribute_event_step SET status = )" DSYNC_SQL_STATUS(EXECUTING) R"(, node_address = ?, attempt = ?,
   started_at = NOW(3)
-WHERE code = ? AND status <> 'SUCCESS')";
+WHERE code = ? AND status <> )" DSYNC_SQL_STATUS(SUCCESS);
 
 // Params: output, compensation_data, code.
 constexpr const char* kMarkStepSucceeded = R"(
-UPDATE distribute_event_step SET status = 'SUCCESS', executed_at = NOW(3), output = ?,
+UPDATE distribute_event_step SET status = )" DSYNC_SQL_STATUS(SUCCESS) R"(, executed_at = NOW(3), output = ?,
   compensation_data = ?
 WHERE code = ?)";
 
 // Params: error, compensation_data (NULL keeps the old), code.
 constexpr const char* kRecordStepFailure = R"(
-UPDATE distribute_event_step SET status = 'FAILED', error_details = ?,
+UPDATE distribute_event_step SET status = )" DSYNC_SQL_STATUS(FAILED) R"(, error_details = ?,
   retry_count = retry_count + 1, compensation_data = COALESCE(?, compensation_data)
 WHERE code = ?)";
 
 // Params: error, compensation_data (NULL keeps the old), code.
 constexpr const char* kRecordStepInterruption = R"(
-UPDATE distribute_event_step SET status = 'FAILED', error_details = ?,
+UPDATE distribute_event_step SET status = )" DSYNC_SQL_STATUS(FAILED) R"(, error_details = ?,
   compensation_data = COALESCE(?, compensation_data)
 WHERE code = ?)";
 
 // Params: why, code.
 constexpr const char* kMarkStepInterrupted = R"(
-UPDATE distribute_event_step SET status = 'FAILED', error_details = ?
-WHERE code = ? AND status = 'EXECUTING')";
+UPDATE distribute_event_step SET status = )" DSYNC_SQL_STATUS(FAILED) R"(, error_details = ?
+WHERE code = ? AND status = )" DSYNC_SQL_STATUS(EXECUTING);
 
 // Params: why, code.
 constexpr const char* kMarkStepInterruptedUndoable = R"(
-UPDATE distribute_event_step SET status = 'FAILED', error_details = ?,
+UPDATE distribute_event_step SET status = )" DSYNC_SQL_STATUS(FAILED) R"(, error_details = ?,
   compensation_data = COALESCE(compensation_data, '{}')
-WHERE code = ? AND status = 'EXECUTING')";
+WHERE code = ? AND status = )" DSYNC_SQL_STATUS(EXECUTING);
 
 // Params: node, attempt, code.
 constexpr const char* kMarkStepCompensating = R"(
-UPDATE distribute_event_step SET status = 'COMPENSATING', node_address = ?, attempt = ?
+UPDATE distribute_event_step SET status = )" DSYNC_SQL_STATUS(COMPENSATING) R"(, node_address = ?, attempt = ?
 WHERE code = ?)";
 
 // Params: code.
 constexpr const char* kReleaseStep = R"(
 UPDATE distribute_event_step SET node_address = NULL
-WHERE code = ? AND status IN ('EXECUTING', 'COMPENSATING'))";
+WHERE code = ? AND status IN ()" DSYNC_SQL_STATUS(EXECUTING) R"(, )" DSYNC_SQL_STATUS(COMPENSATING) R"())";
 
 // Params: code.
 constexpr const char* kMarkStepCompensated = R"(
-UPDATE distribute_event_step SET status = 'COMPENSATED', compensated_at = NOW(3) WHERE code = ?)";
+UPDATE distribute_event_step SET status = )" DSYNC_SQL_STATUS(COMPENSATED) R"(, compensated_at = NOW(3) WHERE code = ?)";
 
 // Params: error, code.
 constexpr const char* kNoteCompensationInterruption = R"(
@@ -200,7 +201,7 @@ std::vector<storage::Value> StepValues(std::span<const NewStep> steps, const std
     v.emplace_back(s.name);
     v.emplace_back(int64_t{s.max_retry});
     v.emplace_back(s.payload);
-    v.emplace_back(std::string(s.succeeded ? "SUCCESS" : s.executing ? "EXECUTING" : "PENDING"));
+    v.emplace_back(ToText(s.succeeded ? StepStatus::kSuccess : s.executing ? StepStatus::kExecuting : StepStatus::kPending));
     if (started) v.emplace_back(node);
     else v.emplace_back(std::monostate{});
     v.emplace_back(int64_t{started ? attempt : 0});
@@ -239,7 +240,7 @@ bool OwnsEvent(storage::Connection& c, const Fence& fence) {
 
 std::optional<Fence> SucceedEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                   const std::string& result_json) {
-  return Matched(c.Execute(kSucceedEvent, node, "SUCCESS", "all steps succeeded", result_json, fence.id,
+  return Matched(c.Execute(kSucceedEvent, node, ToText(EventStatus::kSuccess), "all steps succeeded", result_json, fence.id,
                            fence.version),
                  fence);
 }
@@ -247,26 +248,26 @@ std::optional<Fence> SucceedEvent(storage::Connection& c, const Fence& fence, co
 std::optional<Fence> ScheduleEventRetry(storage::Connection& c, const Fence& fence, const std::string& node,
                         int retry_increment, Millis backoff, const std::string& error,
                         const std::string& why, int reset_increment) {
-  return Matched(c.Execute(kScheduleEventRetry, node, "PENDING", why, retry_increment, reset_increment,
+  return Matched(c.Execute(kScheduleEventRetry, node, ToText(EventStatus::kPending), why, retry_increment, reset_increment,
                            Micros(backoff), error, fence.id, fence.version),
                  fence);
 }
 
 std::optional<Fence> HandOnEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                                  const std::string& route, const std::string& why) {
-  return Matched(c.Execute(kHandOnEvent, node, "PENDING", why, route, fence.id, fence.version), fence);
+  return Matched(c.Execute(kHandOnEvent, node, ToText(EventStatus::kPending), why, route, fence.id, fence.version), fence);
 }
 
 std::optional<Fence> StartCompensation(storage::Connection& c, const Fence& fence, const std::string& node,
                        const std::string& result_json, const std::string& error) {
-  return Matched(c.Execute(kStartCompensation, node, "COMPENSATING", error, result_json, error, fence.id,
+  return Matched(c.Execute(kStartCompensation, node, ToText(EventStatus::kCompensating), error, result_json, error, fence.id,
                            fence.version),
                  fence);
 }
 
 std::optional<Fence> CompleteCompensation(storage::Connection& c, const Fence& fence,
                           const std::string& node, int progress) {
-  return Matched(c.Execute(kCompleteCompensation, node, "COMPENSATED", "every completed step compensated",
+  return Matched(c.Execute(kCompleteCompensation, node, ToText(EventStatus::kCompensated), "every completed step compensated",
                            progress, fence.id, fence.version),
                  fence);
 }
@@ -350,12 +351,12 @@ std::vector<int64_t> ClaimFirstAttempts(storage::Connection& c, const std::vecto
   next_versions = Padded(std::move(next_versions), n);
   // Per row exactly kClaimEvent at attempt 0, phase FORWARD.
   const std::string sql = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
-                          ",\n  status = 'RUNNING', version = version + 1, attempt = attempt + 1,"
+                          ",\n  status = " DSYNC_SQL_STATUS(RUNNING) ", version = version + 1, attempt = attempt + 1,"
                           " started_time = NOW(3), modifier_time = NOW(3)\nWHERE id IN (" +
                           Marks(n) +
-                          ") AND status = 'ASSIGNED' AND node_address = ? AND phase = 'FORWARD'"
+                          ") AND status = " DSYNC_SQL_STATUS(ASSIGNED) " AND node_address = ? AND phase = 'FORWARD'"
                           " AND attempt = 0\n  AND version = " + Pick("id", n, "SIGNED");
-  std::vector<storage::Value> v{node, std::string("RUNNING"), std::string("claimed, attempt 1")};
+  std::vector<storage::Value> v{node, ToText(EventStatus::kRunning), std::string("claimed, attempt 1")};
   Append(v, ids);
   v.emplace_back(node);
   Append(v, ids);
@@ -369,7 +370,7 @@ std::vector<int64_t> ClaimFirstAttempts(storage::Connection& c, const std::vecto
   // Some were reset or reassigned since the poll: read back which rows this
   // transaction claimed (RUNNING here at attempt 1, one version up).
   const std::string back = "SELECT id FROM distribute_event FORCE INDEX (PRIMARY) WHERE id IN (" + Marks(n) +
-                           ") AND status = 'RUNNING' AND node_address = ? AND attempt = 1 AND version = " +
+                           ") AND status = " DSYNC_SQL_STATUS(RUNNING) " AND node_address = ? AND attempt = 1 AND version = " +
                            Pick("id", n, "SIGNED");
   std::vector<storage::Value> bv;
   Append(bv, ids);
@@ -484,12 +485,12 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
   if (!done_ids.empty()) {  // kSucceedEvent per row
     const size_t n = SizeClass(done_ids.size());
     const std::string sql = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
-                            ",\n  status = 'SUCCESS', version = version + 1, finished_time = NOW(3),"
+                            ",\n  status = " DSYNC_SQL_STATUS(SUCCESS) ", version = version + 1, finished_time = NOW(3),"
                             " modifier_time = NOW(3), progress = 100, result = " +
                             Pick("id", n) + "\nWHERE id IN (" + Marks(n) + ") AND version = " +
                             Pick("id", n, "SIGNED");
     auto pi = Padded(done_ids, n);
-    std::vector<storage::Value> v{node, std::string("SUCCESS"), std::string("all steps succeeded")};
+    std::vector<storage::Value> v{node, ToText(EventStatus::kSuccess), std::string("all steps succeeded")};
     Append(v, pi);
     Append(v, Padded(done_results, n));
     Append(v, pi);
@@ -500,17 +501,17 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
   // Claims at commit: per row exactly ClaimFirstAttempts' claim, and for the finished
   // ones SucceedEvent's end, in one status change. `set`: the columns besides the
   // claim's, one of them `= <pick>` of `picked` (per id).
-  auto claim = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& versions, const char* to,
+  auto claim = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& versions, const std::string& to,
                    const char* why, auto&& set, const auto& picked) {
     if (ids.empty()) return true;
     const size_t n = SizeClass(ids.size());
     const std::string sql = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
                             ",\n  status = ?, version = version + 1, attempt = attempt + 1, started_time = NOW(3), "
                             "modifier_time = NOW(3), " + set(Pick("id", n)) + "\nWHERE id IN (" + Marks(n) +
-                            ") AND status = 'ASSIGNED' AND node_address = ? AND phase = 'FORWARD' AND attempt = 0"
+                            ") AND status = " DSYNC_SQL_STATUS(ASSIGNED) " AND node_address = ? AND phase = 'FORWARD' AND attempt = 0"
                             " AND version = " + Pick("id", n, "SIGNED");
     auto pi = Padded(ids, n);
-    std::vector<storage::Value> v{node, std::string(to), std::string(why), std::string(to)};
+    std::vector<storage::Value> v{node, to, std::string(why), to};
     Append(v, pi);
     Append(v, Padded(picked, n));
     Append(v, pi);
@@ -519,10 +520,10 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
     Append(v, Padded(versions, n));
     return c.Execute(sql, storage::Values(v)) == ids.size();
   };
-  if (!claim(claim_done_ids, claim_done_versions, "SUCCESS", "claimed, attempt 1, and all steps succeeded",
+  if (!claim(claim_done_ids, claim_done_versions, ToText(EventStatus::kSuccess), "claimed, attempt 1, and all steps succeeded",
              [](const std::string& pick) { return "finished_time = NOW(3), progress = 100, result = " + pick; },
              claim_done_results) ||
-      !claim(claim_run_ids, claim_run_versions, "RUNNING", "claimed, attempt 1",
+      !claim(claim_run_ids, claim_run_versions, ToText(EventStatus::kRunning), "claimed, attempt 1",
              [](const std::string& pick) { return "progress = CAST(" + pick + " AS SIGNED)"; },
              claim_run_progress)) {
     return false;
@@ -540,7 +541,7 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
   }
   if (!codes.empty()) {  // kMarkStepSucceeded per row
     const size_t n = SizeClass(codes.size());
-    const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'SUCCESS', executed_at = NOW(3), output = " +
+    const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = " DSYNC_SQL_STATUS(SUCCESS) ", executed_at = NOW(3), output = " +
                             Pick("code", n) + ", compensation_data = " + Pick("code", n) +
                             " WHERE code IN (" + Marks(n) + ")";
     auto pc = Padded(codes, n);
@@ -554,9 +555,9 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
   }
   if (!next_codes.empty()) {  // kMarkStepExecuting per row
     const size_t n = SizeClass(next_codes.size());
-    const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = 'EXECUTING', node_address = ?, attempt = " +
+    const std::string sql = "UPDATE distribute_event_step FORCE INDEX (uk_code) SET status = " DSYNC_SQL_STATUS(EXECUTING) ", node_address = ?, attempt = " +
                             Pick("code", n, "SIGNED") + ", started_at = NOW(3) WHERE code IN (" + Marks(n) +
-                            ") AND status <> 'SUCCESS'";
+                            ") AND status <> " DSYNC_SQL_STATUS(SUCCESS);
     auto pc = Padded(next_codes, n);
     std::vector<storage::Value> v{node};
     Append(v, pc);
@@ -569,14 +570,14 @@ bool ApplyStepSuccesses(storage::Connection& c, const std::vector<StepSuccess>& 
 
 std::optional<Fence> FailEvent(storage::Connection& c, const Fence& fence, const std::string& node,
                const std::string& result_json, const std::string& error) {
-  return Matched(c.Execute(kFailEvent, node, "FAILED", error, result_json, error, fence.id, fence.version),
+  return Matched(c.Execute(kFailEvent, node, ToText(EventStatus::kFailed), error, result_json, error, fence.id, fence.version),
                  fence);
 }
 
 std::optional<Fence> FailCompensation(storage::Connection& c, const Fence& fence, const std::string& node,
                       const std::string& step_name, const std::string& error) {
   std::string why = "compensation of '" + step_name + "' failed: " + error;
-  return Matched(c.Execute(kFailCompensation, node, "FAILED", why, step_name, error, why, fence.id,
+  return Matched(c.Execute(kFailCompensation, node, ToText(EventStatus::kFailed), why, step_name, error, why, fence.id,
                            fence.version),
                  fence);
 }

@@ -15,6 +15,16 @@ namespace {
 // memory whole.
 constexpr int64_t kMaxStepRows = 10000;
 
+// A step row's status; a text no version of the engine writes (a row written by hand)
+// is logged and taken as PENDING, as the engine always treated an unknown status: the
+// step is neither done nor undone, so it runs.
+events::StepStatus StatusOf(const events::StepRow& r) {
+  if (std::optional<events::StepStatus> s = events::ParseStepStatus(r.status)) return *s;
+  spdlog::warn("STEP_STATUS_UNKNOWN step={} status={} (taken as {})", r.code, r.status,
+               events::ToText(events::StepStatus::kPending));
+  return events::StepStatus::kPending;
+}
+
 }  // namespace
 
 EngineContext::EngineContext(EventRun& run, const StepState& step, bool compensating,
@@ -34,7 +44,7 @@ nlohmann::json EngineContext::PreviousOutputs() const {
   nlohmann::json out = nlohmann::json::object();
   for (const StepState& s : run_.steps()) {
     if (s.key.size() != 1 || step_.key.empty() || s.key[0] >= step_.key[0]) continue;  // plan steps before this one
-    if (s.status != "SUCCESS" || !s.output || s.output->empty()) continue;
+    if (s.status != events::StepStatus::kSuccess || !s.output || s.output->empty()) continue;
     out[s.name] = ParseOrString(s.output);
   }
   return out;
@@ -280,7 +290,7 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
   // happen, so an event with retries left always runs (max_retry 0 included).
   const bool poison = reject.empty() && reset_count_ > topic().max_resets;
 
-  const std::string to = phase_ == kCompensate ? "COMPENSATING" : "RUNNING";
+  const std::string& to = events::ToText(phase_ == kCompensate ? events::EventStatus::kCompensating : events::EventStatus::kRunning);
   std::optional<events::Fence> claimed =
       events::ClaimEvent(c, assigned, d_.node, phase_, to, "claimed, attempt " + std::to_string(attempt_));
   if (!claimed) return Claim::kNotClaimed;
@@ -309,7 +319,7 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
       return Claim::kSettled;
     }
     if (!first_marked) events::MarkStepExecuting(c, steps_[next].code, d_.node, attempt_);
-    steps_[next].status = "EXECUTING";
+    steps_[next].status = events::StepStatus::kExecuting;
     return Claim::kRun;
   }
 
@@ -320,7 +330,7 @@ EventRun::Claim EventRun::ClaimTx(storage::Connection& c, const std::string& rej
     return Claim::kSettled;
   }
   events::MarkStepCompensating(c, steps_[order.front()].code, d_.node, attempt_);
-  steps_[order.front()].status = "COMPENSATING";
+  steps_[order.front()].status = events::StepStatus::kCompensating;
   return Claim::kRun;
 }
 
@@ -344,7 +354,7 @@ EventRun::Claim EventRun::FailResetTooOften(storage::Connection& c) {
   // that took its nodes down max_resets + 1 times, compensation code included.
   const size_t failing = NextNotSucceeded(0);
   for (StepState& s : steps_) {
-    if (s.status != "EXECUTING") continue;
+    if (s.status != events::StepStatus::kExecuting) continue;
     const std::string note = "interrupted (its node died, froze or lost the database): " + why;
     if (s.plan_step != nullptr && s.plan_step->handler->CompensatesInterrupted()) {
       // It may have applied part of its change (table_sync commits chunk by chunk): it
@@ -354,7 +364,7 @@ EventRun::Claim EventRun::FailResetTooOften(storage::Connection& c) {
     } else {
       events::MarkStepInterrupted(c, s.code, note);
     }
-    s.status = "FAILED";
+    s.status = events::StepStatus::kFailed;
   }
   failed_at_claim_ = why;
   nlohmann::json result = {{"failed_step", failing < steps_.size() ? nlohmann::json(steps_[failing].name)
@@ -416,7 +426,7 @@ std::vector<StepState> EventRun::FromRows(const std::vector<events::StepRow>& ro
     std::vector<int> key = TreeKey(r.code);
     if (key.empty()) continue;  // not a code this engine writes
     const bool child = key.size() > 1;
-    StepState s{.code = r.code, .key = std::move(key), .name = r.name, .type = r.type, .status = r.status,
+    StepState s{.code = r.code, .key = std::move(key), .name = r.name, .type = r.type, .status = StatusOf(r),
                 .sort = r.sort, .retry_count = r.retry_count,
                 .compensation_retry_count = r.compensation_retry_count, .max_retry = r.max_retry,
                 .compensation_data = ParseOrString(r.compensation_data),
@@ -434,7 +444,7 @@ bool EventRun::StartCompensationIn(storage::Connection& c, events::Fence& fence,
                                    const nlohmann::json& result, const std::string& error) {
   fence = Held(events::StartCompensation(c, fence, d_.node, result.dump(), error), "start compensation");
   for (StepState& s : steps) {
-    if (s.status == "EXECUTING" && s.compensation_data.is_null()) {
+    if (s.status == events::StepStatus::kExecuting && s.compensation_data.is_null()) {
       if (s.plan_step != nullptr && s.plan_step->handler->CompensatesInterrupted()) {
         // It may have applied part of its change (table_sync commits chunk by chunk);
         // its handler knows what from its own records: compensate it with the others.
@@ -447,7 +457,7 @@ bool EventRun::StartCompensationIn(storage::Connection& c, events::Fence& fence,
                                    "interrupted (its node lost the event) and not re-run: the event "
                                    "turned to compensation; never reached SUCCESS, not compensated");
       }
-      s.status = "FAILED";
+      s.status = events::StepStatus::kFailed;
     }
   }
   std::vector<size_t> order = CompensationOrder(steps);
@@ -722,7 +732,7 @@ EventRun::StagedSuccess EventRun::StageStepSuccess(size_t i, EngineContext& ctx,
 size_t EventRun::ApplyStepSuccess(size_t i, StagedSuccess& staged, const StepResult& result) {
   StepState& step = steps_[i];
   if (staged.touch) last_touch_ = staged.now;
-  step.status = "SUCCESS";
+  step.status = events::StepStatus::kSuccess;
   step.compensation_data = result.compensation_data.value_or(nullptr);
   if (!result.output.is_null()) step.output = result.output.dump();
   fence_ = staged.fence_after;
@@ -731,10 +741,10 @@ size_t EventRun::ApplyStepSuccess(size_t i, StagedSuccess& staged, const StepRes
     steps_.insert(steps_.begin() + static_cast<std::ptrdiff_t>(i + 1),
                   std::make_move_iterator(staged.children.begin()),
                   std::make_move_iterator(staged.children.end()));
-    steps_[i + 1].status = "EXECUTING";
+    steps_[i + 1].status = events::StepStatus::kExecuting;
     return i + 1;
   }
-  steps_[staged.next_existing].status = "EXECUTING";
+  steps_[staged.next_existing].status = events::StepStatus::kExecuting;
   return staged.next_existing;
 }
 
@@ -809,7 +819,7 @@ Outcome EventRun::ForwardFailure(size_t i, const StepResult& result, Charge char
                              {"error", result.error},
                              {"kind", permanent ? "permanent" : "retries_exhausted"}};
   std::vector<StepState> after = steps_;
-  after[i].status = "FAILED";
+  after[i].status = events::StepStatus::kFailed;
   after[i].retry_count++;
   if (result.compensation_data) after[i].compensation_data = *result.compensation_data;
 
@@ -835,7 +845,7 @@ Outcome EventRun::ForwardFailure(size_t i, const StepResult& result, Charge char
                  trace_, ElapsedMs());
     return Outcome::kCompensated;
   }
-  steps_[order.front()].status = "COMPENSATING";
+  steps_[order.front()].status = events::StepStatus::kCompensating;
   return RunCompensation();
 }
 
@@ -873,7 +883,7 @@ Outcome EventRun::RunCompensation() {
 void EventRun::CommitCompensated(const std::vector<size_t>& order, size_t k, EngineContext& ctx) {
   StepState& step = steps_[order[k]];
   const bool last = k + 1 == order.size();
-  const int progress = Progress(Succeeded() - (step.status == "SUCCESS" ? 1 : 0), steps_.size());
+  const int progress = Progress(Succeeded() - (step.status == events::StepStatus::kSuccess ? 1 : 0), steps_.size());
   const bool handler_fenced = ctx.has_tx();
   StepTx& tx = handler_fenced ? ctx.open_tx() : ctx.OpenTx();
   events::Fence fence_after = fence_;
@@ -889,9 +899,9 @@ void EventRun::CommitCompensated(const std::vector<size_t>& order, size_t k, Eng
   tx.Commit("commit step compensated");
   ctx.ReleaseTx();
   fence_ = fence_after;
-  step.status = "COMPENSATED";
+  step.status = events::StepStatus::kCompensated;
   d_.stats.steps_compensated++;
-  if (!last) steps_[order[k + 1]].status = "COMPENSATING";
+  if (!last) steps_[order[k + 1]].status = events::StepStatus::kCompensating;
 }
 
 Outcome EventRun::CompensationFailure(size_t i, const StepResult& result, Charge charge) {

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "events/fence.h"
+#include "events/status.h"
 #include "events/transitions.h"
 #include "saga/commit_group.h"
 #include "saga/deadline_timer.h"
@@ -79,7 +80,7 @@ struct StepState {
   std::vector<int> key;
   std::string name;
   std::string type;
-  std::string status = "PENDING";
+  events::StepStatus status = events::StepStatus::kPending;
   int sort = 0;
   int retry_count = 0;
   int compensation_retry_count = 0;
@@ -93,8 +94,9 @@ struct StepState {
 // Steps that compensation undoes: every SUCCESS one, one whose compensation was
 // interrupted or failed (COMPENSATING), and a failed one that saved compensation data.
 inline bool NeedsCompensation(const StepState& s) {
-  if (s.status == "SUCCESS" || s.status == "COMPENSATING") return true;
-  return (s.status == "FAILED" || s.status == "EXECUTING") && !s.compensation_data.is_null();
+  using events::StepStatus;
+  if (s.status == StepStatus::kSuccess || s.status == StepStatus::kCompensating) return true;
+  return (s.status == StepStatus::kFailed || s.status == StepStatus::kExecuting) && !s.compensation_data.is_null();
 }
 
 // Exact reverse of forward order (children before their parent).
@@ -192,7 +194,7 @@ inline StepState PlanState(const Plans::Plan& plan, const events::NewStep& row, 
   s.key = {static_cast<int>(i + 1)};
   s.name = row.name;
   s.type = row.type;
-  s.status = row.executing ? "EXECUTING" : "PENDING";
+  s.status = row.executing ? events::StepStatus::kExecuting : events::StepStatus::kPending;
   s.sort = row.sort;
   s.max_retry = row.max_retry;
   s.plan_step = &plan.steps[i];
@@ -433,7 +435,7 @@ class EventRun {
   bool Reached(const StepState& step, bool compensate) const;
 
   size_t NextNotSucceeded(size_t from) const {
-    while (from < steps_.size() && steps_[from].status == "SUCCESS") ++from;
+    while (from < steps_.size() && steps_[from].status == events::StepStatus::kSuccess) ++from;
     return from;
   }
   int Progress(int succeeded, size_t total) const {
@@ -441,7 +443,7 @@ class EventRun {
   }
   int Succeeded() const {
     return static_cast<int>(std::count_if(steps_.begin(), steps_.end(),
-                                          [](const StepState& s) { return s.status == "SUCCESS"; }));
+                                          [](const StepState& s) { return s.status == events::StepStatus::kSuccess; }));
   }
   Millis TouchInterval() const { return std::min(Millis(1000), topic().max_processing_time / 4); }
   int64_t ElapsedMs() const {

@@ -185,7 +185,7 @@ TEST(DispatcherSweeperTest, AnEventThatCompletedBetweenReadAndResetIsNotOverwrit
   ASSERT_EQ(found.size(), 3u);
   EXPECT_EQ(found[0].id, completes);
   EXPECT_EQ(found[0].version, 3);
-  EXPECT_EQ(found[0].status, "RUNNING");
+  EXPECT_EQ(found[0].status, events::EventStatus::kRunning);
   EXPECT_EQ(found[0].node_address, "dead:1");
   EXPECT_EQ(found[0].reason, ResetReason::kNodeOffline);
 
@@ -413,7 +413,7 @@ TEST(DispatcherSweeperTest, NotClaimedHandBackOfAnEventClaimedMeanwhileDoesNothi
   ASSERT_EQ(found.size(), 1u);
   ASSERT_EQ(found[0].id, id);
   ASSERT_EQ(found[0].version, 2);
-  ASSERT_EQ(found[0].status, "ASSIGNED");
+  ASSERT_EQ(found[0].status, events::EventStatus::kAssigned);
 
   // The node's claim, after the read.
   db.Exec("UPDATE distribute_event SET status = 'RUNNING', version = version + 1, "
