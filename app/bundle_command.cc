@@ -194,7 +194,7 @@ int RunImport(const Invocation& inv) {
     if (!got->next() || got->getInt(1) != 1) {
       throw Error("bundle " + path + " is being imported by another process (event " + code + ")");
     }
-    const std::string status = events::EventStatus(lock, code);
+    const std::string status = events::StatusOfEvent(lock, code);
     if (!status.empty()) {
       lock.Query("SELECT RELEASE_LOCK(?)", "dsync.bundle." + manifest["bundle_id"].get<std::string>());
       throw UsageError("bundle " + path + " was imported before (event " + code + ", " + status +

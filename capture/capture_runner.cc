@@ -20,6 +20,7 @@
 #include "storage/db_url.h"
 #include "table/sql.h"
 #include "table/where.h"
+#include "events/status.h"
 
 namespace dsync::capture {
 namespace {
@@ -295,9 +296,10 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
     for (const auto& c : row->copy_events) codes.push_back(c.get<std::string>());
     size_t done = 0;
     for (const auto& [code, status] : store_.EventStatuses(codes)) {
-      if (status.first == "SUCCESS") {
+      const std::optional<events::EventStatus> st = events::ParseEventStatus(status.first);
+      if (st == events::EventStatus::kSuccess) {
         ++done;
-      } else if (status.first == "FAILED" || status.first == "COMPENSATED") {
+      } else if (st && events::IsTerminal(*st)) {
         store_.RecordError(name_, env_.holder, token, "FAILED",
                            "initial copy event " + code + " ended " + status.first + ": " + status.second.substr(0, 300) +
                                " (fix it, then: dsync capture resume " + name_ + ")");
@@ -356,8 +358,8 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
     last_flight_look = clock.Now();
     std::vector<std::string> still;
     for (const auto& [code, status] : store_.EventStatuses(in_flight)) {
-      const std::string& st = status.first;
-      if (st != "SUCCESS" && st != "FAILED" && st != "COMPENSATED") still.push_back(code);
+      const std::optional<events::EventStatus> st = events::ParseEventStatus(status.first);
+      if (!st || !events::IsTerminal(*st)) still.push_back(code);
     }
     in_flight = std::move(still);
     return !in_flight.empty();

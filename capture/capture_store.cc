@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "capture/capture_events.h"
+#include "events/status.h"
 
 namespace dsync::capture {
 namespace {
@@ -128,7 +129,7 @@ SELECT TIMESTAMPDIFF(MICROSECOND, FROM_UNIXTIME(JSON_VALUE(payload, '$.committed
        COALESCE(JSON_LENGTH(payload, '$.keys'), 0), finished_time > NOW(3) - INTERVAL 60 SECOND
   FROM distribute_event
  WHERE tenant_id = 'dsync.capture' AND service = ? AND data_id LIKE ? AND data_id NOT LIKE '%#copy#%'
-   AND status = 'SUCCESS' AND finished_time > NOW(3) - INTERVAL 10 MINUTE
+   AND status = )sql" DSYNC_SQL_STATUS(SUCCESS) R"sql( AND finished_time > NOW(3) - INTERVAL 10 MINUTE
  ORDER BY id DESC LIMIT 2000)sql";
 
 std::optional<int64_t> Percentile(std::vector<int64_t> v, double p) {
@@ -171,8 +172,9 @@ std::map<std::string, CaptureStore::Backlog> CaptureStore::Backlogs() {
   return pool_.Run("capture: backlog", [&](storage::Connection& c) {
     std::map<std::string, Backlog> out;
     auto rs = c.Query(
-        "SELECT SUBSTRING_INDEX(data_id, '#', 1), SUM(status NOT IN ('SUCCESS', 'FAILED', 'COMPENSATED')), "
-        "SUM(status IN ('FAILED', 'COMPENSATED')) FROM distribute_event WHERE tenant_id = ? AND topic = ? "
+        "SELECT SUBSTRING_INDEX(data_id, '#', 1), SUM(status NOT IN " DSYNC_SQL_TERMINAL "), "
+        "SUM(status IN (" DSYNC_SQL_STATUS(FAILED) ", " DSYNC_SQL_STATUS(COMPENSATED) ")) FROM distribute_event "
+        "WHERE tenant_id = ? AND topic = ? "
         "AND service = ? GROUP BY 1",
         std::string(kCaptureTenant), std::string(kCaptureTopic), service_);
     while (rs->next()) out[rs->getString(1)] = {rs->getInt64(2), rs->getInt64(3)};

@@ -1,12 +1,13 @@
 #include "events/finished.h"
+#include "events/status.h"
 
 namespace dsync::events {
 namespace {
 
 // Params: result, code. Only a row this call inserted (PENDING, never assigned) moves.
-constexpr const char* kFinish = R"(
-UPDATE distribute_event SET status = 'SUCCESS', result = ?, finished_time = NOW(3)
-WHERE code = ? AND status = 'PENDING' AND node_address IS NULL)";
+constexpr const char* kFinish =
+    "UPDATE distribute_event SET status = " DSYNC_SQL_STATUS(SUCCESS) ", result = ?, finished_time = NOW(3) "
+    "WHERE code = ? AND status = " DSYNC_SQL_STATUS(PENDING) " AND node_address IS NULL";
 
 }  // namespace
 
@@ -20,7 +21,7 @@ bool RecordFinishedEvent(storage::Connection& c, const NewEventRow& e, const std
   return true;
 }
 
-std::string EventStatus(storage::Connection& c, const std::string& code) {
+std::string StatusOfEvent(storage::Connection& c, const std::string& code) {
   auto rs = c.Query("SELECT status FROM distribute_event WHERE code = ?", code);
   return rs->next() ? rs->getString(1) : std::string();
 }

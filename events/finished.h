@@ -26,6 +26,6 @@ bool RecordFinishedEvent(storage::Connection& c, const NewEventRow& e, const std
                          const std::string& result, const std::string& node);
 
 // The status of the event `code`, or "" when there is none. Throws DbError.
-std::string EventStatus(storage::Connection& c, const std::string& code);
+std::string StatusOfEvent(storage::Connection& c, const std::string& code);
 
 }  // namespace dsync::events

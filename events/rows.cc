@@ -211,7 +211,8 @@ constexpr const char* kAttentionCaptureLagging =
     "CONCAT('capture ', c.name, ' lags ', c.lag_s, ' s, above its bound of ', c.lag_bound_s, "
     "' s (captures.', c.name, '.lag_bound_s)')" DSYNC_CAPTURE_TAIL
     " FROM (SELECT k.*, GREATEST(COALESCE(TIMESTAMPDIFF(SECOND, (SELECT MIN(e.create_time) FROM distribute_event e "
-    "WHERE e.topic = 'dsync.capture' AND e.status IN ('PENDING', 'ASSIGNED', 'RUNNING', 'COMPENSATING') "
+    "WHERE e.topic = 'dsync.capture' AND e.status IN (" DSYNC_SQL_STATUS(PENDING) ", " DSYNC_SQL_STATUS(ASSIGNED) ", "
+    DSYNC_SQL_STATUS(RUNNING) ", " DSYNC_SQL_STATUS(COMPENSATING) ") "
     "AND e.service = k.service AND e.tenant_id = 'dsync.capture' AND SUBSTRING_INDEX(e.data_id, '#', 1) = k.name "
     "AND e.data_id NOT LIKE '%#copy#%'), NOW(3)), 0), "
     "COALESCE(TIMESTAMPDIFF(SECOND, k.last_commit_at, k.updated_at), 0)) AS lag_s "
