@@ -92,6 +92,10 @@ struct CycleResult {
   int lost_races = 0;        // assignments whose UPDATE matched nothing
   int skipped = 0;           // read but not planned (ordering, limits, no node)
   int unroutable_topics = 0; // topics no live node can run (AssignmentPlanner::Unroutable)
+  // Fair dispatch (issue 37) shared this cycle's slots between tenants by deficit round
+  // robin: some priority had two tenants or more with PENDING events (else the cycle
+  // read as an unfair one: with one tenant per priority the orders are the same).
+  bool shared = false;
   bool fenced_out = false;   // the lease was not ours at write time: nothing written
   bool more_due = false;     // stopped while more events may be due (page or budget full)
   bool room_left = false;    // nodes still had free slots at the end (batch_size cut it short)
@@ -178,6 +182,13 @@ class DispatchCycle {
   // issue 37: a fair page's windows; the limited slots held now (empty without limits);
   // each event's concurrency key value (one read of payload keys per key, if any).
   std::vector<PendingEvent> ReadWindows(const PageFilter& filter, const std::vector<TenantWindow>& windows);
+  // The cycle's (priority, tenant) pairs (see RunPages); true when some priority has
+  // two tenants or more (the cycle shares: BeginFairCycle done, windows follow).
+  bool ReadHeads();
+  void MergeHeads(std::vector<events::DueHead> found);
+  static bool SharedHeads(const std::vector<events::DueHead>& heads);
+  // ReadDue's page, with the pairs of rows inserted since heads_after_id_ merged into heads_.
+  std::vector<PendingEvent> ReadDueWithNewHeads(const PageFilter& filter, const Cursor& after);
   LimitUsage ReadLimitUsage();
   void FillLimitKeys(std::vector<PendingEvent>& events);
   // Records planner_.Unroutable() and the unknown topics (see the file comment).
