@@ -50,12 +50,8 @@ constexpr size_t kMaxReason = 1024;
 // Most (priority, tenant) pairs a fair cycle reads (issue 37); a cluster with more
 // tenants waiting at once serves the first ones by name until these drain.
 constexpr int kMaxDueHeads = 10000;
-// How often a fair cycle reads every pair (in between, only those of new rows): every
-// kHeadsRefresh, or kHeadsRefreshFactor times the last read's duration when longer (the
-// read follows the PENDING events: a backlog of a million events is read at most ~2 % of
-// the time).
+// How often a fair cycle reads every pair; in between, only those of new rows.
 constexpr Millis kHeadsRefresh{2000};
-constexpr int kHeadsRefreshFactor = 50;
 
 // At most `max` bytes of `text`, cut at a UTF-8 character boundary.
 std::string Truncated(const std::string& text, size_t max) {
@@ -212,15 +208,14 @@ void DispatchCycle::FillLimitKeys(std::vector<PendingEvent>& events) {
 }
 
 bool DispatchCycle::ReadHeads() {
-  // Every pair, every kHeadsRefresh or longer (the GROUP BY: a range of idx_fair over
-  // the PENDING entries); in between, the pairs of the events inserted since (a
-  // primary-key range), so a tenant that just produced is seen at once: read here when
-  // the cycle shares, else with its first page. A pair gone since reads an empty
-  // window; a pair whose events became PENDING again (retry, reset, hand-on) and that
-  // had none is seen at the next refresh.
+  // Every pair, every kHeadsRefresh (the GROUP BY: a loose index scan when the
+  // statistics know the pairs are few, else a scan of idx_fair); in between, the pairs
+  // of the events inserted since (a primary-key range), so a tenant that just produced
+  // is seen at once: read here when the cycle shares, else with its first page. A pair
+  // gone since reads an empty window; a pair whose events became PENDING again (retry,
+  // reset, hand-on) and that had none is seen at the next refresh.
   const Clock::TimePoint now = clock_.Now();
-  const bool refresh =
-      !heads_at_ || now - *heads_at_ >= std::max<std::chrono::steady_clock::duration>(kHeadsRefresh, heads_took_ * kHeadsRefreshFactor);
+  const bool refresh = !heads_at_ || now - *heads_at_ >= kHeadsRefresh;
   // One tenant per priority and no refresh due: nothing to read here.
   if (!refresh && !SharedHeads(heads_)) return false;
   bool shared = false;
@@ -229,7 +224,6 @@ bool DispatchCycle::ReadHeads() {
       heads_after_id_ = events::MaxEventId(c);
       heads_ = events::ReadDueHeads(c, options_.service, kMaxDueHeads);
       heads_at_ = now;
-      heads_took_ = clock_.Now() - now;
     }
     shared = SharedHeads(heads_);
     if (shared) MergeHeads(events::ReadNewDueHeads(c, options_.service, heads_after_id_));

@@ -24,9 +24,9 @@
 //     event of the same (tenant_id, data_id) (idx_entity_status). So events that must
 //     wait never fill a page and block the ones behind them.
 //   - fair dispatch (issue 37, the default; docs/fairness-and-limits.md): the
-//     (priority, tenant) pairs with PENDING events (events::ReadDueHeads, a range of
-//     V028's idx_fair over the PENDING entries, every 2 s or 50 times its last duration
-//     if longer; in between only the pairs of rows inserted since, a primary-key range). While each priority has one tenant at most, the
+//     (priority, tenant) pairs with PENDING events (events::ReadDueHeads, a loose index
+//     scan of V021's idx_fair, every 2 s; in between only the pairs of rows inserted
+//     since, a primary-key range). While each priority has one tenant at most, the
 //     cycle reads the page above (the fair order is its order), the new pairs riding
 //     along in its first page's statement (events::ReadDueWithNewHeads: no round trip
 //     of their own). With two tenants or more in a priority (CycleResult::shared),
@@ -220,7 +220,6 @@ class DispatchCycle {
   // Fair cycles (issue 37): the (priority, tenant) pairs last read, and when.
   std::vector<events::DueHead> heads_;
   std::optional<Clock::TimePoint> heads_at_;
-  std::chrono::steady_clock::duration heads_took_{};  // how long the last read of every pair took
   int64_t heads_after_id_ = 0;  // the newest event id the pairs were read up to
   // The lease token RecordUnordered last wrote under (-1: unfenced; nullopt: never).
   std::optional<int64_t> unordered_token_;

@@ -91,9 +91,12 @@ struct DueHead {
 };
 
 // Every (priority, tenant_id) with PENDING events of `service`, sorted, at most `max`:
-// a range of idx_fair (V028: fair_pending, priority, tenant_id, service, id, ...) over
-// the PENDING entries, in index order: its cost follows the PENDING events (of every
-// service), never the finished ones. Throws DbError.
+// a loose index scan of idx_fair (V021: priority, tenant_id, status, service, id, ...),
+// one index dive per (priority, tenant_id) the table holds, whatever the number of
+// events. The optimizer picks it by cost: with index statistics that badly overstate
+// the pairs (a fresh bulk load before InnoDB's automatic recalculation, which follows a
+// change of a tenth of the table) it may scan idx_fair instead, correct but slower
+// until the statistics catch up. Throws DbError.
 std::vector<DueHead> ReadDueHeads(storage::Connection& c, const std::string& service, int max);
 
 // The pairs of PENDING events of `service` with ids above `after_id` (the rows inserted
@@ -120,8 +123,7 @@ struct DueWindow {
 };
 
 // ReadDue's rows (same filters: topics, ordering rule; `filter`'s cursor and limit are
-// unused) for each window, in one UNION ALL statement of ref ranges on idx_fair
-// (fair_pending, priority, tenant_id, service; then id): at
+// unused) for each window, in one UNION ALL statement of ref ranges on idx_fair: at
 // most the windows' limits in rows. Windows of one priority and at most 32. Throws DbError.
 std::vector<DueEvent> ReadDueWindows(storage::Connection& c, const DueFilter& filter,
                                      const std::vector<DueWindow>& windows);

@@ -57,14 +57,13 @@ std::string DeleteRowsSql(const std::string& table, size_t ids) {
 }
 
 // Params: table (distribute_event or distribute_event_step). Column names of the live
-// table that its archive also has, in the live table's order; generated columns (V028's
-// fair_pending) are computed, never copied (an INSERT naming one fails).
+// table that its archive also has, in the live table's order.
 constexpr const char* kSharedColumns = R"(
 SELECT l.column_name FROM information_schema.columns l
 JOIN information_schema.columns a
   ON a.table_schema = l.table_schema AND a.table_name = CONCAT(l.table_name, '_archive')
  AND a.column_name = l.column_name
-WHERE l.table_schema = DATABASE() AND l.table_name = ? AND COALESCE(l.generation_expression, '') = ''
+WHERE l.table_schema = DATABASE() AND l.table_name = ?
 ORDER BY l.ordinal_position)";
 
 // Params: bound, service, statuses..., bound. Events a purge would remove, by status.
