@@ -40,6 +40,8 @@ PauseResult ControlStore::Pause(const std::string& topic, const std::string& by,
   std::tie(r.pause, r.created) = pool_.Transact(
       "pause topic", [&](storage::Connection& c) { return control::PauseTopic(c, service_, topic, by, reason); });
   if (r.created) {
+    // In force for every dispatcher once they reread the pauses (control::kPauseRefresh).
+    clock_.SleepFor(control::kPauseSettle, std::stop_token());
     spdlog::info("TOPIC_PAUSED service={} topic={} by=\"{}\" reason=\"{}\"", service_, topic, VisibleText(by),
                  VisibleText(reason));
   }
@@ -52,6 +54,7 @@ ResumeResult ControlStore::Resume(const std::string& topic) {
   r.topic = topic;
   r.ended = pool_.Transact("resume topic", [&](storage::Connection& c) { return control::ResumeTopic(c, service_, topic); });
   if (r.ended) {
+    clock_.SleepFor(control::kPauseSettle, std::stop_token());  // as Pause's
     spdlog::info("TOPIC_RESUMED service={} topic={} paused_by=\"{}\" paused_at={}", service_, topic,
                  VisibleText(r.ended->paused_by), r.ended->paused_at);
   }

@@ -59,7 +59,9 @@ class ControlStore {
   ControlStore(storage::ConnectionPool& pool, const Settings& settings, Clock& clock);
 
   // Throws UsageError for a malformed topic name ("topic must be 1 to 50 characters of
-  // A-Z a-z 0-9 _ . -") or an empty `by`; DbError.
+  // A-Z a-z 0-9 _ . -") or an empty `by`; DbError. A pause that created the row, and a
+  // resume that ended one, return only after control::kPauseSettle (220 ms): by then
+  // every dispatcher's next cycle sees it (control/topic_pause.h).
   PauseResult Pause(const std::string& topic, const std::string& by, const std::string& reason);
   ResumeResult Resume(const std::string& topic);
   std::vector<TopicRow> Topics();

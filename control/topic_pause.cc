@@ -87,7 +87,8 @@ std::vector<TopicPause> ReadPauses(storage::Connection& c, const std::string& se
   return out;
 }
 
-const std::vector<std::string>& PausedTopicReader::Read(storage::ConnectionPool& pool) {
+const std::vector<std::string>& PausedTopicReader::Read(storage::ConnectionPool& pool, Clock::TimePoint at) {
+  if (read_at_ && at - *read_at_ < kPauseRefresh) return topics_;
   std::vector<std::string> now;
   try {
     now = pool.Run("read paused topics", [&](storage::Connection& c) {
@@ -100,6 +101,7 @@ const std::vector<std::string>& PausedTopicReader::Read(storage::ConnectionPool&
     spdlog::warn("DISPATCH_PAUSED_TOPICS_UNREAD service={} kept={} err={}", service_, TopicList(topics_), e.what());
     return topics_;
   }
+  read_at_ = at;
   if (now != topics_) {
     std::vector<std::string> paused, resumed;
     std::set_difference(now.begin(), now.end(), topics_.begin(), topics_.end(), std::back_inserter(paused));

@@ -89,7 +89,14 @@ bool AssignmentPlanner::Node::Reaches(const std::vector<std::string>& names) con
   return true;
 }
 
-AssignmentPlanner::AssignmentPlanner(PlannerConfig config) : config_(std::move(config)) {}
+AssignmentPlanner::AssignmentPlanner(PlannerConfig config) : config_(std::move(config)) {
+  // issue 37: the limits are the config's, fixed for the planner's life; without any,
+  // the cycle does no limit bookkeeping at all (no count read, no key read).
+  for (const auto& [topic, policy] : config_.topics) {
+    if (policy.concurrency_limit > 0) keyed_topics_[topic] = policy.concurrency_key;
+  }
+  has_limits_ = !config_.datasource_limits.empty() || !keyed_topics_.empty();
+}
 
 const TopicPolicy& AssignmentPlanner::PolicyFor(const std::string& topic) const {
   static const TopicPolicy kDefault;
@@ -384,21 +391,8 @@ bool AssignmentPlanner::PlanOne(const PendingEvent& e, PlanResult& result) {
 
 // ---- issue 37: concurrency limits ----
 
-bool AssignmentPlanner::HasLimits() const {
-  if (!config_.datasource_limits.empty()) return true;
-  return std::any_of(config_.topics.begin(), config_.topics.end(),
-                     [](const auto& t) { return t.second.concurrency_limit > 0; });
-}
-
-std::map<std::string, std::string> AssignmentPlanner::KeyedTopics() const {
-  std::map<std::string, std::string> out;
-  for (const auto& [topic, policy] : config_.topics) {
-    if (policy.concurrency_limit > 0) out[topic] = policy.concurrency_key;
-  }
-  return out;
-}
-
 bool AssignmentPlanner::WithinLimits(const PendingEvent& e, const TopicPolicy& policy) const {
+  if (!has_limits_) return true;
   for (const auto& ds : policy.datasources) {
     auto limit = config_.datasource_limits.find(ds);
     if (limit == config_.datasource_limits.end()) continue;
@@ -416,6 +410,7 @@ bool AssignmentPlanner::WithinLimits(const PendingEvent& e, const TopicPolicy& p
 }
 
 void AssignmentPlanner::Hold(const PendingEvent& e, const TopicPolicy& policy) {
+  if (!has_limits_) return;
   for (const auto& ds : policy.datasources) {
     if (config_.datasource_limits.count(ds)) ++usage_.per_datasource[ds];
   }

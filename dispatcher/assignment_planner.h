@@ -238,9 +238,9 @@ class AssignmentPlanner {
   static constexpr size_t kMaxWindows = 32;
   bool fair() const { return config_.fair; }
   // Whether any concurrency limit is configured (the cycle reads LimitUsage only then).
-  bool HasLimits() const;
+  bool HasLimits() const { return has_limits_; }
   // Topics with a per-key limit, and their key.
-  std::map<std::string, std::string> KeyedTopics() const;
+  const std::map<std::string, std::string>& KeyedTopics() const { return keyed_topics_; }
   // Assignments still possible this cycle: min(free slots of non-draining nodes,
   // batch_size - assigned).
   int remaining() const;
@@ -337,6 +337,8 @@ class AssignmentPlanner {
   int WeightOf(const std::string& tenant) const;
 
   const PlannerConfig config_;
+  std::map<std::string, std::string> keyed_topics_;  // KeyedTopics(), from config_
+  bool has_limits_ = false;                          // HasLimits(), from config_
   std::vector<Node> nodes_;  // non-draining only, by address
   LimitUsage usage_;         // this cycle's, assignments included
   // Fair dispatch. Per cycle: the pairs, sorted, with their read cursor.

@@ -167,7 +167,7 @@ std::vector<PendingEvent> DispatchCycle::ReadWindows(const PageFilter& f, const 
 LimitUsage DispatchCycle::ReadLimitUsage() {
   LimitUsage usage;
   if (!planner_.HasLimits()) return usage;
-  const std::map<std::string, std::string> keyed = planner_.KeyedTopics();
+  const std::map<std::string, std::string>& keyed = planner_.KeyedTopics();
   pool_.Run("count limited slots", [&](storage::Connection& c) {
     usage = LimitUsage{};  // fresh on a retry
     for (const auto& [topic, n] : events::CountInFlightByTopic(c, options_.service)) {
@@ -181,7 +181,7 @@ LimitUsage DispatchCycle::ReadLimitUsage() {
 }
 
 void DispatchCycle::FillLimitKeys(std::vector<PendingEvent>& events) {
-  const std::map<std::string, std::string> keyed = planner_.KeyedTopics();
+  const std::map<std::string, std::string>& keyed = planner_.KeyedTopics();
   if (keyed.empty()) return;
   std::map<std::string, std::vector<int64_t>> payload_ids;  // key -> events needing it read
   for (PendingEvent& e : events) {
@@ -205,6 +205,60 @@ void DispatchCycle::FillLimitKeys(std::vector<PendingEvent>& events) {
       if (v != values.end()) e.limit_key = v->second;
     }
   }
+}
+
+bool DispatchCycle::ReadHeads() {
+  // Every pair, every kHeadsRefresh (the GROUP BY: a loose index scan when the
+  // statistics know the pairs are few, else a scan of idx_fair); in between, the pairs
+  // of the events inserted since (a primary-key range), so a tenant that just produced
+  // is seen at once: read here when the cycle shares, else with its first page. A pair
+  // gone since reads an empty window; a pair whose events became PENDING again (retry,
+  // reset, hand-on) and that had none is seen at the next refresh.
+  const Clock::TimePoint now = clock_.Now();
+  const bool refresh = !heads_at_ || now - *heads_at_ >= kHeadsRefresh;
+  // One tenant per priority and no refresh due: nothing to read here.
+  if (!refresh && !SharedHeads(heads_)) return false;
+  bool shared = false;
+  pool_.Run("read due tenants", [&](storage::Connection& c) {
+    if (refresh) {
+      heads_after_id_ = events::MaxEventId(c);
+      heads_ = events::ReadDueHeads(c, options_.service, kMaxDueHeads);
+      heads_at_ = now;
+    }
+    shared = SharedHeads(heads_);
+    if (shared) MergeHeads(events::ReadNewDueHeads(c, options_.service, heads_after_id_));
+  });
+  if (shared) planner_.BeginFairCycle(heads_);
+  return shared;
+}
+
+void DispatchCycle::MergeHeads(std::vector<events::DueHead> found) {
+  for (auto& h : found) {
+    if (std::find(heads_.begin(), heads_.end(), h) == heads_.end()) heads_.push_back(std::move(h));
+  }
+}
+
+bool DispatchCycle::SharedHeads(const std::vector<events::DueHead>& heads) {
+  std::map<int, std::string> tenant_of;  // priority -> its first tenant seen
+  for (const auto& h : heads) {
+    auto [it, first] = tenant_of.emplace(h.priority, h.tenant_id);
+    if (!first && it->second != h.tenant_id) return true;
+  }
+  return false;
+}
+
+std::vector<PendingEvent> DispatchCycle::ReadDueWithNewHeads(const PageFilter& f, const Cursor& after) {
+  const events::DueFilter filter = DueFilterOf(f, after);
+  std::vector<events::DueHead> found;
+  std::vector<PendingEvent> events = pool_.Run("read due events", [&](storage::Connection& c) {
+    found.clear();  // fresh on a retry (after_id moves only on success)
+    int64_t after_id = heads_after_id_;
+    std::vector<PendingEvent> out = events::ReadDueWithNewHeads(c, filter, after_id, found);
+    heads_after_id_ = after_id;
+    return out;
+  });
+  MergeHeads(std::move(found));  // a second tenant: the next cycle shares
+  return events;
 }
 
 // ---- end of issue 37 ----
@@ -369,16 +423,16 @@ CycleResult DispatchCycle::RunOnce(const std::optional<LeaseFence>& fence,
   cycle_duration_.Observe(r.duration);
   spdlog::debug(
       "DISPATCH_CYCLE nodes={} free={} pages={} due={} assigned={} lost_races={} skipped={} "
-      "fenced_out={} more_due={} ms={}",
+      "shared={} fenced_out={} more_due={} ms={}",
       r.live_nodes, r.free_slots, r.pages, r.due_read, r.assigned, r.lost_races, r.skipped,
-      r.fenced_out, r.more_due, r.duration.count());
+      r.shared, r.fenced_out, r.more_due, r.duration.count());
   return r;
 }
 
 CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
                                     const std::function<bool()>& leading) {
   CycleResult r;
-  paused_ = paused_reader_.Read(pool_);
+  paused_ = paused_reader_.Read(pool_, clock_.Now());  // at most every control::kPauseRefresh
   std::vector<NodeLoad> nodes = ReadNodes();
   r.live_nodes = static_cast<int>(nodes.size());
   const bool any_taker = std::any_of(nodes.begin(), nodes.end(), [](const NodeLoad& n) { return !n.draining; });
@@ -390,8 +444,14 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
   bool no_room = false;  // an event read found no eligible node with room left
 
   Cursor cursor{std::numeric_limits<int32_t>::min(), 0};
+  // Fair cycles (issue 37) share by deficit round robin only while some priority has
+  // two tenants or more with PENDING events (`shared`); with one tenant per priority
+  // the fair order is ReadDue's (priority, id) order, and the cycle reads as an unfair
+  // one, the pairs of new rows riding along with its first page (ReadDueWithNewHeads).
   const bool fair = planner_.fair();
+  bool shared = false;
   bool heads_read = false;
+  bool new_heads_read = false;  // this cycle's new pairs were read (unshared: with the first page)
   for (int page = 0; page < options_.max_pages; ++page) {
     PageFilter filter = planner_.NextPageFilter();
     // The budget ran out; more_due tells whether the last page was full.
@@ -400,33 +460,20 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
     std::vector<PendingEvent> events;
     std::vector<TenantWindow> windows;
     bool page_full = false;
-    if (fair) {
-      // Fair pages (issue 37): the pairs with PENDING events once a cycle, only when
-      // some node can take work, then per-pair windows.
-      if (!heads_read) {
-        heads_read = true;
-        // Every pair, every kHeadsRefresh (the GROUP BY: a loose index scan when the
-        // statistics know the pairs are few, else a scan of idx_fair); in between, the
-        // pairs of the events inserted since (a primary-key range), so a tenant that
-        // just produced is seen at once. A pair gone since reads an empty window; a pair
-        // whose events became PENDING again (retry, reset, hand-on) and that had none
-        // is seen at the next refresh.
-        const Clock::TimePoint now = clock_.Now();
-        pool_.Run("read due tenants", [&](storage::Connection& c) {
-          if (!heads_at_ || now - *heads_at_ >= kHeadsRefresh) {
-            heads_after_id_ = events::MaxEventId(c);
-            heads_ = events::ReadDueHeads(c, options_.service, kMaxDueHeads);
-            heads_at_ = now;
-          }
-          for (auto& h : events::ReadNewDueHeads(c, options_.service, heads_after_id_)) {
-            if (std::find(heads_.begin(), heads_.end(), h) == heads_.end()) heads_.push_back(std::move(h));
-          }
-        });
-        planner_.BeginFairCycle(heads_);
-      }
+    if (fair && !heads_read) {
+      // The pairs once a cycle, only when some node can take work.
+      heads_read = true;
+      shared = ReadHeads();
+      new_heads_read = shared;
+      r.shared = shared;
+    }
+    if (shared) {
       windows = planner_.NextWindows();
       if (windows.empty()) break;
       events = ReadWindows(filter, windows);
+    } else if (fair && !new_heads_read) {
+      new_heads_read = true;
+      events = ReadDueWithNewHeads(filter, cursor);
     } else {
       events = ReadDue(filter, cursor);
     }
@@ -435,7 +482,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
     r.due_read += static_cast<int>(events.size());
     FillLimitKeys(events);
     PlanResult plan;
-    if (fair) {
+    if (shared) {
       plan = planner_.PlanWindows(windows, events);  // marks short windows' pairs done
       page_full = plan.window_full;
       if (events.empty()) continue;                  // the next priority's pairs, if any
@@ -473,7 +520,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
       if (on_assigned_ && r.assigned > 0) on_assigned_(WonNodes(plan.assignments, w.won));  // wake-ups
     }
     r.more_due = page_full;
-    if (!page_full && !fair) break;  // every due event the filter allows was read
+    if (!page_full && !shared) break;  // every due event the filter allows was read
   }
   // Whether due events wait for a slot. A cycle that read knows; one that could not
   // read because every node was full keeps what the last reading cycle saw (the

@@ -18,19 +18,25 @@
 //   - due events: idx_due (status, priority, id, next_run_time), in (priority, id)
 //     order from a keyset cursor, LIMIT = what the planner can still place, and
 //     restricted in SQL to topics some node with a free slot serves, to topics below
-//     their batch_limit and not paused (dsync_topic_pause, read once per cycle), to topics none of whose datasources is at its concurrency
-//     limit, and (ordered topics) to events with no earlier non-terminal event of the
-//     same (tenant_id, data_id) (idx_entity_status). So events that must wait never
-//     fill a page and block the ones behind them.
-//   - fair dispatch (issue 37, the default; docs/fairness-and-limits.md): instead of
-//     that page, the (priority, tenant) pairs with PENDING events (events::ReadDueHeads,
-//     a loose index scan of V021's idx_fair, every 2 s; in between only the pairs of
-//     rows inserted since, a primary-key range: events::ReadNewDueHeads), then
-//     per page one UNION ALL of per-pair windows (events::ReadDueWindows, the same
-//     filters) that the planner shares by deficit round robin;
-//   - concurrency limits (only when configured): in-flight events per topic, and per
-//     key value of keyed topics, of the service on any node (a range of idx_due over
-//     the in-flight statuses), and the payload keys of a page's keyed events.
+//     their batch_limit and not paused (dsync_topic_pause, reread at most every
+//     control::kPauseRefresh, 200 ms), to topics none of whose datasources is at its
+//     concurrency limit, and (ordered topics) to events with no earlier non-terminal
+//     event of the same (tenant_id, data_id) (idx_entity_status). So events that must
+//     wait never fill a page and block the ones behind them.
+//   - fair dispatch (issue 37, the default; docs/fairness-and-limits.md): the
+//     (priority, tenant) pairs with PENDING events (events::ReadDueHeads, a loose index
+//     scan of V021's idx_fair, every 2 s; in between only the pairs of rows inserted
+//     since, a primary-key range). While each priority has one tenant at most, the
+//     cycle reads the page above (the fair order is its order), the new pairs riding
+//     along in its first page's statement (events::ReadDueWithNewHeads: no round trip
+//     of their own). With two tenants or more in a priority (CycleResult::shared),
+//     instead of that page: per page one UNION ALL of per-pair windows
+//     (events::ReadDueWindows, the same filters) that the planner shares by deficit
+//     round robin, the new pairs read before (events::ReadNewDueHeads);
+//   - concurrency limits (only when configured; without any, no read and no
+//     bookkeeping): in-flight events per topic, and per key value of keyed topics, of
+//     the service on any node (a range of idx_due over the in-flight statuses), and
+//     the payload keys of a page's keyed events.
 //
 // Unroutable topics (AssignmentPlanner::Unroutable: no live node serves the topic or
 // could build its plan, or neither routing tier finds takers: no node reaches every
@@ -92,6 +98,10 @@ struct CycleResult {
   int lost_races = 0;        // assignments whose UPDATE matched nothing
   int skipped = 0;           // read but not planned (ordering, limits, no node)
   int unroutable_topics = 0; // topics no live node can run (AssignmentPlanner::Unroutable)
+  // Fair dispatch (issue 37) shared this cycle's slots between tenants by deficit round
+  // robin: some priority had two tenants or more with PENDING events (else the cycle
+  // read as an unfair one: with one tenant per priority the orders are the same).
+  bool shared = false;
   bool fenced_out = false;   // the lease was not ours at write time: nothing written
   bool more_due = false;     // stopped while more events may be due (page or budget full)
   bool room_left = false;    // nodes still had free slots at the end (batch_size cut it short)
@@ -178,6 +188,13 @@ class DispatchCycle {
   // issue 37: a fair page's windows; the limited slots held now (empty without limits);
   // each event's concurrency key value (one read of payload keys per key, if any).
   std::vector<PendingEvent> ReadWindows(const PageFilter& filter, const std::vector<TenantWindow>& windows);
+  // The cycle's (priority, tenant) pairs (see RunPages); true when some priority has
+  // two tenants or more (the cycle shares: BeginFairCycle done, windows follow).
+  bool ReadHeads();
+  void MergeHeads(std::vector<events::DueHead> found);
+  static bool SharedHeads(const std::vector<events::DueHead>& heads);
+  // ReadDue's page, with the pairs of rows inserted since heads_after_id_ merged into heads_.
+  std::vector<PendingEvent> ReadDueWithNewHeads(const PageFilter& filter, const Cursor& after);
   LimitUsage ReadLimitUsage();
   void FillLimitKeys(std::vector<PendingEvent>& events);
   // Records planner_.Unroutable() and the unknown topics (see the file comment).
@@ -206,8 +223,8 @@ class DispatchCycle {
   int64_t heads_after_id_ = 0;  // the newest event id the pairs were read up to
   // The lease token RecordUnordered last wrote under (-1: unfenced; nullopt: never).
   std::optional<int64_t> unordered_token_;
-  // Paused topics (V022, control/topic_pause.h), read once per cycle and kept out of
-  // its pages like topics at their batch_limit (RunOnce's thread only).
+  // Paused topics (V022, control/topic_pause.h), reread at most every kPauseRefresh
+  // and kept out of the pages like topics at their batch_limit (RunOnce's thread only).
   control::PausedTopicReader paused_reader_{options_.service};
   std::vector<std::string> paused_;
 

@@ -196,6 +196,56 @@ std::vector<DueHead> ReadNewDueHeads(storage::Connection& c, const std::string& 
   return out;
 }
 
+namespace {
+
+DueEvent ReadDueRow(storage::ResultSet& rs) {
+  Columns col(rs);
+  return {.id = col.Int64(), .version = col.Int64(), .topic = col.String(), .tenant_id = col.String(),
+          .data_id = col.String(), .priority = col.Int(),
+          .due_age = std::chrono::microseconds(std::max<int64_t>(0, col.Int64())), .route = col.String()};
+}
+
+// A pair's row in DueWithNewHeadsSql: version -1 (an event's version is never below 0),
+// id = the pair's newest PENDING id, priority and tenant_id in their columns.
+constexpr int64_t kHeadRowVersion = -1;
+
+}  // namespace
+
+// Params: kSelectDueEvents's, then after id, service. Each part keeps its own plan
+// (idx_due in (priority, id) order up to LIMIT; a primary-key range over the rows
+// inserted since `after id`).
+const std::string& DueWithNewHeadsSql() {
+  static const std::string sql = std::string("(") + kSelectDueEvents +
+                                 ")\nUNION ALL\n(SELECT MAX(id), -1, '', tenant_id, '', priority, 0, '' "
+                                 "FROM distribute_event FORCE INDEX (PRIMARY)\n"
+                                 "WHERE id > ? AND status = 'PENDING' AND service = ? GROUP BY priority, tenant_id)";
+  return sql;
+}
+
+std::vector<DueEvent> ReadDueWithNewHeads(storage::Connection& c, const DueFilter& f, int64_t& after_id,
+                                          std::vector<DueHead>& heads) {
+  std::vector<DueEvent> out;
+  auto rs = c.Query(DueWithNewHeadsSql(), f.service, f.after_priority, f.after_priority, f.after_id, f.any_topic,
+                    f.served, f.exhausted, f.unordered, f.limit, after_id, f.service);
+  int64_t newest = after_id;
+  while (rs->next()) {
+    DueEvent e = ReadDueRow(*rs);
+    if (e.version == kHeadRowVersion) {
+      newest = std::max(newest, e.id);
+      heads.push_back({e.priority, std::move(e.tenant_id)});
+    } else {
+      out.push_back(std::move(e));
+    }
+  }
+  after_id = newest;
+  // UNION ALL returns each part's rows in its own order; the page's order is kept
+  // explicitly rather than relied on.
+  std::stable_sort(out.begin(), out.end(), [](const DueEvent& a, const DueEvent& b) {
+    return a.priority != b.priority ? a.priority < b.priority : a.id < b.id;
+  });
+  return out;
+}
+
 int64_t MaxEventId(storage::Connection& c) {
   return c.QueryInt("SELECT COALESCE(MAX(id), 0) FROM distribute_event").value_or(0);
 }

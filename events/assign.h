@@ -106,6 +106,14 @@ std::vector<DueHead> ReadNewDueHeads(storage::Connection& c, const std::string& 
 // The table's highest event id (0 when empty): where ReadNewDueHeads starts.
 int64_t MaxEventId(storage::Connection& c);
 
+// ReadDue's page and ReadNewDueHeads's pairs in one statement (one round trip; a
+// UNION ALL of the two): the dispatch cycle's first page while at most one tenant per
+// priority has PENDING events (then ReadDue's order is the fair order), so a second
+// tenant appearing is seen at the next cycle without a read of its own. `heads` gets
+// the pairs, `after_id` moves as ReadNewDueHeads's. Throws DbError.
+std::vector<DueEvent> ReadDueWithNewHeads(storage::Connection& c, const DueFilter& filter, int64_t& after_id,
+                                          std::vector<DueHead>& heads);
+
 // What a fair page reads of one pair: its due events after `after_id`, at most `limit`.
 struct DueWindow {
   int priority = 0;
@@ -136,6 +144,7 @@ std::map<int64_t, std::string> ReadPayloadKeys(storage::Connection& c, const std
 
 // The statements, for the bench's EXPLAINs.
 const char* DueHeadsSql();
+const std::string& DueWithNewHeadsSql();
 std::string DueWindowsSql(size_t windows);
 // ---- end of issue 37 ----
 

@@ -1048,7 +1048,7 @@ section_pgboss() {
 # (dispatcher 200 ms / idle 1 s, consumer 200 ms) instead of the bench's 20 ms.
 section_paired() {
   local saved_capacity=$capacity saved_wakeups=$wakeups cap i b=${DSYNC_BENCH_PAIRED_BATCH:-500}
-  local pairs=${DSYNC_BENCH_PAIRS:-5} d p db line pwork kind pg_work
+  local pairs=${DSYNC_BENCH_PAIRS:-5} d p db line pwork kind pg_work la lb
   local bin_b=${DSYNC_BENCH_PAIRED_BIN_B:-} bin_a=$bin
   [[ -z $bin_b || -x $bin_b ]] || die "DSYNC_BENCH_PAIRED_BIN_B=$bin_b is not an executable"
   pgboss_start
@@ -1063,23 +1063,25 @@ section_paired() {
         # ABBA: odd pairs dsync first, even pairs pg-boss first (a trend falls on both);
         # the B binary's run between them.
         if ((i % 2 == 1)); then
-          e2e_run "$kind" "$i"; d=$(field rate "$e2e_line")
-          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "$((100 + i))"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
+          e2e_run "$kind" "$i"; d=$(field rate "$e2e_line"); la=$e2e_line
+          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "$((100 + i))"; bin=$bin_a; db=$(field rate "$e2e_line"); lb=$e2e_line; fi
           line=$(pgboss_run "$b" "$pg_work")
         else
           line=$(pgboss_run "$b" "$pg_work")
-          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "$((100 + i))"; bin=$bin_a; db=$(field rate "$e2e_line"); fi
-          e2e_run "$kind" "$i"; d=$(field rate "$e2e_line")
+          if [[ -n $bin_b && $pwork == demo ]]; then bin=$bin_b; e2e_run "$kind" "$((100 + i))"; bin=$bin_a; db=$(field rate "$e2e_line"); lb=$e2e_line; fi
+          e2e_run "$kind" "$i"; d=$(field rate "$e2e_line"); la=$e2e_line
         fi
         p=$(field jobs_per_s "$line")
         drates+=("$d")
         prates+=("$p")
         ratios+=("$(awk -v a="$d" -v b="$p" 'BEGIN { printf "%.3f", a / b }')")
         echo "  capacity $cap work $pwork pair $i: dsync $d events/s, pg-boss $p jobs/s, ratio ${ratios[-1]}"
+        echo "    this build: $la"  # statements and CPU per event (e2e_run)
         if [[ -n $bin_b && $pwork == demo ]]; then
           brates+=("$db")
           bratios+=("$(awk -v a="$d" -v b="$db" 'BEGIN { printf "%.3f", a / b }')")
           echo "  capacity $cap work $pwork pair $i: B binary $db events/s; this build / B = ${bratios[-1]}"
+          echo "    B binary: $lb"
         fi
       done
       local extra=""

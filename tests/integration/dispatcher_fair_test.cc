@@ -8,10 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include "control/topic_pause.h"
 #include "core/clock.h"
 #include "dispatcher/dispatch_cycle.h"
 #include "events/assign.h"
 #include "tests/integration/dispatcher_fixtures.h"
+#include "tests/support/fake_clock.h"
 
 namespace dsync::dispatcher {
 namespace {
@@ -106,6 +108,79 @@ TEST_F(DispatcherFairTest, ALateTenantSharesTheSlotsInsteadOfWaitingBehindABackl
   EXPECT_EQ(AssignedOf(db, "B"), 10);
   EXPECT_EQ(AssignedOf(db, "A"), 10);
   EXPECT_LE(r.due_read, 40);  // windows bounded by the free slots, not A's 2,000
+}
+
+void FinishAssigned(TestSchema& db) {
+  db.pool().Run("finish", [&](storage::Connection& c) {
+    c.Execute("UPDATE distribute_event SET status = 'SUCCESS' WHERE status = 'ASSIGNED'");
+  });
+}
+
+// One tenant per priority reads as an unfair cycle (one page, no windows); a second
+// tenant appearing behind the backlog is seen with the next cycle's first page and
+// gets its share from the cycle after, and its deficit carries on as before.
+TEST_F(DispatcherFairTest, ASecondTenantAppearingMidBacklogGetsItsShareFromTheCycleAfter) {
+  AddNode(db, {.address = "a:1", .capacity = 10});
+  AddTenantEvents(db, "A", 2000, "a");
+  AddEvent(db, {.code = "a-urgent", .tenant = "A", .priority = -1});  // another priority, still one tenant
+  FakeClock fake;  // no refresh of every pair (every 2 s) during the test: only the new rows'
+  DispatchCycle cycle = FairCycleOf(db, fake, TestSettings());
+  CycleResult r = cycle.RunOnce(std::nullopt);
+  EXPECT_FALSE(r.shared);
+  EXPECT_EQ(r.pages, 1);
+  EXPECT_EQ(r.assigned, 10);
+  EXPECT_EQ(Count(db, "code = 'a-urgent' AND status = 'ASSIGNED'"), 1);  // priorities first, as unfair
+  FinishAssigned(db);
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_FALSE(r.shared);
+  FinishAssigned(db);
+
+  // B produces behind A's 1,980 due events.
+  AddTenantEvents(db, "B", 50, "b");
+  r = cycle.RunOnce(std::nullopt);  // its first page reads B's pair along
+  EXPECT_FALSE(r.shared);
+  EXPECT_EQ(r.pages, 1);
+  EXPECT_EQ(AssignedOf(db, "A"), 10);
+  EXPECT_EQ(AssignedOf(db, "B"), 0);
+  FinishAssigned(db);
+  // Each gets half of every cycle's 10 slots to within one (DRR's bound: the round's
+  // position carries over, so a cycle may end one event into a tenant's turn).
+  int64_t b_total = 0;
+  for (int i = 0; i < 4; ++i) {
+    r = cycle.RunOnce(std::nullopt);
+    EXPECT_TRUE(r.shared);
+    EXPECT_EQ(r.assigned, 10);
+    const int64_t b = AssignedOf(db, "B");
+    EXPECT_GE(b, 4) << "cycle " << i;
+    EXPECT_LE(b, 6) << "cycle " << i;
+    b_total += b;
+    FinishAssigned(db);
+  }
+  EXPECT_GE(b_total, 19);
+  EXPECT_LE(b_total, 21);
+}
+
+// A pause (V022) is reread at most every control::kPauseRefresh: in force for every cycle
+// that starts that long after its commit (api::ControlStore waits that out before it
+// answers), and the same for a resume.
+TEST_F(DispatcherFairTest, PausesAreRereadEveryPauseRefresh) {
+  AddNode(db, {.address = "a:1", .capacity = 1});
+  AddTenantEvents(db, "A", 20, "a");
+  FakeClock fake;
+  DispatchCycle cycle = FairCycleOf(db, fake, TestSettings());
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 1);
+  FinishAssigned(db);
+  db.pool().Run("pause", [&](storage::Connection& c) { control::PauseTopic(c, kService, "T", "test", ""); });
+  fake.Advance(control::kPauseRefresh - Millis(1));
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 1);  // not reread yet
+  FinishAssigned(db);
+  fake.Advance(Millis(1));
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 0);  // reread: paused
+  fake.Advance(control::kPauseSettle);
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 0);
+  db.pool().Run("resume", [&](storage::Connection& c) { control::ResumeTopic(c, kService, "T"); });
+  fake.Advance(control::kPauseSettle);
+  EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 1);
 }
 
 TEST_F(DispatcherFairTest, WithFairnessOffTheBacklogGoesFirst) {
