@@ -25,7 +25,7 @@ uint64_t StableHash(std::string_view a, std::string_view b) {
   return h;
 }
 
-std::string EntityKey(const PendingEvent& e) { return e.tenant_id + '\x1f' + e.data_id; }
+std::string EntityKey(const events::DueEvent& e) { return e.tenant_id + '\x1f' + e.data_id; }
 
 }  // namespace
 
@@ -328,7 +328,7 @@ PageFilter AssignmentPlanner::NextPageFilter() const {
   }
   if (!config_.datasource_limits.empty()) {
     for (const auto& [topic, policy] : config_.topics) {
-      PendingEvent probe;
+      events::DueEvent probe;
       probe.topic = topic;
       if (topic.find(',') == std::string::npos && !WithinLimits(probe, policy)) {
         f.limited_topics.push_back(topic);
@@ -346,13 +346,13 @@ std::map<std::string, int> AssignmentPlanner::assigned_per_node() const {
   return out;
 }
 
-PlanResult AssignmentPlanner::Plan(const std::vector<PendingEvent>& events) {
+PlanResult AssignmentPlanner::Plan(const std::vector<events::DueEvent>& events) {
   PlanResult result;
-  for (const PendingEvent& e : events) PlanOne(e, result);
+  for (const events::DueEvent& e : events) PlanOne(e, result);
   return result;
 }
 
-bool AssignmentPlanner::PlanOne(const PendingEvent& e, PlanResult& result) {
+bool AssignmentPlanner::PlanOne(const events::DueEvent& e, PlanResult& result) {
   const TopicPolicy& policy = PolicyFor(e.topic);
   // Every event marks its entity, assigned or not: a later event of the same
   // entity must not overtake it.
@@ -391,7 +391,7 @@ bool AssignmentPlanner::PlanOne(const PendingEvent& e, PlanResult& result) {
 
 // ---- issue 37: concurrency limits ----
 
-bool AssignmentPlanner::WithinLimits(const PendingEvent& e, const TopicPolicy& policy) const {
+bool AssignmentPlanner::WithinLimits(const events::DueEvent& e, const TopicPolicy& policy) const {
   if (!has_limits_) return true;
   for (const auto& ds : policy.datasources) {
     auto limit = config_.datasource_limits.find(ds);
@@ -409,7 +409,7 @@ bool AssignmentPlanner::WithinLimits(const PendingEvent& e, const TopicPolicy& p
   return true;
 }
 
-void AssignmentPlanner::Hold(const PendingEvent& e, const TopicPolicy& policy) {
+void AssignmentPlanner::Hold(const events::DueEvent& e, const TopicPolicy& policy) {
   if (!has_limits_) return;
   for (const auto& ds : policy.datasources) {
     if (config_.datasource_limits.count(ds)) ++usage_.per_datasource[ds];
@@ -470,21 +470,21 @@ std::vector<TenantWindow> AssignmentPlanner::NextWindows() const {
 }
 
 PlanResult AssignmentPlanner::PlanWindows(const std::vector<TenantWindow>& windows,
-                                          const std::vector<PendingEvent>& events) {
+                                          const std::vector<events::DueEvent>& events) {
   PlanResult result;
   if (windows.empty()) return result;
   // Each window's events in id order.
-  std::vector<std::vector<const PendingEvent*>> queues(windows.size());
+  std::vector<std::vector<const events::DueEvent*>> queues(windows.size());
   std::map<std::pair<int, std::string>, size_t> index;
   for (size_t i = 0; i < windows.size(); ++i) index[{windows[i].priority, windows[i].tenant_id}] = i;
-  for (const PendingEvent& e : events) {
+  for (const events::DueEvent& e : events) {
     auto it = index.find({e.priority, e.tenant_id});
     if (it != index.end()) queues[it->second].push_back(&e);
   }
   std::vector<bool> more(windows.size());  // the pair may hold more than was read
   for (size_t i = 0; i < windows.size(); ++i) {
     auto& q = queues[i];
-    std::sort(q.begin(), q.end(), [](const PendingEvent* a, const PendingEvent* b) { return a->id < b->id; });
+    std::sort(q.begin(), q.end(), [](const events::DueEvent* a, const events::DueEvent* b) { return a->id < b->id; });
     more[i] = static_cast<int>(q.size()) >= windows[i].limit;
     result.window_full = result.window_full || more[i];
     auto pair = std::lower_bound(pairs_.begin(), pairs_.end(), TenantHead{windows[i].priority, windows[i].tenant_id},
@@ -539,24 +539,24 @@ PlanResult AssignmentPlanner::PlanWindows(const std::vector<TenantWindow>& windo
   return result;
 }
 
-std::vector<std::string> AssignmentPlanner::NextWork(const PendingEvent& e) const {
+std::vector<std::string> AssignmentPlanner::NextWork(const events::DueEvent& e) const {
   if (!e.route.empty()) return ParseRoute(e.route);
   const TopicPolicy& policy = PolicyFor(e.topic);
   return policy.steps.empty() ? policy.datasources : policy.steps.front().datasources;
 }
 
-bool AssignmentPlanner::CanTake(const std::string& address, const PendingEvent& e) const {
+bool AssignmentPlanner::CanTake(const std::string& address, const events::DueEvent& e) const {
   const std::vector<std::string> needs = NextWork(e);
   return std::any_of(nodes_.begin(), nodes_.end(),
                      [&](const Node& n) { return n.load.address == address && n.CanTake(e.topic, needs, !e.route.empty()); });
 }
 
-int AssignmentPlanner::Choose(const PendingEvent& e, const TopicPolicy& policy, const std::vector<std::string>& needs) {
+int AssignmentPlanner::Choose(const events::DueEvent& e, const TopicPolicy& policy, const std::vector<std::string>& needs) {
   int best = ChooseAmong(e, policy, needs, /*use_prefetch=*/false);
   return best >= 0 ? best : ChooseAmong(e, policy, needs, /*use_prefetch=*/true);
 }
 
-int AssignmentPlanner::ChooseAmong(const PendingEvent& e, const TopicPolicy& policy,
+int AssignmentPlanner::ChooseAmong(const events::DueEvent& e, const TopicPolicy& policy,
                                    const std::vector<std::string>& needs, bool use_prefetch) {
   auto usable = [&](const Node& n) {
     return (use_prefetch ? n.free() : n.free_within_capacity()) > 0 && n.CanTake(e.topic, needs, !e.route.empty());

@@ -24,7 +24,7 @@
 //                 are candidates, for every event of the topic (the whole saga runs
 //                 on one node, as before per-step routing);
 //       per step: else the candidates for an event are the nodes serving the topic
-//                 that reach what its next step needs (PendingEvent::route, set by
+//                 that reach what its next step needs (events::DueEvent::route, set by
 //                 the node that handed it on; for a fresh event, route NULL, the first
 //                 forward step's datasources, TopicPolicy::steps). The node running
 //                 the saga hands the event on before a step it does not reach
@@ -181,9 +181,6 @@ struct NodeLoad {
   std::map<std::string, std::string> bad_topics;  // topic -> why its plan failed there
 };
 
-// A due PENDING event as the dispatch cycle read it: events/'s row, not a copy of it.
-using PendingEvent = events::DueEvent;
-
 struct Assignment {
   int64_t event_id = 0;
   int64_t version = 0;  // as read; the write is conditional on it
@@ -224,7 +221,7 @@ class AssignmentPlanner {
   // round-robin cursors and the fair rotation. `usage`: the limited slots held now.
   void BeginCycle(std::vector<NodeLoad> nodes, LimitUsage usage = {});
   // Plans events (in priority, id order) against what is left of this cycle.
-  PlanResult Plan(const std::vector<PendingEvent>& events);
+  PlanResult Plan(const std::vector<events::DueEvent>& events);
 
   // Fair dispatch (see the file comment). After BeginCycle: the pairs with PENDING
   // events (any order); forgets deficits of pairs no longer listed.
@@ -233,7 +230,7 @@ class AssignmentPlanner {
   // read this cycle (no budget, or every pair's window came back short).
   std::vector<TenantWindow> NextWindows() const;
   // Plans the events read for `windows` (NextWindows()'s, any order of events).
-  PlanResult PlanWindows(const std::vector<TenantWindow>& windows, const std::vector<PendingEvent>& events);
+  PlanResult PlanWindows(const std::vector<TenantWindow>& windows, const std::vector<events::DueEvent>& events);
   // Most pairs one fair page reads (one UNION ALL statement).
   static constexpr size_t kMaxWindows = 32;
   bool fair() const { return config_.fair; }
@@ -251,10 +248,10 @@ class AssignmentPlanner {
   const TopicPolicy& PolicyFor(const std::string& topic) const;
   // What the event's next piece of work needs: its route, or (route NULL) the first
   // forward step's datasources (all of the topic's without TopicPolicy::steps).
-  std::vector<std::string> NextWork(const PendingEvent& e) const;
+  std::vector<std::string> NextWork(const events::DueEvent& e) const;
   // Whether the node at `address` may take `e` this cycle, free slots aside (the tier
   // rules above). False for an address not live and non-draining.
-  bool CanTake(const std::string& address, const PendingEvent& e) const;
+  bool CanTake(const std::string& address, const events::DueEvent& e) const;
   // Topics no live non-draining node of this cycle can run, with a one-line reason
   // each ("no live node serves topic T"; "no live node serving topic T reaches every
   // datasource it needs (env_a,env_b): a:1 lacks env_b; b:1 lacks env_a; step 'docs'
@@ -319,8 +316,8 @@ class AssignmentPlanner {
   // Index into nodes_ of the node for `e`, or -1: among nodes with room within their
   // capacity, else (prefetch) among nodes with any room.
   // `needs`: NextWork(e).
-  int Choose(const PendingEvent& e, const TopicPolicy& policy, const std::vector<std::string>& needs);
-  int ChooseAmong(const PendingEvent& e, const TopicPolicy& policy, const std::vector<std::string>& needs,
+  int Choose(const events::DueEvent& e, const TopicPolicy& policy, const std::vector<std::string>& needs);
+  int ChooseAmong(const events::DueEvent& e, const TopicPolicy& policy, const std::vector<std::string>& needs,
                   bool use_prefetch);
   // The reason a topic with serving nodes (some not bad) cannot be routed by either
   // tier; `eligible` are the serving nodes whose plan built.
@@ -328,10 +325,10 @@ class AssignmentPlanner {
                               const std::vector<Node*>& eligible) const;
 
   // Plan()'s per-event rules; true when `e` was assigned.
-  bool PlanOne(const PendingEvent& e, PlanResult& result);
+  bool PlanOne(const events::DueEvent& e, PlanResult& result);
   // issue 37: whether `e`'s limited slots are free; Hold takes them.
-  bool WithinLimits(const PendingEvent& e, const TopicPolicy& policy) const;
-  void Hold(const PendingEvent& e, const TopicPolicy& policy);
+  bool WithinLimits(const events::DueEvent& e, const TopicPolicy& policy) const;
+  void Hold(const events::DueEvent& e, const TopicPolicy& policy);
   // Assignments are still possible this cycle (batch_size and some free slot).
   bool Budget() const;
   int WeightOf(const std::string& tenant) const;

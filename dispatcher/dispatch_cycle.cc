@@ -152,14 +152,14 @@ events::DueFilter DispatchCycle::DueFilterOf(const PageFilter& f, const Cursor& 
   return events::DueFilter{options_.service, after.priority, after.id, f.any_topic, served, exhausted, unordered, f.limit};
 }
 
-std::vector<PendingEvent> DispatchCycle::ReadDue(const PageFilter& f, const Cursor& after) {
+std::vector<events::DueEvent> DispatchCycle::ReadDue(const PageFilter& f, const Cursor& after) {
   const events::DueFilter filter = DueFilterOf(f, after);
   return pool_.Run("read due events", [&](storage::Connection& c) { return events::ReadDue(c, filter); });
 }
 
 // ---- issue 37: fair windows and concurrency limits ----
 
-std::vector<PendingEvent> DispatchCycle::ReadWindows(const PageFilter& f, const std::vector<TenantWindow>& windows) {
+std::vector<events::DueEvent> DispatchCycle::ReadWindows(const PageFilter& f, const std::vector<TenantWindow>& windows) {
   const events::DueFilter filter = DueFilterOf(f, Cursor{0, 0});
   return pool_.Run("read due windows", [&](storage::Connection& c) { return events::ReadDueWindows(c, filter, windows); });
 }
@@ -180,11 +180,11 @@ LimitUsage DispatchCycle::ReadLimitUsage() {
   return usage;
 }
 
-void DispatchCycle::FillLimitKeys(std::vector<PendingEvent>& events) {
+void DispatchCycle::FillLimitKeys(std::vector<events::DueEvent>& events) {
   const std::map<std::string, std::string>& keyed = planner_.KeyedTopics();
   if (keyed.empty()) return;
   std::map<std::string, std::vector<int64_t>> payload_ids;  // key -> events needing it read
-  for (PendingEvent& e : events) {
+  for (events::DueEvent& e : events) {
     auto it = keyed.find(e.topic);
     if (it == keyed.end()) continue;
     if (it->second == "tenant_id") {
@@ -198,7 +198,7 @@ void DispatchCycle::FillLimitKeys(std::vector<PendingEvent>& events) {
   for (const auto& [key, ids] : payload_ids) {
     const std::map<int64_t, std::string> values =
         pool_.Run("read concurrency keys", [&](storage::Connection& c) { return events::ReadPayloadKeys(c, key, ids); });
-    for (PendingEvent& e : events) {
+    for (events::DueEvent& e : events) {
       auto it = keyed.find(e.topic);
       if (it == keyed.end() || it->second != key) continue;
       auto v = values.find(e.id);
@@ -247,13 +247,13 @@ bool DispatchCycle::SharedHeads(const std::vector<events::DueHead>& heads) {
   return false;
 }
 
-std::vector<PendingEvent> DispatchCycle::ReadDueWithNewHeads(const PageFilter& f, const Cursor& after) {
+std::vector<events::DueEvent> DispatchCycle::ReadDueWithNewHeads(const PageFilter& f, const Cursor& after) {
   const events::DueFilter filter = DueFilterOf(f, after);
   std::vector<events::DueHead> found;
-  std::vector<PendingEvent> events = pool_.Run("read due events", [&](storage::Connection& c) {
+  std::vector<events::DueEvent> events = pool_.Run("read due events", [&](storage::Connection& c) {
     found.clear();  // fresh on a retry (after_id moves only on success)
     int64_t after_id = heads_after_id_;
-    std::vector<PendingEvent> out = events::ReadDueWithNewHeads(c, filter, after_id, found);
+    std::vector<events::DueEvent> out = events::ReadDueWithNewHeads(c, filter, after_id, found);
     heads_after_id_ = after_id;
     return out;
   });
@@ -457,7 +457,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
     // The budget ran out; more_due tells whether the last page was full.
     if (filter.limit <= 0) break;
     if (!filter.any_topic && filter.served_topics.empty()) break;
-    std::vector<PendingEvent> events;
+    std::vector<events::DueEvent> events;
     std::vector<TenantWindow> windows;
     bool page_full = false;
     if (fair && !heads_read) {
@@ -504,7 +504,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
         break;
       }
       std::unordered_map<int64_t, std::chrono::microseconds> due_age;
-      for (const PendingEvent& e : events) due_age.emplace(e.id, e.due_age);
+      for (const events::DueEvent& e : events) due_age.emplace(e.id, e.due_age);
       const auto since_read = clock_.Now() - read_at;
       for (size_t i = 0; i < w.won.size(); ++i) {
         if (w.won[i]) {

@@ -184,19 +184,19 @@ class DispatchCycle {
     int64_t id;
   };
   events::DueFilter DueFilterOf(const PageFilter& filter, const Cursor& after) const;
-  std::vector<PendingEvent> ReadDue(const PageFilter& filter, const Cursor& after);
+  std::vector<events::DueEvent> ReadDue(const PageFilter& filter, const Cursor& after);
   // issue 37: a fair page's windows; the limited slots held now (empty without limits);
   // each event's concurrency key value (one read of payload keys per key, if any).
-  std::vector<PendingEvent> ReadWindows(const PageFilter& filter, const std::vector<TenantWindow>& windows);
+  std::vector<events::DueEvent> ReadWindows(const PageFilter& filter, const std::vector<TenantWindow>& windows);
   // The cycle's (priority, tenant) pairs (see RunPages); true when some priority has
   // two tenants or more (the cycle shares: BeginFairCycle done, windows follow).
   bool ReadHeads();
   void MergeHeads(std::vector<events::DueHead> found);
   static bool SharedHeads(const std::vector<events::DueHead>& heads);
   // ReadDue's page, with the pairs of rows inserted since heads_after_id_ merged into heads_.
-  std::vector<PendingEvent> ReadDueWithNewHeads(const PageFilter& filter, const Cursor& after);
+  std::vector<events::DueEvent> ReadDueWithNewHeads(const PageFilter& filter, const Cursor& after);
   LimitUsage ReadLimitUsage();
-  void FillLimitKeys(std::vector<PendingEvent>& events);
+  void FillLimitKeys(std::vector<events::DueEvent>& events);
   // Records planner_.Unroutable() and the unknown topics (see the file comment).
   // Failures are logged, never thrown: the record is for the operator.
   void RecordUnroutable(const std::optional<LeaseFence>& fence);

@@ -30,7 +30,7 @@ class FakeDue {
   void Add(const std::string& tenant, int count, int priority = 0, const std::string& topic = "T",
            const std::string& data_id = "") {
     for (int i = 0; i < count; ++i) {
-      PendingEvent e;
+      events::DueEvent e;
       e.id = ++last_id_;
       e.version = 1;
       e.topic = topic;
@@ -48,14 +48,14 @@ class FakeDue {
     return out;
   }
   // The ordering rule as the SQL applies it: no earlier non-terminal event of the entity.
-  std::vector<PendingEvent> Read(const std::vector<TenantWindow>& windows) const {
-    std::vector<PendingEvent> out;
+  std::vector<events::DueEvent> Read(const std::vector<TenantWindow>& windows) const {
+    std::vector<events::DueEvent> out;
     for (const auto& w : windows) {
       int n = 0;
       for (const auto& e : events_) {
         if (n >= w.limit) break;
         if (e.priority != w.priority || e.tenant_id != w.tenant_id || e.id <= w.after_id) continue;
-        auto same_entity_before = [&](const PendingEvent& p) {
+        auto same_entity_before = [&](const events::DueEvent& p) {
           return p.id < e.id && p.tenant_id == e.tenant_id && p.data_id == e.data_id;
         };
         if (std::any_of(events_.begin(), events_.end(), same_entity_before) ||
@@ -72,7 +72,7 @@ class FakeDue {
   std::vector<std::string> Take(const PlanResult& r) {
     std::vector<std::string> tenants;
     for (const auto& a : r.assignments) {
-      auto it = std::find_if(events_.begin(), events_.end(), [&](const PendingEvent& e) { return e.id == a.event_id; });
+      auto it = std::find_if(events_.begin(), events_.end(), [&](const events::DueEvent& e) { return e.id == a.event_id; });
       EXPECT_NE(it, events_.end());
       if (it == events_.end()) continue;
       tenants.push_back(it->tenant_id);
@@ -85,8 +85,8 @@ class FakeDue {
 
  private:
   int64_t last_id_ = 0;
-  std::vector<PendingEvent> events_;
-  std::vector<PendingEvent> in_flight_;
+  std::vector<events::DueEvent> events_;
+  std::vector<events::DueEvent> in_flight_;
 };
 
 PlannerConfig FairConfig(int batch_size = 500) {
@@ -146,8 +146,8 @@ TEST(PlannerFairTest, UnfairPlanTakesTheBacklogFirst) {
   due.Add("A", 50);
   due.Add("B", 10);
   p.BeginCycle({FairNode("a:1", 8)});
-  std::vector<PendingEvent> page = due.Read({{0, "A", 0, 8}, {0, "B", 0, 8}});
-  std::sort(page.begin(), page.end(), [](const PendingEvent& a, const PendingEvent& b) { return a.id < b.id; });
+  std::vector<events::DueEvent> page = due.Read({{0, "A", 0, 8}, {0, "B", 0, 8}});
+  std::sort(page.begin(), page.end(), [](const events::DueEvent& a, const events::DueEvent& b) { return a.id < b.id; });
   auto tenants = due.Take(p.Plan(page));
   EXPECT_EQ(std::count(tenants.begin(), tenants.end(), "A"), 8);
 }
@@ -217,13 +217,13 @@ TEST(PlannerFairTest, OrderingPerEntityHoldsWithinEachTenant) {
   q.BeginCycle({FairNode("a:1", 10)});
   q.BeginFairCycle({{0, "A"}});
   std::vector<TenantWindow> w = q.NextWindows();
-  PendingEvent e1;
+  events::DueEvent e1;
   e1.id = 1;
   e1.version = 1;
   e1.topic = "T";
   e1.tenant_id = "A";
   e1.data_id = "x";
-  PendingEvent e2 = e1;
+  events::DueEvent e2 = e1;
   e2.id = 2;
   PlanResult r = q.PlanWindows(w, {e2, e1});
   ASSERT_EQ(r.assignments.size(), 1u);
@@ -271,10 +271,10 @@ PlannerConfig LimitConfig() {
   return c;
 }
 
-std::vector<PendingEvent> TopicEvents(const std::string& topic, int count, int64_t first_id = 1) {
-  std::vector<PendingEvent> out;
+std::vector<events::DueEvent> TopicEvents(const std::string& topic, int count, int64_t first_id = 1) {
+  std::vector<events::DueEvent> out;
   for (int i = 0; i < count; ++i) {
-    PendingEvent e;
+    events::DueEvent e;
     e.id = first_id + i;
     e.version = 1;
     e.topic = topic;
@@ -320,7 +320,7 @@ TEST(PlannerLimitTest, KeyLimitPerValueAndMissingKeysUnlimited) {
   LimitUsage usage;
   usage.per_key["KEYED"]["s1"] = 1;
   p.BeginCycle({FairNode("a:1", 100)}, usage);
-  std::vector<PendingEvent> events = TopicEvents("KEYED", 9);
+  std::vector<events::DueEvent> events = TopicEvents("KEYED", 9);
   for (int i = 0; i < 6; ++i) events[i].limit_key = i < 3 ? "s1" : "s2";  // the last three: no value
   PlanResult r = p.Plan(events);
   std::vector<int64_t> ids;

@@ -28,11 +28,11 @@ NodeLoad Node(const std::string& address, int capacity, int in_flight = 0,
 }
 
 // Events with ids from `first_id`, each on its own entity unless `data_id` is given.
-std::vector<PendingEvent> Events(int count, const std::string& topic = "T", int64_t first_id = 1,
+std::vector<events::DueEvent> Events(int count, const std::string& topic = "T", int64_t first_id = 1,
                                  const std::string& data_id = "") {
-  std::vector<PendingEvent> out;
+  std::vector<events::DueEvent> out;
   for (int i = 0; i < count; ++i) {
-    PendingEvent e;
+    events::DueEvent e;
     e.id = first_id + i;
     e.version = 1;
     e.topic = topic;
@@ -295,9 +295,9 @@ TEST(PlannerTest, OrderedTopicsAssignOnlyTheFirstEventOfAnEntityPerCycle) {
   c.topics["FREE"] = TopicPolicy{Strategy::kLeastLoad, false, 0, {}, {}};
   AssignmentPlanner p(c);
   p.BeginCycle({Node("a:1", 100)});
-  std::vector<PendingEvent> batch;
+  std::vector<events::DueEvent> batch;
   auto add = [&](int64_t id, const std::string& topic, const std::string& tenant, const std::string& data) {
-    PendingEvent e;
+    events::DueEvent e;
     e.id = id;
     e.version = 1;
     e.topic = topic;
@@ -678,8 +678,8 @@ PlannerConfig PerStepConfig(Strategy strategy = Strategy::kLeastLoad) {
   return PlannerConfigFromSettings(settings);
 }
 
-PendingEvent Routed(int64_t id, const std::string& topic, const std::string& route) {
-  PendingEvent e = Events(1, topic, id).front();
+events::DueEvent Routed(int64_t id, const std::string& topic, const std::string& route) {
+  events::DueEvent e = Events(1, topic, id).front();
   e.route = route;
   return e;
 }
@@ -704,7 +704,7 @@ TEST(PlannerTest, DirectTierIsPreferredWhenANodeReachesEveryDatasource) {
     both.in_flight = 5;
     p.BeginCycle({Reaching("a:1", {"env_a"}), Reaching("b:1", {"env_b"}), both});
     EXPECT_TRUE(p.Unroutable().empty()) << StrategyName(strategy);
-    std::vector<PendingEvent> events = Events(3, "G");
+    std::vector<events::DueEvent> events = Events(3, "G");
     events.push_back(Routed(50, "G", "env_b"));
     EXPECT_EQ(PerNode(p.Plan(events)), (std::map<std::string, int>{{"c:1", 4}})) << StrategyName(strategy);
     EXPECT_FALSE(p.CanTake("a:1", Routed(51, "G", "env_a")));
