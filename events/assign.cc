@@ -218,7 +218,7 @@ const std::string& DueWithNewHeadsSql() {
   static const std::string sql = std::string("(") + kSelectDueEvents +
                                  ")\nUNION ALL\n(SELECT MAX(id), -1, '', tenant_id, '', priority, 0, '' "
                                  "FROM distribute_event FORCE INDEX (PRIMARY)\n"
-                                 "WHERE id > ? AND status = 'PENDING' AND service = ? GROUP BY priority, tenant_id)";
+                                 "WHERE id > ? AND status = " DSYNC_SQL_STATUS(PENDING) " AND service = ? GROUP BY priority, tenant_id)";
   return sql;
 }
 
