@@ -121,7 +121,7 @@ constexpr const char* kRelayStaleSql = R"(
 SELECT r.step_code FROM dsync_relay r
 WHERE r.updated_at < NOW(3) - INTERVAL ? MICROSECOND
   AND NOT EXISTS (SELECT 1 FROM distribute_event e WHERE e.code = r.event_code
-                  AND e.status NOT IN )" DSYNC_SQL_TERMINAL R"())
+                  AND e.status NOT IN )" DSYNC_SQL_TERMINAL R"()
 ORDER BY r.updated_at LIMIT ?)";
 constexpr const char* kRelayDropRangesSql = "DELETE FROM dsync_relay_range WHERE step_code = ?";
 constexpr const char* kRelayDropChunksSql = "DELETE FROM dsync_relay_chunk WHERE step_code = ?";
