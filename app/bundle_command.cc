@@ -44,6 +44,11 @@ constexpr int kBundleExitDifferent = 3;
 constexpr const char* kBundleEventTopic = "dsync.bundle";
 constexpr const char* kBundleTenant = "dsync-bundle";
 
+// The config's datasources as a run context's pools.
+table::StandaloneRunContext::Pools PoolsOf(saga::Datasources& pools) {
+  return [&pools](const std::string& name) -> storage::ConnectionPool& { return pools.Get(name); };
+}
+
 std::string Key(const Settings& s) {
   if (s.bundle.key.empty()) {
     throw UsageError("bundle.key is empty: set it in the config (or DSYNC_BUNDLE_KEY), the same on both sides");
@@ -103,7 +108,7 @@ int RunExport(const Invocation& inv) {
   SystemClock clock;
   table::StandaloneRunContext ctx(
       "bundle-export", request.payload,
-      [&](const std::string& name) -> storage::ConnectionPool& { return pools.Get(name); }, clock);
+      PoolsOf(pools), clock);
   json manifest;
   try {
     manifest = table::ExportBundle(ctx, request, *out, key);
@@ -156,7 +161,7 @@ void Restore(const std::vector<table::Spec>& specs, const std::vector<json>& ref
   for (size_t i = refs.size(); i-- > 0;) {
     table::StandaloneRunContext ctx(
         code + "#" + std::to_string(i + 1), payload,
-        [&](const std::string& name) -> storage::ConnectionPool& { return pools.Get(name); }, clock);
+        PoolsOf(pools), clock);
     ctx.set_compensation_data(refs[i]);
     table::ChunkTable chunks;
     const json outcome = table::CompensateSync(ctx, specs[i], chunks);
@@ -189,14 +194,24 @@ int RunImport(const Invocation& inv) {
   const json payload = manifest.value("payload", json::object());
   saga::Datasources pools(s.datasources);
   SystemClock clock;
+  const std::string lock_name = "dsync.bundle." + manifest["bundle_id"].get<std::string>();
   return pool->Run("bundle import", [&](storage::Connection& lock) -> int {
-    auto got = lock.Query("SELECT GET_LOCK(?, 0)", "dsync.bundle." + manifest["bundle_id"].get<std::string>());
-    if (!got->next() || got->getInt(1) != 1) {
+    if (lock.QueryInt("SELECT GET_LOCK(?, 0)", lock_name).value_or(0) != 1) {
       throw Error("bundle " + path + " is being imported by another process (event " + code + ")");
     }
+    struct Release {  // however the import ends; a killed process's lock goes with its session
+      storage::Connection& c;
+      const std::string& name;
+      ~Release() {
+        try {
+          c.QueryInt("SELECT RELEASE_LOCK(?)", name);
+        } catch (const std::exception&) {
+          c.mark_broken();
+        }
+      }
+    } release{lock, lock_name};
     const std::string status = events::StatusOfEvent(lock, code);
     if (!status.empty()) {
-      lock.Query("SELECT RELEASE_LOCK(?)", "dsync.bundle." + manifest["bundle_id"].get<std::string>());
       throw UsageError("bundle " + path + " was imported before (event " + code + ", " + status +
                        "): refused as a replay, nothing applied");
     }
@@ -206,7 +221,7 @@ int RunImport(const Invocation& inv) {
       for (size_t i = 0; i < specs.size(); ++i) {
         table::StandaloneRunContext ctx(
             code + "#" + std::to_string(i + 1), payload,
-            [&](const std::string& name) -> storage::ConnectionPool& { return pools.Get(name); }, clock);
+            PoolsOf(pools), clock);
         // What a failure in this table restores: the chunks it committed so far.
         refs.push_back({{"format", 2}, {"undo", "dsync_sync_chunk"}, {"target", specs[i].target},
                         {"table", specs[i].table}, {"step_code", ctx.step_code()}, {"chunks", 0}});
@@ -242,7 +257,6 @@ int RunImport(const Invocation& inv) {
     tx.Begin();
     const bool recorded = events::RecordFinishedEvent(lock, row, steps, result.dump(), "cli:bundle-import");
     tx.Commit();
-    lock.Query("SELECT RELEASE_LOCK(?)", "dsync.bundle." + manifest["bundle_id"].get<std::string>());
     if (!recorded) throw Error("bundle " + path + ": event " + code + " appeared during the import");
     spdlog::info("BUNDLE_IMPORTED code={} file={} tables={}", code, path, specs.size());
     if (inv.Flag("json")) {
@@ -320,7 +334,7 @@ int RunVerifyBundle(const Invocation& inv) {
     }
     table::StandaloneRunContext ctx(
         "bundle-verify", manifest.value("payload", json::object()),
-        [&](const std::string& name) -> storage::ConnectionPool& { return pools.Get(name); }, clock);
+        PoolsOf(pools), clock);
     table::BundleCheck c;
     try {
       c = table::VerifyBundleTable(ctx, spec, t);

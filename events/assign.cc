@@ -11,6 +11,27 @@
 namespace dsync::events {
 namespace {
 
+// A due event's row as the dispatch cycle reads it (events::DueEvent), and the filters
+// every due read shares: the topics served, the exhausted ones skipped, and the ordering
+// rule (an ordered topic's event waits while an earlier one of its (tenant_id, data_id)
+// is PENDING, ASSIGNED, RUNNING or COMPENSATING). Params of the filters: any_topic,
+// served, exhausted, unordered.
+#define DSYNC_DUE_COLUMNS \
+  "SELECT e.id, e.version, e.topic, e.tenant_id, e.data_id, e.priority,\n" \
+  "       TIMESTAMPDIFF(MICROSECOND, GREATEST(e.next_run_time, e.modifier_time), NOW(3)), e.route\n"
+#define DSYNC_DUE_EARLIER_IN(status)                                                       \
+  "NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id\n"         \
+  "                AND p.data_id = e.data_id AND p.status = " DSYNC_SQL_STATUS(status) " AND p.id < e.id\n" \
+  "                AND p.service = e.service)"
+#define DSYNC_DUE_FILTERS                                                           \
+  "  AND (? OR FIND_IN_SET(e.topic, ?) > 0)\n"                                      \
+  "  AND FIND_IN_SET(e.topic, ?) = 0\n"                                             \
+  "  AND (FIND_IN_SET(e.topic, ?) > 0 OR (\n"                                       \
+  "    " DSYNC_DUE_EARLIER_IN(PENDING) "\n"                                           \
+  "    AND " DSYNC_DUE_EARLIER_IN(ASSIGNED) "\n"                                      \
+  "    AND " DSYNC_DUE_EARLIER_IN(RUNNING) "\n"                                       \
+  "    AND " DSYNC_DUE_EARLIER_IN(COMPENSATING) "))\n"
+
 // Params: service, cursor priority, cursor priority, cursor id (keyset: after this event),
 // any_topic (bool), served topics (comma list), exhausted topics (comma list),
 // unordered topics (comma list), limit.
@@ -29,27 +50,10 @@ namespace {
 // dispatch-latency metric; it reads the row the other columns read anyway, as does the
 // last (route, V018: what a handed-on event's next step needs).
 constexpr const char* kSelectDueEvents = R"(
-SELECT e.id, e.version, e.topic, e.tenant_id, e.data_id, e.priority,
-       TIMESTAMPDIFF(MICROSECOND, GREATEST(e.next_run_time, e.modifier_time), NOW(3)), e.route
-FROM distribute_event e FORCE INDEX (idx_due)
+)" DSYNC_DUE_COLUMNS R"(FROM distribute_event e FORCE INDEX (idx_due)
 WHERE e.status = )" DSYNC_SQL_STATUS(PENDING) R"( AND e.service = ? AND e.next_run_time <= NOW(3)
   AND (e.priority > ? OR (e.priority = ? AND e.id > ?))
-  AND (? OR FIND_IN_SET(e.topic, ?) > 0)
-  AND FIND_IN_SET(e.topic, ?) = 0
-  AND (FIND_IN_SET(e.topic, ?) > 0 OR (
-    NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(PENDING) R"( AND p.id < e.id
-                AND p.service = e.service)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( AND p.id < e.id
-                AND p.service = e.service)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(RUNNING) R"( AND p.id < e.id
-                AND p.service = e.service)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(COMPENSATING) R"( AND p.id < e.id
-                AND p.service = e.service)))
-ORDER BY e.priority, e.id
+)" DSYNC_DUE_FILTERS R"(ORDER BY e.priority, e.id
 LIMIT ?)";
 
 // The assignment, docs/event-lifecycle.md item 2, for kAssignChunk events at once:
@@ -263,27 +267,10 @@ namespace {
 // range on idx_fair in id order. Params: priority, tenant_id, service, after id,
 // any_topic, served, exhausted, unordered, limit.
 constexpr const char* kWindowSql = R"((
-SELECT e.id, e.version, e.topic, e.tenant_id, e.data_id, e.priority,
-       TIMESTAMPDIFF(MICROSECOND, GREATEST(e.next_run_time, e.modifier_time), NOW(3)), e.route
-FROM distribute_event e FORCE INDEX (idx_fair)
+)" DSYNC_DUE_COLUMNS R"(FROM distribute_event e FORCE INDEX (idx_fair)
 WHERE e.priority = ? AND e.tenant_id = ? AND e.status = )" DSYNC_SQL_STATUS(PENDING) R"( AND e.service = ? AND e.id > ?
   AND e.next_run_time <= NOW(3)
-  AND (? OR FIND_IN_SET(e.topic, ?) > 0)
-  AND FIND_IN_SET(e.topic, ?) = 0
-  AND (FIND_IN_SET(e.topic, ?) > 0 OR (
-    NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(PENDING) R"( AND p.id < e.id
-                AND p.service = e.service)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( AND p.id < e.id
-                AND p.service = e.service)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(RUNNING) R"( AND p.id < e.id
-                AND p.service = e.service)
-    AND NOT EXISTS (SELECT 1 FROM distribute_event p WHERE p.tenant_id = e.tenant_id
-                AND p.data_id = e.data_id AND p.status = )" DSYNC_SQL_STATUS(COMPENSATING) R"( AND p.id < e.id
-                AND p.service = e.service)))
-ORDER BY e.id
+)" DSYNC_DUE_FILTERS R"(ORDER BY e.id
 LIMIT ?))";
 
 // Statement sizes: a page's windows are padded (LIMIT 0) to the next of these, so a

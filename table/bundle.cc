@@ -283,9 +283,8 @@ BundleApplied ImportBundleTable(RunContext& ctx, const Spec& spec, BundleReader&
     if (spec.delete_missing) {
       std::unordered_set<std::string> keep;
       for (const Row& r : chunk.rows) keep.insert(EncodeKey(Project(r, p.plan.sync_key_pos)));
-      const KeyHashes held = side.Hashes(range);
-      for (size_t i = 0; i < held.size(); ++i) {
-        if (!keep.contains(held.EncodedKey(i))) chunk.deletes.push_back(held.key(i));
+      for (Row& k : writer.Keys(range)) {
+        if (!keep.contains(EncodeKey(k))) chunk.deletes.push_back(std::move(k));
       }
     }
     side.Apply(chunk);
