@@ -72,17 +72,32 @@ done_sync() { sql "SELECT COUNT(*) FROM distribute_event WHERE topic = 'SYNC' AN
 wait_for '[[ $(done_sync) -ge 50 ]]' 120 "50 sync events done"
 declare -A pid_of=(["127.0.0.1:$P1"]=n1 ["127.0.0.1:$P2"]=n2 ["127.0.0.1:$P3"]=n3 ["127.0.0.1:$P4"]=n4)
 killed=()
-for victim in 1 2; do
-  node=""
+# A victim is frozen (SIGSTOP) before its event is confirmed still RUNNING on it, then
+# killed: a SYNC event lasts 100 ms, less than a loaded machine may take between the
+# query that finds it and the kill, and an event that ended before the kill was not
+# interrupted. A node whose event ended in between is thawed and another is looked for.
+interrupt_one() {  # kills an original node running a SYNC event; false if it got away
+  local alive id name pid_var
   alive=$(printf "'%s'," "${!pid_of[@]}")
-  wait_for 'node=$(sql "SELECT node_address FROM distribute_event WHERE topic = '"'SYNC'"' AND status = '"'RUNNING'"'
-                          AND node_address IN (${alive%,}) ORDER BY id LIMIT 1"); [[ -n $node ]]' 30 "a SYNC event RUNNING on an original node"
+  wait_for 'read -r id node <<< "$(sql "SELECT id, node_address FROM distribute_event WHERE topic = '"'SYNC'"'
+                AND status = '"'RUNNING'"' AND node_address IN (${alive%,}) ORDER BY id LIMIT 1")"; [[ -n $node ]]' \
+    30 "a SYNC event RUNNING on an original node"
   name=${pid_of[$node]}
   pid_var="PID_$name"
+  kill -STOP "${!pid_var}"
+  if [[ $(sql "SELECT COUNT(*) FROM distribute_event WHERE id = $id AND status = 'RUNNING' AND node_address = '$node'") != 1 ]]; then
+    kill -CONT "${!pid_var}"
+    return 1
+  fi
   kill9 "${!pid_var}"
   unset "pid_of[$node]"
   killed+=("$name")
+}
+for attempt in $(seq 1 20); do
+  (( ${#killed[@]} == 2 )) && break
+  interrupt_one || true
 done
+(( ${#killed[@]} == 2 )) || fail "could not catch two nodes running a SYNC event in 20 attempts"
 echo "killed ${killed[*]} (each running a SYNC event) at $(done_sync) sync events done"
 start_node n5 "$P5" --capacity 16
 start_node n6 "$P6" --capacity 16
