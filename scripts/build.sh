@@ -24,7 +24,18 @@ if command -v ccache >/dev/null; then
 else
   flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=)
 fi
-cmake -S . -B "$build" "${flags[@]}" >/dev/null
+# Ninja when it is installed (scripts/setup.sh installs it): unlike Makefiles, it compiles
+# a target's files while the libraries it links are still being built (the app's and the
+# tests' files need only the product's headers), so both cores stay busy to the end. A
+# folder configured with the other generator is reconfigured from scratch (its objects
+# are rebuilt once).
+generator="Unix Makefiles"
+command -v ninja >/dev/null && generator=Ninja
+if [[ -f $build/CMakeCache.txt ]] && ! grep -qx "CMAKE_GENERATOR:INTERNAL=$generator" "$build/CMakeCache.txt"; then
+  echo "build: $build/ was configured for another generator; configuring it for $generator" >&2
+  rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
+fi
+cmake -S . -B "$build" -G "$generator" "${flags[@]}" >/dev/null
 targets=()
 for t in "$@"; do targets+=(--target "$t"); done
 cmake --build "$build" -j"$(nproc)" "${targets[@]}"

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config ninja-build
   libmysqlcppconn-dev libpoco-dev nlohmann-json3-dev libspdlog-dev
   libssl-dev  # the http step type's TLS (OpenSSL)
   libgtest-dev googletest

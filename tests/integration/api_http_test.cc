@@ -50,7 +50,7 @@ using testing::TestSchema;
 constexpr int64_t kMaxBody = 64 * 1024;
 constexpr const char* kNode = "127.0.0.1:7301";
 
-Settings TestSettings() {
+Settings ApiTestSettings() {
   Settings s;
   s.service = "api-test";
   s.api.max_body_bytes = kMaxBody;
@@ -98,7 +98,7 @@ using testing::LogCapture;
 class ApiHttpTest : public ::testing::Test {
  protected:
   ApiHttpTest()
-      : settings_(TestSettings()),
+      : settings_(ApiTestSettings()),
         store_(db_.pool(), settings_),
         parts_(db_.pool(), settings_, kNode) {}
 

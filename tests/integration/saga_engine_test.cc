@@ -60,7 +60,7 @@ class ChunkerStep final : public StepHandler {
 using testing::Step;
 StepSpec Demo(const std::string& name) { return Step(name); }
 
-std::map<std::string, TopicSettings> Topics() {
+std::map<std::string, TopicSettings> EngineTopics() {
   TopicSettings demo = testing::DemoTopic(/*max_retry=*/3, /*backoff_base=*/100ms, /*backoff_max=*/1000ms);
 
   TopicSettings retry_many = demo;
@@ -150,7 +150,7 @@ Plans OneStepPlans(const std::string& topic, const std::string& name, const std:
 class SagaEngineTest : public testing::SagaTest {
  protected:
   SagaEngineTest()
-      : plans_(Topics(), Registry()), datasources_({}),
+      : plans_(EngineTopics(), Registry()), datasources_({}),
         engine_a_(db_.pool(), plans_, datasources_, clock_, kNodeA),
         engine_b_(db_.pool(), plans_, datasources_, clock_, kNodeB) {}
 
@@ -831,7 +831,7 @@ class OperatorRetryTest : public SagaEngineTest {
   OperatorRetryTest() : settings_(StoreSettings()), store_(db_.pool(), settings_) {}
   static Settings StoreSettings() {
     Settings s;
-    s.topics = Topics();
+    s.topics = EngineTopics();
     return s;
   }
   std::string RunToRest(const std::string& code) {

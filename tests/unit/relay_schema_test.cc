@@ -8,7 +8,7 @@
 namespace dsync::table {
 namespace {
 
-TableSchema Sample() {
+TableSchema SampleSchema() {
   TableSchema s;
   s.label = "env_b.kb_doc";
   s.table = "kb_doc";
@@ -25,7 +25,7 @@ TEST(RelaySchema, RoundTrips) {
   TableShape shape;
   shape.columns = {{"id", "bigint(20)", false, ""}, {"odd `name`|", "varchar(20)", true, "utf8mb4_bin"}};
   shape.key = {"id"};
-  const TableSchema sample = Sample();
+  const TableSchema sample = SampleSchema();
   const RelaySchema back = ParseRelaySchema(RelaySchemaJson(sample, shape));
   EXPECT_EQ(back.schema.label, "env_b.kb_doc");
   EXPECT_EQ(back.schema.key, sample.key);

@@ -16,7 +16,7 @@ namespace {
 
 using nlohmann::json;
 
-StepSpec Spec(const std::string& type, json params) { return testing::Step("check", type, std::move(params)); }
+StepSpec VerifySpec(const std::string& type, json params) { return testing::Step("check", type, std::move(params)); }
 
 TEST(VerifyRequest, TopicOrOneTable) {
   api::VerifyRequest t = api::ParseVerifyRequest({{"topic", "SPACE_ADD"}, {"payload", {{"space_id", 9}}}});
@@ -43,7 +43,7 @@ TEST(VerifyRequest, RejectsBadBodies) {
 
 TEST(TableCheck, TakesTheKeysOfTableSync) {
   table::TableCheck c = table::ParseTableCheck(
-      Spec("table_verify", {{"source", "a"}, {"target", "b"}, {"table", "kb_doc"}, {"where", "space_id = :s"},
+      VerifySpec("table_verify", {{"source", "a"}, {"target", "b"}, {"table", "kb_doc"}, {"where", "space_id = :s"},
                             {"columns", {"id", "title"}}, {"chunk_size", 500}, {"delete_missing", true},
                             {"undo_retention_days", 3}}),
       "table_verify");
@@ -56,10 +56,10 @@ TEST(TableCheck, TakesTheKeysOfTableSync) {
                           json{{"source", "a"}, {"target", "b"}, {"table", "t"}, {"where", "1 = 1; DROP TABLE t"}},
                           json{{"source", "a"}, {"target", "b"}, {"table", "t"}, {"where", "1 = 1"}, {"typo", 1}},
                           json{{"source", "a"}, {"target", "b"}, {"table", "t"}, {"where", "1 = 1"}, {"chunk_size", 0}}}) {
-    EXPECT_THROW(saga::MakeTableVerifyStep(Spec("table_verify", bad)), ConfigError) << bad.dump();
+    EXPECT_THROW(saga::MakeTableVerifyStep(VerifySpec("table_verify", bad)), ConfigError) << bad.dump();
   }
-  EXPECT_THROW(saga::MakeTableRepairStep(Spec("table_repair", {{"table", "t"}})), ConfigError);
-  EXPECT_NE(saga::MakeTableRepairStep(Spec("table_repair", json::object())), nullptr);
+  EXPECT_THROW(saga::MakeTableRepairStep(VerifySpec("table_repair", {{"table", "t"}})), ConfigError);
+  EXPECT_NE(saga::MakeTableRepairStep(VerifySpec("table_repair", json::object())), nullptr);
   EXPECT_THROW(table::MakeTableCheck("a", "b", "t", "id = 1 -- x"), table::VerifyInputError);
   EXPECT_THROW(table::MakeTableCheck("a", "a", "t", "1 = 1"), table::VerifyInputError);
 }
