@@ -43,7 +43,7 @@ stale=7      # env_b holds an outdated copy that the sync overwrites
 build=${DSYNC_BUILD_DIR:-build}
 offline_ms=3000  # a killed node is declared dead after this long without heartbeat
 
-bash scripts/setup.sh
+bash scripts/setup.sh --demo
 work=$(mktemp -d "${TMPDIR:-/tmp}/dsync-demo.XXXXXX")
 dir="" dir_b=""
 declare -A pid_of=()
