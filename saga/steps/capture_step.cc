@@ -163,7 +163,11 @@ class CaptureSyncStep final : public StepHandler {
       return StepResult::Transient(e.what());
     } catch (const DbError& e) {
       Forget(key);
-      if (e.kind() == DbError::Kind::kNoSuchTable) chunks_.Forget();  // recreated on the next try
+      if (e.kind() == DbError::Kind::kNoSuchTable &&
+          std::string(e.what()).find(table::kChunkTable) != std::string::npos) {
+        chunks_.Forget();  // dropped behind our back: created again on the next try
+        throw;
+      }
       if (table::IsPermanent(e)) return StepResult::Permanent("step '" + name_ + "': " + e.what());
       throw;
     } catch (const UsageError& e) {  // an unknown datasource

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/captures.h"
+#include "core/error.h"
 #include "saga/step_handler.h"
 #include "saga/steps/capture_step.h"
 #include "tests/support/test_db.h"
@@ -210,6 +211,22 @@ TEST_F(CaptureApplyTest, TheEventsOfALaterCopyDescribeTheTableAgain) {
   src_.Exec("UPDATE d SET title = 'c' WHERE id = 1");
   Ctx dropped(ds_, Keyed("d", json::array({{1}}), "s2"), "cap:ev7#0");
   StepResult r = step->Execute(dropped);
+  ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
+  EXPECT_EQ(Dump(tgt_, "d"), Dump(src_, "d"));
+}
+
+TEST_F(CaptureApplyTest, AChunkTableDroppedBehindItsBackIsCreatedAgainOnTheRetry) {
+  for (const char* t : kTables) Both(t);
+  src_.Exec("INSERT INTO d VALUES (1, 1, 'a', NULL, NULL)");
+  auto step = Step();
+  Ctx first(ds_, Keyed("d", json::array({{1}})), "cap:ev10#0");
+  ASSERT_EQ(step->Execute(first).kind, StepResult::Kind::kOk);
+  tgt_.Exec("DROP TABLE dsync_sync_chunk");
+  src_.Exec("UPDATE d SET title = 'b' WHERE id = 1");
+  Ctx second(ds_, Keyed("d", json::array({{1}})), "cap:ev11#0");
+  EXPECT_THROW(step->Execute(second), DbError);  // transient: the engine retries
+  second.attempt_no = 2;
+  StepResult r = step->Execute(second);
   ASSERT_EQ(r.kind, StepResult::Kind::kOk) << r.error;
   EXPECT_EQ(Dump(tgt_, "d"), Dump(src_, "d"));
 }
