@@ -181,6 +181,12 @@ void NarrowToKeys(Spec& c, const std::vector<std::string>& key_columns, size_t k
       add(i, 0);
     }
     match += ")";
+  } else if (keys == 1) {
+    // One key as equalities, as ColumnSet::MatchKeys.
+    for (size_t j = 0; j < key_columns.size(); ++j) {
+      match += (j > 0 ? " AND " : "") + QuoteIdentifier(key_columns[j]) + " = ?";
+      add(0, j);
+    }
   } else {
     // A row IN list, as ColumnSet::MatchKeys (the optimizer's cost of an OR of ANDs grows
     // with the square of the keys).
