@@ -44,6 +44,8 @@ std::string LaneOf(const std::string& capture, int shard, const std::string& tab
   return capture + "#" + std::to_string(shard) + "#" + Hex64(Fnv64(table, Fnv64(capture)));  // names are <= 40
 }
 
+std::string SchemaToken(const json& copy_events) { return Hex64(Fnv64(copy_events.dump())); }
+
 std::string BoundedCode(const std::string& text) {
   if (text.size() <= 64) return text;
   return "cap:" + Hex64(Fnv64(text)) + Hex64(Fnv64(text, 0x9e3779b97f4a7c15ull));
@@ -71,6 +73,7 @@ std::vector<events::NewEventRow> KeyedSyncEvents(const EventContext& ctx, const 
       auto flush = [&] {
         json payload = {{"capture", ctx.capture}, {"table", table}, {"keys", chunk},
                         {"gtid", last.GtidText()}, {"committed_at", last.committed_at}};
+        if (!ctx.schema.empty()) payload["schema"] = ctx.schema;
         out.push_back(BaseRow(ctx, BoundedCode(prefix + std::to_string(n++)), LaneOf(ctx.capture, shard, table),
                               payload));
         chunk = json::array();

@@ -45,7 +45,14 @@ struct EventContext {
   std::string capture;        // its name
   std::string service;        // the events' service
   std::string route;          // RouteKey({source, target})
+  // Names the tables' last copy (a hash of the capture's copy_events): it changes when
+  // a resume copies tables again after a DDL, so a node's description of a table
+  // (saga/steps/capture_step.h) is never one taken before the operator aligned it.
+  std::string schema{};
 };
+
+// The `schema` of EventContext for the copy_events of the capture's row.
+std::string SchemaToken(const nlohmann::json& copy_events);
 
 // The ordering key of a table's shard: "<capture>#<shard>#<table>", at most 64
 // characters (a hash of the table replaces it when longer).
@@ -55,7 +62,8 @@ std::string LaneOf(const std::string& capture, int shard, const std::string& tab
 std::string BoundedCode(const std::string& text);
 
 // The keyed-sync events of a batch of transactions ending at `last` (its GTID names
-// the codes). Payload: {"capture", "table", "keys": [[...], ...], "gtid", "committed_at"}.
+// the codes). Payload: {"capture", "table", "keys": [[...], ...], "gtid", "committed_at"}
+// and "schema" (EventContext::schema) when it is not empty.
 std::vector<events::NewEventRow> KeyedSyncEvents(const EventContext& ctx, const std::vector<CapturedTransaction>& batch);
 
 // The copy events of `tables` (the initial copy, or the tables a resume unpauses): one full sync per table (payload {"capture", "table",

@@ -253,7 +253,7 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
     last_renew = clock.Now();
   };
   const storage::DbUrl source_url = storage::DbUrl::Parse(env_.source_url);
-  const EventContext ectx{name_, env_.service, RouteKey({capture_.source, capture_.target})};
+  EventContext ectx{name_, env_.service, RouteKey({capture_.source, capture_.target}), ""};
 
   std::optional<CaptureRow> row = store_.Read(name_);
   if (!row) throw LeaseLost("the capture's row is gone");
@@ -321,7 +321,8 @@ void CaptureRunner::LeadOnce(int64_t token, std::stop_token stop) {
     renew();
   }
 
-  // RUNNING: read the binlog from the checkpoint.
+  // RUNNING: read the binlog from the checkpoint. The events name the copy they follow.
+  ectx.schema = SchemaToken(row->copy_events);
   spdlog::debug("CAPTURE_PREFLIGHT capture={} position={}", name_, row->gtid);
   Preflight(name_, capture_, env_.source_url, row->gtid);
   spdlog::debug("CAPTURE_PREFLIGHT_DONE capture={}", name_);

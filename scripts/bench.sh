@@ -1687,6 +1687,15 @@ section_capture() {
   done
   new_schema "$fw_schema"
   new_work
+  # DSYNC_BENCH_CAPTURE_SQL_LOG=DIR: every statement of the three servers with its time
+  # (the slow log at long_query_time 0) in DIR/slow-{src,tgt,fw}.log: where an event's time goes.
+  if [[ -n ${DSYNC_BENCH_CAPTURE_SQL_LOG:-} ]]; then
+    local d n
+    for n in src:$src_dir tgt:$tgt_dir fw:$dir; do
+      d=${n#*:}
+      bash scripts/mariadb.sh root "$d" -e "SET GLOBAL slow_query_log_file = '$DSYNC_BENCH_CAPTURE_SQL_LOG/slow-${n%%:*}.log', GLOBAL long_query_time = 0, GLOBAL log_slow_verbosity = 'query_plan', GLOBAL slow_query_log = 1"
+    done
+  fi
   cat > "$work/dsync.json" <<JSON
 {
   "database": "$schema_url",

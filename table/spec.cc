@@ -181,15 +181,27 @@ void NarrowToKeys(Spec& c, const std::vector<std::string>& key_columns, size_t k
       add(i, 0);
     }
     match += ")";
+  } else if (keys == 1) {
+    // One key as equalities, as ColumnSet::MatchKeys.
+    for (size_t j = 0; j < key_columns.size(); ++j) {
+      match += (j > 0 ? " AND " : "") + QuoteIdentifier(key_columns[j]) + " = ?";
+      add(0, j);
+    }
   } else {
+    // A row IN list, as ColumnSet::MatchKeys (the optimizer's cost of an OR of ANDs grows
+    // with the square of the keys).
+    match = "(";
+    for (size_t j = 0; j < key_columns.size(); ++j) match += (j > 0 ? ", " : "") + QuoteIdentifier(key_columns[j]);
+    match += ") IN (";
     for (size_t i = 0; i < keys; ++i) {
-      match += i > 0 ? " OR (" : "(";
+      match += i > 0 ? ", (" : "(";
       for (size_t j = 0; j < key_columns.size(); ++j) {
-        match += (j > 0 ? " AND " : "") + QuoteIdentifier(key_columns[j]) + " = ?";
+        match += j > 0 ? ", ?" : "?";
         add(i, j);
       }
       match += ")";
     }
+    match += ")";
   }
   for (const std::string& k : key_columns) w.columns.insert(k);
   // The where's pins stay true: every row the conjunction matches matches the where.

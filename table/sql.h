@@ -95,7 +95,7 @@ class ColumnSet {
   std::string ValuesTuple() const;                       // "(?, UNHEX(?))"
 
   // Matching keys (this set = the key columns), `n` keys:
-  //   "`id` IN (?, ?)"  or  "(`a` = ? AND `b` = ?) OR (...)"
+  //   "`id` IN (?, ?)"  or  "(`a`, `b`) IN ((?, ?), (?, ?))"  ("(`a` = ? AND `b` = ?)" for one key)
   std::string MatchKeys(size_t n) const;
   void AppendKeyValues(const Row& key, std::vector<SqlValue>& out) const;
   // Keyset pagination: rows strictly after `last` in key order.

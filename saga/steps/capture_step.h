@@ -3,15 +3,20 @@
 // by key and writing them to the target with table_sync's machinery (chunk writer,
 // undo records, fencing, exact compensation).
 //
-// Payload {"capture": NAME, "table": T, "keys": [[k, ...], ...]}: a keyed table_sync
-// (MakeKeyedTableSyncStep) of the capture's source, target, table and `where`
-// (default "1 = 1"), with delete_missing: a key the source no longer holds (a delete,
-// the old key of a key change, a row that left the filter) is deleted on the target.
-// Payload {"capture", "table", "copy": true}: the initial copy, the same sync over the
+// Payload {"capture": NAME, "table": T, "keys": [[k, ...], ...], "schema": S}: a keyed
+// sync (table::RunKeyedSync, table/keyed_sync.h) of the capture's source, target, table
+// and `where` (default "1 = 1"), with delete_missing: a key the source no longer holds
+// (a delete, the old key of a key change, a row that left the filter) is deleted on the
+// target. One source read and one target transaction per event: the table's
+// description (schemas, plan, preflight) is read once per node and reused, by (capture,
+// table, S: the copy the events follow), dropped when an apply of the table fails or a
+// copy of it runs on this node. Its compensation is table_sync's over the same keys
+// (MakeKeyedTableSyncStep), from the same chunk records.
+// Payload {"capture", "table", "copy": true}: the initial copy, table_sync over the
 // whole table. The capture is looked up in the node's config (`captures`): an event
 // naming another fails permanently, writing nothing.
 //
-// Thread safety: handlers are stateless after construction (shared by workers).
+// Thread safety: handlers are shared by workers; the descriptions are under a mutex.
 #pragma once
 
 #include <map>
