@@ -34,3 +34,8 @@ ALTER TABLE distribute_event ALTER COLUMN fair_pending SET DEFAULT 1;
 ALTER TABLE distribute_event
   DROP KEY idx_fair,
   ADD KEY idx_fair (fair_pending, priority, tenant_id, service, id, next_run_time);
+
+-- The archive keeps the live table's columns in order (V011); its rows are finished.
+ALTER TABLE distribute_event_archive
+  ADD COLUMN fair_pending TINYINT NOT NULL DEFAULT 0
+  COMMENT 'as distribute_event.fair_pending: 0 for every finished event';
