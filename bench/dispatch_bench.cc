@@ -194,7 +194,7 @@ WHERE service_name = ? AND status = 1)";
 // PENDING, as produced (a primary-key range: the terminal rows are never touched).
 constexpr const char* kResetToPending = R"(
 UPDATE distribute_event
-SET status = )" DSYNC_SQL_STATUS(PENDING) R"(, node_address = NULL, version = version + 1, assigned_time = NULL,
+SET status = )" DSYNC_SQL_STATUS(PENDING) R"(, fair_pending = 1, node_address = NULL, version = version + 1, assigned_time = NULL,
     finished_time = NULL, next_run_time = '1970-01-01 00:00:00.000'
 WHERE id BETWEEN ? AND ? AND status <> )" DSYNC_SQL_STATUS(PENDING);
 
@@ -203,7 +203,7 @@ WHERE id BETWEEN ? AND ? AND status <> )" DSYNC_SQL_STATUS(PENDING);
 constexpr const char* kCompleteAssigned = R"(
 UPDATE distribute_event
 SET status = )" DSYNC_SQL_STATUS(SUCCESS) R"(, version = version + 1, finished_time = NOW(3)
-WHERE status = )" DSYNC_SQL_STATUS(ASSIGNED);
+WHERE status = )" DSYNC_SQL_STATUS(ASSIGNED);  // fair_pending is 0 since the assignment (V029)
 
 // The first and last id of the bench's pending events (uk_code range).
 constexpr const char* kPendingIdRange = R"(

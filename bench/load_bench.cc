@@ -453,8 +453,8 @@ struct CeilingSql {
     std::string ids = Marks(rows);
     insert_events = InsertSql(static_cast<int>(rows));
     // Params: node; ids.
-    assign = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET status = " DSYNC_SQL_STATUS(ASSIGNED) ", node_address = ?, version = version + 1, "
-             "assigned_time = NOW(3) WHERE id IN (" + ids + ") AND status = " DSYNC_SQL_STATUS(PENDING);
+    assign = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET status = " DSYNC_SQL_STATUS(ASSIGNED) ", fair_pending = 0, node_address = ?, "
+             "version = version + 1, assigned_time = NOW(3) WHERE id IN (" + ids + ") AND status = " DSYNC_SQL_STATUS(PENDING);
     // Params: node, 'RUNNING', why (log); ids; node.
     claim = "UPDATE distribute_event FORCE INDEX (PRIMARY) SET " DSYNC_APPEND_PROCESS_LOG
             ", status = " DSYNC_SQL_STATUS(RUNNING) ", version = version + 1, attempt = attempt + 1, started_time = NOW(3), "

@@ -52,6 +52,8 @@ constexpr size_t kMaxReason = 1024;
 constexpr int kMaxDueHeads = 10000;
 // How often a fair cycle reads every pair; in between, only those of new rows.
 constexpr Millis kHeadsRefresh{2000};
+// How many rows each way RepairFairPending sets at most per pass (kFairRepairInterval).
+constexpr int kFairRepairMax = 10000;
 
 // At most `max` bytes of `text`, cut at a UTF-8 character boundary.
 std::string Truncated(const std::string& text, size_t max) {
@@ -230,6 +232,24 @@ bool DispatchCycle::ReadHeads() {
   });
   if (shared) planner_.BeginFairCycle(heads_);
   return shared;
+}
+
+void DispatchCycle::RepairFairPending() {
+  const Clock::TimePoint now = clock_.Now();
+  if (repaired_at_ && now - *repaired_at_ < kFairRepairInterval) return;
+  repaired_at_ = now;
+  try {
+    const int64_t n = pool_.Run("repair fair_pending", [&](storage::Connection& c) {
+      return events::RepairFairPending(c, options_.service, kFairRepairMax);
+    });
+    if (n > 0) {
+      spdlog::warn("FAIR_PENDING_REPAIRED service={} events={} (a status changed without fair_pending, V029)",
+                   options_.service, n);
+      heads_at_.reset();  // the pairs as they are now, at this cycle
+    }
+  } catch (const DbError& e) {
+    spdlog::warn("FAIR_PENDING_REPAIR_FAILED service={} err={}", options_.service, e.what());
+  }
 }
 
 void DispatchCycle::MergeHeads(std::vector<events::DueHead> found) {
@@ -449,6 +469,7 @@ CycleResult DispatchCycle::RunPages(const std::optional<LeaseFence>& fence,
   // the fair order is ReadDue's (priority, id) order, and the cycle reads as an unfair
   // one, the pairs of new rows riding along with its first page (ReadDueWithNewHeads).
   const bool fair = planner_.fair();
+  if (fair) RepairFairPending();
   bool shared = false;
   bool heads_read = false;
   bool new_heads_read = false;  // this cycle's new pairs were read (unshared: with the first page)

@@ -25,14 +25,17 @@
 //     wait never fill a page and block the ones behind them.
 //   - fair dispatch (issue 37, the default; docs/fairness-and-limits.md): the
 //     (priority, tenant) pairs with PENDING events (events::ReadDueHeads, a loose index
-//     scan of V021's idx_fair, every 2 s; in between only the pairs of rows inserted
+//     scan of V029's idx_fair, every 2 s; in between only the pairs of rows inserted
 //     since, a primary-key range). While each priority has one tenant at most, the
 //     cycle reads the page above (the fair order is its order), the new pairs riding
 //     along in its first page's statement (events::ReadDueWithNewHeads: no round trip
 //     of their own). With two tenants or more in a priority (CycleResult::shared),
 //     instead of that page: per page one UNION ALL of per-pair windows
 //     (events::ReadDueWindows, the same filters) that the planner shares by deficit
-//     round robin, the new pairs read before (events::ReadNewDueHeads);
+//     round robin, the new pairs read before (events::ReadNewDueHeads). idx_fair leads
+//     with V029's fair_pending (1 exactly while PENDING), so its entry moves only when an
+//     event becomes PENDING or stops being so; where a status changed by hand left the
+//     column wrong, the leader sets it right every kFairRepairInterval (60 s);
 //   - concurrency limits (only when configured; without any, no read and no
 //     bookkeeping): in-flight events per topic, and per key value of keyed topics, of
 //     the service on any node (a range of idx_due over the in-flight statuses), and
@@ -145,6 +148,11 @@ Millis NextDispatchDelay(const CycleResult& r, Millis previous, const Dispatcher
 // busy_interval (NextDispatchDelay's `busy`): 20 ms at the default 2 ms. A lone
 // event costs at most this many extra cycles (3 index-only SELECTs each).
 inline constexpr int kBusyEmptyCycles = 10;
+// How often a fair leader sets V029's fair_pending right where a status changed by hand
+// (without the column) left it wrong (events::RepairFairPending: two reads of the
+// PENDING backlog, row by row: ~0.3 s per 100k PENDING events here), the first time at
+// its first cycle.
+inline constexpr Millis kFairRepairInterval{60000};
 
 class DispatchCycle {
  public:
@@ -195,6 +203,9 @@ class DispatchCycle {
   static bool SharedHeads(const std::vector<events::DueHead>& heads);
   // ReadDue's page, with the pairs of rows inserted since heads_after_id_ merged into heads_.
   std::vector<events::DueEvent> ReadDueWithNewHeads(const PageFilter& filter, const Cursor& after);
+  // V029's fair_pending set right where a hand-written status change left it wrong
+  // (events::RepairFairPending), at most every kFairRepairInterval; failures are logged.
+  void RepairFairPending();
   LimitUsage ReadLimitUsage();
   void FillLimitKeys(std::vector<events::DueEvent>& events);
   // Records planner_.Unroutable() and the unknown topics (see the file comment).
@@ -221,6 +232,7 @@ class DispatchCycle {
   std::vector<events::DueHead> heads_;
   std::optional<Clock::TimePoint> heads_at_;
   int64_t heads_after_id_ = 0;  // the newest event id the pairs were read up to
+  std::optional<Clock::TimePoint> repaired_at_;  // the last RepairFairPending
   // The lease token RecordUnordered last wrote under (-1: unfenced; nullopt: never).
   std::optional<int64_t> unordered_token_;
   // Paused topics (V022, control/topic_pause.h), reread at most every kPauseRefresh

@@ -113,7 +113,7 @@ const std::string& AssignChunkSql() {
     const std::string marks = storage::Marks(kAssignChunk);
     return "UPDATE distribute_event\nSET node_address = ELT(FIELD(id, " + marks + "), " + marks +
            "),\n    " DSYNC_PROCESS_LOG_ENTRY("node_address", DSYNC_SQL_STATUS(ASSIGNED), "'assigned by the dispatcher'") +
-           std::string(",\n    status = " DSYNC_SQL_STATUS(ASSIGNED) ", version = version + 1, assigned_time = NOW(3)\nWHERE id IN (") +
+           std::string(",\n    status = " DSYNC_SQL_STATUS(ASSIGNED) ", fair_pending = 0, version = version + 1, assigned_time = NOW(3)\nWHERE id IN (") +
            marks + ") AND status = " DSYNC_SQL_STATUS(PENDING) "\n  AND version = CAST(ELT(FIELD(id, " + marks + "), " + marks +
            ") AS SIGNED)";
   }();
@@ -167,14 +167,17 @@ std::vector<DueEvent> ReadDue(storage::Connection& c, const DueFilter& f) {
 
 // ---- issue 37: fair windows and concurrency limits ----
 
-// Params: service, max. A loose index scan of idx_fair (priority, tenant_id, status,
-// service, id, next_run_time): GROUP BY its first two columns with the next two equal to
-// constants reads one index entry per (priority, tenant_id) of the table ("Using index
-// for group-by"), not the events. FORCE INDEX: the same on MariaDB and MySQL 8.
+// Params: service, max. A loose index scan of idx_fair (V029: fair_pending, priority,
+// tenant_id, service, id, next_run_time): GROUP BY its first three columns, the first and
+// the fourth equal to constants, reads one index entry per (priority, tenant_id) of the
+// PENDING events ("Using index for group-by"), not the events. fair_pending stands for
+// `status = 'PENDING'` (V029), which the index does not hold: so its entry moves only
+// when an event becomes PENDING or stops being so, never at claim or completion.
+// FORCE INDEX: the same on MariaDB and MySQL 8.
 constexpr const char* kSelectDueHeads = R"(
 SELECT priority, tenant_id, MIN(id) FROM distribute_event FORCE INDEX (idx_fair)
-WHERE status = )" DSYNC_SQL_STATUS(PENDING) R"( AND service = ?
-GROUP BY priority, tenant_id
+WHERE fair_pending = 1 AND service = ?
+GROUP BY fair_pending, priority, tenant_id
 ORDER BY priority, tenant_id
 LIMIT ?)";
 
@@ -264,12 +267,15 @@ std::vector<DueHead> ReadDueHeads(storage::Connection& c, const std::string& ser
 namespace {
 
 // One window: kSelectDueEvents's row and filters for one (priority, tenant_id), a ref
-// range on idx_fair in id order. Params: priority, tenant_id, service, after id,
-// any_topic, served, exhausted, unordered, limit.
+// range on idx_fair (fair_pending = 1, priority, tenant_id, service) in id order,
+// next_run_time checked in the index; `status` is checked on the row the columns read
+// anyway (a row whose status was changed by hand without fair_pending: V029).
+// Params: priority, tenant_id, service, after id, any_topic, served, exhausted,
+// unordered, limit.
 constexpr const char* kWindowSql = R"((
 )" DSYNC_DUE_COLUMNS R"(FROM distribute_event e FORCE INDEX (idx_fair)
-WHERE e.priority = ? AND e.tenant_id = ? AND e.status = )" DSYNC_SQL_STATUS(PENDING) R"( AND e.service = ? AND e.id > ?
-  AND e.next_run_time <= NOW(3)
+WHERE e.fair_pending = 1 AND e.priority = ? AND e.tenant_id = ? AND e.service = ? AND e.id > ?
+  AND e.next_run_time <= NOW(3) AND e.status = )" DSYNC_SQL_STATUS(PENDING) R"(
 )" DSYNC_DUE_FILTERS R"(ORDER BY e.id
 LIMIT ?))";
 
@@ -369,6 +375,30 @@ std::map<int64_t, std::string> ReadPayloadKeys(storage::Connection& c, const std
     if (!rs->isNull(2)) out[rs->getInt64(1)] = rs->getString(2);
   }
   return out;
+}
+
+namespace {
+// Params: service, max. Non-locking reads (the repair UPDATE rechecks each row).
+constexpr const char* kSelectStrandedPending =
+    "SELECT id FROM distribute_event FORCE INDEX (idx_due) "
+    "WHERE status = " DSYNC_SQL_STATUS(PENDING) " AND service = ? AND fair_pending <> 1 LIMIT ?";
+constexpr const char* kSelectStaleFairPending =
+    "SELECT id FROM distribute_event FORCE INDEX (idx_fair) "
+    "WHERE fair_pending = 1 AND service = ? AND status <> " DSYNC_SQL_STATUS(PENDING) " LIMIT ?";
+}  // namespace
+
+int64_t RepairFairPending(storage::Connection& c, const std::string& service, int max) {
+  std::vector<storage::Value> ids;
+  for (const char* sql : {kSelectStrandedPending, kSelectStaleFairPending}) {
+    auto rs = c.Query(sql, service, int64_t{max});
+    while (rs->next()) ids.emplace_back(rs->getInt64(1));
+  }
+  if (ids.empty()) return 0;
+  // Per row under its lock: whatever its status is by then.
+  return static_cast<int64_t>(c.Execute(
+      "UPDATE distribute_event SET fair_pending = (status = " DSYNC_SQL_STATUS(PENDING) ") WHERE id IN (" +
+          storage::Marks(ids.size()) + ") AND fair_pending <> (status = " DSYNC_SQL_STATUS(PENDING) ")",
+      storage::Values(ids)));
 }
 
 // ---- end of issue 37 ----

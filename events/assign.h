@@ -3,8 +3,11 @@
 //
 //   UPDATE distribute_event
 //   SET node_address=?, process_log=<append {node, PENDING -> ASSIGNED}>,
-//       status='ASSIGNED', version=version+1, assigned_time=NOW(3)
+//       status='ASSIGNED', fair_pending=0, version=version+1, assigned_time=NOW(3)
 //   WHERE id=? AND version=? AND status='PENDING'
+//
+// (fair_pending, V029: 1 exactly while PENDING, written by every statement that moves
+// an event to or from PENDING; it leads idx_fair, the fair reads' index.)
 //
 // written for 64 events per statement (AssignEvents). Reads, each one statement served
 // by an index that never visits terminal rows (see each function).
@@ -91,7 +94,7 @@ struct DueHead {
 };
 
 // Every (priority, tenant_id) with PENDING events of `service`, sorted, at most `max`:
-// a loose index scan of idx_fair (V021: priority, tenant_id, status, service, id, ...),
+// a loose index scan of idx_fair (V029: fair_pending, priority, tenant_id, service, id, ...),
 // one index dive per (priority, tenant_id) the table holds, whatever the number of
 // events. The optimizer picks it by cost: with index statistics that badly overstate
 // the pairs (a fresh bulk load before InnoDB's automatic recalculation, which follows a
@@ -141,6 +144,16 @@ std::map<std::string, int64_t> CountInFlightByKey(storage::Connection& c, const 
 // missing or the payload is not JSON. Throws DbError.
 std::map<int64_t, std::string> ReadPayloadKeys(storage::Connection& c, const std::string& key,
                                                const std::vector<int64_t>& ids);
+
+// V029's fair_pending set right where a hand-written status change left it wrong (the
+// framework's statements write it with every change to or from PENDING): PENDING rows
+// with 0, which the fair reads would never see (a range of idx_due over the service's
+// PENDING rows, the column read on each row), and rows no longer PENDING with 1, which
+// would keep their pair among the heads (the fair_pending = 1 range of idx_fair, the
+// status read on each row). Both reads cost the PENDING backlog in row lookups, so the
+// leader runs this at most every kFairRepairInterval; at most `max` rows each way per
+// call. Returns the rows set. Throws DbError.
+int64_t RepairFairPending(storage::Connection& c, const std::string& service, int max);
 
 // The statements, for the bench's EXPLAINs.
 const char* DueHeadsSql();

@@ -30,8 +30,8 @@ constexpr const char* kSelectStartedSteps =
 
 // Params: node, 'FAILED', why (log); last_error, result, id, version, offline timeout (us).
 constexpr const char* kCancelEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = )" DSYNC_SQL_STATUS(FAILED) R"(, version = version + 1, finished_time = NOW(3), modifier_time = NOW(3),
-  last_error = ?, result = ?
+  status = )" DSYNC_SQL_STATUS(FAILED) R"(, fair_pending = 0, version = version + 1, finished_time = NOW(3),
+  modifier_time = NOW(3), last_error = ?, result = ?
 WHERE id = ? AND version = ? AND status IN ()" DSYNC_SQL_STATUS(PENDING) R"(, )" DSYNC_SQL_STATUS(ASSIGNED) R"() AND phase = 'FORWARD'
   AND NOT (status = )" DSYNC_SQL_STATUS(ASSIGNED) R"( AND )" DSYNC_HELD_BY_LIVE_NODE("distribute_event") R"()
   AND NOT EXISTS (SELECT 1 FROM distribute_event_step s

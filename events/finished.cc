@@ -6,7 +6,7 @@ namespace {
 
 // Params: result, code. Only a row this call inserted (PENDING, never assigned) moves.
 constexpr const char* kFinish =
-    "UPDATE distribute_event SET status = " DSYNC_SQL_STATUS(SUCCESS) ", result = ?, finished_time = NOW(3) "
+    "UPDATE distribute_event SET status = " DSYNC_SQL_STATUS(SUCCESS) ", fair_pending = 0, result = ?, finished_time = NOW(3) "
     "WHERE code = ? AND status = " DSYNC_SQL_STATUS(PENDING) " AND node_address IS NULL";
 
 }  // namespace

@@ -13,7 +13,7 @@ namespace {
 #define DSYNC_RESET_SET                                                                     \
   "UPDATE distribute_event\nSET last_error = ?, " DSYNC_PROCESS_LOG_ENTRY(                  \
       "node_address", DSYNC_SQL_STATUS(PENDING), "last_error") ",\n"                                      \
-  "    status = " DSYNC_SQL_STATUS(PENDING) ", node_address = NULL, version = version + 1, "                    \
+  "    status = " DSYNC_SQL_STATUS(PENDING) ", fair_pending = 1, node_address = NULL, version = version + 1, "                    \
   "next_run_time = NOW(3),\n    reset_count = reset_count + ?\n"
 
 // Params: last_error, reset_count increment, id, version, status.

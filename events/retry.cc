@@ -26,7 +26,7 @@ WHERE job_code = ? AND status = )" DSYNC_SQL_STATUS(COMPENSATING);
 // Params: node, 'PENDING', why (log); id, version. Phase stays COMPENSATE; the result
 // keeps the original failure, without the compensation's.
 constexpr const char* kResumeCompensation = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = )" DSYNC_SQL_STATUS(PENDING) R"(, node_address = NULL, version = version + 1, reset_count = 0,
+  status = )" DSYNC_SQL_STATUS(PENDING) R"(, fair_pending = 1, node_address = NULL, version = version + 1, reset_count = 0,
   next_run_time = '1970-01-01 00:00:00.000',
   result = IF(JSON_VALID(result), JSON_REMOVE(result, '$.compensation_failed_step', '$.compensation_error'), result),
   last_error = NULL, assigned_time = NULL, finished_time = NULL, modifier_time = NOW(3)
@@ -44,7 +44,7 @@ constexpr const char* kResetUnfinishedSteps = DSYNC_RESET_STEPS " AND status <> 
 
 // Params: node, 'PENDING', why (log); id, version.
 constexpr const char* kRetryEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = )" DSYNC_SQL_STATUS(PENDING) R"(, phase = 'FORWARD', node_address = NULL, version = version + 1,
+  status = )" DSYNC_SQL_STATUS(PENDING) R"(, fair_pending = 1, phase = 'FORWARD', node_address = NULL, version = version + 1,
   retry_count = 0, reset_count = 0, next_run_time = '1970-01-01 00:00:00.000', result = NULL, last_error = NULL,
   progress = 0, assigned_time = NULL, started_time = NULL, finished_time = NULL,
   modifier_time = NOW(3)

@@ -42,7 +42,7 @@ WHERE id = ? AND version = ?)";
 // Params: node, 'PENDING', why (log); retry increment, reset increment, backoff
 // (microseconds), last_error, id, version.
 constexpr const char* kScheduleEventRetry = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = )" DSYNC_SQL_STATUS(PENDING) R"(, node_address = NULL, version = version + 1,
+  status = )" DSYNC_SQL_STATUS(PENDING) R"(, fair_pending = 1, node_address = NULL, version = version + 1,
   retry_count = retry_count + ?, reset_count = reset_count + ?,
   next_run_time = NOW(3) + INTERVAL ? MICROSECOND,
   last_error = ?, modifier_time = NOW(3)
@@ -50,7 +50,7 @@ WHERE id = ? AND version = ?)";
 
 // Params: node, 'PENDING', why (log); route, id, version. HandOnEvent.
 constexpr const char* kHandOnEvent = "UPDATE distribute_event SET " DSYNC_APPEND_PROCESS_LOG R"(,
-  status = )" DSYNC_SQL_STATUS(PENDING) R"(, node_address = NULL, version = version + 1,
+  status = )" DSYNC_SQL_STATUS(PENDING) R"(, fair_pending = 1, node_address = NULL, version = version + 1,
   next_run_time = NOW(3), modifier_time = NOW(3), route = ?
 WHERE id = ? AND version = ? AND status IN )" DSYNC_SQL_CLAIMED R"()";
 

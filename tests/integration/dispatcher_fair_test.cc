@@ -183,6 +183,43 @@ TEST_F(DispatcherFairTest, PausesAreRereadEveryPauseRefresh) {
   EXPECT_EQ(cycle.RunOnce(std::nullopt).assigned, 1);
 }
 
+// V029: the fair reads go by fair_pending, which every framework statement writes with
+// the status. A status changed by hand without it is set right by the leader every
+// kFairRepairInterval: events made PENDING again are read by the windows from then on,
+// and a pair whose only event left PENDING is no longer among the heads.
+TEST_F(DispatcherFairTest, AStatusChangedByHandWithoutFairPendingIsRepaired) {
+  AddNode(db, {.address = "a:1", .capacity = 10});
+  AddTenantEvents(db, "A", 20, "a");
+  AddTenantEvents(db, "B", 20, "b");
+  AddEvent(db, {.code = "c-1", .tenant = "C", .next_run_in_s = 3600});  // a pair, not due
+  FakeClock fake;
+  DispatchCycle cycle = FairCycleOf(db, fake, TestSettings());
+  CycleResult r = cycle.RunOnce(std::nullopt);
+  EXPECT_TRUE(r.shared);
+  EXPECT_EQ(r.assigned, 10);
+  EXPECT_EQ(Count(db, "status = 'ASSIGNED' AND fair_pending = 0"), 10);  // written by the assignment
+  // By hand: the assigned events back to PENDING, C's only event to SUCCESS.
+  db.pool().Run("by hand", [&](storage::Connection& c) {
+    c.Execute("UPDATE distribute_event SET status = 'PENDING', node_address = NULL WHERE status = 'ASSIGNED'");
+    c.Execute("UPDATE distribute_event SET status = 'SUCCESS' WHERE code = 'c-1'");
+  });
+  const std::string stranded = "status = 'PENDING' AND fair_pending = 0";
+  const std::string stale = "status <> 'PENDING' AND fair_pending = 1";
+  EXPECT_EQ(Count(db, stranded), 10);
+  EXPECT_EQ(Count(db, stale), 1);
+  fake.Advance(kFairRepairInterval);
+  r = cycle.RunOnce(std::nullopt);
+  EXPECT_EQ(Count(db, stranded), 0);
+  EXPECT_EQ(Count(db, stale), 0);
+  EXPECT_EQ(r.assigned, 10);
+  // The repaired events are the oldest of their tenants: each window read them first.
+  EXPECT_EQ(Count(db, "code IN ('a-1', 'b-1') AND status = 'ASSIGNED'"), 2);
+  auto heads = db.pool().Run("heads", [&](storage::Connection& c) { return events::ReadDueHeads(c, kService, 100); });
+  ASSERT_EQ(heads.size(), 2u);
+  EXPECT_EQ(heads[0].tenant_id, "A");
+  EXPECT_EQ(heads[1].tenant_id, "B");
+}
+
 TEST_F(DispatcherFairTest, WithFairnessOffTheBacklogGoesFirst) {
   AddNode(db, {.address = "a:1", .capacity = 20});
   AddTenantEvents(db, "A", 2000, "a");

@@ -62,10 +62,11 @@ struct EventRow {
 
 inline int64_t AddEvent(TestSchema& db, const EventRow& e) {
   return db.pool().Run("add event", [&](storage::Connection& c) {
-    c.Execute("INSERT INTO distribute_event (tenant_id, code, data_id, topic, status, node_address, "
+    // fair_pending (V029) as the framework's statements write it: 1 exactly while PENDING.
+    c.Execute("INSERT INTO distribute_event (tenant_id, code, data_id, topic, status, fair_pending, node_address, "
               "version, priority, next_run_time, phase, retry_count, service) "
-              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(3) + INTERVAL ? SECOND, ?, ?, ?)",
-              e.tenant, e.code, e.data_id.empty() ? e.code : e.data_id, e.topic, e.status, e.node,
+              "VALUES (?, ?, ?, ?, ?, ? = 'PENDING', ?, ?, ?, NOW(3) + INTERVAL ? SECOND, ?, ?, ?)",
+              e.tenant, e.code, e.data_id.empty() ? e.code : e.data_id, e.topic, e.status, e.status, e.node,
               e.version, e.priority, e.next_run_in_s, e.phase, e.retry_count, e.service);
     return *c.QueryInt("SELECT id FROM distribute_event WHERE code = ?", e.code);
   });
