@@ -18,6 +18,7 @@
 #include "api/verify_service.h"
 #include "core/json_limits.h"
 #include "app/command_support.h"
+#include "app/options.h"
 #include "app/verify_command.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -198,7 +199,7 @@ bool WaitForRepairs(api::EventStore& store, Clock& clock, const std::vector<std:
 // delete_missing), with the same undo.
 bool RepairAcrossTheGap(const Settings& s, storage::ConnectionPool& pool, Clock& clock, const api::VerifyRequest& r,
                         bool no_wait, std::chrono::milliseconds timeout, bool json_out) {
-  api::EventStore store(pool, s);
+  api::EventStore store(pool, StoreOptionsFrom(s));
   api::NewEvent e;
   e.code = RepairCode();
   e.topic = r.topic;
@@ -216,7 +217,7 @@ bool RepairAcrossTheGap(const Settings& s, storage::ConnectionPool& pool, Clock&
 bool Repair(const Settings& s, storage::ConnectionPool& pool, Clock& clock, const api::VerifyRequest& r,
             const api::VerifyReport& report, const std::string& topic, bool no_wait,
             std::chrono::milliseconds timeout, bool json_out) {
-  api::EventStore store(pool, s);
+  api::EventStore store(pool, StoreOptionsFrom(s));
   std::vector<std::string> codes;
   for (size_t i = 0; i < report.diffs.size(); ++i) {
     const auto& d = report.diffs[i];
@@ -291,7 +292,7 @@ int RunVerify(const Invocation& inv) {
   // are compared by a process of each (table/relay_verify.h), and a repair is a relayed
   // re-sync of the topic (RepairAcrossTheGap).
   bool gap = false;
-  for (const table::TableCheck& c : api::VerifyService(s, nullptr).Checks(r)) {
+  for (const table::TableCheck& c : api::VerifyService(StoreOptionsFrom(s), nullptr, clock).Checks(r)) {
     gap = gap || (s.datasources.count(c.source) == 0 && s.datasources.count(c.target) > 0);
   }
   if (repair && !gap) RequireRepairTopic(s, repair_topic);
@@ -309,7 +310,7 @@ int RunVerify(const Invocation& inv) {
       spdlog::warn("VERIFY_NO_HISTORY err={}", e.what());
     }
   }
-  api::VerifyService service(s, pool.get());
+  api::VerifyService service(StoreOptionsFrom(s), pool.get(), clock);
   (void)service.Checks(r);  // bad names fail before anything runs
   api::VerifyReport report = service.Run(r, repair ? static_cast<size_t>(table::kMaxRepairKeys) + 1 : r.max_keys);
   service.Record(r, report);
