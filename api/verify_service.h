@@ -3,7 +3,7 @@
 // comparing each (table/verify.h), the --json answer, and the run's
 // history in the framework database (V013: dsync_verify_result, v_verify_latest).
 //
-//   api::VerifyService verify(settings, &pool);              // pool: history (may be null)
+//   api::VerifyService verify(app::StoreOptionsFrom(settings), &pool, clock);  // pool: history (may be null)
 //   api::VerifyRequest r = api::ParseVerifyRequest(body);     // throws UsageError
 //   api::VerifyReport report = verify.Run(r);                 // throws UsageError, DbError
 //   verify.Record(r, report);                                 // best effort
