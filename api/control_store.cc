@@ -27,8 +27,8 @@ void RequireTopicName(const std::string& topic) {
 
 }  // namespace
 
-ControlStore::ControlStore(storage::ConnectionPool& pool, const Settings& settings, Clock& clock)
-    : pool_(pool), clock_(clock), service_(settings.service), topics_(settings.topics), schedules_(settings.schedules) {}
+ControlStore::ControlStore(storage::ConnectionPool& pool, const StoreOptions& options, Clock& clock)
+    : pool_(pool), clock_(clock), service_(options.service), topics_(options.topics), schedules_(options.schedules) {}
 
 PauseResult ControlStore::Pause(const std::string& topic, const std::string& by, const std::string& reason) {
   RequireTopicName(topic);

@@ -3,7 +3,7 @@
 // /v1/schedules and the console's Topics page share, over control/topic_pause.h and
 // control/scheduler.h.
 //
-//   api::ControlStore control(pool, settings, clock);
+//   api::ControlStore control(pool, app::StoreOptionsFrom(settings), clock);
 //   control.Pause("SPACE_ADD", "alice@ops-1", "maintenance window");
 //   for (const api::TopicRow& t : control.Topics()) ...
 //
@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/store_options.h"
 #include "config/settings.h"
 #include "control/topic_pause.h"
 #include "core/clock.h"
@@ -55,8 +56,8 @@ struct ScheduleRow {
 
 class ControlStore {
  public:
-  // `pool` and `clock` must outlive the store. Reads settings.service, .topics, .schedules.
-  ControlStore(storage::ConnectionPool& pool, const Settings& settings, Clock& clock);
+  // `pool` and `clock` must outlive the store. Reads options.service, .topics, .schedules.
+  ControlStore(storage::ConnectionPool& pool, const StoreOptions& options, Clock& clock);
 
   // Throws UsageError for a malformed topic name ("topic must be 1 to 50 characters of
   // A-Z a-z 0-9 _ . -") or an empty `by`; DbError. A pause that created the row, and a

@@ -375,8 +375,8 @@ nlohmann::json ToJson(const Health& h) {
           {"live_nodes", h.live_nodes}};
 }
 
-EventStore::EventStore(storage::ConnectionPool& pool, const Settings& settings)
-    : pool_(pool), settings_(settings) {}
+EventStore::EventStore(storage::ConnectionPool& pool, StoreOptions options)
+    : pool_(pool), options_(std::move(options)) {}
 
 void EventStore::Validate(const NewEvent& e) const {
   RequireCode("code", e.code);
@@ -391,9 +391,9 @@ void EventStore::Validate(const NewEvent& e) const {
                      "', which is reserved for scheduled events (config schedules)");
   }
   RequireText("topic", e.topic, 1, 50);
-  if (!settings_.topics.count(e.topic)) {
+  if (!options_.topics.count(e.topic)) {
     std::string known;
-    for (const auto& [name, _] : settings_.topics) known += (known.empty() ? "" : ", ") + name;
+    for (const auto& [name, _] : options_.topics) known += (known.empty() ? "" : ", ") + name;
     throw UsageError("unknown topic " + Quote(e.topic) + " (configured: " + known + ")");
   }
   RequireText("tenant_id", e.tenant_id, 1, 30);
@@ -403,9 +403,9 @@ void EventStore::Validate(const NewEvent& e) const {
   RequireText("batch code", e.batch_code, 0, 64);
   if (!e.payload.is_object()) throw UsageError("payload must be a JSON object");
   const size_t payload_bytes = e.payload.dump().size();
-  if (static_cast<int64_t>(payload_bytes) > settings_.api.max_body_bytes) {
+  if (static_cast<int64_t>(payload_bytes) > options_.max_payload_bytes) {
     throw UsageError("payload is " + std::to_string(payload_bytes) + " bytes; the limit is " +
-                     std::to_string(settings_.api.max_body_bytes) + " (api.max_body_bytes)");
+                     std::to_string(options_.max_payload_bytes) + " (api.max_body_bytes)");
   }
   if (e.priority && (*e.priority < -kMaxPriority || *e.priority > kMaxPriority)) {
     throw UsageError("priority must be from -1000000 to 1000000");
@@ -417,9 +417,9 @@ void EventStore::Validate(const NewEvent& e) const {
 
 ProduceResult EventStore::Produce(const NewEvent& e) {
   Validate(e);
-  const TopicSettings& topic = settings_.topics.at(e.topic);
+  const TopicSettings& topic = options_.topics.at(e.topic);
   ProduceResult result = pool_.Run("produce event", [&](storage::Connection& c) {
-    const bool created = events::InsertEvent(c, EventValues(e, topic, settings_.service));
+    const bool created = events::InsertEvent(c, EventValues(e, topic, options_.service));
     auto row = ReadEvent(c, e.code);
     if (!row) {
       throw DbError(DbError::Kind::kOther, 0,
@@ -476,7 +476,7 @@ BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<
   if (on_complete) {
     ValidateOnComplete(batch_code, *on_complete);
     completion = events::BatchCompletionRow{batch_code, on_complete->tenant_id, on_complete->topic,
-                                            on_complete->payload.dump(), std::nullopt, settings_.service};
+                                            on_complete->payload.dump(), std::nullopt, options_.service};
   }
   if (events.empty()) throw UsageError("the batch has no events");
   if (events.size() > kMaxBatchEvents) {
@@ -499,7 +499,7 @@ BatchResult EventStore::ProduceBatch(const std::string& batch_code, std::vector<
   }
   std::vector<events::NewEventRow> rows;
   rows.reserve(events.size());
-  for (const NewEvent& e : events) rows.push_back(EventValues(e, settings_.topics.at(e.topic), settings_.service));
+  for (const NewEvent& e : events) rows.push_back(EventValues(e, options_.topics.at(e.topic), options_.service));
   BatchResult produced = pool_.Transact("produce batch", [&](storage::Connection& c) {
     const int existing = events::InsertEvents(c, rows);
     if (completion) events::InsertBatchCompletion(c, *completion);
@@ -514,8 +514,8 @@ BatchProgress EventStore::GetBatch(const std::string& batch_code) {
   BatchProgress p;
   p.batch_code = batch_code;
   pool_.Run("batch progress", [&](storage::Connection& c) {
-    p.by_status = events::CountBatchEvents(c, settings_.service, batch_code);
-    p.completion = events::ReadBatchState(c, settings_.service, batch_code);
+    p.by_status = events::CountBatchEvents(c, options_.service, batch_code);
+    p.completion = events::ReadBatchState(c, options_.service, batch_code);
   });
   for (const auto& [status, n] : p.by_status) {
     p.total += n;
@@ -629,14 +629,14 @@ EventRow EventStore::Retry(const std::string& code, RetryFrom from) {
 
 NodeView EventStore::Drain(const std::string& node_address) {
   RequireText("node address", node_address, 1, 128);
-  const int64_t timeout_us = static_cast<int64_t>(settings_.registry.offline_timeout.count()) * 1000;
+  const int64_t timeout_us = static_cast<int64_t>(options_.offline_timeout.count()) * 1000;
   auto rows = pool_.Run("drain node", [&](storage::Connection& c) {
-    return c.Execute(kDrainNode, settings_.service, node_address, timeout_us);
+    return c.Execute(kDrainNode, options_.service, node_address, timeout_us);
   });
   if (rows == 0) {
-    throw NotFoundError("no live node " + Quote(node_address) + " in service " + Quote(settings_.service));
+    throw NotFoundError("no live node " + Quote(node_address) + " in service " + Quote(options_.service));
   }
-  spdlog::info("NODE_DRAIN_REQUESTED node={} service={}", node_address, settings_.service);
+  spdlog::info("NODE_DRAIN_REQUESTED node={} service={}", node_address, options_.service);
   for (auto& n : Nodes(false)) {
     if (n.node_address == node_address) return n;
   }
@@ -644,13 +644,13 @@ NodeView EventStore::Drain(const std::string& node_address) {
 }
 
 std::vector<NodeView> EventStore::Nodes(bool all) {
-  registry::NodeDirectory directory(pool_, settings_.service, settings_.registry.offline_timeout);
+  registry::NodeDirectory directory(pool_, options_.service, options_.offline_timeout);
   auto nodes = all ? directory.AllNodes() : directory.LiveNodes();
   std::vector<std::string> addresses;
   for (const auto& n : nodes) addresses.push_back(n.node_address);
   // From the event table (the truth), not the nodes' own processing_count.
   std::map<std::string, int64_t> in_flight = pool_.Run(
-      "count in-flight events", [&](storage::Connection& c) { return events::CountInFlight(c, settings_.service, addresses); });
+      "count in-flight events", [&](storage::Connection& c) { return events::CountInFlight(c, options_.service, addresses); });
   std::vector<NodeView> out;
   for (const auto& n : nodes) out.push_back(ToView(n, in_flight[n.node_address]));
   return out;
@@ -661,7 +661,7 @@ Health EventStore::CheckHealth() {
   try {
     pool_.Run("health", [&](storage::Connection& c) {
       h.schema_version = static_cast<int>(c.QueryInt(kSchemaVersion).value_or(0));
-      auto rs = c.Query(kSelectLease, dispatcher::DispatcherLockName(settings_.service));
+      auto rs = c.Query(kSelectLease, dispatcher::DispatcherLockName(options_.service));
       if (rs->next()) {
         h.lease.owner = rs->getString(1);
         h.lease.token = rs->getInt64(2);
@@ -673,7 +673,7 @@ Health EventStore::CheckHealth() {
     });
     // Only the count: no in-flight counting for a health probe.
     h.live_nodes = static_cast<int64_t>(
-        registry::NodeDirectory(pool_, settings_.service, settings_.registry.offline_timeout).LiveNodes().size());
+        registry::NodeDirectory(pool_, options_.service, options_.offline_timeout).LiveNodes().size());
     h.database_ok = true;
   } catch (const Error& e) {
     h.database_ok = false;
@@ -710,7 +710,7 @@ EventRow EventStore::Cancel(const std::string& code, const std::string& reason_g
   RequireText("reason", reason, 1, 500);
   std::string from;
   pool_.Transact("cancel event", [&](storage::Connection& c) {
-    std::optional<events::CancelTarget> t = events::ReadCancelTarget(c, code, settings_.registry.offline_timeout);
+    std::optional<events::CancelTarget> t = events::ReadCancelTarget(c, code, options_.offline_timeout);
     if (!t) throw NotFoundError("no event " + Quote(code));
     from = t->status;
     if (IsTerminal(t->status)) {
@@ -737,7 +737,7 @@ EventRow EventStore::Cancel(const std::string& code, const std::string& reason_g
       throw ConflictError("event " + Quote(code) + " has steps that ran (" + steps +
                           "); cancelling could leave their effects: it finishes by running or compensating");
     }
-    if (!events::CancelEvent(c, t->id, t->version, reason, settings_.registry.offline_timeout)) {
+    if (!events::CancelEvent(c, t->id, t->version, reason, options_.offline_timeout)) {
       throw ConflictError("event " + Quote(code) + " changed while cancelling it (a node may have claimed it); "
                           "look again: dsync events show " + code);
     }

@@ -3,7 +3,7 @@
 // Every operation is a few prepared statements on the framework database; nothing
 // here keeps state between calls.
 //
-//   api::EventStore store(pool, settings);
+//   api::EventStore store(pool, app::StoreOptionsFrom(settings));   // app/options.h
 //   api::NewEvent e = api::ParseNewEvent(json);         // throws UsageError: bad input
 //   auto [event, created] = store.Produce(e);           // idempotent by code
 //   api::EventDetail d = store.Get("sync-42");          // throws NotFoundError
@@ -54,6 +54,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/store_options.h"
 #include "config/settings.h"
 #include "core/metrics.h"
 #include "events/batches.h"
@@ -214,12 +215,12 @@ nlohmann::json ToJson(const Health& h);
 
 class EventStore {
  public:
-  // `settings` gives the topics (for validation), the service and the offline timeout;
-  // kept by reference.
-  EventStore(storage::ConnectionPool& pool, const Settings& settings);
+  // `options` gives the topics (for validation), the service, the payload limit and
+  // the offline timeout.
+  EventStore(storage::ConnectionPool& pool, StoreOptions options);
 
-  // What the store was built with (POST /v1/verify uses both).
-  const Settings& settings() const { return settings_; }
+  // What the store was built with (the HTTP server's control and verify use both).
+  const StoreOptions& options() const { return options_; }
   storage::ConnectionPool& pool() { return pool_; }
 
   // Throws UsageError for bad input (see the rules above), DbError.
@@ -297,7 +298,7 @@ class EventStore {
 
  private:
   storage::ConnectionPool& pool_;
-  const Settings& settings_;
+  const StoreOptions options_;
   std::function<void()> on_produced_;
 };
 

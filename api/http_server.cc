@@ -207,15 +207,6 @@ const char* RouteName(Route r) {
   return "other";
 }
 
-HttpOptions HttpOptionsFromSettings(const ApiSettings& api) {
-  HttpOptions o;
-  o.listen = api.listen;
-  o.token = api.token;
-  o.allowed_hosts = api.allowed_hosts;
-  o.connection.max_body_bytes = api.max_body_bytes;
-  return o;
-}
-
 HttpServer::HttpServer(EventStore& store, HttpOptions options, Clock& clock, metrics::Registry components)
     : store_(store), options_(std::move(options)), components_(std::move(components)), clock_(clock) {}
 
@@ -522,7 +513,7 @@ HttpServer::Reply HttpServer::Verify(Request& req) {
   VerifyService* service;
   {
     std::lock_guard lock(verify_mu_);
-    if (!verify_) verify_ = std::make_unique<VerifyService>(store_.settings(), &store_.pool());
+    if (!verify_) verify_ = std::make_unique<VerifyService>(store_.options(), &store_.pool(), clock_);
     service = verify_.get();
   }
   VerifyReport report = service->Run(r);
@@ -615,7 +606,7 @@ HttpServer::Reply HttpServer::Topics(Request&) {
 // GET /v1/captures (issue 36): each capture's state, position, lags, rates, backlog,
 // paused tables and last error, as `dsync captures --json` prints them.
 HttpServer::Reply HttpServer::Captures(Request&) {
-  capture::CaptureStore captures(store_.pool(), store_.settings().service);
+  capture::CaptureStore captures(store_.pool(), store_.options().service);
   return {200, PublicDump(json{{"captures", captures.ListJson()}})};
 }
 

@@ -4,7 +4,7 @@
 //
 //   metrics::Registry components;   // the metric writers of this process's components (app/)
 //   components.Add([&](metrics::TextWriter& w) { storage::WriteMetrics(pool.stats(), w); });
-//   api::HttpServer server(store, api::HttpOptionsFromSettings(settings.api), clock, std::move(components));
+//   api::HttpServer server(store, app::HttpOptionsFrom(settings), clock, std::move(components));  // app/options.h
 //   server.Start();                 // binds; throws UsageError (bad listen) or Error (bind failed)
 //   ... wait for SIGTERM ...
 //   server.Stop();                  // ends streams, finishes requests, closes the socket
@@ -106,26 +106,25 @@
 #include "api/event_store.h"
 #include "api/http_connections.h"
 #include "api/verify_service.h"
-#include "config/settings.h"
 #include "core/clock.h"
 #include "core/metrics.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::api {
 
+// The server's options, built from the settings by app/options.h HttpOptionsFrom
+// (the fields without a config key keep their defaults there).
 struct HttpOptions {
-  std::string listen = "127.0.0.1:8080";  // HOST:PORT ([v6]:PORT); port 0: any free port
-  std::string token;                      // bearer token; empty: no authentication
-  std::vector<std::string> allowed_hosts; // Host names answered ("*": any); empty: see above
-  int max_streams = 0;                    // open SSE streams at most; 0: connection.threads / 2
-  Millis stream_poll_interval{200};       // how often a stream reads its event
-  Millis stream_ping_interval{15000};     // `: ping` after this long without a message
-  // Workers, body and connection limits, per-phase deadlines (api/http_connections.h).
+  std::string listen = "127.0.0.1:8080";  // api.listen (--listen): HOST:PORT ([v6]:PORT); port 0: any free port. Default 127.0.0.1:8080
+  std::string token;                      // api.token: bearer token; empty: no authentication. Default ""
+  std::vector<std::string> allowed_hosts; // api.allowed_hosts: Host names answered ("*": any); empty: see above. Default []
+  int max_streams = 0;                    // open SSE streams at most; 0: connection.threads / 2. Default 0
+  Millis stream_poll_interval{200};       // how often a stream reads its event. Default 200 ms
+  Millis stream_ping_interval{15000};     // `: ping` after this long without a message. Default 15 s
+  // Workers, body and connection limits, per-phase deadlines (api/http_connections.h);
+  // connection.max_body_bytes is api.max_body_bytes (default 1 MiB).
   HttpConnectionOptions connection;
 };
-
-// listen, token, allowed_hosts and connection.max_body_bytes from the config's `api` section.
-HttpOptions HttpOptionsFromSettings(const ApiSettings& api);
 
 // The routes, as the `route` label of the request metrics.
 enum class Route {
@@ -226,7 +225,7 @@ class HttpServer final : private HttpService {
   HttpStats stats_;
   Clock& clock_;
   console::ThroughputHistory throughput_{clock_};
-  ControlStore control_{store_.pool(), store_.settings(), clock_};  // issue 37
+  ControlStore control_{store_.pool(), store_.options(), clock_};  // issue 37
   uint16_t port_ = 0;
   std::vector<std::string> allowed_hosts_;  // lower-case; empty: any
 

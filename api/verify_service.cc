@@ -131,8 +131,8 @@ json VerifyReport::ToJson(size_t max_keys) const {
   return {{"equal", equal()}, {"tables", tables}};
 }
 
-VerifyService::VerifyService(const Settings& settings, storage::ConnectionPool* history)
-    : settings_(settings), history_(history), datasources_(settings.datasources) {}
+VerifyService::VerifyService(StoreOptions options, storage::ConnectionPool* history, Clock& clock)
+    : options_(std::move(options)), history_(history), datasources_(options_.datasources), clock_(clock) {}
 
 std::vector<table::TableCheck> VerifyService::Checks(const VerifyRequest& r) const {
   std::vector<table::TableCheck> out;
@@ -141,10 +141,10 @@ std::vector<table::TableCheck> VerifyService::Checks(const VerifyRequest& r) con
       out.push_back(table::MakeTableCheck(r.source, r.target, r.table, r.where));
       return out;
     }
-    auto it = settings_.topics.find(r.topic);
-    if (it == settings_.topics.end()) {
+    auto it = options_.topics.find(r.topic);
+    if (it == options_.topics.end()) {
       std::string known;
-      for (const auto& [name, _] : settings_.topics) known += (known.empty() ? "" : ", ") + name;
+      for (const auto& [name, _] : options_.topics) known += (known.empty() ? "" : ", ") + name;
       throw UsageError("unknown topic '" + r.topic.substr(0, 64) + "' (the config has: " +
                        (known.empty() ? "none" : known) + ")");
     }
@@ -200,11 +200,11 @@ table::TableDiff VerifyService::CompareAcrossTheGap(const table::TableCheck& che
   // A source no live node of the service reaches is a name nobody knows (or a side with
   // no node running): say so at once instead of waiting for a source half.
   const int64_t reaching = history_->Run("verify: nodes reaching the source", [&](storage::Connection& c) {
-    return c.QueryInt(kNodesReachingSql, settings_.service, check.source).value_or(0);
+    return c.QueryInt(kNodesReachingSql, options_.service, check.source).value_or(0);
   });
   if (reaching == 0) {
     throw UsageError("unknown datasource '" + check.source.substr(0, 64) + "': this config does not name it, and no "
-                     "live node of service '" + settings_.service + "' reaches it (dsync nodes)");
+                     "live node of service '" + options_.service + "' reaches it (dsync nodes)");
   }
   const std::string code = RunId();
   table::StandaloneRunContext ctx(
@@ -212,13 +212,13 @@ table::TableDiff VerifyService::CompareAcrossTheGap(const table::TableCheck& che
       clock_);
   table::RelayTable relay(*history_);
   table::RelayedSyncOptions options;
-  options.window_bytes = settings_.relay.window_bytes;
-  options.relay.poll = settings_.relay.poll_interval;
+  options.window_bytes = options_.relay.window_bytes;
+  options.relay.poll = options_.relay.poll_interval;
   options.node = "verify@" + HostAndPid();
-  options.other_half_timeout = settings_.relay.verify_wait;
+  options.other_half_timeout = options_.relay.verify_wait;
   try {
     return table::RunRelayedVerify(ctx, check, relay, options, keep_keys, [&](int epoch) {
-      saga::ProduceRelaySourceHalf(*history_, settings_.service, code, epoch,
+      saga::ProduceRelaySourceHalf(*history_, options_.service, code, epoch,
                                    table::VerifySourcePayload(check, code, epoch, values), check.source);
     });
   } catch (const table::PermanentError& e) {

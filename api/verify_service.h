@@ -3,7 +3,7 @@
 // comparing each (table/verify.h), the --json answer, and the run's
 // history in the framework database (V013: dsync_verify_result, v_verify_latest).
 //
-//   api::VerifyService verify(settings, &pool);              // pool: history (may be null)
+//   api::VerifyService verify(app::StoreOptionsFrom(settings), &pool, clock);  // pool: history (may be null)
 //   api::VerifyRequest r = api::ParseVerifyRequest(body);     // throws UsageError
 //   api::VerifyReport report = verify.Run(r);                 // throws UsageError, DbError
 //   verify.Record(r, report);                                 // best effort
@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/store_options.h"
 #include "config/settings.h"
 #include "core/clock.h"
 #include "saga/step_handler.h"
@@ -65,8 +66,10 @@ struct VerifyReport {
 
 class VerifyService {
  public:
-  // `history` is the framework database (null: runs are not recorded).
-  VerifyService(const Settings& settings, storage::ConnectionPool* history);
+  // `history` is the framework database (null: runs are not recorded). Reads
+  // options.topics, .datasources, .relay and .service; `clock` (times the runs and
+  // their ranges) must outlive the service.
+  VerifyService(StoreOptions options, storage::ConnectionPool* history, Clock& clock);
 
   // The checks a request means. Throws UsageError (unknown topic, a topic without
   // table_sync steps, a bad table or where).
@@ -89,10 +92,10 @@ class VerifyService {
   bool AcrossTheGap(const table::TableCheck& check) const;
   table::TableDiff CompareAcrossTheGap(const table::TableCheck& check, const nlohmann::json& values, size_t keep_keys);
 
-  const Settings& settings_;
+  const StoreOptions options_;
   storage::ConnectionPool* history_;
   saga::Datasources datasources_;
-  SystemClock clock_;  // times the runs and their ranges
+  Clock& clock_;
 };
 
 // The latest result per (subject, filter, table, target), as v_verify_latest has it, for

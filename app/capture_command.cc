@@ -101,7 +101,7 @@ std::vector<CommandSpec> CaptureCommandSpecs() {
        "[resume NAME]",
        0,
        2,
-       {{"service", true, "service name (default from config, kbs-sync)"},
+       {{"service", true, ServiceHelp("service name")},
         {"restart", false, "with resume: start the capture afresh (a full copy, then the binlog from the source's "
                            "position then): after a purged position or a failed copy"},
         kJsonOption}},
@@ -110,7 +110,7 @@ std::vector<CommandSpec> CaptureCommandSpecs() {
        "",
        0,
        0,
-       {{"service", true, "service name (default from config, kbs-sync)"}, kJsonOption}},
+       {{"service", true, ServiceHelp("service name")}, kJsonOption}},
   };
 }
 

@@ -4,8 +4,10 @@
 #include <iostream>
 #include <sstream>
 
+#include "app/options.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/service.h"
 #include "core/visible_text.h"
 #include "storage/migrator.h"
 
@@ -82,8 +84,12 @@ OperatorStore OpenOperatorStore(const Invocation& inv) {
   s.settings = ResolveSettings(inv);
   SetupLogging(inv.Get("log-level").value_or("warn"), "cli");
   s.pool = OpenDatabase(s.settings);
-  s.store = std::make_unique<api::EventStore>(*s.pool, s.settings);
+  s.store = std::make_unique<api::EventStore>(*s.pool, StoreOptionsFrom(s.settings));
   return s;
+}
+
+std::string ServiceHelp(const std::string& what) {
+  return what + " (default from config, " + kDefaultService + ")";
 }
 
 std::string Cell(const std::string& s, size_t width) {

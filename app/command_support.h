@@ -55,6 +55,10 @@ struct OperatorStore {
 };
 OperatorStore OpenOperatorStore(const Invocation& inv);
 
+// A --service option's help: "<what> (default from config, kbs-sync)", the default
+// being core/service.h's kDefaultService.
+std::string ServiceHelp(const std::string& what);
+
 // Stored text for a table cell: one line, hidden characters escaped (VisibleText), at
 // most `width` bytes, cut between UTF-8 sequences with "..." when longer.
 std::string Cell(const std::string& s, size_t width);

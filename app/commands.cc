@@ -5,6 +5,7 @@
 #include "app/command_support.h"
 #include "app/component_metrics.h"
 #include "app/control_commands.h"
+#include "app/options.h"
 #include "app/verify_command.h"
 #include "api/event_store.h"
 #include "api/http_server.h"
@@ -109,9 +110,9 @@ void WarnIfNotDefaultService(storage::ConnectionPool& pool, const std::string& s
 constexpr int kNodeWorkerConnections = 32;
 int NodeConnections(int capacity) { return std::min(capacity, kNodeWorkerConnections) + 4; }
 
-// The node's identity and limits from the flags and settings. Throws UsageError.
+// The node's identity (flags) on top of its options from the settings. Throws UsageError.
 consumer::ConsumerOptions NodeOptions(const Invocation& inv, const Settings& s) {
-  consumer::ConsumerOptions options;
+  consumer::ConsumerOptions options = ConsumerOptionsFrom(s);
   options.node_address = inv.Get("node-address").value_or(Hostname() + ":" + std::to_string(getpid()));
   CheckHostPort("node-address", options.node_address);
   if (auto t = inv.Get("topics")) {
@@ -144,16 +145,6 @@ consumer::ConsumerOptions NodeOptions(const Invocation& inv, const Settings& s) 
     }
   }
   options.datasources = std::move(datasources);
-  options.service = s.service;
-  options.capacity = s.consumer.capacity;
-  options.prefetch = s.consumer.prefetch;  // -1: automatic (consumer::AutoPrefetch)
-  options.heartbeat_interval = s.registry.heartbeat_interval;
-  options.poll_interval = s.consumer.poll_interval;
-  options.idle_interval = std::max(s.consumer.poll_interval, s.dispatcher.idle_interval);
-  options.drain_timeout = s.consumer.drain_timeout;
-  options.offline_timeout = s.registry.offline_timeout;
-  options.wakeups = s.consumer.wakeups;
-  options.wakeup_listen = s.consumer.wakeup_listen;
   return options;
 }
 
@@ -296,7 +287,7 @@ int RunDispatcher(const Invocation& inv) {
   auto pool = OpenDatabase(s, kDispatcherConnections);
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
-  dispatcher::DispatcherService service(*pool, s, clock);
+  dispatcher::DispatcherService service(*pool, DispatcherOptionsFrom(s), clock);
   spdlog::info("DISPATCHER_STARTING owner={} lock={} db={}", service.owner(), service.lock_name(),
                pool->url().Masked());
   WarnIfNotDefaultService(*pool, s.service, "dispatcher");
@@ -312,8 +303,8 @@ int RunDispatcher(const Invocation& inv) {
 // HTTP threads: each may hold a database connection while it serves a request.
 constexpr int kApiThreads = 16;
 
-api::HttpOptions ApiHttpOptions(const ApiSettings& a) {
-  api::HttpOptions http = api::HttpOptionsFromSettings(a);
+api::HttpOptions ApiHttpOptions(const Settings& s) {
+  api::HttpOptions http = HttpOptionsFrom(s);
   http.connection.threads = kApiThreads;
   return http;
 }
@@ -326,7 +317,9 @@ struct ApiParts {
   api::HttpServer server;
 
   ApiParts(storage::ConnectionPool& pool, const Settings& s, Clock& clock, metrics::Registry metrics)
-      : store(pool, s), waker(pool, s.service, clock), server(store, ApiHttpOptions(s.api), clock, std::move(metrics)) {
+      : store(pool, StoreOptionsFrom(s)),
+        waker(pool, s.service, clock),
+        server(store, ApiHttpOptions(s), clock, std::move(metrics)) {
     if (s.dispatcher.wakeups) store.OnProduced([this] { waker.Wake(); });
   }
 };
@@ -358,7 +351,7 @@ int RunAll(const Invocation& inv) {
                                   CaptureComponent::Connections(s));
   sigset_t signals = BlockStopSignals();
   SystemClock clock;
-  dispatcher::DispatcherService dispatcher(*pool, s, clock);
+  dispatcher::DispatcherService dispatcher(*pool, DispatcherOptionsFrom(s), clock);
   CaptureComponent captures(*pool, s, clock);  // the config's captures (docs/capture.md), if any
   NodeParts parts(*pool, s, topics, clock, options);
   ApiParts api_parts(*pool, s, clock,
@@ -397,7 +390,7 @@ int RunSweep(const Invocation& inv) {
   return 0;
 }
 
-const OptionSpec kServiceOption{"service", true, "service name (default from config, kbs-sync)"};
+const OptionSpec kServiceOption{"service", true, ServiceHelp("service name")};
 
 // The flags of a consumer node (`node`, and `all` after its --listen).
 std::vector<OptionSpec> NodeFlags() {
@@ -425,8 +418,8 @@ std::vector<OptionSpec> WithFlags(std::vector<OptionSpec> first, const std::vect
 const std::vector<CommandSpec>& Commands() {
   static const std::vector<CommandSpec> kCommands = WithCommands({
       {"migrate", "create or upgrade the schema (safe to re-run, and from several processes)", "", 0, 0,
-       {{"service", true, "on a new database: the service whose events a plain INSERT that names none "
-                          "belongs to (default from config, kbs-sync)"}}},
+       {{"service", true, ServiceHelp("on a new database: the service whose events a plain INSERT that names none "
+                                      "belongs to")}}},
       {"node",
        "run a consumer node: heartbeat, run the events assigned to it as sagas; SIGTERM/SIGINT drains",
        "",
@@ -475,7 +468,7 @@ const std::vector<CommandSpec>& Commands() {
         {"on-complete-topic", true, "with --file: produce one completion event of this topic once every event "
                                     "of the batch is terminal (payload gets the batch's counts under \"batch\")"},
         {"on-complete-payload", true, "JSON object for the completion event (default {})"},
-        {"service", true, "service the events belong to (default from config, kbs-sync)"},
+        {"service", true, ServiceHelp("service the events belong to")},
         kJsonOption}},
       {"events",
        "list events newest first (filters, keyset paging), a batch's progress, or one event with "
@@ -535,7 +528,7 @@ const std::vector<CommandSpec>& Commands() {
         {"archive", false, "move the rows to distribute_event_archive / distribute_event_step_archive "
                            "(default retention.archive)"},
         {"dry-run", false, "count what would be removed; write nothing"},
-        {"service", true, "only this service's events and nodes (default from config, kbs-sync)"},
+        {"service", true, ServiceHelp("only this service's events and nodes")},
         kJsonOption}},
   }, ControlCommandSpecs());  // issue 37: pause, resume, topics, schedules
   return kCommands;

@@ -16,13 +16,14 @@
 
 #include "api/control_store.h"
 #include "app/command_support.h"
+#include "app/options.h"
 #include "core/clock.h"
 #include "core/process.h"
 
 namespace dsync::app {
 namespace {
 
-const OptionSpec kControlServiceOption{"service", true, "service name (default from config, kbs-sync)"};
+const OptionSpec kControlServiceOption{"service", true, ServiceHelp("service name")};
 
 // Who pauses from this shell: --by, else $USER (or the uid) @ this host.
 std::string PausedBy(const Invocation& inv) {
@@ -41,7 +42,7 @@ struct ControlParts {
 std::unique_ptr<ControlParts> OpenControl(const Invocation& inv) {
   auto p = std::make_unique<ControlParts>();
   p->op = OpenOperatorStore(inv);
-  p->control = std::make_unique<api::ControlStore>(*p->op.pool, p->op.settings, p->clock);
+  p->control = std::make_unique<api::ControlStore>(*p->op.pool, StoreOptionsFrom(p->op.settings), p->clock);
   return p;
 }
 

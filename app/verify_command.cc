@@ -10,7 +10,6 @@
 #include <iostream>
 #include <random>
 #include <sstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -19,7 +18,9 @@
 #include "api/verify_service.h"
 #include "core/json_limits.h"
 #include "app/command_support.h"
+#include "app/options.h"
 #include "app/verify_command.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "events/status.h"
@@ -168,9 +169,9 @@ void RequireRepairTopic(const Settings& s, const std::string& topic) {
 // Produces one repair event per differing table; waits for each unless no_wait.
 // Returns false when a repair did not succeed.
 // Waits until every repair event is terminal; true when all are SUCCESS.
-bool WaitForRepairs(api::EventStore& store, const std::vector<std::string>& codes, const std::string& topic,
-                    std::chrono::milliseconds timeout, bool json_out) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
+bool WaitForRepairs(api::EventStore& store, Clock& clock, const std::vector<std::string>& codes,
+                    const std::string& topic, std::chrono::milliseconds timeout, bool json_out) {
+  const Clock::TimePoint until = clock.Now() + timeout;
   bool ok = true;
   for (const std::string& code : codes) {
     for (;;) {
@@ -181,11 +182,11 @@ bool WaitForRepairs(api::EventStore& store, const std::vector<std::string>& code
         ok = ok && ev.status == events::ToText(events::EventStatus::kSuccess);
         break;
       }
-      if (std::chrono::steady_clock::now() > until) {
+      if (clock.Now() > until) {
         throw Error("repair event " + code + " is still " + ev.status + " after " +
                     std::to_string(timeout.count()) + " ms (is a node serving topic '" + topic + "' running?)");
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      clock.SleepFor(std::chrono::milliseconds(200), {});
     }
   }
   return ok;
@@ -196,9 +197,9 @@ bool WaitForRepairs(api::EventStore& store, const std::vector<std::string>& code
 // verified payload re-runs its table_sync steps, relayed, and a relayed sync moves and
 // writes only the rows that differ (and deletes extra rows where a step has
 // delete_missing), with the same undo.
-bool RepairAcrossTheGap(const Settings& s, storage::ConnectionPool& pool, const api::VerifyRequest& r, bool no_wait,
-                        std::chrono::milliseconds timeout, bool json_out) {
-  api::EventStore store(pool, s);
+bool RepairAcrossTheGap(const Settings& s, storage::ConnectionPool& pool, Clock& clock, const api::VerifyRequest& r,
+                        bool no_wait, std::chrono::milliseconds timeout, bool json_out) {
+  api::EventStore store(pool, StoreOptionsFrom(s));
   api::NewEvent e;
   e.code = RepairCode();
   e.topic = r.topic;
@@ -210,13 +211,13 @@ bool RepairAcrossTheGap(const Settings& s, storage::ConnectionPool& pool, const 
   (json_out ? std::cerr : std::cout) << "repair event " << e.code << " of topic " << r.topic
                                      << " (across the gap: its syncs run relayed and move only the rows that "
                                         "differ)\n";
-  return no_wait || WaitForRepairs(store, {e.code}, r.topic, timeout, json_out);
+  return no_wait || WaitForRepairs(store, clock, {e.code}, r.topic, timeout, json_out);
 }
 
-bool Repair(const Settings& s, storage::ConnectionPool& pool, const api::VerifyRequest& r,
+bool Repair(const Settings& s, storage::ConnectionPool& pool, Clock& clock, const api::VerifyRequest& r,
             const api::VerifyReport& report, const std::string& topic, bool no_wait,
             std::chrono::milliseconds timeout, bool json_out) {
-  api::EventStore store(pool, s);
+  api::EventStore store(pool, StoreOptionsFrom(s));
   std::vector<std::string> codes;
   for (size_t i = 0; i < report.diffs.size(); ++i) {
     const auto& d = report.diffs[i];
@@ -240,7 +241,7 @@ bool Repair(const Settings& s, storage::ConnectionPool& pool, const api::VerifyR
     (json_out ? std::cerr : std::cout) << "repair event " << e.code << " for " << d.table << " (" << plan.writes()
                                        << " keys)\n";
   }
-  return no_wait || WaitForRepairs(store, codes, topic, timeout, json_out);
+  return no_wait || WaitForRepairs(store, clock, codes, topic, timeout, json_out);
 }
 
 }  // namespace
@@ -275,6 +276,7 @@ int RunVerify(const Invocation& inv) {
   }
   Settings s = ResolveSettings(inv);
   SetupLogging(inv.Get("log-level").value_or("warn"), "verify");
+  SystemClock clock;  // times the compares, paces the wait for repairs
   const api::VerifyRequest r = RequestFromFlags(inv);
   const bool repair = inv.Flag("repair");
   const bool json_out = inv.Flag("json");
@@ -290,7 +292,7 @@ int RunVerify(const Invocation& inv) {
   // are compared by a process of each (table/relay_verify.h), and a repair is a relayed
   // re-sync of the topic (RepairAcrossTheGap).
   bool gap = false;
-  for (const table::TableCheck& c : api::VerifyService(s, nullptr).Checks(r)) {
+  for (const table::TableCheck& c : api::VerifyService(StoreOptionsFrom(s), nullptr, clock).Checks(r)) {
     gap = gap || (s.datasources.count(c.source) == 0 && s.datasources.count(c.target) > 0);
   }
   if (repair && !gap) RequireRepairTopic(s, repair_topic);
@@ -308,7 +310,7 @@ int RunVerify(const Invocation& inv) {
       spdlog::warn("VERIFY_NO_HISTORY err={}", e.what());
     }
   }
-  api::VerifyService service(s, pool.get());
+  api::VerifyService service(StoreOptionsFrom(s), pool.get(), clock);
   (void)service.Checks(r);  // bad names fail before anything runs
   api::VerifyReport report = service.Run(r, repair ? static_cast<size_t>(table::kMaxRepairKeys) + 1 : r.max_keys);
   service.Record(r, report);
@@ -326,8 +328,8 @@ int RunVerify(const Invocation& inv) {
   }
   if (!json_out) PrintHuman(report, std::min<size_t>(r.max_keys, 10));
   try {
-    const bool repaired = gap ? RepairAcrossTheGap(s, *pool, r, inv.Flag("no-wait"), timeout, json_out)
-                              : Repair(s, *pool, r, report, repair_topic, inv.Flag("no-wait"), timeout, json_out);
+    const bool repaired = gap ? RepairAcrossTheGap(s, *pool, clock, r, inv.Flag("no-wait"), timeout, json_out)
+                              : Repair(s, *pool, clock, r, report, repair_topic, inv.Flag("no-wait"), timeout, json_out);
     if (!repaired) {
       throw Error("a repair event did not succeed (it was compensated or failed; see dsync events show CODE)");
     }

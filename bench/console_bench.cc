@@ -160,9 +160,9 @@ int main(int argc, char** argv) {
         Fill(pool, events);
       }
       Explain(pool);
-      Settings settings;
-      settings.service = "bench";
-      api::EventStore store(pool, settings);
+      api::StoreOptions options;
+      options.service = "bench";
+      api::EventStore store(pool, options);
       api::HttpOptions o;
       o.listen = "127.0.0.1:0";
       SystemClock clock;

@@ -28,6 +28,7 @@
 
 #include "config/schedules.h"  // issue 37: schedules
 #include "config/captures.h"
+#include "core/service.h"
 
 namespace dsync {
 
@@ -141,7 +142,7 @@ struct FairnessSettings {
 
 struct Settings {
   std::string database;               // database (--db, DSYNC_DB_URL): framework database URL; validated by storage::DbUrl::Parse at use. Required
-  std::string service = "kbs-sync";   // service (--service): nodes of one service share events. Default kbs-sync
+  std::string service = kDefaultService;   // service (--service): nodes of one service share events. Default kbs-sync
   std::string log_level = "info";     // log_level (--log-level): trace|debug|info|warn|error|off. Default info
   std::map<std::string, std::string> datasources;  // datasources: name -> database URL, named by steps. Default {}
   RegistrySettings registry;          // registry.*

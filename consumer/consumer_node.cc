@@ -45,9 +45,7 @@ ConsumerNode::ConsumerNode(storage::ConnectionPool& pool, saga::SagaEngine& engi
       options_(std::move(options)),
       heartbeat_(pool, clock, options_.service, options_.node_address, options_.heartbeat_interval,
                  [this] { return Metadata(); }) {
-  auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    std::chrono::system_clock::now().time_since_epoch())
-                    .count();
+  auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.WallNow().time_since_epoch()).count();
   std::time_t secs = static_cast<std::time_t>(now_ms / 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);

@@ -69,6 +69,7 @@
 #include "consumer/node_wakeups.h"
 #include "consumer/datasource_prober.h"
 #include "core/clock.h"
+#include "core/service.h"
 #include "events/node_key.h"
 #include "registry/heartbeat_publisher.h"
 #include "saga/saga_engine.h"
@@ -94,25 +95,30 @@ inline int AutoPrefetch(int capacity, bool steps_fast) {
   return std::max(capacity, std::min(kFastPrefetchFactor * capacity, kFastPrefetchCap));
 }
 
+// A node's options, built from the settings and flags in one place
+// (app/options.h ConsumerOptionsFrom). Each field: where it comes from, what it means,
+// its default (the initialiser, the same as the configured default where there is one).
 struct ConsumerOptions {
-  std::string service = "kbs-sync";
-  std::string node_address;
-  int capacity = 8;
-  // Events held assigned beyond capacity (metadata "prefetch"); -1: AutoPrefetch.
-  int prefetch = 0;
-  std::vector<std::string> topics;          // served topics; {"*"} for all
-  Millis heartbeat_interval{10000};
-  Millis poll_interval{200};                // pause after an empty poll, doubled up to idle_interval
-  Millis idle_interval{1000};
-  Millis drain_timeout{30000};
-  Millis offline_timeout{30000};            // registry.offline_timeout_ms: who is live (RefuseIfAddressInUse)
-  bool wakeups = true;                      // consumer.wakeups (consumer/node_wakeups.h)
-  std::string wakeup_listen;                // consumer.wakeup_listen; "": node_address
-  // Datasources to check and report (name -> URL); nullopt: report none at all, and
-  // the dispatcher takes the node as reaching every datasource (as an older node).
+  std::string service = kDefaultService;   // service (--service): whose events and nodes. Default kbs-sync
+  std::string node_address;                // --node-address: HOST:PORT, the registry row and the dispatcher's target. Required
+  int capacity = 8;                        // consumer.capacity (--capacity): events run in parallel. Default 8
+  // consumer.prefetch (--prefetch): events held assigned beyond capacity (metadata
+  // "prefetch"); -1: automatic (AutoPrefetch), 0: none. Default -1
+  int prefetch = -1;
+  std::vector<std::string> topics;         // --topics: served topics; {"*"} for all. Default {}: none (app fills it)
+  Millis heartbeat_interval{10000};        // registry.heartbeat_interval_ms: how often the node's row is refreshed. Default 10 s
+  Millis poll_interval{200};               // consumer.poll_interval_ms: pause after an empty poll, doubled up to idle_interval. Default 200 ms
+  Millis idle_interval{1000};              // the longest pause between polls: the larger of poll_interval and dispatcher.idle_interval_ms. Default 1 s
+  Millis drain_timeout{30000};             // consumer.drain_timeout_ms: on shutdown, how long running events may take. Default 30 s
+  Millis offline_timeout{30000};           // registry.offline_timeout_ms: who is live (RefuseIfAddressInUse). Default 30 s
+  bool wakeups = true;                     // consumer.wakeups: listen for wake-ups, wake the dispatcher (consumer/node_wakeups.h). Default true
+  std::string wakeup_listen;               // consumer.wakeup_listen: UDP HOST:PORT for wake-ups. Default "": node_address
+  // datasources (--datasources picks some): the datasources to check and report
+  // (name -> URL); nullopt: report none at all, and the dispatcher takes the node as
+  // reaching every datasource (as an older node). Default nullopt
   std::optional<std::map<std::string, std::string>> datasources;
-  Millis datasource_check_interval{30000};
-  std::map<std::string, std::string> bad_topics;  // topic -> why its plan failed to build
+  Millis datasource_check_interval{30000}; // how often those datasources are checked (not configurable). Default 30 s
+  std::map<std::string, std::string> bad_topics;  // topic -> why its plan failed to build (app fills it). Default {}
 };
 
 struct ConsumerStats {

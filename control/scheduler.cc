@@ -77,11 +77,11 @@ std::vector<ScheduleState> ReadScheduleStates(storage::Connection& c, const std:
   return out;
 }
 
-Scheduler::Scheduler(storage::ConnectionPool& pool, const Settings& settings, Clock& clock)
-    : pool_(pool), clock_(clock), service_(settings.service) {
-  for (const auto& [name, s] : settings.schedules) {
+Scheduler::Scheduler(storage::ConnectionPool& pool, const SchedulerOptions& options, Clock& clock)
+    : pool_(pool), clock_(clock), service_(options.service) {
+  for (const auto& [name, s] : options.schedules) {
     Entry e{name, s, CronExpression::Parse(s.cron)};
-    if (auto t = settings.topics.find(s.topic); t != settings.topics.end()) {
+    if (auto t = options.topics.find(s.topic); t != options.topics.end()) {
       e.priority = t->second.priority;
       e.max_retry = t->second.max_retry;
     }

@@ -2,7 +2,7 @@
 // turns each cron tick into one event, exactly once, across leader changes and clock
 // steps.
 //
-//   control::Scheduler scheduler(pool, settings, clock);
+//   control::Scheduler scheduler(pool, app::SchedulerOptionsFrom(settings), clock);
 //   scheduler.RunOnce(lease.Fence(token));   // every second while leading
 //
 // For each configured schedule, one transaction:
@@ -40,6 +40,7 @@
 #include "control/cron.h"
 #include "core/clock.h"
 #include "core/metrics.h"
+#include "core/service.h"
 #include "dispatcher/lease_lock.h"
 #include "storage/connection_pool.h"
 
@@ -77,12 +78,20 @@ struct SchedulerStats {
 // policy) and dsync_schedule_failures_total (schedule transactions that failed).
 void WriteMetrics(const SchedulerStats& stats, metrics::TextWriter& w);
 
+// The scheduler's options (built from the settings by app/options.h SchedulerOptionsFrom).
+struct SchedulerOptions {
+  std::string service = kDefaultService;              // service: whose schedule rows and events. Default kbs-sync
+  std::map<std::string, ScheduleSettings> schedules;  // schedules: name -> cron schedule. Default {}: none
+  // topics: the scheduled events' priority and max_retry are their topic's (a topic not
+  // here: TopicSettings' defaults). Default {}
+  std::map<std::string, TopicSettings> topics;
+};
+
 class Scheduler {
  public:
-  // Reads settings.service, .schedules and .topics (priority, max_retry). `pool` and
-  // `clock` must outlive it. Schedules whose cron does not parse were refused when the
-  // settings loaded.
-  Scheduler(storage::ConnectionPool& pool, const Settings& settings, Clock& clock);
+  // `pool` and `clock` must outlive it. Schedules whose cron does not parse were
+  // refused when the settings loaded.
+  Scheduler(storage::ConnectionPool& pool, const SchedulerOptions& options, Clock& clock);
 
   // One pass over every schedule (see the file comment). Returns the events produced.
   // `fence` nullopt: unfenced (tests, tools). A schedule's database failure is logged

@@ -17,4 +17,9 @@ bool SystemClock::WaitFor(std::condition_variable_any& cv, std::unique_lock<std:
   return cv.wait_for(lock, stop, d, done);
 }
 
+std::chrono::steady_clock::time_point RealDeadline(Clock& clock, Clock::TimePoint deadline) {
+  if (deadline == Clock::TimePoint::max() || dynamic_cast<SystemClock*>(&clock) != nullptr) return deadline;
+  return std::chrono::steady_clock::now() + (deadline - clock.Now());
+}
+
 }  // namespace dsync

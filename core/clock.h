@@ -48,4 +48,11 @@ class SystemClock final : public Clock {
                Millis d, const std::function<bool()>& done) override;
 };
 
+// The point on std::chrono::steady_clock at which `clock` reaches `deadline` (as far
+// from now as `deadline` is on `clock`), for the waits core/ bounds in real time with
+// poll() (HttpClient::Send, RunChild): a step hands them its deadline through this, so
+// on a fake clock they are bounded by the fake deadline's distance, not by a time point
+// of another clock. On a SystemClock it is `deadline` itself; TimePoint::max() stays so.
+std::chrono::steady_clock::time_point RealDeadline(Clock& clock, Clock::TimePoint deadline);
+
 }  // namespace dsync

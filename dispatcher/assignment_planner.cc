@@ -49,29 +49,6 @@ const char* StrategyName(Strategy s) {
   return "least_load";
 }
 
-PlannerConfig PlannerConfigFromSettings(const Settings& settings) {
-  PlannerConfig config;
-  config.batch_size = std::max(1, settings.dispatcher.batch_size);
-  for (const auto& [name, topic] : settings.topics) {
-    TopicPolicy p;
-    p.strategy = ParseStrategy(topic.strategy).value_or(Strategy::kLeastLoad);
-    p.ordered = topic.ordered;
-    p.batch_limit = std::max(0, topic.batch_limit);
-    p.datasources = TopicDatasources(topic);
-    p.concurrency_key = topic.concurrency_key;
-    p.concurrency_limit = topic.concurrency_key.empty() ? 0 : std::max(0, topic.concurrency_limit);
-    for (const StepSpec& step : topic.steps) {
-      p.steps.push_back(
-          {step.name, StepDatasources(step), RelayedDatasources(step), RelaySourceDatasources(step)});
-    }
-    config.topics[name] = p;
-  }
-  config.fair = settings.fairness.enabled;
-  config.tenant_weights = settings.fairness.weights;
-  config.datasource_limits = settings.datasource_limits;
-  return config;
-}
-
 std::vector<std::string> TopicDatasources(const TopicSettings& topic) {
   std::vector<std::string> all;
   for (const StepSpec& step : topic.steps) {

@@ -2,7 +2,7 @@
 // page of due PENDING events, decides which node gets which event. No SQL, no clock;
 // the cycle (dispatcher/dispatch_cycle.h) reads its inputs and writes its output.
 //
-//   AssignmentPlanner planner(PlannerConfigFromSettings(settings));
+//   AssignmentPlanner planner(app::PlannerConfigFrom(settings));   // app/options.h
 //   planner.BeginCycle(nodes);                        // once per cycle
 //   PlanResult r = planner.Plan(page);                // per page read, in (priority, id) order
 //   PageFilter f = planner.NextPageFilter();          // what the next page should read
@@ -153,11 +153,6 @@ struct LimitUsage {
 // A (priority, tenant) with PENDING events, and what a fair page reads of it.
 using TenantHead = events::DueHead;
 using TenantWindow = events::DueWindow;
-
-// dispatcher.batch_size and each topic's strategy / ordered / batch_limit /
-// datasources. An unknown strategy name (Settings rejects them) falls back to
-// least_load.
-PlannerConfig PlannerConfigFromSettings(const Settings& settings);
 
 // The datasources a topic's plan names, sorted and unique: the union of its steps'
 // StepDatasources (config/step_datasources.h: `source` and `target` of table_sync and

@@ -59,8 +59,8 @@ nlohmann::json CompletionPayload(const std::string& stored_payload, const std::s
   return payload;
 }
 
-BatchCompleter::BatchCompleter(storage::ConnectionPool& pool, const Settings& settings)
-    : pool_(pool), service_(settings.service), topics_(settings.topics) {}
+BatchCompleter::BatchCompleter(storage::ConnectionPool& pool, BatchCompleterOptions options)
+    : pool_(pool), service_(std::move(options.service)), topics_(std::move(options.topics)) {}
 
 BatchCheckReport BatchCompleter::CheckOnce(const std::function<bool()>& keep_going) {
   BatchCheckReport report;

@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/settings.h"
+#include "core/service.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::dispatcher {
@@ -46,11 +47,18 @@ struct BatchCheckReport {
 nlohmann::json CompletionPayload(const std::string& stored_payload, const std::string& batch_code,
                                  const std::map<std::string, int64_t>& by_status);
 
+// The completer's options (part of DispatcherOptions; app/options.h).
+struct BatchCompleterOptions {
+  std::string service = kDefaultService;        // service: only its batches; the completion events'. Default kbs-sync
+  // topics: max_retry and priority of the completion topics (a topic not here:
+  // TopicSettings' defaults). Default {}
+  std::map<std::string, TopicSettings> topics;
+};
+
 class BatchCompleter {
  public:
-  // Reads settings.topics (max_retry, priority of the completion topics). `pool` must
-  // outlive it.
-  BatchCompleter(storage::ConnectionPool& pool, const Settings& settings);
+  // `pool` must outlive it.
+  BatchCompleter(storage::ConnectionPool& pool, BatchCompleterOptions options);
 
   // One check of every OPEN batch, stopping early when `keep_going` says no. Throws
   // DbError (completions committed before stay committed).

@@ -72,6 +72,7 @@
 #include "control/topic_pause.h"
 #include "core/clock.h"
 #include "core/metrics.h"
+#include "core/service.h"
 #include "dispatcher/assignment_planner.h"
 #include "dispatcher/lease_lock.h"
 #include "registry/node_directory.h"
@@ -80,7 +81,7 @@
 namespace dsync::dispatcher {
 
 struct CycleOptions {
-  std::string service = "kbs-sync";
+  std::string service = kDefaultService;
   Millis offline_timeout{30000};  // registry.offline_timeout_ms: liveness of nodes
   int max_pages = 8;              // pages read per cycle at most
 };

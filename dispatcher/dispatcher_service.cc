@@ -19,13 +19,6 @@ LockerOptions LockerOptionsFrom(const DispatcherSettings& s) {
   return o;
 }
 
-CycleOptions CycleOptionsFrom(const Settings& s) {
-  CycleOptions o;
-  o.service = s.service;
-  o.offline_timeout = s.registry.offline_timeout;
-  return o;
-}
-
 // The dispatcher's wake-up listener, or nullptr (dispatcher.wakeups off, bind failed).
 std::unique_ptr<wakeup::WakeListener> BindWakeListener(const DispatcherSettings& s, Clock& clock) {
   if (!s.wakeups) return nullptr;
@@ -35,25 +28,25 @@ std::unique_ptr<wakeup::WakeListener> BindWakeListener(const DispatcherSettings&
 
 }  // namespace
 
-DispatcherService::DispatcherService(storage::ConnectionPool& pool, const Settings& settings,
-                                     Clock& clock, std::string owner_id)
+DispatcherService::DispatcherService(storage::ConnectionPool& pool, DispatcherOptions options, Clock& clock,
+                                     std::string owner_id)
     : clock_(clock),
-      service_(settings.service),
-      dispatcher_settings_(settings.dispatcher),
-      sweep_interval_(settings.registry.sweep_interval),
+      service_(options.service),
+      dispatcher_settings_(options.dispatcher),
+      sweep_interval_(options.sweep_interval),
       wake_signal_(clock),
-      wake_listener_(BindWakeListener(settings.dispatcher, clock)),
-      lease_(pool, DispatcherLockName(settings.service),
+      wake_listener_(BindWakeListener(options.dispatcher, clock)),
+      lease_(pool, DispatcherLockName(options.service),
              WithWakeAddress(std::move(owner_id), wake_listener_ ? wake_listener_->address() : "")),
-      locker_(lease_, clock, LockerOptionsFrom(settings.dispatcher), lease_.lock_name()),
-      cycle_(pool, clock, PlannerConfigFromSettings(settings), CycleOptionsFrom(settings)),
-      sweeper_(pool, SweeperOptionsFromSettings(settings)),
-      retention_(pool, clock, settings.service, settings.retention),
-      batches_(pool, settings),
-      batch_check_interval_(settings.dispatcher.batch_check_interval),
+      locker_(lease_, clock, LockerOptionsFrom(options.dispatcher), lease_.lock_name()),
+      cycle_(pool, clock, std::move(options.planner), std::move(options.cycle)),
+      sweeper_(pool, std::move(options.sweeper)),
+      retention_(pool, clock, options.service, options.retention),
+      batches_(pool, std::move(options.batches)),
+      batch_check_interval_(options.dispatcher.batch_check_interval),
       pool_(pool),
-      scheduler_(pool, settings, clock) {
-  if (settings.dispatcher.wakeups) {
+      scheduler_(pool, options.schedules, clock) {
+  if (options.dispatcher.wakeups) {
     cycle_.OnAssigned([this](const std::vector<std::string>& nodes) {
       for (const auto& n : nodes) wake_sender_.Send(n);
     });

@@ -3,7 +3,7 @@
 // objects): one leads, the others wait for its lease to expire or be released.
 //
 //   SystemClock clock;
-//   dispatcher::DispatcherService service(*pool, settings, clock);  // owner host:pid:random
+//   dispatcher::DispatcherService service(*pool, app::DispatcherOptionsFrom(settings), clock);  // owner host:pid:random
 //   service.Start();
 //   ... wait for SIGTERM ...
 //   service.Stop();                      // stops the loops, releases the lease
@@ -51,6 +51,7 @@
 #include "config/settings.h"
 #include "control/scheduler.h"
 #include "core/clock.h"
+#include "core/service.h"
 #include "core/wakeup.h"
 #include "dispatcher/batch_completer.h"
 #include "dispatcher/dispatch_cycle.h"
@@ -75,11 +76,26 @@ struct DispatcherStats {
 // dsync_event_resets_total); dispatcher/dispatcher_metrics.cc.
 void WriteMetrics(const DispatcherStats& stats, metrics::TextWriter& w);
 
+// The dispatcher's options: its own and those of its parts, built from the settings in
+// one place (app/options.h DispatcherOptionsFrom; the parts' `service` is this one's).
+// Each field: its config keys; the defaults are the config's.
+struct DispatcherOptions {
+  std::string service = kDefaultService;  // service: only its events, nodes, batches and schedules. Default kbs-sync
+  DispatcherSettings dispatcher;          // dispatcher.*: pauses, lease, batch size, wake-ups (config/settings.h)
+  Millis sweep_interval{5000};            // registry.sweep_interval_ms: the sweeper's cadence. Default 5 s
+  CycleOptions cycle;                     // registry.offline_timeout_ms: who is live to the cycle (dispatch_cycle.h)
+  PlannerConfig planner;                  // dispatcher.batch_size, topics' strategies and limits, fairness.* (assignment_planner.h)
+  SweeperOptions sweeper;                 // registry.offline_timeout_ms / purge_after_ms, topics' bounds (event_sweeper.h)
+  RetentionSettings retention;            // retention.* (config/settings.h)
+  BatchCompleterOptions batches;          // topics: the completion topics' retries and priority (batch_completer.h)
+  control::SchedulerOptions schedules;    // schedules, and their topics' retries and priority (control/scheduler.h)
+};
+
 class DispatcherService {
  public:
-  // Reads settings.service, .registry, .dispatcher and .topics. `pool` and `clock`
-  // must outlive the service. Does not touch the database until Start().
-  DispatcherService(storage::ConnectionPool& pool, const Settings& settings, Clock& clock,
+  // `pool` and `clock` must outlive the service. Does not touch the database until
+  // Start().
+  DispatcherService(storage::ConnectionPool& pool, DispatcherOptions options, Clock& clock,
                     std::string owner_id = MakeLeaseOwnerId());
   ~DispatcherService();  // Stop()s
 

@@ -25,20 +25,6 @@ Millis SweeperIdleBound(Millis max_processing_time) {
   return max_processing_time + std::max<Millis>(Millis(2000), max_processing_time / 10);
 }
 
-SweeperOptions SweeperOptionsFromSettings(const Settings& settings) {
-  SweeperOptions o;
-  o.service = settings.service;
-  o.offline_timeout = settings.registry.offline_timeout;
-  o.purge_after = settings.registry.purge_after;
-  for (const auto& [name, topic] : settings.topics) {
-    o.topic_timeouts[name] = topic.max_processing_time;
-    o.topic_claim_timeouts[name] = topic.claim_timeout;
-  }
-  o.default_timeout = TopicSettings{}.max_processing_time;
-  o.default_claim_timeout = TopicSettings{}.claim_timeout;
-  return o;
-}
-
 EventSweeper::EventSweeper(storage::ConnectionPool& pool, SweeperOptions options)
     : pool_(pool),
       options_(std::move(options)),

@@ -52,6 +52,7 @@
 
 #include "config/settings.h"
 #include "core/clock.h"
+#include "core/service.h"
 #include "events/reset.h"
 #include "registry/offline_sweeper.h"
 #include "storage/connection_pool.h"
@@ -74,19 +75,18 @@ struct ResetCandidate : events::InFlightEvent {
   std::string detail;        // kNotClaimed: why the node should have claimed it
 };
 
+// The sweeper's options (part of DispatcherOptions; app/options.h SweeperOptionsFrom).
 struct SweeperOptions {
-  std::string service = "kbs-sync";              // service (only its events and nodes)
-  Millis offline_timeout{30000};                 // registry.offline_timeout_ms
-  Millis purge_after{7LL * 24 * 3600 * 1000};    // registry.purge_after_ms
-  std::map<std::string, Millis> topic_timeouts;  // max_processing_time per configured topic
-  Millis default_timeout{300000};                // topics missing from the config
-  std::map<std::string, Millis> topic_claim_timeouts;  // claim_timeout per configured topic
-  Millis default_claim_timeout{30000};           // topics missing from the config
-  int batch = 500;                               // candidates read per query
-  int max_rounds = 20;                           // queries per kind and sweep, at most
+  std::string service = kDefaultService;         // service: only its events and nodes. Default kbs-sync
+  Millis offline_timeout{30000};                 // registry.offline_timeout_ms. Default 30 s
+  Millis purge_after{7LL * 24 * 3600 * 1000};    // registry.purge_after_ms. Default 7 days
+  std::map<std::string, Millis> topic_timeouts;  // topics.<name>.max_processing_time_ms per configured topic. Default {}
+  Millis default_timeout{300000};                // topics missing from the config: max_processing_time_ms's default, 5 min
+  std::map<std::string, Millis> topic_claim_timeouts;  // topics.<name>.claim_timeout_ms per configured topic. Default {}
+  Millis default_claim_timeout{30000};           // topics missing from the config: claim_timeout_ms's default, 30 s
+  int batch = 500;                               // candidates read per query (not configurable). Default 500
+  int max_rounds = 20;                           // queries per kind and sweep, at most (not configurable). Default 20
 };
-
-SweeperOptions SweeperOptionsFromSettings(const Settings& settings);
 
 struct SweepReport {
   uint64_t marked_offline = 0;

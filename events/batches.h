@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/service.h"
 #include "events/produce.h"
 #include "storage/connection.h"
 
@@ -41,7 +42,7 @@ struct BatchCompletionRow {
   std::string topic;
   std::string payload;                  // JSON object text; "" = {}
   std::optional<int64_t> expected_events;
-  std::string service = "kbs-sync";     // whose leader completes it; the completion event's service
+  std::string service = kDefaultService;     // whose leader completes it; the completion event's service
 };
 
 // "done:<service>:<batch_code>" when that fits in 64 characters and the service has no

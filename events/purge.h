@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/service.h"
 #include "storage/connection.h"
 
 namespace dsync::events {
@@ -46,7 +47,7 @@ bool IsTerminalStatus(const std::string& status);
 struct PurgeSelector {
   std::vector<std::string> statuses;
   Millis older_than{0};
-  std::string service = "kbs-sync";  // config `service`
+  std::string service = kDefaultService;  // config `service`
 };
 
 struct PurgeCounts {

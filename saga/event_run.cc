@@ -36,6 +36,7 @@ const std::string& EngineContext::event_code() const { return run_.event().code;
 const nlohmann::json& EngineContext::payload() const { return run_.payload(); }
 int EngineContext::attempt() const { return run_.attempt(); }
 Datasources& EngineContext::datasources() { return run_.deps().datasources; }
+Clock& EngineContext::clock() { return run_.deps().clock; }
 
 const std::string& EngineContext::tenant_id() const { return run_.event().tenant_id; }
 const std::string& EngineContext::data_id() const { return run_.event().data_id; }

@@ -245,7 +245,8 @@ class EngineContext final : public StepContext {
     return compensating_ ? step_.compensation_retry_count : step_.retry_count;
   }
   const nlohmann::json& compensation_data() const override { return step_.compensation_data; }
-  std::chrono::steady_clock::time_point deadline() const override { return deadline_; }
+  Clock::TimePoint deadline() const override { return deadline_; }
+  Clock& clock() override;
   std::stop_token stop_token() const override { return stop_; }
   storage::Connection& tx() override;
   bool StillOwner() override;

@@ -50,6 +50,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/settings.h"
+#include "core/clock.h"
 #include "storage/connection.h"
 #include "storage/connection_pool.h"
 
@@ -131,8 +132,13 @@ class StepContext {
   virtual int step_retry_count() const = 0;
   // Compensate(): what Execute returned as compensation_data (null if none).
   virtual const nlohmann::json& compensation_data() const = 0;
-  virtual std::chrono::steady_clock::time_point deadline() const = 0;
+  // The attempt's deadline on clock() (a time point of that clock, never of another).
+  virtual Clock::TimePoint deadline() const = 0;
   virtual std::stop_token stop_token() const = 0;           // cancellation (deadline, shutdown)
+  // The engine's clock: what a step reads to wait, time out or measure (a test's fake
+  // clock drives them). Waits that core/ bounds in real time (HttpClient::Send,
+  // RunChild) take RealDeadline(ctx.clock(), ctx.deadline()).
+  virtual Clock& clock() = 0;
   // The framework database connection inside the step's fenced transaction; the
   // engine commits it together with the step's new state, or rolls it back if the
   // step fails. Execute(): the transaction is the node's commit group

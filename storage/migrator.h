@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/service.h"
 #include "storage/connection_pool.h"
 
 namespace dsync::storage {
@@ -72,7 +73,7 @@ class Migrator {
  private:
   ConnectionPool& pool_;
   const std::vector<Migration>& migrations_;
-  std::string default_service_ = "kbs-sync";
+  std::string default_service_ = kDefaultService;
 };
 
 }  // namespace dsync::storage

@@ -37,6 +37,7 @@ class CapturePayloadContext final : public StepContext {
   int step_retry_count() const override { return inner_.step_retry_count(); }
   const json& compensation_data() const override { return inner_.compensation_data(); }
   std::chrono::steady_clock::time_point deadline() const override { return inner_.deadline(); }
+  Clock& clock() override { return inner_.clock(); }
   std::stop_token stop_token() const override { return inner_.stop_token(); }
   storage::Connection& tx() override { return inner_.tx(); }
   bool StillOwner() override { return inner_.StillOwner(); }

@@ -45,7 +45,7 @@ class DemoStep final : public StepHandler {
  public:
   StepResult Execute(StepContext& ctx) override {
     DemoBehaviour b = ParseDemoBehaviour(ctx.payload(), ctx.step_name());
-    if (b.sleep.count() > 0 && !SystemClock().SleepFor(b.sleep, ctx.stop_token())) {
+    if (b.sleep.count() > 0 && !ctx.clock().SleepFor(b.sleep, ctx.stop_token())) {
       return StepResult::Transient("demo: interrupted while sleeping (deadline or shutdown)");
     }
     if (b.fail_permanently) return StepResult::Permanent("demo: injected permanent failure");
@@ -63,7 +63,7 @@ class DemoStep final : public StepHandler {
 
   StepResult Compensate(StepContext& ctx) override {
     DemoBehaviour b = ParseDemoBehaviour(ctx.payload(), ctx.step_name());
-    if (b.compensation_sleep.count() > 0 && !SystemClock().SleepFor(b.compensation_sleep, ctx.stop_token())) {
+    if (b.compensation_sleep.count() > 0 && !ctx.clock().SleepFor(b.compensation_sleep, ctx.stop_token())) {
       return StepResult::Transient("demo: interrupted while sleeping in compensation (deadline or shutdown)");
     }
     if (b.fail_compensation_always) {

@@ -77,7 +77,7 @@ class ExecStep final : public StepHandler {
         return true;  // the database did not answer: keep going; the fence decides at commit
       }
     };
-    ChildResult r = RunChild(spec, ctx.deadline(), ctx.stop_token(), still_owner);
+    ChildResult r = RunChild(spec, RealDeadline(ctx.clock(), ctx.deadline()), ctx.stop_token(), still_owner);
     const std::string what = std::string(compensate ? "compensation " : "") + "exec " + external::Snippet(argv[0], 120);
     spdlog::debug("EXEC_DONE event={} step={} pid={} how=\"{}\" ms={}", ctx.event_code(), ctx.step_name(), r.pid,
                   DescribeEnd(r), r.took.count());

@@ -129,7 +129,8 @@ class HttpStep final : public StepHandler {
     }
     HttpLimits limits;
     limits.max_body_bytes = max_response_;
-    const auto started = std::chrono::steady_clock::now();
+    Clock& clock = ctx.clock();
+    const Clock::TimePoint started = clock.Now();
     auto still_owner = [&ctx] {
       try {
         return ctx.StillOwner();
@@ -137,8 +138,9 @@ class HttpStep final : public StepHandler {
         return true;  // the database did not answer: keep going; the fence decides at commit
       }
     };
-    HttpResponse r = client_.Send(req, ctx.deadline(), ctx.stop_token(), limits, still_owner);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    HttpResponse r = client_.Send(req, RealDeadline(clock, ctx.deadline()), ctx.stop_token(), limits, still_owner);
+    const Clock::TimePoint ended = clock.Now();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(ended - started);
     // What the error names: method and URL without its query (which may carry values).
     std::string shown = req.url.substr(0, req.url.find('?'));
     const std::string what = std::string(compensate ? "compensation " : "") + "http " + req.method + " " +
@@ -146,7 +148,7 @@ class HttpStep final : public StepHandler {
     spdlog::debug("HTTP_STEP_CALL event={} step={} key={} status={} failure={} ms={}", ctx.event_code(),
                   ctx.step_name(), external::IdempotencyKey(ctx, compensate), r.status, static_cast<int>(r.failure),
                   ms.count());
-    if (std::chrono::steady_clock::now() >= ctx.deadline() && r.failure != HttpResponse::Failure::kStopped) {
+    if (ended >= ctx.deadline() && r.failure != HttpResponse::Failure::kStopped) {
       return StepResult::Transient(what + ": no answer within the step's deadline (" + std::to_string(ms.count()) +
                                    " ms; a late answer is discarded)");
     }

@@ -28,7 +28,7 @@ namespace {
 using nlohmann::json;
 
 // table::RunContext over the engine's StepContext (the step code is its idempotency
-// key); time from the handler's clock.
+// key); time from the engine's clock (ctx.clock()).
 
 class TableStep : public StepHandler {
  public:
@@ -49,7 +49,7 @@ class TableStep : public StepHandler {
   // Expected failures become results; transient database errors propagate.
   template <class F>
   StepResult Guarded(StepContext& ctx, F&& body) {
-    StepRunContext run(ctx, clock_);
+    StepRunContext run(ctx);
     try {
       return body(run);
     } catch (const table::PermanentError& e) {
@@ -73,8 +73,6 @@ class TableStep : public StepHandler {
 
   const table::Spec spec_;
   table::UndoTable undo_table_;
-  // The table code's time (checkpoint and progress intervals, chunk sizing).
-  SystemClock clock_;
 };
 
 // The topic and step name under which `spec` is configured among `topics` (any topic
@@ -190,7 +188,7 @@ class RelaySourceStep final : public StepHandler {
   // Runs a source half, mapping its failures to step results.
   StepResult Run(StepContext& ctx, const std::string& step,
                  const std::function<nlohmann::json(table::RunContext&)>& half) {
-    StepRunContext run(ctx, clock_);
+    StepRunContext run(ctx);
     try {
       return StepResult::Ok(half(run));
     } catch (const ConfigError& e) {
@@ -208,7 +206,6 @@ class RelaySourceStep final : public StepHandler {
   }
 
   std::shared_ptr<const RelayEnvironment> relay_;
-  SystemClock clock_;
 };
 
 

@@ -201,10 +201,11 @@ struct RelayEnvironment {
   std::function<void()> wake_dispatcher;         // after producing a source half (may be empty)
 };
 
-// The saga engine's StepContext as the table machinery's RunContext.
+// The saga engine's StepContext as the table machinery's RunContext (its clock the
+// engine's: checkpoint and progress intervals, chunk sizing).
 class StepRunContext final : public table::RunContext {
  public:
-  StepRunContext(StepContext& ctx, Clock& clock) : ctx_(ctx), clock_(clock) {}
+  explicit StepRunContext(StepContext& ctx) : ctx_(ctx) {}
   const std::string& event_code() const override { return ctx_.event_code(); }
   const std::string& step_code() const override { return ctx_.idempotency_key(); }
   const nlohmann::json& payload() const override { return ctx_.payload(); }
@@ -214,11 +215,10 @@ class StepRunContext final : public table::RunContext {
   bool StillOwner() override { return ctx_.StillOwner(); }
   void ReportProgress(const nlohmann::json& progress) override { ctx_.ReportProgress(progress); }
   storage::ConnectionPool& Pool(const std::string& datasource) override { return ctx_.datasources().Get(datasource); }
-  Clock& clock() override { return clock_; }
+  Clock& clock() override { return ctx_.clock(); }
 
  private:
   StepContext& ctx_;
-  Clock& clock_;
 };
 
 // The internal topic of source halves as a node's plans hold it: one step of type

@@ -82,7 +82,7 @@ class TableVerifyStep final : public StepHandler {
   // side, a node reaching the source the source's, as an event of dsync.relay_source.
   TableDiff Compare(StepContext& ctx) {
     if (relay_ && !ctx.datasources().Has(check_.source) && ctx.datasources().Has(check_.target)) {
-      StepRunContext run(ctx, clock_);
+      StepRunContext run(ctx);
       table::RelayTable relay(*relay_->framework);
       table::RelayedSyncOptions options = relay_->options;
       options.node = relay_->node;
@@ -97,12 +97,11 @@ class TableVerifyStep final : public StepHandler {
     options.keep_keys = kKeepKeys;
     options.stop = ctx.stop_token();
     return table::CompareTable(ctx.datasources().Get(check_.source), ctx.datasources().Get(check_.target), check_,
-                               ctx.payload(), options, clock_);
+                               ctx.payload(), options, ctx.clock());  // the clock paces the range sizes
   }
 
   const TableCheck check_;
   const std::shared_ptr<const RelayEnvironment> relay_;
-  SystemClock clock_;  // paces the compare's range sizes
 };
 
 // ---------------------------------------------------------------------------
@@ -119,7 +118,8 @@ class PayloadContext final : public StepContext {
   int attempt() const override { return inner_.attempt(); }
   int step_retry_count() const override { return inner_.step_retry_count(); }
   const json& compensation_data() const override { return inner_.compensation_data(); }
-  std::chrono::steady_clock::time_point deadline() const override { return inner_.deadline(); }
+  Clock::TimePoint deadline() const override { return inner_.deadline(); }
+  Clock& clock() override { return inner_.clock(); }
   std::stop_token stop_token() const override { return inner_.stop_token(); }
   storage::Connection& tx() override { return inner_.tx(); }
   bool StillOwner() override { return inner_.StillOwner(); }

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "app/options.h"
 #include "tests/support/percent_encode.h"
 #include <nlohmann/json.hpp>
 
@@ -58,7 +59,7 @@ class ConsoleBrowserTest : public ::testing::Test {
  protected:
   ConsoleBrowserTest()
       : settings_(BrowserSettings()),
-        store_(db_.pool(), settings_),
+        store_(std::make_unique<EventStore>(db_.pool(), app::StoreOptionsFrom(settings_))),
         parts_(db_.pool(), settings_, kNode) {
     const char* dir = std::getenv("DSYNC_SCREENSHOT_DIR");
     shots_ = dir && *dir ? dir : std::filesystem::current_path().string() + "/console-screenshots";
@@ -71,7 +72,7 @@ class ConsoleBrowserTest : public ::testing::Test {
     o.connection.threads = 8;
     o.token = token;
     o.stream_poll_interval = 50ms;
-    auto server = std::make_unique<HttpServer>(store_, o, clock_);
+    auto server = std::make_unique<HttpServer>(*store_, o, clock_);
     server->Start();
     return server;
   }
@@ -84,7 +85,7 @@ class ConsoleBrowserTest : public ::testing::Test {
     e.tenant_id = tenant;
     e.data_id = "d1";
     e.payload = std::move(payload);
-    ASSERT_TRUE(store_.Produce(e).created) << code;
+    ASSERT_TRUE(store_->Produce(e).created) << code;
   }
 
   // The dispatcher's assignment by hand, then the in-process engine runs the event.
@@ -133,7 +134,7 @@ class ConsoleBrowserTest : public ::testing::Test {
       e.data_id = "d1";
       batch.push_back(e);
     }
-    ASSERT_EQ(store_.ProduceBatch("batch-A", batch).created, 3);
+    ASSERT_EQ(store_->ProduceBatch("batch-A", batch).created, 3);
     ASSERT_EQ(Run("ok-1"), saga::Outcome::kSucceeded);
     ASSERT_EQ(Run("ok-2"), saga::Outcome::kSucceeded);
     ASSERT_EQ(Run("comp-1"), saga::Outcome::kCompensated);
@@ -174,7 +175,7 @@ class ConsoleBrowserTest : public ::testing::Test {
 
   testing::TestSchema db_;
   Settings settings_;
-  EventStore store_;
+  std::unique_ptr<EventStore> store_;  // the settings' options when built (a test may build it again)
   testing::EngineParts parts_;  // the in-process engine that runs the produced events
   SystemClock& clock_ = parts_.clock;
   saga::SagaEngine& engine_ = parts_.engine;
@@ -412,7 +413,8 @@ TEST_F(ConsoleBrowserTest, TopicsPagePausesAndResumesAfterConfirmation) {
   ScheduleSettings nightly;
   nightly.cron = "0 3 * * *";
   nightly.topic = "OTHER";
-  settings_.schedules["nightly"] = nightly;  // read by the server's ControlStore when it is built
+  settings_.schedules["nightly"] = nightly;
+  store_ = std::make_unique<EventStore>(db_.pool(), app::StoreOptionsFrom(settings_));  // the server's ControlStore reads them
   Produce("p-1", "OTHER");
   server_ = Serve("");
   const std::string base = "http://127.0.0.1:" + std::to_string(server_->port()) + "/";

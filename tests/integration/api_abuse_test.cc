@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "app/options.h"
 #include "api/event_store.h"
 #include "api/http_server.h"
 #include "tests/support/fake_clock.h"
@@ -148,7 +149,7 @@ json Event(const std::string& code) {
 
 class ApiAbuseTest : public ::testing::Test {
  protected:
-  ApiAbuseTest() : settings_(TestSettings()), store_(db_.pool(), settings_) {}
+  ApiAbuseTest() : settings_(TestSettings()), store_(db_.pool(), app::StoreOptionsFrom(settings_)) {}
   ~ApiAbuseTest() override {
     if (server_) server_->Stop();
   }

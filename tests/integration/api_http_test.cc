@@ -20,6 +20,7 @@
 #include <Poco/StreamCopier.h>
 #include <gtest/gtest.h>
 
+#include "app/options.h"
 #include "tests/support/percent_encode.h"
 #include <nlohmann/json.hpp>
 #include <spdlog/sinks/ostream_sink.h>
@@ -99,7 +100,7 @@ class ApiHttpTest : public ::testing::Test {
  protected:
   ApiHttpTest()
       : settings_(ApiTestSettings()),
-        store_(db_.pool(), settings_),
+        store_(db_.pool(), app::StoreOptionsFrom(settings_)),
         parts_(db_.pool(), settings_, kNode) {}
 
   ~ApiHttpTest() override {
@@ -687,7 +688,7 @@ TEST_F(ApiHttpTest, DatabaseFailuresAre503WithoutDetails) {
   url.hosts = {{"127.0.0.1", 1}};  // nothing listens there
   url.connect_timeout = 1000ms;
   storage::ConnectionPool dead(url);
-  EventStore store(dead, settings_);
+  EventStore store(dead, app::StoreOptionsFrom(settings_));
   HttpOptions o = Options();
   HttpServer server(store, o, clock_, app::ComponentMetrics({.pool = &dead}));
   server.Start();
@@ -768,11 +769,12 @@ std::map<std::string, double> ParseMetrics(const std::string& text) {
 
 TEST_F(ApiHttpTest, MetricsOfAWholePipelineParseAndCarryEveryFamily) {
   // `dsync all` in one process: dispatcher, a consumer node and the API.
-  dispatcher::DispatcherService dispatcher(db_.pool(), settings_, clock_);
+  dispatcher::DispatcherService dispatcher(db_.pool(), app::DispatcherOptionsFrom(settings_), clock_);
   consumer::ConsumerOptions co;
   co.service = settings_.service;
   co.node_address = kNode;
   co.capacity = 4;
+  co.prefetch = 0;  // none held beyond capacity (the default is automatic)
   co.topics = {"*"};
   co.heartbeat_interval = settings_.registry.heartbeat_interval;
   co.poll_interval = 20ms;

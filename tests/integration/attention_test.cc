@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "app/options.h"
 #include "api/event_store.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -50,7 +51,7 @@ class AttentionTest : public ::testing::Test {
     CycleOptions o;
     o.service = settings.service;
     o.offline_timeout = settings.registry.offline_timeout;
-    if (!cycle) cycle.emplace(db.pool(), clock, PlannerConfigFromSettings(settings), o);
+    if (!cycle) cycle.emplace(db.pool(), clock, app::PlannerConfigFrom(settings), o);
     return cycle->RunOnce(lease.Fence(token));
   }
 
@@ -83,7 +84,7 @@ class AttentionTest : public ::testing::Test {
   LeaseLock lease{db.pool(), DispatcherLockName(kService), "me:1:aaaa"};
   int64_t token = 0;
   std::optional<DispatchCycle> cycle;
-  api::EventStore store{db.pool(), settings};
+  api::EventStore store{db.pool(), app::StoreOptionsFrom(settings)};
 };
 
 TEST_F(AttentionTest, EventsHeldBehindABlockerAreListedWithTheBlockerAndItsReason) {

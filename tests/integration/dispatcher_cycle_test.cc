@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "app/options.h"
 #include "core/clock.h"
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/lease_lock.h"
@@ -22,7 +23,7 @@ DispatchCycle MakeCycle(TestSchema& db, Clock& clock, const Settings& s = TestSe
   CycleOptions o;
   o.service = s.service;
   o.offline_timeout = s.registry.offline_timeout;
-  return DispatchCycle(db.pool(), clock, PlannerConfigFromSettings(s), o);
+  return DispatchCycle(db.pool(), clock, app::PlannerConfigFrom(s), o);
 }
 
 // The codes of the events in `status`, in code order.

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "app/options.h"
 #include "control/topic_pause.h"
 #include "core/clock.h"
 #include "dispatcher/dispatch_cycle.h"
@@ -24,7 +25,7 @@ DispatchCycle FairCycleOf(TestSchema& db, Clock& clock, const Settings& s) {
   CycleOptions o;
   o.service = s.service;
   o.offline_timeout = s.registry.offline_timeout;
-  return DispatchCycle(db.pool(), clock, PlannerConfigFromSettings(s), o);
+  return DispatchCycle(db.pool(), clock, app::PlannerConfigFrom(s), o);
 }
 
 // `count` PENDING events of `tenant` in one statement; codes prefix-1..N.

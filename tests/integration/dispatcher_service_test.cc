@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "app/options.h"
 #include "core/clock.h"
 #include "dispatcher/dispatcher_service.h"
 #include "tests/integration/dispatcher_fixtures.h"
@@ -37,8 +38,8 @@ TEST(DispatcherServiceTest, TwoDispatchersAssignEveryEventExactlyOnceWithOneLead
 
   SystemClock clock;
   storage::ConnectionPool pool_a(db.url()), pool_b(db.url());
-  auto a = std::make_unique<DispatcherService>(pool_a, s, clock, "host-a:1:aaaa");
-  auto b = std::make_unique<DispatcherService>(pool_b, s, clock, "host-b:2:bbbb");
+  auto a = std::make_unique<DispatcherService>(pool_a, app::DispatcherOptionsFrom(s), clock, "host-a:1:aaaa");
+  auto b = std::make_unique<DispatcherService>(pool_b, app::DispatcherOptionsFrom(s), clock, "host-b:2:bbbb");
   std::atomic<bool> watching{true};
   std::atomic<int> both_leading{0}, samples{0};
   std::thread watcher([&] {
@@ -98,7 +99,7 @@ TEST(DispatcherServiceTest, TheLeaderSweepsADeadNodeAndRedispatchesItsEvents) {
   }
   SystemClock clock;
   storage::ConnectionPool pool(db.url());
-  DispatcherService service(pool, s, clock, "host-a:1:aaaa");
+  DispatcherService service(pool, app::DispatcherOptionsFrom(s), clock, "host-a:1:aaaa");
   service.Start();
   ASSERT_TRUE(Eventually([&] { return Count(db, "status = 'ASSIGNED' AND node_address = 'live:1'") == 10; }));
   service.Stop();
@@ -125,7 +126,7 @@ TEST(DispatcherServiceTest, AFollowerNeverDispatches) {
   AddPendingEvents(db, 10, "T", "e");
   SystemClock clock;
   storage::ConnectionPool pool(db.url());
-  DispatcherService service(pool, s, clock);
+  DispatcherService service(pool, app::DispatcherOptionsFrom(s), clock);
   service.Start();
   // Several acquire attempts (every lease_ttl / 10 = 300 ms) and dispatch polls pass.
   std::this_thread::sleep_for(700ms);

@@ -10,6 +10,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "app/options.h"
 #include "core/clock.h"
 #include "dispatcher/dispatch_cycle.h"
 #include "dispatcher/event_sweeper.h"
@@ -68,7 +69,7 @@ TEST(DispatcherSweeperTest, EventsOfNodesThatAreNotLiveGoBackToPending) {
   db.Exec("UPDATE distribute_event SET trace_id = 'trace-42' WHERE code = 'a1'");
   for (int64_t id : {assigned, running, compensating, gone, stopped}) Idle(db, id, 120);
 
-  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(TestSettings()));
+  EventSweeper sweeper(db.pool(), app::SweeperOptionsFrom(TestSettings()));
   SweepReport r = sweeper.SweepOnce();
   EXPECT_EQ(r.marked_offline, 1u);  // dead:1
   EXPECT_EQ(r.reset_node_offline, 5u);
@@ -120,7 +121,7 @@ TEST(DispatcherSweeperTest, EventsOfNodesThatAreNotLiveGoBackToPending) {
   EXPECT_EQ(r.reset_node_offline, 0u);
   SystemClock clock;
   CycleOptions o;
-  DispatchCycle cycle(db.pool(), clock, PlannerConfigFromSettings(TestSettings()), o);
+  DispatchCycle cycle(db.pool(), clock, app::PlannerConfigFrom(TestSettings()), o);
   cycle.RunOnce(std::nullopt);
   for (int64_t id : {assigned, running, compensating, gone, stopped, pending}) {
     EXPECT_EQ(StatusOf(db, id), "ASSIGNED") << id;
@@ -151,7 +152,7 @@ TEST(DispatcherSweeperTest, ASweeperNeverTouchesAnotherServicesEventsOrNodes) {
   Idle(db, theirs_dead, 120);
   db.Exec("UPDATE distribute_event SET assigned_time = NOW(3) - INTERVAL 1 HOUR WHERE code = 'theirs-shared'");
 
-  EventSweeper kbs(db.pool(), SweeperOptionsFromSettings(TestSettings()));
+  EventSweeper kbs(db.pool(), app::SweeperOptionsFrom(TestSettings()));
   SweepReport r = kbs.SweepOnce();
   EXPECT_EQ(r.marked_offline, 0u);  // billing-sync's dead nodes are not kbs-sync's to judge
   EXPECT_EQ(r.reset_node_offline + r.reset_timed_out + r.reset_not_claimed, 0u);
@@ -160,7 +161,7 @@ TEST(DispatcherSweeperTest, ASweeperNeverTouchesAnotherServicesEventsOrNodes) {
 
   Settings billing = TestSettings();
   billing.service = other;
-  EventSweeper theirs(db.pool(), SweeperOptionsFromSettings(billing));
+  EventSweeper theirs(db.pool(), app::SweeperOptionsFrom(billing));
   r = theirs.SweepOnce();
   EXPECT_EQ(r.marked_offline, 2u);       // shared:1 and theirs-dead:1, in billing-sync only
   EXPECT_EQ(r.reset_node_offline, 2u);   // theirs-shared, theirs-dead
@@ -179,7 +180,7 @@ TEST(DispatcherSweeperTest, AnEventThatCompletedBetweenReadAndResetIsNotOverwrit
   int64_t completes = AddEvent(db, {.code = "completes", .status = "RUNNING", .node = "dead:1", .version = 3});
   int64_t status_only = AddEvent(db, {.code = "status-only", .status = "RUNNING", .node = "dead:1", .version = 3});
   int64_t handed = AddEvent(db, {.code = "handed", .status = "ASSIGNED", .node = "dead:1", .version = 2});
-  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(TestSettings()));
+  EventSweeper sweeper(db.pool(), app::SweeperOptionsFrom(TestSettings()));
 
   std::vector<ResetCandidate> found = sweeper.FindOrphaned(100);
   ASSERT_EQ(found.size(), 3u);
@@ -248,7 +249,7 @@ TEST(DispatcherSweeperTest, RunningEventsIdleBeyondTheirTopicsTimeoutAreReset) {
   Idle(db, unknown_stale, 400);  // default max_processing_time: 300 s
   Idle(db, unknown_ok, 120);
 
-  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(s));
+  EventSweeper sweeper(db.pool(), app::SweeperOptionsFrom(s));
   SweepReport r = sweeper.SweepOnce();
   EXPECT_EQ(r.reset_timed_out, 3u);
   EXPECT_EQ(r.reset_node_offline, 0u);
@@ -284,7 +285,7 @@ TEST(DispatcherSweeperTest, ActivityBetweenReadAndResetKeepsTheEventRunning) {
   AddNode(db, {.address = "live:1"});
   int64_t id = AddEvent(db, {.code = "e", .status = "RUNNING", .node = "live:1", .version = 3});
   Idle(db, id, 120);
-  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(s));
+  EventSweeper sweeper(db.pool(), app::SweeperOptionsFrom(s));
   std::vector<ResetCandidate> found = sweeper.FindTimedOut(100);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].reason, ResetReason::kTimedOut);
@@ -353,7 +354,7 @@ TEST(DispatcherSweeperTest, AssignedEventsALiveNodeDoesNotClaimAreHandedBack) {
   AssignedAgo(db, u_young, 20);
   AssignedAgo(db, u_old, 40);
 
-  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(s));
+  EventSweeper sweeper(db.pool(), app::SweeperOptionsFrom(s));
   SweepReport r = sweeper.SweepOnce();
   EXPECT_EQ(r.reset_not_claimed, 3u);
   EXPECT_EQ(r.reset_node_offline, 0u);
@@ -408,7 +409,7 @@ TEST(DispatcherSweeperTest, NotClaimedHandBackOfAnEventClaimedMeanwhileDoesNothi
   int64_t id = AddEvent(db, {.code = "claimed-late", .topic = "T", .status = "ASSIGNED", .node = "room:1", .version = 2});
   AssignedAgo(db, id, 20);
 
-  EventSweeper sweeper(db.pool(), SweeperOptionsFromSettings(s));
+  EventSweeper sweeper(db.pool(), app::SweeperOptionsFrom(s));
   std::vector<ResetCandidate> found = sweeper.FindNotClaimed(10);
   ASSERT_EQ(found.size(), 1u);
   ASSERT_EQ(found[0].id, id);

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "app/options.h"
 #include "api/event_store.h"
 #include "api/http_server.h"
 #include "core/error.h"
@@ -67,7 +68,7 @@ int64_t Exactly(TestSchema& db, const std::string& code) {
 TEST(ExactKeys, CodesDifferingInCaseAccentsOrTrailingSpacesAreDifferentEvents) {
   TestSchema db;
   Settings settings = KeySettings();
-  api::EventStore store(db.pool(), settings);
+  api::EventStore store(db.pool(), app::StoreOptionsFrom(settings));
   const std::vector<std::string> codes = {"CASE-abc", "case-ABC", "cafe", "caf\u00e9", "cafe ", "CAFE"};
   for (const auto& code : codes) {
     api::ProduceResult r = store.Produce(Event(code));
@@ -113,7 +114,7 @@ TEST(ExactKeys, TheOrderingKeyComparesExactly) {
 TEST(ExactKeys, ABatchAnswersWhatTheDatabaseStored) {
   TestSchema db;
   Settings settings = KeySettings();
-  api::EventStore store(db.pool(), settings);
+  api::EventStore store(db.pool(), app::StoreOptionsFrom(settings));
   std::vector<api::NewEvent> events = {Event("Bat-1", "a"), Event("bat-1", "b"), Event("BAT-1 ", "c")};
   api::BatchResult r = store.ProduceBatch("B-case", events);
   EXPECT_EQ(r.created, 3);
@@ -144,7 +145,7 @@ TEST(ExactKeys, ABatchOnADatabaseThatMergesCodesIsRefusedWhole) {
   db.Exec("ALTER TABLE distribute_event MODIFY code VARCHAR(64) CHARACTER SET utf8mb4 "
           "COLLATE utf8mb4_general_ci NOT NULL");
   Settings settings = KeySettings();
-  api::EventStore store(db.pool(), settings);
+  api::EventStore store(db.pool(), app::StoreOptionsFrom(settings));
   try {
     store.ProduceBatch("B-merge", {Event("Bat-1"), Event("bat-1"), Event("BAT-1 ")});
     FAIL() << "the batch was answered although the database stored fewer events";
@@ -159,7 +160,7 @@ TEST(ExactKeys, BatchesAreScopedByService) {
   Settings s1 = KeySettings("svc-one"), s2 = KeySettings("svc-two");
   s1.topics["DONE"] = s1.topics["DEMO"];
   s2.topics["DONE"] = s2.topics["DEMO"];
-  api::EventStore one(db.pool(), s1), two(db.pool(), s2);
+  api::EventStore one(db.pool(), app::StoreOptionsFrom(s1)), two(db.pool(), app::StoreOptionsFrom(s2));
   api::OnComplete done{"DONE", {{"who", "one"}}, "0"};
   EXPECT_EQ(one.ProduceBatch("nightly", {Event("one-1"), Event("one-2")}, done).created, 2);
   done.payload = {{"who", "two"}};
@@ -169,7 +170,8 @@ TEST(ExactKeys, BatchesAreScopedByService) {
   EXPECT_EQ(two.GetBatch("nightly").total, 1);
 
   db.Exec("UPDATE distribute_event SET status = 'SUCCESS' WHERE code IN ('one-1', 'one-2')");
-  dispatcher::BatchCompleter completer_one(db.pool(), s1), completer_two(db.pool(), s2);
+  dispatcher::BatchCompleter completer_one(db.pool(), app::BatchCompleterOptionsFrom(s1)),
+      completer_two(db.pool(), app::BatchCompleterOptionsFrom(s2));
   EXPECT_EQ(completer_two.CheckOnce([] { return true; }).completed, 0u);  // two-1 still PENDING
   EXPECT_EQ(completer_one.CheckOnce([] { return true; }).completed, 1u);
   db.Exec("UPDATE distribute_event SET status = 'SUCCESS' WHERE code = 'two-1'");
@@ -184,7 +186,7 @@ TEST(ExactKeys, AProducerCannotTakeABatchsCompletion) {
   TestSchema db;
   Settings s = KeySettings("svc");
   s.topics["DONE"] = s.topics["DEMO"];
-  api::EventStore store(db.pool(), s);
+  api::EventStore store(db.pool(), app::StoreOptionsFrom(s));
   store.ProduceBatch("B1", {Event("b1-1")}, api::OnComplete{"DONE", json::object(), "0"});
   const std::string code = events::CompletionCode("svc", "B1");
   // Through the store (the API and the CLI): the prefix is refused.
@@ -199,7 +201,7 @@ TEST(ExactKeys, AProducerCannotTakeABatchsCompletion) {
   db.Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, service) VALUES ('t', '" + code +
           "', 'x', 'OTHER', 'svc')");
   db.Exec("UPDATE distribute_event SET status = 'SUCCESS' WHERE code = 'b1-1'");
-  dispatcher::BatchCompleter completer(db.pool(), s);
+  dispatcher::BatchCompleter completer(db.pool(), app::BatchCompleterOptionsFrom(s));
   auto report = completer.CheckOnce([] { return true; });
   EXPECT_EQ(report.completed, 0u);
   EXPECT_EQ(report.conflicts, 1u);
@@ -217,7 +219,7 @@ TEST(ExactKeys, AProducerCannotTakeABatchsCompletion) {
 TEST(ExactKeys, CodesRefuseHiddenCharacters) {
   TestSchema db;
   Settings settings = KeySettings();
-  api::EventStore store(db.pool(), settings);
+  api::EventStore store(db.pool(), app::StoreOptionsFrom(settings));
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"rtl-\u202Efdp.exe", "U+202E"}, {"zw\u200Bsp", "U+200B"},  {"lrm\u200E", "U+200E"},
       {"iso\u2066x", "U+2066"},        {"wj\u2060", "U+2060"},     {"bom\uFEFF", "U+FEFF"},
@@ -246,7 +248,7 @@ TEST(ExactKeys, CodesRefuseHiddenCharacters) {
 
 class ExactKeysHttp : public ::testing::Test {
  protected:
-  ExactKeysHttp() : settings_(KeySettings("http-keys")), store_(db_.pool(), settings_) {
+  ExactKeysHttp() : settings_(KeySettings("http-keys")), store_(db_.pool(), app::StoreOptionsFrom(settings_)) {
     api::HttpOptions o;
     o.listen = "127.0.0.1:0";
     o.connection.max_body_bytes = 1 << 20;

@@ -20,6 +20,7 @@
 #include "saga/steps/http_step.h"
 #include "tests/support/assigned_events.h"
 #include "tests/support/eventually.h"
+#include "tests/support/fake_clock.h"
 #include "tests/support/http_receiver.h"
 #include "tests/support/saga_fixtures.h"
 #include "tests/support/saga_test.h"
@@ -40,14 +41,15 @@ StepSpec HttpSpec(const std::string& name, json params, Millis timeout = Millis(
 
 class HttpStepTest : public testing::SagaTest {
  protected:
-  // Builds the engine for `steps` as topic HTTP (backoff 10..5000 ms, 3 retries).
-  void Plan(std::vector<StepSpec> steps, int max_retry = 3) {
+  // Builds the engine for `steps` as topic HTTP (backoff 10..5000 ms, 3 retries), on
+  // `clock` (null: the process's).
+  void Plan(std::vector<StepSpec> steps, int max_retry = 3, Clock* clock = nullptr) {
     TopicSettings t = testing::DemoTopic(max_retry, 10ms, 5000ms, {});
     t.steps = std::move(steps);
     topics_ = {{"HTTP", t}};
     engine_.reset();
     plans_ = std::make_unique<Plans>(topics_, StepRegistry::WithBuiltins(topics_));
-    engine_ = std::make_unique<SagaEngine>(db_.pool(), *plans_, datasources_, clock_, kNodeA);
+    engine_ = std::make_unique<SagaEngine>(db_.pool(), *plans_, datasources_, clock ? *clock : clock_, kNodeA);
   }
   Outcome Run(const std::string& code) {
     Assign(code);
@@ -62,6 +64,7 @@ class HttpStepTest : public testing::SagaTest {
 
   std::map<std::string, TopicSettings> topics_;
   SystemClock clock_;
+  FakeClock fake_;  // a test's engine may run on it (it outlives engine_)
   Datasources datasources_{{}};
   std::unique_ptr<Plans> plans_;
   std::unique_ptr<SagaEngine> engine_;
@@ -167,6 +170,57 @@ TEST_F(HttpStepTest, NoAnswerTimesOutAtTheDeadline) {
   EXPECT_NE(err.find("timed out after 300 ms"), std::string::npos) << err;
   EXPECT_EQ(engine_->stats().by_type.Calls("http", "execute", "timeout"), 1u);
   EXPECT_TRUE(testing::Eventually([&] { return rx.open_connections() == 0; }, 2s)) << "the connection was closed";
+}
+
+// The step's deadline is read on the engine's clock (issue 39 item 3). With a fake
+// clock and a 10 s step timeout: an answer that comes when the fake clock has moved
+// 9 s is the step's success; one that comes when it has moved past 10 s is discarded
+// as late (a transient failure named a timeout), though no real second passed either way.
+TEST_F(HttpStepTest, ALateAnswerIsLateOnTheEnginesClock) {
+  std::atomic<int> advance_ms{9000};
+  Receiver rx([&](const Receiver::Request&) {
+    fake_.Advance(Millis(advance_ms.load()));  // the receiver "takes" this long
+    return Reply::Answer(200, R"({"ok": 1})");
+  });
+  Plan({HttpSpec("notify", {{"url", rx.Url("/hook")}}, 10000ms)}, 3, &fake_);
+  ProduceRaw("E20", "HTTP", "{}");
+  ASSERT_EQ(Run("E20"), Outcome::kSucceeded) << StepStr("E20#1", "error_details");
+  EXPECT_EQ(Output("E20#1"), json::parse(R"({"ok": 1})"));
+
+  advance_ms = 10001;
+  ProduceRaw("E21", "HTTP", "{}");
+  ASSERT_EQ(Run("E21"), Outcome::kRetryScheduled);
+  const std::string err = StepStr("E21#1", "error_details");
+  EXPECT_NE(err.find("timed out after 10000 ms"), std::string::npos) << err;
+  EXPECT_EQ(engine_->stats().by_type.Calls("http", "execute", "timeout"), 1u);
+  EXPECT_EQ(rx.requests().size(), 2u);
+}
+
+// The same for a call that gets no answer: it waits while the fake clock stays short
+// of the 60 s deadline (though the real wait outlasts what the fake clock shows), and
+// ends as a timeout soon after the fake clock passes it, in moments of real time.
+TEST_F(HttpStepTest, NoAnswerEndsWhenTheEnginesClockPassesTheDeadline) {
+  Receiver rx([](const Receiver::Request&) { return Reply::InMode(Reply::Mode::kNeverAnswer); });
+  Plan({HttpSpec("notify", {{"url", rx.Url("/hook")}}, 60000ms)}, 3, &fake_);
+  ProduceRaw("E22", "HTTP", "{}");
+  Assign("E22");
+  std::atomic<bool> done{false};
+  Outcome out = Outcome::kSucceeded;
+  std::thread runner([&] {
+    out = engine_->Run(testing::LoadAssigned(db_.pool(), "E22"), {});
+    done = true;
+  });
+  ASSERT_TRUE(testing::Eventually([&] { return rx.requests().size() == 1; }, 5s));
+  fake_.Advance(59000ms);
+  std::this_thread::sleep_for(300ms);  // the deadline timer looks at a fake clock every 20 ms
+  EXPECT_FALSE(done.load()) << "the call ended before its deadline on the engine's clock";
+  fake_.Advance(1000ms);
+  EXPECT_TRUE(testing::Eventually([&] { return done.load(); }, 5s)) << "the call outlived its deadline";
+  runner.join();
+  EXPECT_EQ(out, Outcome::kRetryScheduled);
+  const std::string err = StepStr("E22#1", "error_details");
+  EXPECT_NE(err.find("timed out after 60000 ms"), std::string::npos) << err;
+  EXPECT_EQ(engine_->stats().by_type.Calls("http", "execute", "timeout"), 1u);
 }
 
 TEST_F(HttpStepTest, ConnectionRefusedIsTransient) {

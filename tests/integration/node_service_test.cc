@@ -41,6 +41,7 @@ TEST(NodeServiceTest, ANodeHandsBackPollsAndRunsOnlyItsServicesEvents) {
   o.service = "svc-a";
   o.node_address = kAddress;
   o.capacity = 2;
+  o.prefetch = 0;  // none held beyond capacity (the default is automatic)
   o.topics = {"*"};
   o.poll_interval = 20ms;
   o.idle_interval = 50ms;

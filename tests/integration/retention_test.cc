@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "app/options.h"
 #include "tests/support/fake_clock.h"
 
 #include "core/clock.h"
@@ -264,7 +265,7 @@ TEST(BatchCompletionTest, OneCompletionEventOnceEveryEventOfTheBatchIsTerminal) 
     events::InsertBatchCompletion(c, {"b1", "tenant-9", "DONE", R"({"report": "daily"})", std::nullopt});
     return 0;
   });
-  BatchCompleter completer(db.pool(), CompletionSettings());
+  BatchCompleter completer(db.pool(), app::BatchCompleterOptionsFrom(CompletionSettings()));
   auto report = completer.CheckOnce([] { return true; });
   EXPECT_EQ(report.open, 1u);
   EXPECT_EQ(report.completed, 0u);
@@ -287,7 +288,7 @@ TEST(BatchCompletionTest, OneCompletionEventOnceEveryEventOfTheBatchIsTerminal) 
 
   // Checked again, by this leader or another: nothing more.
   EXPECT_EQ(completer.CheckOnce([] { return true; }).completed, 0u);
-  BatchCompleter other(db.pool(), CompletionSettings());
+  BatchCompleter other(db.pool(), app::BatchCompleterOptionsFrom(CompletionSettings()));
   EXPECT_EQ(other.CheckOnce([] { return true; }).open, 0u);
   EXPECT_EQ(Events(db, "code LIKE 'done:%'"), 1);
 }
@@ -306,7 +307,7 @@ TEST(BatchCompletionTest, AnEventHoldingTheCompletionCodeIsAConflictNotACompleti
   // was never produced. Now the batch is CONFLICT, naming the event.
   db.Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic, payload) "
           "VALUES ('0', 'done:kbs-sync:bx', 'bx', 'OTHER', '{}')");
-  BatchCompleter completer(db.pool(), CompletionSettings());
+  BatchCompleter completer(db.pool(), app::BatchCompleterOptionsFrom(CompletionSettings()));
   auto report = completer.CheckOnce([] { return true; });
   EXPECT_EQ(report.completed, 0u);
   EXPECT_EQ(report.conflicts, 1u);
@@ -326,7 +327,7 @@ TEST(BatchCompletionTest, ExpectedEventsAndHostilePayloadsFromPlainSql) {
   // A plain-SQL producer: the batch row first, expecting 2 events, the second not yet in.
   db.Exec("INSERT INTO distribute_batch (batch_code, on_complete_topic, on_complete_payload, expected_events) "
           "VALUES ('plain', 'DONE', CONCAT(REPEAT('[', 100000), REPEAT(']', 100000)), 2)");
-  BatchCompleter completer(db.pool(), CompletionSettings());
+  BatchCompleter completer(db.pool(), app::BatchCompleterOptionsFrom(CompletionSettings()));
   EXPECT_EQ(completer.CheckOnce([] { return true; }).completed, 0u);
   Seed(db, "p-2", "FAILED", 0, 1, "plain");
   EXPECT_EQ(completer.CheckOnce([] { return true; }).completed, 1u);

@@ -15,6 +15,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "app/options.h"
 #include "api/event_store.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -828,7 +829,7 @@ TEST_F(SagaEngineTest, AbandonedRunIsHandedBackAtItsOwnVersionOnly) {
 
 class OperatorRetryTest : public SagaEngineTest {
  protected:
-  OperatorRetryTest() : settings_(StoreSettings()), store_(db_.pool(), settings_) {}
+  OperatorRetryTest() : settings_(StoreSettings()), store_(db_.pool(), app::StoreOptionsFrom(settings_)) {}
   static Settings StoreSettings() {
     Settings s;
     s.topics = EngineTopics();

@@ -53,9 +53,8 @@ class FakeContext : public StepContext {
   int attempt() const override { return attempt_no; }
   int step_retry_count() const override { return 0; }
   const json& compensation_data() const override { return compensation; }
-  std::chrono::steady_clock::time_point deadline() const override {
-    return std::chrono::steady_clock::now() + std::chrono::hours(1);
-  }
+  Clock::TimePoint deadline() const override { return deadline_; }
+  Clock& clock() override { return clock_; }
   std::stop_token stop_token() const override { return stop.get_token(); }
   storage::Connection& tx() override { throw std::logic_error("table steps must not use the framework tx"); }
   bool StillOwner() override {
@@ -77,6 +76,8 @@ class FakeContext : public StepContext {
   std::vector<json> progress;
 
  private:
+  SystemClock clock_;  // a step's time is the process's here
+  const Clock::TimePoint deadline_ = clock_.Now() + std::chrono::hours(1);
   Datasources& ds_;
   json payload_;
   std::string key_;

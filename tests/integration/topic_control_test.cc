@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "app/options.h"
 #include "api/control_store.h"
 #include "api/event_store.h"
 #include "control/scheduler.h"
@@ -57,7 +58,7 @@ class TopicPauseTest : public ::testing::Test {
     CycleOptions o;
     o.service = settings.service;
     o.offline_timeout = settings.registry.offline_timeout;
-    if (!cycle || fresh) cycle.emplace(db.pool(), clock, PlannerConfigFromSettings(settings), o);
+    if (!cycle || fresh) cycle.emplace(db.pool(), clock, app::PlannerConfigFrom(settings), o);
     return cycle->RunOnce(lease.Fence(token));
   }
 
@@ -86,8 +87,8 @@ class TopicPauseTest : public ::testing::Test {
   LeaseLock lease{db.pool(), DispatcherLockName(kService), "me:1:aaaa"};
   int64_t token = 0;
   std::optional<DispatchCycle> cycle;
-  api::EventStore store{db.pool(), settings};
-  api::ControlStore control{db.pool(), settings, clock};
+  api::EventStore store{db.pool(), app::StoreOptionsFrom(settings)};
+  api::ControlStore control{db.pool(), app::StoreOptionsFrom(settings), clock};
 };
 
 TEST_F(TopicPauseTest, APausedTopicIsNotAssignedUntilResumedWhateverDispatcherLooks) {
@@ -204,7 +205,7 @@ class SchedulerTest : public ::testing::Test {
 
 TEST_F(SchedulerTest, OneEventPerTickNoneAfterAClockStepBack) {
   testing::LogCapture log;
-  control::Scheduler scheduler(db.pool(), settings, clock);
+  control::Scheduler scheduler(db.pool(), app::SchedulerOptionsFrom(settings), clock);
   EXPECT_EQ(scheduler.RunOnce(std::nullopt), 0);  // a new schedule starts at its next tick
   EXPECT_EQ(Text(db, "SELECT next_tick FROM dsync_schedule WHERE name = 'every5'"), "2026-01-01 00:05:00");
   clock.Advance(4min + 59s);
@@ -241,7 +242,7 @@ TEST_F(SchedulerTest, OneEventPerTickNoneAfterAClockStepBack) {
 TEST_F(SchedulerTest, MissedTicksAfterALongGapFollowThePolicy) {
   settings.schedules["run-once"] = settings.schedules["every5"];
   settings.schedules["run-once"].missed = MissedTickPolicy::kRunOnce;
-  control::Scheduler scheduler(db.pool(), settings, clock);
+  control::Scheduler scheduler(db.pool(), app::SchedulerOptionsFrom(settings), clock);
   scheduler.RunOnce(std::nullopt);  // both start at 00:05
   clock.Advance(1h + 2min);         // 01:02: ticks 00:05 ... 01:00 (12) passed unseen
   EXPECT_EQ(scheduler.RunOnce(std::nullopt), 1);
@@ -261,8 +262,8 @@ TEST_F(SchedulerTest, MissedTicksAfterALongGapFollowThePolicy) {
 }
 
 TEST_F(SchedulerTest, TwoWouldBeLeadersProduceEachTickOnceAndAFencedOutOneNothing) {
-  control::Scheduler a(db.pool(), settings, clock);
-  control::Scheduler b(db.pool(), settings, clock);
+  control::Scheduler a(db.pool(), app::SchedulerOptionsFrom(settings), clock);
+  control::Scheduler b(db.pool(), app::SchedulerOptionsFrom(settings), clock);
   a.RunOnce(std::nullopt);
   b.RunOnce(std::nullopt);
   for (int i = 0; i < 6; ++i) {  // six ticks, both look at each
@@ -289,12 +290,12 @@ TEST_F(SchedulerTest, TwoWouldBeLeadersProduceEachTickOnceAndAFencedOutOneNothin
 
 TEST_F(SchedulerTest, AChangedExpressionStartsOverAndTheListingShowsNextAndLastRuns) {
   {
-    control::Scheduler s(db.pool(), settings, clock);
+    control::Scheduler s(db.pool(), app::SchedulerOptionsFrom(settings), clock);
     s.RunOnce(std::nullopt);
     clock.Advance(5min);
     EXPECT_EQ(s.RunOnce(std::nullopt), 1);
   }
-  api::ControlStore control(db.pool(), settings, clock);
+  api::ControlStore control(db.pool(), app::StoreOptionsFrom(settings), clock);
   std::vector<api::ScheduleRow> rows = control.Schedules();
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].name, "every5");
@@ -305,7 +306,7 @@ TEST_F(SchedulerTest, AChangedExpressionStartsOverAndTheListingShowsNextAndLastR
   EXPECT_FALSE(rows[0].last_run_at.empty());
 
   settings.schedules["every5"].cron = "0 * * * *";  // now hourly: starts over at 01:00
-  control::Scheduler s(db.pool(), settings, clock);
+  control::Scheduler s(db.pool(), app::SchedulerOptionsFrom(settings), clock);
   clock.Advance(5min);  // 00:10: the old expression's tick; the new one has none until 01:00
   EXPECT_EQ(s.RunOnce(std::nullopt), 0);
   EXPECT_EQ(Text(db, "SELECT next_tick FROM dsync_schedule WHERE name = 'every5'"), "2026-01-01 01:00:00");
@@ -314,7 +315,7 @@ TEST_F(SchedulerTest, AChangedExpressionStartsOverAndTheListingShowsNextAndLastR
 }
 
 TEST_F(SchedulerTest, NoProducerTakesATicksCodeThroughTheApiOrTheCli) {
-  api::EventStore store(db.pool(), settings);
+  api::EventStore store(db.pool(), app::StoreOptionsFrom(settings));
   api::NewEvent e;
   e.code = "sched:kbs-sync:every5:1767225900";
   e.topic = "NIGHTLY";

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "app/options.h"
 #include "config/settings.h"
 #include "dispatcher/assignment_planner.h"
 #include "dispatcher/dispatch_cycle.h"
@@ -339,7 +340,7 @@ TEST(PlannerTest, ConfigFromSettings) {
   t.batch_limit = 5;
   s.topics["SPACE_ADD"] = t;
   s.topics["PLAIN"] = TopicSettings{};
-  PlannerConfig c = PlannerConfigFromSettings(s);
+  PlannerConfig c = app::PlannerConfigFrom(s);
   EXPECT_EQ(c.batch_size, 77);
   EXPECT_EQ(c.topics["SPACE_ADD"].strategy, Strategy::kConsistentHash);
   EXPECT_FALSE(c.topics["SPACE_ADD"].ordered);
@@ -541,7 +542,7 @@ TEST(PlannerTest, TopicDatasourcesAreTheTableStepsSourcesAndTargets) {
 
   Settings s;
   s.topics["T"] = t;
-  EXPECT_EQ(PlannerConfigFromSettings(s).topics["T"].datasources,
+  EXPECT_EQ(app::PlannerConfigFrom(s).topics["T"].datasources,
             (std::vector<std::string>{"env_a", "env_b", "env_c"}));
 }
 
@@ -675,7 +676,7 @@ PlannerConfig PerStepConfig(Strategy strategy = Strategy::kLeastLoad) {
   TopicSettings x;
   x.steps = {step("docs", "table_sync", {{"source", "env_a"}, {"target", "env_b"}, {"table", "t"}})};
   settings.topics["X"] = x;
-  return PlannerConfigFromSettings(settings);
+  return app::PlannerConfigFrom(settings);
 }
 
 events::DueEvent Routed(int64_t id, const std::string& topic, const std::string& route) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "app/options.h"
 #include "config/settings.h"
 #include "core/error.h"
 #include "dispatcher/assignment_planner.h"
@@ -35,12 +36,12 @@ TEST(SettingsFairnessTest, FairnessIsOnByDefaultWithEqualWeights) {
   Settings s = ParseFair("");
   EXPECT_TRUE(s.fairness.enabled);
   EXPECT_TRUE(s.fairness.weights.empty());
-  dispatcher::PlannerConfig c = dispatcher::PlannerConfigFromSettings(s);
+  dispatcher::PlannerConfig c = app::PlannerConfigFrom(s);
   EXPECT_TRUE(c.fair);
   Settings off = ParseFair(R"("fairness": {"enabled": false, "weights": {"big": 5, "small": 1}})");
   EXPECT_FALSE(off.fairness.enabled);
   EXPECT_EQ(off.fairness.weights.at("big"), 5);
-  EXPECT_FALSE(dispatcher::PlannerConfigFromSettings(off).fair);
+  EXPECT_FALSE(app::PlannerConfigFrom(off).fair);
   EXPECT_EQ(ParseSettings(std::string("{") + kFairTopic + "}", {{"DSYNC_FAIRNESS_ENABLED", "false"}}).fairness.enabled,
             false);
 }
@@ -58,7 +59,7 @@ TEST(SettingsFairnessTest, DatasourceWithALimit) {
   EXPECT_EQ(s.datasources.at("env_b"), "mysql://u:p@h:1/b");
   EXPECT_EQ(s.datasource_limits.size(), 1u);
   EXPECT_EQ(s.datasource_limits.at("env_b"), 2);
-  EXPECT_EQ(dispatcher::PlannerConfigFromSettings(s).datasource_limits.at("env_b"), 2);
+  EXPECT_EQ(app::PlannerConfigFrom(s).datasource_limits.at("env_b"), 2);
   EXPECT_EQ(FairError(R"("datasources": {"b": {"max_concurrent_steps": 2}})"), "config: datasources.b.url: required");
   EXPECT_EQ(FairError(R"("datasources": {"b": {"url": "mysql://u:p@h:1/b", "max_concurrent_steps": 0}})"),
             "config: datasources.b.max_concurrent_steps: must be from 1 to 100000, got 0");
@@ -72,7 +73,7 @@ TEST(SettingsFairnessTest, ConcurrencyKeyAndLimitGoTogether) {
   Settings s = ParseFair("", R"("concurrency_key": "payload.space_id", "concurrency_limit": 3)");
   EXPECT_EQ(s.topics.at("T").concurrency_key, "payload.space_id");
   EXPECT_EQ(s.topics.at("T").concurrency_limit, 3);
-  dispatcher::PlannerConfig c = dispatcher::PlannerConfigFromSettings(s);
+  dispatcher::PlannerConfig c = app::PlannerConfigFrom(s);
   EXPECT_EQ(c.topics.at("T").concurrency_limit, 3);
   EXPECT_TRUE(ParseFair("", R"("concurrency_key": "tenant_id", "concurrency_limit": 1)").topics.at("T").concurrency_limit == 1);
   EXPECT_TRUE(ParseFair("", R"("concurrency_key": "payload.a.b_c", "concurrency_limit": 1)").topics.at("T").concurrency_limit == 1);
