@@ -92,9 +92,8 @@ class Descriptions {
 
 class CaptureSyncStep final : public StepHandler {
  public:
-  CaptureSyncStep(std::string name, std::shared_ptr<const std::map<std::string, CaptureSettings>> captures,
-                  std::shared_ptr<Clock> clock)
-      : name_(std::move(name)), captures_(std::move(captures)), clock_(std::move(clock)) {}
+  CaptureSyncStep(std::string name, std::shared_ptr<const std::map<std::string, CaptureSettings>> captures)
+      : name_(std::move(name)), captures_(std::move(captures)) {}
 
   StepResult Execute(StepContext& ctx) override {
     const json& p = ctx.payload();
@@ -106,7 +105,7 @@ class CaptureSyncStep final : public StepHandler {
       descriptions_.Drop(TablePrefix(p["capture"].get<std::string>(), p["table"].get<std::string>()));
     }
     StepResult r = Run(ctx, [](StepHandler& h, StepContext& c) { return h.Execute(c); });
-    if (r.kind == StepResult::Kind::kOk) CountApplied(ctx.payload());
+    if (r.kind == StepResult::Kind::kOk) CountApplied(ctx);
     return r;
   }
   // As table_sync compensates (its chunk records), over the event's keys.
@@ -121,7 +120,7 @@ class CaptureSyncStep final : public StepHandler {
 
   // A keyed event: table::RunKeyedSync over the node's description of the table.
   StepResult Apply(StepContext& ctx) {
-    StepRunContext run(ctx, *clock_);
+    StepRunContext run(ctx);
     std::string key;
     try {
       const Keyed k = ParseKeyed(ctx.payload());
@@ -148,7 +147,7 @@ class CaptureSyncStep final : public StepHandler {
           r = apply(*fresh());
         }
       }
-      CountApplied(ctx.payload());
+      CountApplied(ctx);
       return StepResult::Ok(std::move(r.output), std::move(r.compensation));
     } catch (const BadCapturePayload& e) {
       Forget(key);
@@ -258,12 +257,13 @@ class CaptureSyncStep final : public StepHandler {
 
   // /metrics (capture/apply_metrics.h): a keyed event's keys and its lag from the
   // source commit (binlog seconds) to now; a copy event counts no keys.
-  void CountApplied(const json& p) const {
+  void CountApplied(StepContext& ctx) const {
+    const json& p = ctx.payload();
     if (!p.is_object() || !p.contains("capture") || !p["capture"].is_string()) return;
     const json& keys = p.value("keys", json());
     std::optional<double> lag;
     if (p.contains("committed_at") && p["committed_at"].is_number_integer() && p["committed_at"].get<int64_t>() > 0) {
-      const double now = std::chrono::duration<double>(clock_->WallNow().time_since_epoch()).count();
+      const double now = std::chrono::duration<double>(ctx.clock().WallNow().time_since_epoch()).count();
       lag = now - static_cast<double>(p["committed_at"].get<int64_t>());
     }
     capture::ApplyMetrics::Instance().Applied(p["capture"].get<std::string>(), keys.is_array() ? keys.size() : 0, lag);
@@ -334,7 +334,6 @@ class CaptureSyncStep final : public StepHandler {
 
   const std::string name_;
   const std::shared_ptr<const std::map<std::string, CaptureSettings>> captures_;
-  const std::shared_ptr<Clock> clock_;  // the lag's wall time, the table code's time
   Descriptions descriptions_;
   table::ChunkTable chunks_;  // dsync_sync_chunk on each target, created once
 };
@@ -359,7 +358,7 @@ std::unique_ptr<StepHandler> MakeCaptureSyncStep(const StepSpec& spec,
   if (!spec.params.is_object() || !spec.params.empty()) {
     throw ConfigError("config: step '" + spec.name + "' (capture_sync): takes no keys (its events name the capture)");
   }
-  return std::make_unique<CaptureSyncStep>(spec.name, std::move(captures), std::make_shared<SystemClock>());
+  return std::make_unique<CaptureSyncStep>(spec.name, std::move(captures));
 }
 
 void RegisterCaptureStep(StepRegistry& registry, const std::map<std::string, CaptureSettings>& captures) {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/captures.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "saga/step_handler.h"
 #include "saga/steps/capture_step.h"
@@ -37,9 +38,8 @@ class Ctx : public StepContext {
   int attempt() const override { return attempt_no; }
   int step_retry_count() const override { return 0; }
   const json& compensation_data() const override { return compensation; }
-  std::chrono::steady_clock::time_point deadline() const override {
-    return std::chrono::steady_clock::now() + std::chrono::hours(1);
-  }
+  std::chrono::steady_clock::time_point deadline() const override { return deadline_; }
+  Clock& clock() override { return clock_; }
   std::stop_token stop_token() const override { return stop.get_token(); }
   storage::Connection& tx() override { throw std::logic_error("capture steps must not use the framework tx"); }
   bool StillOwner() override { return true; }
@@ -55,6 +55,8 @@ class Ctx : public StepContext {
   json payload_;
   std::string key_;
   std::string step_ = "apply";
+  SystemClock clock_;  // a step's time is the process's here
+  const Clock::TimePoint deadline_ = clock_.Now() + std::chrono::hours(1);
 };
 
 class CaptureApplyTest : public ::testing::Test {
