@@ -89,8 +89,9 @@ namespace {
 
 // One chunk transaction for `keys` (the source's rows of them read first); halves
 // of it when its before-image does not fit in one statement.
+// counts.chunks counts the chunk transactions committed (each one chunk record).
 void ApplyKeys(RunContext& ctx, const KeyedTable& kt, SourceReader& source, TargetWriter& target,
-               const std::vector<Row>& keys, Counts& counts, int64_t& records) {
+               const std::vector<Row>& keys, Counts& counts) {
   const Plan& plan = kt.plan;
   ChunkWork w;
   w.rows = source.RowsOfKeys(keys);
@@ -120,11 +121,10 @@ void ApplyKeys(RunContext& ctx, const KeyedTable& kt, SourceReader& source, Targ
   } catch (const ChunkTooBig& e) {
     if (keys.size() <= 1) throw PermanentError(e.what());
     const auto half = keys.begin() + static_cast<std::ptrdiff_t>(keys.size() / 2);
-    ApplyKeys(ctx, kt, source, target, std::vector<Row>(keys.begin(), half), counts, records);
-    ApplyKeys(ctx, kt, source, target, std::vector<Row>(half, keys.end()), counts, records);
+    ApplyKeys(ctx, kt, source, target, std::vector<Row>(keys.begin(), half), counts);
+    ApplyKeys(ctx, kt, source, target, std::vector<Row>(half, keys.end()), counts);
     return;
   }
-  ++records;
   ++counts.chunks;
   counts.rows += w.rows_read;
 }
@@ -149,8 +149,8 @@ SyncResult RunKeyedSync(RunContext& ctx, const KeyedTable& kt, const std::vector
   commits.ctx_mu = &mu;
   TargetWriter target(ctx, tgt, spec, kt.plan, kt.target_filter, commits);
   Counts counts;
-  int64_t records = 0;
-  ApplyKeys(ctx, kt, source, target, keys, counts, records);
+  ApplyKeys(ctx, kt, source, target, keys, counts);
+  const int64_t records = counts.chunks;
   if (counts.inserted + counts.updated + counts.deleted > 0) counts.chunks_written = records;
   json out = {{"rows", counts.rows},         {"inserted", counts.inserted}, {"updated", counts.updated},
               {"unchanged", counts.unchanged}, {"deleted", counts.deleted},   {"keys", keys.size()},

@@ -122,6 +122,15 @@ class CaptureSyncStep final : public StepHandler {
   StepResult Apply(StepContext& ctx) {
     StepRunContext run(ctx);
     std::string key;
+    // Any failure drops the table's description: the retry describes it again.
+    struct ForgetUnlessApplied {
+      CaptureSyncStep& step;
+      const std::string& key;
+      bool applied = false;
+      ~ForgetUnlessApplied() {
+        if (!applied) step.Forget(key);
+      }
+    } guard{*this, key};
     try {
       const Keyed k = ParseKeyed(ctx.payload());
       key = TablePrefix(k.capture, k.spec.table) + k.schema;
@@ -148,21 +157,17 @@ class CaptureSyncStep final : public StepHandler {
         }
       }
       CountApplied(ctx);
+      guard.applied = true;
       return StepResult::Ok(std::move(r.output), std::move(r.compensation));
     } catch (const BadCapturePayload& e) {
-      Forget(key);
       return Refuse(ctx, e.what());
     } catch (const ConfigError& e) {
-      Forget(key);
       return Refuse(ctx, e.what());
     } catch (const table::PermanentError& e) {
-      Forget(key);
       return StepResult::Permanent(e.what());
     } catch (const table::Interrupted& e) {
-      Forget(key);
       return StepResult::Transient(e.what());
     } catch (const DbError& e) {
-      Forget(key);
       if (e.kind() == DbError::Kind::kNoSuchTable &&
           std::string(e.what()).find(table::kChunkTable) != std::string::npos) {
         chunks_.Forget();  // dropped behind our back: created again on the next try
@@ -171,14 +176,9 @@ class CaptureSyncStep final : public StepHandler {
       if (table::IsPermanent(e)) return StepResult::Permanent("step '" + name_ + "': " + e.what());
       throw;
     } catch (const UsageError& e) {  // an unknown datasource
-      Forget(key);
       return StepResult::Permanent("step '" + name_ + "': " + e.what());
     } catch (const json::exception& e) {
-      Forget(key);
       return StepResult::Permanent("step '" + name_ + "': " + e.what());
-    } catch (...) {
-      Forget(key);
-      throw;
     }
   }
 
