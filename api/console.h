@@ -25,19 +25,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/console_asset.h"
 #include "api/event_store.h"
 #include "core/clock.h"
 
 namespace dsync::api::console {
-
-struct Asset {
-  const char* name;          // file name in api/console/, e.g. "app.js"
-  const char* content_type;  // "text/javascript; charset=utf-8", ...
-  std::string_view text;
-};
-
-// Every embedded file (generated at build time).
-const std::vector<Asset>& EmbeddedAssets();
 
 // The asset a GET of `path` answers: "/" and "/index.html" the page, "/assets/<name>"
 // the other files; nullptr for anything else (the API's routes, unknown files).

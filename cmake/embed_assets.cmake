@@ -6,7 +6,7 @@
 file(GLOB FILES ${DIR}/*.html ${DIR}/*.css ${DIR}/*.js)
 list(SORT FILES)
 set(body "// Generated from api/console by cmake/embed_assets.cmake. Do not edit.\n")
-string(APPEND body "#include \"api/console.h\"\n\nnamespace dsync::api::console {\n")
+string(APPEND body "#include \"api/console_asset.h\"\n\nnamespace dsync::api::console {\n")
 string(APPEND body "const std::vector<Asset>& EmbeddedAssets() {\n")
 string(APPEND body "  static const std::vector<Asset> kAssets = {\n")
 foreach(f IN LISTS FILES)

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -18,6 +19,10 @@
 namespace dsync {
 
 using Millis = std::chrono::milliseconds;
+
+// A duration as the microseconds SQL's TIMESTAMPADD(MICROSECOND, ...) and INTERVAL ...
+// MICROSECOND take.
+constexpr int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
 
 class Clock {
  public:

@@ -56,8 +56,6 @@ constexpr const char* kCheckLeaseFence = R"(
 SELECT 1 FROM distribute_lease_lock
 WHERE lock_name = ? AND owner = ? AND token = ? AND expires_at > NOW(3) + INTERVAL ? MICROSECOND)";
 
-int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
-
 uint64_t Fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;

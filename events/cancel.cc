@@ -9,8 +9,6 @@
 namespace dsync::events {
 namespace {
 
-int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
-
 // A live node of the event's service holds it: online or draining, heartbeat within the
 // offline timeout (registry::NodeDirectory's rule). Param: the timeout in microseconds.
 #define DSYNC_HELD_BY_LIVE_NODE(e)                                                                 \

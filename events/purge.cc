@@ -95,8 +95,6 @@ std::vector<Value> PaddedIds(const std::vector<int64_t>& ids) {
 
 std::vector<Value> StatusValues(const PurgeSelector& s) { return {s.statuses.begin(), s.statuses.end()}; }
 
-int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
-
 std::string ReadBound(storage::Connection& c, const PurgeSelector& selector) {
   return c.QueryString(kSelectBound, Micros(selector.older_than)).value_or("");
 }

@@ -109,8 +109,6 @@ LIMIT ?)";
 // session holds it (MariaDB >= 10.6, MySQL >= 8.0).
 constexpr const char* kLockEventIfFree = "SELECT id FROM distribute_event WHERE id = ? FOR UPDATE SKIP LOCKED";
 
-int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
-
 HeldEvent ReadHeldRow(storage::ResultSet& rs) {
   return HeldEvent{rs.getInt64(1), rs.getInt64(2), StoredEventStatus(rs.getString(3)), rs.getString(4)};
 }

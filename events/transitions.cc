@@ -144,8 +144,6 @@ UPDATE distribute_event_step SET error_details = ?,
   compensation_retry_count = compensation_retry_count + 1
 WHERE code = ?)";
 
-int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
-
 // A status change's result: the fence after it when its one row matched.
 std::optional<Fence> Matched(uint64_t rows, const Fence& before) {
   return rows == 1 ? std::optional<Fence>(before.Next()) : std::nullopt;

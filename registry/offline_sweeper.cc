@@ -23,8 +23,6 @@ constexpr const char* kCountSilent = R"(
 SELECT COUNT(*) FROM distribute_node_registry
 WHERE last_heartbeat_time < NOW(3) - INTERVAL ? MICROSECOND AND service_name = ?)";
 
-int64_t Micros(Millis d) { return static_cast<int64_t>(d.count()) * 1000; }
-
 }  // namespace
 
 const char* MarkStaleOfflineSql() { return kMarkStaleOffline; }

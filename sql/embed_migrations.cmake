@@ -3,7 +3,7 @@
 file(GLOB FILES ${DIR}/V*.sql)
 list(SORT FILES COMPARE NATURAL)
 set(body "// Generated from sql/migrations by sql/embed_migrations.cmake. Do not edit.\n")
-string(APPEND body "#include \"storage/migrator.h\"\n\nnamespace dsync::storage {\n")
+string(APPEND body "#include \"storage/migration.h\"\n\nnamespace dsync::storage {\n")
 string(APPEND body "const std::vector<Migration>& EmbeddedMigrations() {\n")
 string(APPEND body "  static const std::vector<Migration> kMigrations = {\n")
 foreach(f IN LISTS FILES)

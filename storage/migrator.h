@@ -27,17 +27,9 @@
 #include "core/clock.h"
 #include "core/service.h"
 #include "storage/connection_pool.h"
+#include "storage/migration.h"
 
 namespace dsync::storage {
-
-struct Migration {
-  int version;
-  std::string name;
-  std::string text;
-};
-
-// The migrations built into this binary, ascending by version.
-const std::vector<Migration>& EmbeddedMigrations();
 
 // Splits a migration file into statements: `--` comment lines dropped, a statement
 // ends with ';' at the end of a line.

@@ -8,8 +8,6 @@
 namespace dsync::table {
 namespace {
 
-std::string Quoted(const std::string& name) { return QuoteIdentifier(name); }
-
 // "COUNT(*), <the checksum of the rows' `hash`>". CRC32 is linear over GF(2): rows
 // changed by the same bit pattern at the same place (n -> n+1 on even n, a date moved
 // by one second) cancel in pairs under a plain BIT_XOR. Multiplying by an odd constant

@@ -53,8 +53,6 @@ ColumnKind KindOf(const std::string& data_type, const std::string& column_type) 
   return ColumnKind::kText;  // char, varchar, *text, enum, set, json, uuid, inet6, ...
 }
 
-std::string Quoted(const std::string& name) { return QuoteIdentifier(name); }
-
 // How a column is selected to be read into a Row's text (ColumnSet::ReadRow). Integers
 // come as they are and are written as decimal text here: the server sends 8 bytes
 // instead of formatting a string (a re-sync of 1M narrow rows with 1 % changed, which

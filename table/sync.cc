@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "table/bind.h"
+#include "table/both.h"
 #include "table/describe.h"
 #include "table/planner.h"
 #include "table/row_io.h"
@@ -39,14 +40,6 @@ class LaneStopped : public Interrupted {
  public:
   using Interrupted::Interrupted;
 };
-
-// Runs f and g at once (source and target are different servers), returns both.
-template <class F, class G>
-auto Both(F&& f, G&& g) {
-  auto second = std::async(std::launch::async, std::forward<G>(g));
-  auto first = f();
-  return std::make_pair(std::move(first), second.get());
-}
 
 // What the lanes of one run share.
 struct SyncRun {

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "table/bind.h"
+#include "table/both.h"
 #include "table/chunks.h"
 #include "table/preflight.h"
 #include "table/text.h"
@@ -106,13 +107,6 @@ void RequireFilterColumns(const TableCheck& check, const TableSchema& t) {
                              " does not have");
     }
   }
-}
-
-template <class F, class G>
-auto Both(F&& f, G&& g) {
-  auto second = std::async(std::launch::async, std::forward<G>(g));
-  auto first = f();
-  return std::make_pair(std::move(first), second.get());
 }
 
 // True when the text columns among `names` share one collation of an ASCII-compatible
