@@ -5,7 +5,7 @@
 #
 #   bash scripts/test.sh            # everything
 #   bash scripts/test.sh -R Registry   # extra arguments go to ctest
-#   DSYNC_TEST_JOBS=2 bash scripts/test.sh   # tests run at once (default: cores + 1)
+#   DSYNC_TEST_JOBS=2 bash scripts/test.sh   # tests run at once (default: two per core)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,8 +21,8 @@ export DSYNC_TEST_MARIADB_DIR=$dir
 export DSYNC_BIN=$(cd "$build" && pwd)/dsync
 
 # Tests spend most of their time waiting (on the database, on processes they start, on
-# timeouts they provoke): the suite used about a third of 2 cores at -j2, so it runs one
-# test more than there are cores (DSYNC_TEST_JOBS overrides), longest first
-# (tests/CMakeLists.txt, DSYNC_TEST_SECONDS).
-jobs=${DSYNC_TEST_JOBS:-$(($(nproc) + 1))}
+# timeouts they provoke): the suite used about a third of 2 cores at -j2, so it runs two
+# tests per core (DSYNC_TEST_JOBS overrides), longest first (tests/CMakeLists.txt,
+# DSYNC_TEST_SECONDS). On 2 cores: 398 s at -j3, 348 s at -j4 (bench/RESULTS.md, section 8).
+jobs=${DSYNC_TEST_JOBS:-$(($(nproc) * 2))}
 ctest --test-dir "$build" --output-on-failure --timeout 600 -j"$jobs" "$@"
