@@ -8,6 +8,8 @@
 #   scripts/mariadb.sh restart "$dir" # start it again on the same port (after kill/stop)
 #   scripts/mariadb.sh stop "$dir"    # stop by PID and remove the datadir
 #   DSYNC_MARIADB_BINLOG=1 scripts/mariadb.sh start   # with a binlog a capture can read
+#   DSYNC_DB_TMPDIR=/dev/shm scripts/mariadb.sh start  # the datadir's parent folder
+#                                       # (default $TMPDIR, else /tmp; scripts/test.sh: /dev/shm)
 #
 # The server listens on 127.0.0.1 at a free port and on "$dir/sock", with
 # innodb_flush_log_at_trx_commit=1 (every commit durable), and has a user `dsync`
@@ -61,7 +63,7 @@ write_cnf() {  # dir port; DSYNC_MARIADB_BUFFER_POOL (default 256M) sizes the bu
 cmd_start() {
   command -v mariadbd >/dev/null || die "mariadbd not found: run scripts/setup.sh"
   local dir
-  dir=$(mktemp -d "${TMPDIR:-/tmp}/dsync-mariadb.XXXXXX")
+  dir=$(mktemp -d "${DSYNC_DB_TMPDIR:-${TMPDIR:-/tmp}}/dsync-mariadb.XXXXXX")
   # A tmpdir of its own: at start mariadbd deletes every "#sql*" file in its tmpdir,
   # which in a shared /tmp are the temporary tables of the other servers running.
   mkdir "$dir/data" "$dir/tmp"

@@ -34,8 +34,11 @@ start_dispatch n1 ${N1_PORT}
 # --- A: the compensation kills its node each time --------------------------------
 produce crash '{"demo": {"fail": {"s2": "permanent"}, "compensation_sleep_ms": 60000}}'
 for round in 1 2 3; do
-  wait_for '[[ $(event_status crash) == COMPENSATING && $(node_of crash) == 127.0.0.1:${N1_PORT} ]]' 30 \
-    "round $round: the compensation of s1 running on n1"
+  # The restarted node's own claim, not the state the killed process left (same status,
+  # same address): the reset_count says how many hand-backs came before.
+  wait_for '[[ $(event_status crash) == COMPENSATING && $(node_of crash) == 127.0.0.1:${N1_PORT} &&
+               $(sql "SELECT reset_count FROM distribute_event WHERE code = '"'crash'"'") == $((round - 1)) ]]' 30 \
+    "round $round: the compensation of s1 running on n1 after $((round - 1)) reset(s)"
   sleep 0.2
   kill9 "$PID_n1"
   start_node n1 ${N1_PORT}  # same address: its start hands back what the killed process held
