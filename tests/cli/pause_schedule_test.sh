@@ -11,7 +11,7 @@
 #   schedule fires one event per tick across a kill -9 of the leader a few seconds
 #   before the tick (the other dispatcher fires it, once), and every tick from the first
 #   has exactly one event (but the one `skip` passed over); `dsync schedules` and
-#   GET /v1/schedules list the next and last runs. Takes about 50 s.
+#   GET /v1/schedules list the next and last runs. Takes about 55 s.
 source "$(dirname "$0")/lib.sh"
 read -r NODE_PORT API_PORT <<< "$(free_ports 2 | tr '\n' ' ')"
 token="pause-test-token-$$"
