@@ -27,16 +27,25 @@ constexpr const char* kMonthNames[] = {"jan", "feb", "mar", "apr", "may", "jun",
                                        "jul", "aug", "sep", "oct", "nov", "dec"};
 constexpr const char* kWeekdayNames[] = {"sun", "mon", "tue", "wed", "thu", "fri", "sat"};
 
+// Indexed by CronKind; a field's number in messages is its position as written.
 constexpr CronField kCronFields[] = {
+    {"second", 0, 59, nullptr},
     {"minute", 0, 59, nullptr},
     {"hour", 0, 23, nullptr},
     {"day of month", 1, 31, nullptr},
     {"month", 1, 12, kMonthNames},
     {"day of week", 0, 7, kWeekdayNames},  // 7 is Sunday too
 };
+enum CronKind : size_t { kSecond, kMinute, kHour, kDayOfMonth, kMonth, kDayOfWeek };
 
-[[noreturn]] void Refuse(size_t field, const std::string& why) {
-  throw UsageError("cron field " + std::to_string(field + 1) + " (" + kCronFields[field].name + "): " + why);
+// One field as the user wrote it: what it is and where it stood (1-based).
+struct FieldAt {
+  CronKind kind;
+  size_t position;
+};
+
+[[noreturn]] void Refuse(FieldAt f, const std::string& why) {
+  throw UsageError("cron field " + std::to_string(f.position) + " (" + kCronFields[f.kind].name + "): " + why);
 }
 
 std::string Lower(std::string_view s) {
@@ -45,8 +54,8 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
-int CronValue(size_t field, std::string_view text) {
-  const CronField& f = kCronFields[field];
+int CronValue(FieldAt field, std::string_view text) {
+  const CronField& f = kCronFields[field.kind];
   if (text.empty()) Refuse(field, "empty value");
   int value = 0;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -58,7 +67,7 @@ int CronValue(size_t field, std::string_view text) {
   }
   if (f.names != nullptr) {
     const std::string lower = Lower(text);
-    const int count = field == 3 ? 12 : 7;
+    const int count = field.kind == kMonth ? 12 : 7;
     for (int i = 0; i < count; ++i) {
       if (lower == f.names[i]) return f.lo + i;
     }
@@ -67,8 +76,8 @@ int CronValue(size_t field, std::string_view text) {
 }
 
 // The values one field selects (bit v for value v), and whether it starts with '*'.
-std::vector<bool> ParseCronField(size_t field, std::string_view text, bool* starred) {
-  const CronField& f = kCronFields[field];
+std::vector<bool> ParseCronField(FieldAt field, std::string_view text, bool* starred) {
+  const CronField& f = kCronFields[field.kind];
   std::vector<bool> bits(f.hi + 1, false);
   *starred = !text.empty() && text.front() == '*';
   size_t start = 0;
@@ -135,21 +144,33 @@ CronExpression CronExpression::Parse(std::string_view text) {
     while (i < body.size() && !std::isspace(static_cast<unsigned char>(body[i]))) ++i;
     fields.push_back(body.substr(start, i - start));
   }
-  if (fields.size() != 5) {
-    throw UsageError("cron: expected 5 fields (minute hour day-of-month month day-of-week), got " +
+  if (fields.size() != 5 && fields.size() != 6) {
+    throw UsageError("cron: expected 5 fields (minute hour day-of-month month day-of-week) or 6 (second first), got " +
                      std::to_string(fields.size()));
   }
+  // Six fields: a leading second. Five: second 0, and field 1 is the minute.
+  const size_t first = fields.size() == 6 ? 0 : 1;
+  auto parse = [&](CronKind kind, bool* starred) {
+    return ParseCronField({kind, kind + 1 - first}, fields[kind - first], starred);
+  };
   bool starred = false;
-  std::vector<bool> bits = ParseCronField(0, fields[0], &starred);
+  std::vector<bool> bits;
+  if (first == 0) {
+    bits = parse(kSecond, &starred);
+    for (int v = 0; v < 60; ++v) c.seconds_[v] = bits[v];
+  } else {
+    c.seconds_[0] = true;
+  }
+  bits = parse(kMinute, &starred);
   for (int v = 0; v < 60; ++v) c.minutes_[v] = bits[v];
-  bits = ParseCronField(1, fields[1], &starred);
+  bits = parse(kHour, &starred);
   for (int v = 0; v < 24; ++v) c.hours_[v] = bits[v];
-  bits = ParseCronField(2, fields[2], &starred);
+  bits = parse(kDayOfMonth, &starred);
   for (int v = 1; v <= 31; ++v) c.days_[v] = bits[v];
   c.days_restricted_ = !starred;
-  bits = ParseCronField(3, fields[3], &starred);
+  bits = parse(kMonth, &starred);
   for (int v = 1; v <= 12; ++v) c.months_[v] = bits[v];
-  bits = ParseCronField(4, fields[4], &starred);
+  bits = parse(kDayOfWeek, &starred);
   for (int v = 0; v < 7; ++v) c.weekdays_[v] = bits[v];
   if (bits[7]) c.weekdays_[0] = true;
   c.weekdays_restricted_ = !starred;
@@ -168,16 +189,23 @@ bool CronExpression::DayMatches(sys_days day) const {
   return dom && dow;  // the unrestricted one selects every day
 }
 
+// The day is walked hour by hour and minute by minute (at most 1440 steps); within a
+// matching minute the second comes from the bitset, so an every-second expression costs
+// no more than an every-minute one.
 std::optional<WallTime> CronExpression::NextAfter(WallTime t) const {
-  const sys_time<minutes> first = floor<minutes>(t) + minutes(1);
+  const sys_seconds first = floor<seconds>(t) + seconds(1);
   sys_days day = floor<days>(first);
-  int from = static_cast<int>((first - day).count());  // minute of the day
+  int from = static_cast<int>((first - day).count());  // second of the day
   for (int n = 0; n < kSearchDays; ++n, day += days(1), from = 0) {
     if (!DayMatches(day)) continue;
-    for (int h = from / 60; h < 24; ++h) {
+    const int from_h = from / 3600, from_m = from / 60 % 60, from_s = from % 60;
+    for (int h = from_h; h < 24; ++h) {
       if (!hours_[h]) continue;
-      for (int m = h == from / 60 ? from % 60 : 0; m < 60; ++m) {
-        if (minutes_[m]) return WallTime(day + hours(h) + minutes(m));
+      for (int m = h == from_h ? from_m : 0; m < 60; ++m) {
+        if (!minutes_[m]) continue;
+        for (int s = h == from_h && m == from_m ? from_s : 0; s < 60; ++s) {
+          if (seconds_[s]) return WallTime(day + hours(h) + minutes(m) + seconds(s));
+        }
       }
     }
   }
@@ -185,15 +213,19 @@ std::optional<WallTime> CronExpression::NextAfter(WallTime t) const {
 }
 
 std::optional<WallTime> CronExpression::LatestAtOrBefore(WallTime t) const {
-  const sys_time<minutes> last = floor<minutes>(t);
+  const sys_seconds last = floor<seconds>(t);
   sys_days day = floor<days>(last);
   int to = static_cast<int>((last - day).count());
-  for (int n = 0; n < kSearchDays; ++n, day -= days(1), to = 24 * 60 - 1) {
+  for (int n = 0; n < kSearchDays; ++n, day -= days(1), to = 24 * 3600 - 1) {
     if (!DayMatches(day)) continue;
-    for (int h = to / 60; h >= 0; --h) {
+    const int to_h = to / 3600, to_m = to / 60 % 60, to_s = to % 60;
+    for (int h = to_h; h >= 0; --h) {
       if (!hours_[h]) continue;
-      for (int m = h == to / 60 ? to % 60 : 59; m >= 0; --m) {
-        if (minutes_[m]) return WallTime(day + hours(h) + minutes(m));
+      for (int m = h == to_h ? to_m : 59; m >= 0; --m) {
+        if (!minutes_[m]) continue;
+        for (int s = h == to_h && m == to_m ? to_s : 59; s >= 0; --s) {
+          if (seconds_[s]) return WallTime(day + hours(h) + minutes(m) + seconds(s));
+        }
       }
     }
   }

@@ -14,7 +14,9 @@ TickDecision DecideTick(const CronExpression& cron, MissedTickPolicy policy, std
   const std::optional<WallTime> latest = cron.LatestAtOrBefore(now);
   if (!latest || *latest < *next_tick) return d;  // no tick in [next_tick, now]
   int64_t due = 0;
-  for (std::optional<WallTime> t = *next_tick - std::chrono::minutes(1); due < kMaxCountedTicks;) {
+  // Ticks are whole seconds (control/cron.h): NextAfter(next_tick - 1 s) is next_tick
+  // itself, so the count starts there and no earlier tick is counted.
+  for (std::optional<WallTime> t = *next_tick - std::chrono::seconds(1); due < kMaxCountedTicks;) {
     t = cron.NextAfter(*t);
     if (!t || *t > *latest) break;
     ++due;

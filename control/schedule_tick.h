@@ -35,7 +35,7 @@ struct TickDecision {
 };
 
 // Ticks counted one by one at most (a clock step of years over an every-minute
-// schedule is counted as this many).
+// schedule, or of 28 hours over an every-second one, is counted as this many).
 inline constexpr int64_t kMaxCountedTicks = 100000;
 
 TickDecision DecideTick(const CronExpression& cron, MissedTickPolicy policy, std::chrono::milliseconds grace,

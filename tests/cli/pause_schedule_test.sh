@@ -5,15 +5,23 @@
 #   run; the pause survives kill -9 of every dispatcher and a restart, and a leader
 #   change (kill -9 of the leader); `dsync topics` and GET /v1/topics show who paused
 #   it and when; POST /v1/topics/{topic}/resume (token required) lets them run.
-#   Schedules: an every-minute schedule fires one event per tick across a kill -9 of the
-#   leader a few seconds before the tick (the other dispatcher fires it, once); with
-#   every dispatcher down across a tick for longer than grace_ms, `skip` fires nothing
-#   for it and `run_once` fires it once; `dsync schedules` and GET /v1/schedules list
-#   the next and last runs. Takes about three minutes (cron ticks are whole minutes).
+#   Schedules (six-field cron, a tick every 20 s, grace 8 s; the lease TTL is 3 s, so a
+#   takeover ends well within the grace): with every dispatcher down across a tick for
+#   longer than grace_ms, `skip` fires nothing for it and `run_once` fires it once; a
+#   schedule fires one event per tick across a kill -9 of the leader a few seconds
+#   before the tick (the other dispatcher fires it, once), and every tick from the first
+#   has exactly one event (but the one `skip` passed over); `dsync schedules` and
+#   GET /v1/schedules list the next and last runs. Takes about 55 s.
 source "$(dirname "$0")/lib.sh"
 read -r NODE_PORT API_PORT <<< "$(free_ports 2 | tr '\n' ' ')"
 token="pause-test-token-$$"
 SVC=pause-sched
+# Schedules tick every P s at second O (mod P) of each minute, O chosen so that the
+# first tick comes ~10 s after the start (once a leader has created the schedules' rows)
+# and the next one just after the pause checks: no waiting for a phase later.
+P=20 G=8
+O=$(( ($(date +%s) + 10) % P ))
+CRON="$O/$P * * * * *"
 
 write_config "$SVC" '{
   "PAUSABLE": { "steps": [ { "name": "p", "type": "demo" } ] },
@@ -21,9 +29,9 @@ write_config "$SVC" '{
   "TICK":     { "ordered": false, "steps": [ { "name": "t", "type": "demo" } ] }
 }' "{\"api\": {\"token\": \"$token\"},
      \"schedules\": {
-       \"skip-min\": {\"cron\": \"* * * * *\", \"topic\": \"TICK\", \"missed\": \"skip\", \"grace_ms\": 20000,
+       \"skip-20s\": {\"cron\": \"$CRON\", \"topic\": \"TICK\", \"missed\": \"skip\", \"grace_ms\": 8000,
                      \"payload\": {\"kind\": \"skip\"}},
-       \"once-min\": {\"cron\": \"* * * * *\", \"topic\": \"TICK\", \"missed\": \"run_once\", \"grace_ms\": 20000}}}"
+       \"once-20s\": {\"cron\": \"$CRON\", \"topic\": \"TICK\", \"missed\": \"run_once\", \"grace_ms\": 8000}}}"
 
 "$DSYNC_BIN" migrate --config "$WORK/dsync.json" >/dev/null
 start_bg d1 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
@@ -118,53 +126,78 @@ out=$("$DSYNC_BIN" pause 'bad,name' --config "$WORK/dsync.json" 2>&1) && fail "a
 [[ $out == *"topic must be 1 to 50 characters of A-Z a-z 0-9 _ . -"* ]] || fail "bad name refusal: $out"
 pass "a malformed topic name is refused with one line"
 
+# --- schedules: every dispatcher down across a tick for longer than grace_ms --------
+# A late tick is one seen more than G s after its time.
+next_after() { echo $(( $1 - (($1 - O) % P + P) % P + P )); }  # next_after EPOCH: the first tick after it
+tick_code() { echo "sched:$SVC:$1:$2"; }  # tick_code NAME EPOCH
+iso() { date -u -d "@$1" +%Y-%m-%dT%H:%M:%SZ; }
+next_tick_of() { sql "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', next_tick) FROM dsync_schedule WHERE name = '$1'"; }
+# handled_and_clear: both schedules fired a tick already, have handled every due tick
+# (their next_tick is the next tick after now), and that tick is at least 3 s away, so
+# a kill now precedes it.
+handled_and_clear() {
+  local now next
+  next=$(next_after "$(date +%s)")
+  [[ $(sql "SELECT COUNT(*) FROM dsync_schedule WHERE last_tick IS NOT NULL") == 2 ]] || return 1
+  [[ $(next_tick_of skip-20s) == "$next" && $(next_tick_of once-20s) == "$next" ]] || return 1
+  now=$(date +%s); (( next - now >= 3 ))
+}
+wait_for handled_and_clear $(( 2 * P + 5 )) "both schedules up to date, 3 s or more before a tick"
+for d in d1 d2 d3; do pid_var=PID_$d; [[ -n ${!pid_var:-} ]] && kill9 "${!pid_var}"; done
+tick_b=$(next_tick_of once-20s)
+(( $(date +%s) < tick_b )) || fail "every dispatcher was not down before the tick at $(iso $tick_b)"
+pass "every dispatcher kill -9'd $(( tick_b - $(date +%s) )) s before the tick at $(iso $tick_b)"
+wait_for "(( \$(date +%s) >= $tick_b + G + 1 ))" $(( P + G + 5 )) "$(( G + 1 )) s past the tick with no dispatcher"
+start_bg d1 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+start_bg d2 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
+# The restarted leader must look before the next tick (P - G - 1 s later), or the tick
+# it fires is that one.
+wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_event WHERE code = '"'$(tick_code once-20s $tick_b)'"'") == 1 ]]' \
+  $(( P - G - 1 )) "run_once fires the missed tick when a dispatcher is back"
+wait_for '[[ $(sql "SELECT skipped_ticks FROM dsync_schedule WHERE name = '"'skip-20s'"'") != 0 ]]' 5 "skip's pass after the gap"
+expect_eq "$(count "code = '$(tick_code skip-20s $tick_b)'")" 0 "skip does not fire a tick seen over $(( G + 1 )) s late (grace $G s)"
+expect_eq "$(sql "SELECT skipped_ticks FROM dsync_schedule WHERE name = 'skip-20s'")" 1 "skip counted the tick it passed over"
+expect_eq "$(sql "SELECT skipped_ticks FROM dsync_schedule WHERE name = 'once-20s'")" 0 "run_once skipped nothing"
+
 # --- schedules: one event per tick across a leader kill ----------------------------
-# tick_code NAME EPOCH
-tick_code() { echo "sched:$SVC:$1:$2"; }
-sec() { echo $(( $(date +%s) % 60 )); }
-# Kill the leader at second 52 of a minute: the other dispatcher leads before the tick.
-while (( $(sec) < 50 || $(sec) > 52 )); do sleep 0.2; done
-tick_a=$(( ($(date +%s) / 60 + 1) * 60 ))
+# Kill the leader 6 to 9 s before a tick: the other dispatcher leads before the tick.
+until_tick() { local now; now=$(date +%s); echo $(( $(next_after "$now") - now )); }
+wait_for '(( $(until_tick) >= 6 && $(until_tick) <= 9 ))' $(( P + 2 )) "6 to 9 s before a tick"
+tick_c=$(next_after "$(date +%s)")
+wait_for '[[ -n $(leader_name) ]]' 3 "a leader before the tick"
 leader=$(leader_name)
-[[ -n $leader ]] || fail "no leader before the tick"
 pid_var=PID_$leader
 kill9 "${!pid_var}"
-pass "leader $leader kill -9'd 8 s before the tick at $(date -u -d @$tick_a +%H:%M:%S)"
-wait_for "(( \$(date +%s) >= $tick_a + 8 ))" 30 "8 s past the tick"
-for s in skip-min once-min; do
-  expect_eq "$(count "code = '$(tick_code $s $tick_a)' AND topic = 'TICK'")" 1 "$s fired the tick after the leader kill"
+pass "leader $leader kill -9'd $(( tick_c - $(date +%s) )) s before the tick at $(iso $tick_c)"
+wait_for "(( \$(date +%s) >= $tick_c + 5 ))" $(( P + 5 )) "5 s past the tick"
+for s in skip-20s once-20s; do
+  expect_eq "$(count "code = '$(tick_code $s $tick_c)' AND topic = 'TICK'")" 1 "$s fired the tick after the leader kill"
 done
-fired_by=$(grep -l "SCHEDULE_FIRED schedule=once-min service=$SVC tick=$(date -u -d @$tick_a +%Y-%m-%dT%H:%M:%SZ)" "$WORK"/d[123].log | wc -l)
+fired_by=$(grep -l "SCHEDULE_FIRED schedule=once-20s service=$SVC tick=$(iso $tick_c)" "$WORK"/d[123].log | wc -l)
 expect_eq "$fired_by" 1 "one dispatcher fired the tick"
-# Every tick since the schedules started has exactly one event, and none is missing.
-first=$(sql "SELECT MIN(CAST(SUBSTRING_INDEX(code, ':', -1) AS UNSIGNED)) FROM distribute_event WHERE topic = 'TICK' AND data_id = 'once-min'")
-for s in skip-min once-min; do
-  expect_eq "$(sql "SELECT COUNT(*), COUNT(DISTINCT code) FROM distribute_event WHERE topic = 'TICK' AND data_id = '$s'" | tr '\t' ' ')" \
-    "$(( (tick_a - first) / 60 + 1 )) $(( (tick_a - first) / 60 + 1 ))" "$s: one event per minute tick from the first to the last"
-done
-
-# --- every dispatcher down across a tick for longer than grace_ms ----------------------
-for d in d1 d2 d3; do pid_var=PID_$d; [[ -n ${!pid_var:-} ]] && kill9 "${!pid_var}"; done
-tick_b=$(( tick_a + 60 ))
-wait_for "(( \$(date +%s) >= $tick_b + 25 ))" 90 "25 s past the next tick with no dispatcher"
-start_bg d1 "$DSYNC_BIN" dispatcher --config "$WORK/dsync.json"
-wait_for '[[ $(sql "SELECT COUNT(*) FROM distribute_event WHERE code = '"'$(tick_code once-min $tick_b)'"'") == 1 ]]' 20 \
-  "run_once fires the missed tick when a dispatcher is back"
-sleep 2
-expect_eq "$(count "code = '$(tick_code skip-min $tick_b)'")" 0 "skip does not fire a tick seen 25 s late (grace 20 s)"
-expect_eq "$(sql "SELECT skipped_ticks FROM dsync_schedule WHERE name = 'skip-min'")" 1 "skip counted the tick it passed over"
-expect_eq "$(sql "SELECT skipped_ticks FROM dsync_schedule WHERE name = 'once-min'")" 0 "run_once skipped nothing"
-wait_for '[[ $(count "topic = '"'TICK'"' AND status <> '"'SUCCESS'"'") == 0 ]]' 20 "the schedule's events ran"
-payload=$(sql "SELECT payload FROM distribute_event WHERE code = '$(tick_code skip-min $tick_a)'")
-expect_eq "$(jq -c . <<<"$payload")" \
-  "{\"kind\":\"skip\",\"schedule\":{\"name\":\"skip-min\",\"tick\":\"$(date -u -d @$tick_a +%Y-%m-%dT%H:%M:%SZ)\"}}" \
-  "the event's payload names the schedule and the tick"
-
+# Every tick since the schedules started, up to tick_c, has exactly one event, and none
+# is missing (but skip's at tick_b).
+first=$(sql "SELECT MIN(CAST(SUBSTRING_INDEX(code, ':', -1) AS UNSIGNED)) FROM distribute_event WHERE topic = 'TICK' AND data_id = 'once-20s'")
+ticks=$(( (tick_c - first) / P + 1 ))
+(( first < tick_b )) || fail "the first tick $(iso $first) is not before the gap"
+upto="topic = 'TICK' AND CAST(SUBSTRING_INDEX(code, ':', -1) AS UNSIGNED) <= $tick_c"
+expect_eq "$(sql "SELECT COUNT(*), COUNT(DISTINCT code) FROM distribute_event WHERE $upto AND data_id = 'once-20s'" | tr '\t' ' ')" \
+  "$ticks $ticks" "once-20s: one event per tick from the first ($(iso $first)) to the last"
+expect_eq "$(sql "SELECT COUNT(*), COUNT(DISTINCT code) FROM distribute_event WHERE $upto AND data_id = 'skip-20s'" | tr '\t' ' ')" \
+  "$(( ticks - 1 )) $(( ticks - 1 ))" "skip-20s: one event per tick from the first to the last, but the one it skipped"
+expect_eq "$(sql "SELECT GROUP_CONCAT(skipped_ticks ORDER BY name) FROM dsync_schedule")" "0,1" \
+  "no other tick skipped (once-20s, skip-20s)"
+# Listed before the next tick (tick_c + P) changes them.
 out=$("$DSYNC_BIN" schedules --config "$WORK/dsync.json")
-grep -Eq "^once-min +\* \* \* \* \* +TICK +run_once +[0-9T:.-]+Z +$(date -u -d @$tick_b +%Y-%m-%dT%H:%M):00.000Z " <<<"$out" \
+grep -Eq "^once-20s +${CRON//\*/\\*} +TICK +run_once +$(iso $(( tick_c + P )) | sed 's/Z$/.000Z/') +$(iso $tick_c | sed 's/Z$/.000Z/') " <<<"$out" \
   || fail "dsync schedules: $out"
 pass "dsync schedules lists the next tick and the last run"
 s=$(api GET /v1/schedules)
-expect_eq "$(jq -r '.schedules[] | select(.name == "skip-min") | [.missed, .skipped_ticks, .last_event_code, .next_tick_source] | @tsv' <<<"$s")" \
-  "$(printf 'skip\t1\t%s\tleader' "$(tick_code skip-min $tick_a)")" "GET /v1/schedules"
+expect_eq "$(jq -r '.schedules[] | select(.name == "skip-20s") | [.missed, .skipped_ticks, .last_event_code, .next_tick, .next_tick_source] | @tsv' <<<"$s")" \
+  "$(printf 'skip\t1\t%s\t%s\tleader' "$(tick_code skip-20s $tick_c)" "$(iso $(( tick_c + P )) | sed 's/Z$/.000Z/')")" "GET /v1/schedules"
+wait_for '[[ $(count "topic = '"'TICK'"' AND status <> '"'SUCCESS'"'") == 0 ]]' 10 "the schedule's events ran"
+payload=$(sql "SELECT payload FROM distribute_event WHERE code = '$(tick_code skip-20s $tick_c)'")
+expect_eq "$(jq -c . <<<"$payload")" \
+  "{\"kind\":\"skip\",\"schedule\":{\"name\":\"skip-20s\",\"tick\":\"$(iso $tick_c)\"}}" \
+  "the event's payload names the schedule and the tick"
 echo "PASS"

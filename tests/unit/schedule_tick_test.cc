@@ -2,7 +2,7 @@
 // its next tick, an on-time tick fires once, the missed-tick policies (skip, run_once)
 // when ticks passed unseen, and clocks stepping forward and back, including a long
 // random walk of a clock that never fires a tick twice and (steps within the grace)
-// never misses one.
+// never misses one; the same with second ticks (six-field expressions).
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -141,6 +141,93 @@ TEST(ScheduleTickTest, ARandomWalkOfTheClockFiresEveryTickExactlyOnce) {
     }
     EXPECT_EQ(static_cast<int64_t>(fired.size()), expected);
     EXPECT_GT(expected, 500);  // the walk covered days of ticks
+  }
+}
+
+// --- second ticks (six-field expressions) ---------------------------------------------
+
+const CronExpression kEvery10s = CronExpression::Parse("*/10 * * * * *");
+
+TEST(ScheduleTickTest, SecondTicksFireOnTimeAndStartAtTheNextOne) {
+  TickDecision d = DecideTick(kEvery10s, MissedTickPolicy::kSkip, 4s, std::nullopt, TickAt("2026-11-27 03:04:05"));
+  EXPECT_FALSE(d.fire);
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-27T03:04:10Z");
+  d = DecideTick(kEvery10s, MissedTickPolicy::kSkip, 4s, TickAt("2026-11-27 03:04:10"), TickAt("2026-11-27 03:04:09"));
+  EXPECT_FALSE(d.fire);
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-27T03:04:10Z");
+  for (MissedTickPolicy p : {MissedTickPolicy::kSkip, MissedTickPolicy::kRunOnce}) {
+    d = DecideTick(kEvery10s, p, 4s, TickAt("2026-11-27 03:04:10"), TickAt("2026-11-27 03:04:11"));
+    EXPECT_EQ(Iso(d.fire), "2026-11-27T03:04:10Z");
+    EXPECT_EQ(d.skipped, 0);
+    EXPECT_EQ(Iso(d.next_tick), "2026-11-27T03:04:20Z");
+  }
+}
+
+TEST(ScheduleTickTest, MissedSecondTicksAreCountedOneByOne) {
+  // next_tick 03:04:50; seen at 03:06:15: ticks :50, 05:00 .. 05:50, 06:00, 06:10 are due (9).
+  const std::optional<WallTime> next = TickAt("2026-11-27 03:04:50");
+  TickDecision d = DecideTick(kEvery10s, MissedTickPolicy::kSkip, 4s, next, TickAt("2026-11-27 03:06:15"));
+  EXPECT_FALSE(d.fire);  // the latest, 06:10, is 5 s late with a grace of 4 s
+  EXPECT_EQ(d.skipped, 9);
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-27T03:06:20Z");
+  d = DecideTick(kEvery10s, MissedTickPolicy::kSkip, 4s, next, TickAt("2026-11-27 03:06:13"));
+  EXPECT_EQ(Iso(d.fire), "2026-11-27T03:06:10Z");  // 3 s late: on time
+  EXPECT_EQ(d.skipped, 8);
+  d = DecideTick(kEvery10s, MissedTickPolicy::kRunOnce, 4s, next, TickAt("2026-11-27 03:06:15"));
+  EXPECT_EQ(Iso(d.fire), "2026-11-27T03:06:10Z");
+  EXPECT_EQ(d.skipped, 8);
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-27T03:06:20Z");
+  // Across midnight, every second: 23:59:58, 23:59:59, 00:00:00, 00:00:01 are due.
+  const CronExpression every_second = CronExpression::Parse("* * * * * *");
+  d = DecideTick(every_second, MissedTickPolicy::kRunOnce, 1s, TickAt("2026-11-27 23:59:58"),
+                 TickAt("2026-11-28 00:00:01"));
+  EXPECT_EQ(Iso(d.fire), "2026-11-28T00:00:01Z");
+  EXPECT_EQ(d.skipped, 3);
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-28T00:00:02Z");
+  // A day of an every-second schedule is counted up to the cap.
+  d = DecideTick(every_second, MissedTickPolicy::kSkip, 1s, TickAt("2026-11-27 00:00:00"),
+                 TickAt("2026-11-29 00:00:00"));
+  EXPECT_EQ(Iso(d.fire), "2026-11-29T00:00:00Z");
+  EXPECT_EQ(d.skipped, kMaxCountedTicks - 1);
+}
+
+// Minute ticks counted after a gap of a few seconds: a tick a few seconds before
+// next_tick (the old rule looked back a whole minute) is never counted.
+TEST(ScheduleTickTest, OnlyTicksFromNextTickOnAreCounted) {
+  const CronExpression two = CronExpression::Parse("0,55 * * * * *");  // :00 and :55 of each minute
+  TickDecision d = DecideTick(two, MissedTickPolicy::kRunOnce, 60s, TickAt("2026-11-27 03:05:00"),
+                              TickAt("2026-11-27 03:05:30"));
+  EXPECT_EQ(Iso(d.fire), "2026-11-27T03:05:00Z");
+  EXPECT_EQ(d.skipped, 0);  // 03:04:55 lies before next_tick: handled already
+  EXPECT_EQ(Iso(d.next_tick), "2026-11-27T03:05:55Z");
+}
+
+// The random walk of the clock again, with ticks every 10 s and steps of up to 3 s
+// (under a 4 s grace): every tick from the first to the last fires exactly once.
+TEST(ScheduleTickTest, ARandomWalkOverSecondTicksFiresEveryTickExactlyOnce) {
+  for (MissedTickPolicy p : {MissedTickPolicy::kSkip, MissedTickPolicy::kRunOnce}) {
+    std::mt19937_64 random(p == MissedTickPolicy::kSkip ? 3 : 4);
+    WallTime now = TickAt("2026-11-27 23:50:03");
+    std::optional<WallTime> next;
+    std::set<int64_t> fired;
+    int64_t skipped = 0;
+    for (int i = 0; i < 20000; ++i) {
+      if (random() % 50 == 0) {
+        now -= milliseconds(static_cast<int64_t>(random() % 30000));
+      } else {
+        now += milliseconds(static_cast<int64_t>(random() % 3001));
+      }
+      TickDecision d = DecideTick(kEvery10s, p, 4s, next, now);
+      if (d.fire) {
+        EXPECT_TRUE(fired.insert(EpochSeconds(*d.fire)).second) << "fired twice: " << FormatUtc(*d.fire);
+      }
+      skipped += d.skipped;
+      next = d.next_tick;
+    }
+    EXPECT_EQ(skipped, 0);
+    ASSERT_FALSE(fired.empty());
+    EXPECT_EQ(*fired.rbegin() - *fired.begin(), 10 * static_cast<int64_t>(fired.size() - 1));  // none missing
+    EXPECT_GT(fired.size(), 1000u);  // the walk crossed midnight and hours of ticks
   }
 }
 
