@@ -104,33 +104,47 @@ TEST(ScheduleTickTest, AClockSteppingForwardYearsYieldsOneEventOrNone) {
   EXPECT_EQ(d.skipped, kMaxCountedTicks);
 }
 
+// What a walk of the clock made DecideTick do: the ticks fired (epoch seconds, each once:
+// a second firing fails the test) and the ticks it counted as skipped.
+struct ClockWalk {
+  std::set<int64_t> fired;
+  int64_t skipped = 0;
+};
+
+// 20,000 looks at `cron` from `start`, the clock stepping forward by up to `forward`
+// (under the grace) and, one look in 50, back by up to `back`.
+ClockWalk WalkTheClock(const CronExpression& cron, MissedTickPolicy p, milliseconds grace, WallTime start,
+                       milliseconds forward, milliseconds back, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  WallTime now = start;
+  std::optional<WallTime> next;
+  ClockWalk walk;
+  for (int i = 0; i < 20000; ++i) {
+    if (random() % 50 == 0) {
+      now -= milliseconds(static_cast<int64_t>(random() % (back.count() + 1)));
+    } else {
+      now += milliseconds(static_cast<int64_t>(random() % (forward.count() + 1)));
+    }
+    TickDecision d = DecideTick(cron, p, grace, next, now);
+    if (d.fire) {
+      EXPECT_TRUE(walk.fired.insert(EpochSeconds(*d.fire)).second) << "fired twice: " << FormatUtc(*d.fire);
+    }
+    walk.skipped += d.skipped;
+    next = d.next_tick;
+  }
+  return walk;
+}
+
 // A clock walking forward in steps of up to 50 s (under the 60 s grace) with an
 // occasional step back of up to 10 minutes: every tick of an every-5-minutes schedule
 // between the first and the last is fired exactly once, under both policies.
 TEST(ScheduleTickTest, ARandomWalkOfTheClockFiresEveryTickExactlyOnce) {
   const CronExpression cron = CronExpression::Parse("*/5 * * * *");
   for (MissedTickPolicy p : {MissedTickPolicy::kSkip, MissedTickPolicy::kRunOnce}) {
-    std::mt19937_64 random(p == MissedTickPolicy::kSkip ? 1 : 2);
-    WallTime now = TickAt("2026-11-27 00:00:07");
-    WallTime furthest = now;
-    std::optional<WallTime> next;
-    std::set<int64_t> fired;
-    int64_t skipped = 0;
-    for (int i = 0; i < 20000; ++i) {
-      if (random() % 50 == 0) {
-        now -= seconds(static_cast<int64_t>(random() % 600));
-      } else {
-        now += seconds(static_cast<int64_t>(random() % 51));
-      }
-      furthest = std::max(furthest, now);
-      TickDecision d = DecideTick(cron, p, 60s, next, now);
-      if (d.fire) {
-        EXPECT_TRUE(fired.insert(EpochSeconds(*d.fire)).second) << "fired twice: " << FormatUtc(*d.fire);
-      }
-      skipped += d.skipped;
-      next = d.next_tick;
-    }
-    EXPECT_EQ(skipped, 0);
+    const ClockWalk walk = WalkTheClock(cron, p, 60s, TickAt("2026-11-27 00:00:07"), 50s, 600s,
+                                        p == MissedTickPolicy::kSkip ? 1 : 2);
+    const std::set<int64_t>& fired = walk.fired;
+    EXPECT_EQ(walk.skipped, 0);
     ASSERT_FALSE(fired.empty());
     // Every tick from the first fired to the last fired is there.
     int64_t expected = 0;
@@ -206,25 +220,10 @@ TEST(ScheduleTickTest, OnlyTicksFromNextTickOnAreCounted) {
 // (under a 4 s grace): every tick from the first to the last fires exactly once.
 TEST(ScheduleTickTest, ARandomWalkOverSecondTicksFiresEveryTickExactlyOnce) {
   for (MissedTickPolicy p : {MissedTickPolicy::kSkip, MissedTickPolicy::kRunOnce}) {
-    std::mt19937_64 random(p == MissedTickPolicy::kSkip ? 3 : 4);
-    WallTime now = TickAt("2026-11-27 23:50:03");
-    std::optional<WallTime> next;
-    std::set<int64_t> fired;
-    int64_t skipped = 0;
-    for (int i = 0; i < 20000; ++i) {
-      if (random() % 50 == 0) {
-        now -= milliseconds(static_cast<int64_t>(random() % 30000));
-      } else {
-        now += milliseconds(static_cast<int64_t>(random() % 3001));
-      }
-      TickDecision d = DecideTick(kEvery10s, p, 4s, next, now);
-      if (d.fire) {
-        EXPECT_TRUE(fired.insert(EpochSeconds(*d.fire)).second) << "fired twice: " << FormatUtc(*d.fire);
-      }
-      skipped += d.skipped;
-      next = d.next_tick;
-    }
-    EXPECT_EQ(skipped, 0);
+    const ClockWalk walk = WalkTheClock(kEvery10s, p, 4s, TickAt("2026-11-27 23:50:03"), 3s, 30s,
+                                        p == MissedTickPolicy::kSkip ? 3 : 4);
+    const std::set<int64_t>& fired = walk.fired;
+    EXPECT_EQ(walk.skipped, 0);
     ASSERT_FALSE(fired.empty());
     EXPECT_EQ(*fired.rbegin() - *fired.begin(), 10 * static_cast<int64_t>(fired.size() - 1));  // none missing
     EXPECT_GT(fired.size(), 1000u);  // the walk crossed midnight and hours of ticks
