@@ -131,7 +131,7 @@ start_once() {
   [[ -f $PROVIDER ]] || die "$PROVIDER not found: install galera-4 (scripts/setup.sh galera-4)"
   command -v mariabackup >/dev/null || die "mariabackup not found: install mariadb-backup"
   local dir
-  dir=$(mktemp -d "${DSYNC_DB_TMPDIR:-${TMPDIR:-/tmp}}/dsync-galera.XXXXXX")
+  dir=$(new_server_dir galera)
   touch "$dir/galera"
   local ports=()
   mapfile -t ports < <(free_ports $((MEMBERS * 4)))

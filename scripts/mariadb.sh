@@ -63,7 +63,7 @@ write_cnf() {  # dir port; DSYNC_MARIADB_BUFFER_POOL (default 256M) sizes the bu
 cmd_start() {
   command -v mariadbd >/dev/null || die "mariadbd not found: run scripts/setup.sh"
   local dir
-  dir=$(mktemp -d "${DSYNC_DB_TMPDIR:-${TMPDIR:-/tmp}}/dsync-mariadb.XXXXXX")
+  dir=$(new_server_dir mariadb)
   # A tmpdir of its own: at start mariadbd deletes every "#sql*" file in its tmpdir,
   # which in a shared /tmp are the temporary tables of the other servers running.
   mkdir "$dir/data" "$dir/tmp"

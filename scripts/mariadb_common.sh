@@ -1,6 +1,10 @@
 # Shared by scripts/mariadb.sh and scripts/galera.sh (sourced, not run): the server
 # options both write into my.cnf, the datadir install, and the `dsync` user and schema.
 
+# new_server_dir KIND: a new folder for a throwaway server's files, in DSYNC_DB_TMPDIR
+# (scripts/test.sh sets /dev/shm), else $TMPDIR, else /tmp.
+new_server_dir() { mktemp -d "${DSYNC_DB_TMPDIR:-${TMPDIR:-/tmp}}/dsync-$1.XXXXXX"; }
+
 # server_cnf DIR PORT BUFFER_POOL LOG_FILE_SIZE: the [mariadbd] lines every throwaway
 # server has (datadir, socket, port and logs in DIR; durable commits; utf8mb4).
 server_cnf() {

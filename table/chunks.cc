@@ -36,7 +36,7 @@ std::vector<SqlValue> RangeValues(const ColumnSet& key, const BoundFilter& filte
 RangeChecksum ChecksumRange(storage::Connection& c, const std::string& table, const ColumnSet& cols,
                             const ColumnSet& key, const BoundFilter& filter, const KeyRange& range) {
   const std::string sql = "SELECT " + ChecksumAggregate(cols.RowHashExpr()) + " FROM " +
-                          Quoted(table) + " WHERE " + RangeWhere(key, filter, range);
+                          QuoteIdentifier(table) + " WHERE " + RangeWhere(key, filter, range);
   auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
   RangeChecksum out;
   if (rs->next()) {
@@ -53,7 +53,7 @@ bool SingleIntegerKey(const ColumnSet& key) {
 // SELECT <key>, <row hash> FROM t WHERE <range> ORDER BY <key>
 KeyHashes RowHashes(storage::Connection& c, const std::string& table, const ColumnSet& cols, const ColumnSet& key,
                     const BoundFilter& filter, const KeyRange& range, size_t limit) {
-  std::string sql = "SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Quoted(table) +
+  std::string sql = "SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + QuoteIdentifier(table) +
                     " WHERE " + RangeWhere(key, filter, range) + " ORDER BY " + key.OrderBy();
   if (limit > 0) sql += " LIMIT " + std::to_string(limit);
   auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
@@ -175,7 +175,7 @@ HashDiff DiffHashes(const KeyHashes& source, const KeyHashes& target) {
 std::optional<Row> NthKeyAfter(storage::Connection& c, const std::string& table, const ColumnSet& key,
                                const BoundFilter& filter, const std::optional<Row>& lo, size_t n) {
   const KeyRange range{lo, std::nullopt};
-  const std::string sql = "SELECT " + key.SelectList() + " FROM " + Quoted(table) + " WHERE " +
+  const std::string sql = "SELECT " + key.SelectList() + " FROM " + QuoteIdentifier(table) + " WHERE " +
                           RangeWhere(key, filter, range) + " ORDER BY " + key.OrderBy() + " LIMIT 1 OFFSET " +
                           std::to_string(n > 0 ? n - 1 : 0);
   auto rs = c.Query(sql, Bind(RangeValues(key, filter, range)));
@@ -188,7 +188,7 @@ std::optional<Row> NthKeyAfter(storage::Connection& c, const std::string& table,
 std::vector<Row> ReadRange(storage::Connection& c, const std::string& table, const ColumnSet& cols,
                            const ColumnSet& key, const BoundFilter& filter, const KeyRange& range, size_t limit,
                            bool for_update) {
-  std::string sql = "SELECT " + cols.SelectList() + " FROM " + Quoted(table) + " WHERE " +
+  std::string sql = "SELECT " + cols.SelectList() + " FROM " + QuoteIdentifier(table) + " WHERE " +
                     RangeWhere(key, filter, range) + " ORDER BY " + key.OrderBy();
   if (limit > 0) sql += " LIMIT " + std::to_string(limit);
   if (for_update) sql += " FOR UPDATE";
@@ -218,13 +218,13 @@ std::optional<KeySpan> DenseSpan(const ColumnSet& key, const std::vector<Row>& k
 }
 
 namespace {
-std::string SpanWhere(const ColumnSet& key) { return Quoted(key.at(0).name) + " BETWEEN ? AND ?"; }
+std::string SpanWhere(const ColumnSet& key) { return QuoteIdentifier(key.at(0).name) + " BETWEEN ? AND ?"; }
 }  // namespace
 
 // SELECT <cols> FROM t WHERE <key> BETWEEN lo AND hi [FOR UPDATE]
 std::vector<Row> ReadSpan(storage::Connection& c, const std::string& table, const ColumnSet& cols,
                           const ColumnSet& key, const KeySpan& span, bool for_update) {
-  auto rs = c.Query("SELECT " + cols.SelectList() + " FROM " + Quoted(table) + " WHERE " + SpanWhere(key) +
+  auto rs = c.Query("SELECT " + cols.SelectList() + " FROM " + QuoteIdentifier(table) + " WHERE " + SpanWhere(key) +
                         (for_update ? " FOR UPDATE" : ""),
                     span.lo, span.hi);
   return cols.ReadAll(*rs);
@@ -235,7 +235,7 @@ std::unordered_map<std::string, uint32_t> HashesInSpan(storage::Connection& c, c
                                                        const ColumnSet& cols, const ColumnSet& key,
                                                        const KeySpan& span) {
   std::unordered_map<std::string, uint32_t> out;
-  auto rs = c.Query("SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + Quoted(table) + " WHERE " +
+  auto rs = c.Query("SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + QuoteIdentifier(table) + " WHERE " +
                         SpanWhere(key),
                     span.lo, span.hi);
   while (rs->next()) {
@@ -301,8 +301,8 @@ Row IntKey::ToRow() const {
 
 // SELECT MIN(k), MAX(k) FROM t
 std::optional<KeyBounds> ReadKeyBounds(storage::Connection& c, const std::string& table, const ColumnSet& key) {
-  const std::string k = Quoted(key.at(0).name);
-  auto rs = c.Query("SELECT MIN(" + k + "), MAX(" + k + ") FROM " + Quoted(table));
+  const std::string k = QuoteIdentifier(key.at(0).name);
+  auto rs = c.Query("SELECT MIN(" + k + "), MAX(" + k + ") FROM " + QuoteIdentifier(table));
   if (!rs->next() || rs->isNull(1)) return std::nullopt;
   return KeyBounds(IntKey::Of(std::string(rs->getString(1))), IntKey::Of(std::string(rs->getString(2))));
 }

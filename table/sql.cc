@@ -59,12 +59,12 @@ ColumnKind KindOf(const std::string& data_type, const std::string& column_type) 
 // reads every key with its row hash: server CPU 1.09-1.17 s against 1.19-1.25 s).
 std::string ReadExpr(const Column& c) {
   switch (c.kind) {
-    case ColumnKind::kBinary: return "HEX(" + Quoted(c.name) + ")";
+    case ColumnKind::kBinary: return "HEX(" + QuoteIdentifier(c.name) + ")";
     case ColumnKind::kFloat:
     case ColumnKind::kSigned:
-    case ColumnKind::kUnsigned: return Quoted(c.name);
-    case ColumnKind::kBit: return "CAST(CAST(" + Quoted(c.name) + " AS UNSIGNED) AS CHAR)";
-    default: return "CAST(" + Quoted(c.name) + " AS CHAR)";
+    case ColumnKind::kUnsigned: return QuoteIdentifier(c.name);
+    case ColumnKind::kBit: return "CAST(CAST(" + QuoteIdentifier(c.name) + " AS UNSIGNED) AS CHAR)";
+    default: return "CAST(" + QuoteIdentifier(c.name) + " AS CHAR)";
   }
 }
 
@@ -144,8 +144,8 @@ std::string KeyBound(const std::vector<Column>& columns, const char* op, const c
   for (size_t i = 0; i < columns.size(); ++i) {
     if (i > 0) out += " OR ";
     out += "(";
-    for (size_t j = 0; j < i; ++j) out += Quoted(columns[j].name) + " = " + CompareSlot(columns[j]) + " AND ";
-    out += Quoted(columns[i].name) + (i + 1 == columns.size() ? last_op : op) + CompareSlot(columns[i]) + ")";
+    for (size_t j = 0; j < i; ++j) out += QuoteIdentifier(columns[j].name) + " = " + CompareSlot(columns[j]) + " AND ";
+    out += QuoteIdentifier(columns[i].name) + (i + 1 == columns.size() ? last_op : op) + CompareSlot(columns[i]) + ")";
   }
   return out;
 }
@@ -224,7 +224,7 @@ int ColumnSet::IndexOf(std::string_view name) const {
 std::string ColumnSet::SelectList() const { return EachColumn(columns_, ", ", ReadExpr); }
 
 std::string ColumnSet::NameList() const {
-  return EachColumn(columns_, ", ", [](const Column& c) { return Quoted(c.name); });
+  return EachColumn(columns_, ", ", [](const Column& c) { return QuoteIdentifier(c.name); });
 }
 
 std::string ColumnSet::OrderBy() const { return NameList(); }
@@ -264,7 +264,7 @@ std::string ColumnSet::ValuesTuple() const { return "(" + EachColumn(columns_, "
 std::string ColumnSet::MatchKeys(size_t n) const {
   std::string out;
   if (columns_.size() == 1) {
-    out = Quoted(columns_[0].name) + " IN (";
+    out = QuoteIdentifier(columns_[0].name) + " IN (";
     std::string slot = CompareSlot(columns_[0]);
     for (size_t i = 0; i < n; ++i) out += (i > 0 ? ", " : "") + slot;
     return out + ")";
@@ -274,7 +274,7 @@ std::string ColumnSet::MatchKeys(size_t n) const {
   // of those equalities cost MariaDB time growing with the square of the keys: 265 ms
   // for 600 keys of two columns, bench/RESULTS.md section 12.)
   if (n == 1) {
-    return "(" + EachColumn(columns_, " AND ", [](const Column& c) { return Quoted(c.name) + " = " + CompareSlot(c); }) +
+    return "(" + EachColumn(columns_, " AND ", [](const Column& c) { return QuoteIdentifier(c.name) + " = " + CompareSlot(c); }) +
            ")";
   }
   const std::string one = "(" + EachColumn(columns_, ", ", CompareSlot) + ")";
@@ -296,13 +296,13 @@ std::string ColumnSet::AtOrBeforeKey() const { return KeyBound(columns_, " < ", 
 std::string ColumnSet::RowHashExpr() const {
   const std::string sep = plain_text_hash_ ? "_binary'|'" : "'|'";
   auto value = [this](const Column& c) {
-    return plain_text_hash_ ? Quoted(c.name) : "CAST(" + Quoted(c.name) + " AS BINARY)";
+    return plain_text_hash_ ? QuoteIdentifier(c.name) : "CAST(" + QuoteIdentifier(c.name) + " AS BINARY)";
   };
   if (!compare_hash_) {
     std::string values, nulls;
     for (const Column& c : columns_) {
       values += ", " + value(c);
-      nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + Quoted(c.name) + ")";
+      nulls += (nulls.empty() ? "" : ", ") + std::string("ISNULL(") + QuoteIdentifier(c.name) + ")";
     }
     return "CRC32(CONCAT_WS(" + sep + values + ", CONCAT(" + nulls + ")))";
   }
@@ -321,7 +321,7 @@ std::string ColumnSet::RowHashExpr() const {
   std::vector<std::string> values, markers, lengths;
   for (const Column* c : order) values.push_back(value(*c));
   for (size_t i = 0; i < marked; ++i) {
-    const std::string flag = "ISNULL(" + Quoted(order[i]->name) + ")";
+    const std::string flag = "ISNULL(" + QuoteIdentifier(order[i]->name) + ")";
     if (i % 62 == 0) {
       markers.push_back(flag);
     } else {
@@ -334,7 +334,7 @@ std::string ColumnSet::RowHashExpr() const {
       open.push_back(c);
     }
   }
-  for (size_t i = 0; i + 1 < open.size(); ++i) lengths.push_back("LENGTH(" + Quoted(open[i]->name) + ")");
+  for (size_t i = 0; i + 1 < open.size(); ++i) lengths.push_back("LENGTH(" + QuoteIdentifier(open[i]->name) + ")");
   std::string joined = "CONCAT_WS(" + sep;  // NULLs skipped, their places in the markers
   for (const auto* list : {&values, &markers, &lengths}) {
     for (const std::string& item : *list) joined += ", " + item;

@@ -36,7 +36,6 @@ namespace dsync::table {
 // column name of the table steps' SQL goes through it (column names come from
 // information_schema and may hold any character).
 std::string QuoteIdentifier(std::string_view name);
-inline std::string Quoted(const std::string& name) { return QuoteIdentifier(name); }
 
 enum class ColumnKind { kText, kTemporal, kSigned, kUnsigned, kDecimal, kFloat, kBit, kBinary };
 
