@@ -34,6 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ports.sh
+source scripts/mariadb_common.sh
 
 spaces=${DSYNC_DEMO_SPACES:-240}
 [[ $spaces =~ ^[0-9]+$ ]] && ((spaces >= 20 && spaces <= 1000)) ||
@@ -45,10 +46,10 @@ offline_ms=3000  # a killed node is declared dead after this long without heartb
 
 bash scripts/setup.sh --demo
 work=$(mktemp -d "${TMPDIR:-/tmp}/dsync-demo.XXXXXX")
-dir="" dir_b=""
+dir="" dir_b="" prepare_pid=""
 declare -A pid_of=()
 cleanup() {
-  local rc=$? name
+  local rc=$? name f
   for name in "${!pid_of[@]}"; do kill -9 "${pid_of[$name]}" 2>/dev/null || true; done
   if ((rc != 0)) && compgen -G "$work/*.log" >/dev/null; then
     for log in "$work"/*.log; do
@@ -56,15 +57,77 @@ cleanup() {
       tail -n 5 "$log" >&2
     done
   fi
-  if [[ -n $dir ]]; then
-    bash scripts/mariadb.sh stop "$dir"
-  fi
-  if [[ -n $dir_b ]]; then
-    bash scripts/mariadb.sh stop "$dir_b"
-  fi
+  # The servers may still be starting (a failed build): let that finish, then stop
+  # both at once.
+  [[ -n $prepare_pid ]] && { wait "$prepare_pid" 2>/dev/null || true; }
+  local stops=()
+  for f in "$work/dir_a" "$work/dir_b"; do
+    [[ -s $f ]] && { bash scripts/mariadb.sh stop "$(<"$f")" & stops+=($!); }
+  done
+  ((${#stops[@]} == 0)) || wait "${stops[@]}"
   rm -rf "$work"
 }
 trap cleanup EXIT
+
+# ---- the two environments, prepared while dsync builds -----------------------------
+mysql_in() { bash scripts/mariadb.sh root "$dir" --default-character-set=utf8mb4 -N -B "$@"; }    # zone A's server
+mysql_b() { bash scripts/mariadb.sh root "$dir_b" --default-character-set=utf8mb4 -N -B "$@"; }   # zone B's server
+sql() { mysql_in dsync -e "$1"; }
+env_db() { if [[ $1 == env_b ]]; then mysql_b "$@"; else mysql_in "$@"; fi; }  # env_db SCHEMA args...
+checksums() { env_db "$1" <scripts/demo/checksums.sql; }  # checksums SCHEMA > file
+mask() { sed -E 's#://([^:/@]+):[^@]*@#://\1:***@#g'; }
+# The servers start, and the environments are filled, in the background while dsync
+# builds (they need no dsync binary); their output is shown once the build is done.
+# Each server's folder is in $work/dir_a and dir_b once it is up (cleanup stops them).
+prepare_environments() {
+  local b_pid
+  bash scripts/mariadb.sh start >"$work/dir_b" &
+  b_pid=$!
+  bash scripts/mariadb.sh start >"$work/dir_a" || return 1
+  wait "$b_pid" || return 1
+  dir=$(<"$work/dir_a") dir_b=$(<"$work/dir_b")
+  url=$(bash scripts/mariadb.sh url "$dir")
+  echo "== two throwaway MariaDB servers, one per zone: A $(echo "$url" | mask) (env_a, and dsync's own tables)"
+  echo "   and B 127.0.0.1:$(cat "$dir_b/port") (env_b); no process of the run reaches both environments"
+
+  # The steps reach each environment as its own user, with no more rights than they
+  # need: read env_a; read and write env_b, and create its dsync tables.
+  pass_a=$(new_password) pass_b=$(new_password)
+  mysql_in -e "CREATE DATABASE env_a CHARACTER SET utf8mb4;
+    CREATE USER 'kb_sync'@'127.0.0.1' IDENTIFIED BY '$pass_a';
+    GRANT SELECT ON env_a.* TO 'kb_sync'@'127.0.0.1'"
+  mysql_b -e "CREATE DATABASE env_b CHARACTER SET utf8mb4;
+    CREATE USER 'kb_sync'@'127.0.0.1' IDENTIFIED BY '$pass_b';
+    GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON env_b.* TO 'kb_sync'@'127.0.0.1'"
+  env_a_url="mysql://kb_sync:$pass_a@127.0.0.1:$(cat "$dir/port")/env_a"
+  env_b_url="mysql://kb_sync:$pass_b@127.0.0.1:$(cat "$dir_b/port")/env_b"
+  mysql_in env_a <scripts/demo/kb_schema.sql
+  mysql_b env_b <scripts/demo/kb_schema.sql
+  { echo "SET @spaces = $spaces, @poisoned = $poisoned;"; cat scripts/demo/env_a_data.sql; } | mysql_in env_a
+  # env_b's stale copies are made from env_a's rows of two spaces, copied to zone B's
+  # server first (env_a_seed, dropped after).
+  for t in kb_space:id kb_doc:space_id kb_tag:space_id kb_permission:space_id; do
+    mariadb-dump --socket="$dir/sock" -uroot --compact --skip-triggers env_a "${t%%:*}" \
+      --where="${t#*:} IN ($stale, $poisoned)"
+  done | { mysql_b -e "CREATE DATABASE env_a_seed"; mysql_b env_a_seed; }
+  { echo "SET @poisoned = $poisoned, @stale = $stale;"; cat scripts/demo/env_b_setup.sql; } | mysql_b env_b
+  mysql_b -e "DROP DATABASE env_a_seed"
+  count_rows() {
+    env_db "$1" -e "SELECT CONCAT((SELECT COUNT(*) FROM kb_space), ' spaces, ', (SELECT COUNT(*) FROM kb_doc),
+      ' documents (', ROUND((SELECT SUM(LENGTH(body)) FROM kb_doc) / 1048576, 1), ' MB), ',
+      (SELECT COUNT(*) FROM kb_tag), ' tags, ', (SELECT COUNT(*) FROM kb_permission), ' permissions')"
+  }
+  echo "   env_a: $(count_rows env_a)"
+  echo "   env_b: $(count_rows env_b)  (stale copies of spaces $stale and $poisoned; principals of at most 64 characters: a CHECK only env_b has)"
+  checksums env_a >"$work/a.sums"
+  checksums env_b >"$work/b_before.sums"
+  printf '%s\n' "$env_a_url" "$env_b_url" >"$work/env_urls"
+}
+# The servers' datadirs go in memory (/dev/shm) when it has room for them: they are
+# thrown away at the end, and on a disk each of the run's commits waits for an fsync.
+servers_in_memory 2
+prepare_environments >"$work/prepare.out" 2>&1 &
+prepare_pid=$!
 
 if [[ -n ${DSYNC_DEMO_BIN:-} ]]; then  # a prebuilt binary (the test suite runs the demo this way)
   bin=$DSYNC_DEMO_BIN
@@ -80,54 +143,19 @@ else
   build_s=$((SECONDS - build_start))
   echo "   built in $build_s s"
   bin=$(cd "$build" && pwd)/dsync
-
 fi
 
-dir=$(bash scripts/mariadb.sh start)
-dir_b=$(bash scripts/mariadb.sh start)
+if ! wait "$prepare_pid"; then
+  prepare_pid=""
+  cat "$work/prepare.out" >&2
+  echo "demo: preparing the two environments failed" >&2
+  exit 1
+fi
+prepare_pid=""
+dir=$(<"$work/dir_a") dir_b=$(<"$work/dir_b")
 url=$(bash scripts/mariadb.sh url "$dir")
-mysql_in() { bash scripts/mariadb.sh root "$dir" --default-character-set=utf8mb4 -N -B "$@"; }    # zone A's server
-mysql_b() { bash scripts/mariadb.sh root "$dir_b" --default-character-set=utf8mb4 -N -B "$@"; }   # zone B's server
-sql() { mysql_in dsync -e "$1"; }
-env_db() { if [[ $1 == env_b ]]; then mysql_b "$@"; else mysql_in "$@"; fi; }  # env_db SCHEMA args...
-checksums() { env_db "$1" <scripts/demo/checksums.sql; }  # checksums SCHEMA > file
-mask() { sed -E 's#://([^:/@]+):[^@]*@#://\1:***@#g'; }
-echo "== two throwaway MariaDB servers, one per zone: A $(echo "$url" | mask) (env_a, and dsync's own tables)"
-echo "   and B 127.0.0.1:$(cat "$dir_b/port") (env_b); no process of the run reaches both environments"
-
-# ---- the two environments -----------------------------------------------------------
-# The steps reach each environment as its own user, with no more rights than they
-# need: read env_a; read and write env_b, and create its dsync tables.
-pass_a=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
-pass_b=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
-mysql_in -e "CREATE DATABASE env_a CHARACTER SET utf8mb4;
-  CREATE USER 'kb_sync'@'127.0.0.1' IDENTIFIED BY '$pass_a';
-  GRANT SELECT ON env_a.* TO 'kb_sync'@'127.0.0.1'"
-mysql_b -e "CREATE DATABASE env_b CHARACTER SET utf8mb4;
-  CREATE USER 'kb_sync'@'127.0.0.1' IDENTIFIED BY '$pass_b';
-  GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON env_b.* TO 'kb_sync'@'127.0.0.1'"
-env_a_url="mysql://kb_sync:$pass_a@127.0.0.1:$(cat "$dir/port")/env_a"
-env_b_url="mysql://kb_sync:$pass_b@127.0.0.1:$(cat "$dir_b/port")/env_b"
-mysql_in env_a <scripts/demo/kb_schema.sql
-mysql_b env_b <scripts/demo/kb_schema.sql
-{ echo "SET @spaces = $spaces, @poisoned = $poisoned;"; cat scripts/demo/env_a_data.sql; } | mysql_in env_a
-# env_b's stale copies are made from env_a's rows of two spaces, copied to zone B's
-# server first (env_a_seed, dropped after).
-for t in kb_space:id kb_doc:space_id kb_tag:space_id kb_permission:space_id; do
-  mariadb-dump --socket="$dir/sock" -uroot --compact --skip-triggers env_a "${t%%:*}" \
-    --where="${t#*:} IN ($stale, $poisoned)"
-done | { mysql_b -e "CREATE DATABASE env_a_seed"; mysql_b env_a_seed; }
-{ echo "SET @poisoned = $poisoned, @stale = $stale;"; cat scripts/demo/env_b_setup.sql; } | mysql_b env_b
-mysql_b -e "DROP DATABASE env_a_seed"
-count_rows() {
-  env_db "$1" -e "SELECT CONCAT((SELECT COUNT(*) FROM kb_space), ' spaces, ', (SELECT COUNT(*) FROM kb_doc),
-    ' documents (', ROUND((SELECT SUM(LENGTH(body)) FROM kb_doc) / 1048576, 1), ' MB), ',
-    (SELECT COUNT(*) FROM kb_tag), ' tags, ', (SELECT COUNT(*) FROM kb_permission), ' permissions')"
-}
-echo "   env_a: $(count_rows env_a)"
-echo "   env_b: $(count_rows env_b)  (stale copies of spaces $stale and $poisoned; principals of at most 64 characters: a CHECK only env_b has)"
-checksums env_a >"$work/a.sums"
-checksums env_b >"$work/b_before.sums"
+{ read -r env_a_url; read -r env_b_url; } <"$work/env_urls"
+cat "$work/prepare.out"
 
 # ---- dsync: config, schema, processes ------------------------------------------------
 # One config per zone: the same topics, each naming only the datasource its zone

@@ -5,6 +5,23 @@
 # (scripts/test.sh sets /dev/shm), else $TMPDIR, else /tmp.
 new_server_dir() { mktemp -d "${DSYNC_DB_TMPDIR:-${TMPDIR:-/tmp}}/dsync-$1.XXXXXX"; }
 
+# servers_in_memory GIB: unless DSYNC_DB_TMPDIR is set already, sets it to /dev/shm when
+# that is a writable tmpfs and both it and the machine's available memory have GIB GiB
+# free (about 0.3 GB per server: its 256 MB redo log). There an fsync costs nothing,
+# while on a disk each commit and each DDL waits for it; a process killed with -9 (a
+# node, a dispatcher, mariadbd itself) loses nothing its database committed either way,
+# since what a commit wrote is in the kernel's page cache: only a crash of the machine
+# would tell the two apart. Used by scripts/test.sh and scripts/demo.sh; benchmarks
+# (scripts/bench.sh) keep their servers on disk.
+servers_in_memory() {
+  local kib=$(($1 * 1024 * 1024))
+  if [[ -z ${DSYNC_DB_TMPDIR:-} && -w /dev/shm && $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs ]] &&
+    (($(df -Pk /dev/shm | awk 'NR == 2 {print $4}') >= kib)) &&
+    (($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) >= kib)); then
+    export DSYNC_DB_TMPDIR=/dev/shm
+  fi
+}
+
 # server_cnf DIR PORT BUFFER_POOL LOG_FILE_SIZE: the [mariadbd] lines every throwaway
 # server has (datadir, socket, port and logs in DIR; durable commits; utf8mb4).
 server_cnf() {

@@ -14,20 +14,15 @@ build=${DSYNC_BUILD_DIR:-build}
 DSYNC_BUILD_DIR=$build bash scripts/build.sh
 
 # The throwaway servers' datadirs (this one, and those tests start themselves through
-# scripts/mariadb.sh and scripts/galera.sh) go in memory, /dev/shm, when it is a tmpfs
-# with room: there an fsync costs nothing, while on this machine's disk each commit's and
-# each DDL's cost most of the suite's time (a schema's 29 migrations: 4.8 s on disk,
-# 0.15 s in memory; it_saga_engine_test: 41 s against 7 s). What the tests claim holds
-# the same: a process killed with -9 (a node, a dispatcher, mariadbd itself) loses
-# nothing its database committed, since what a commit wrote is in the kernel's page
-# cache either way; only a crash of the machine would tell the two apart, and no test
-# makes one. About 0.3 GB per server (its 256 MB redo log). DSYNC_DB_TMPDIR overrides
-# (DSYNC_DB_TMPDIR=/tmp: on disk); benchmarks (scripts/bench.sh) keep theirs on disk.
-if [[ -z ${DSYNC_DB_TMPDIR:-} && -w /dev/shm && $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs ]] &&
-  (($(df -Pk /dev/shm | awk 'NR == 2 {print $4}') >= 8 * 1024 * 1024)) &&
-  (($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) >= 8 * 1024 * 1024)); then
-  export DSYNC_DB_TMPDIR=/dev/shm
-fi
+# scripts/mariadb.sh and scripts/galera.sh) go in memory, /dev/shm, when it has room for
+# the suite's servers (scripts/mariadb_common.sh, servers_in_memory): on this machine's
+# disk each commit's and each DDL's fsync cost most of the suite's time (a schema's 29
+# migrations: 4.8 s on disk, 0.15 s in memory; it_saga_engine_test: 41 s against 7 s).
+# What the tests claim holds the same: a process killed with -9 loses nothing its
+# database committed; only a crash of the machine would tell the two apart, and no test
+# makes one. DSYNC_DB_TMPDIR overrides (DSYNC_DB_TMPDIR=/tmp: on disk).
+source scripts/mariadb_common.sh
+servers_in_memory 8
 echo "test.sh: throwaway servers' datadirs in ${DSYNC_DB_TMPDIR:-${TMPDIR:-/tmp}}" >&2
 dir=$(bash scripts/mariadb.sh start)
 trap 'bash scripts/mariadb.sh stop "$dir"' EXIT
