@@ -1,85 +1,115 @@
-# Unity build of the product, folder by folder (issue 40: the build from scratch on 2 cores).
+# Unity build of the product (issue 40: the build from scratch on 2 cores).
 #
-# dsync_unity_by_folder(TARGET...) compiles each target's .cc files of one source folder
-# (core/, events/, api/, ...) as one translation unit: the heavy headers every file
-# includes (nlohmann/json, spdlog, Poco, the standard library) are parsed and their
-# templates instantiated once per folder instead of once per file. The groups follow the
-# folders, so a file added to or moved into a folder joins that folder's group with no
-# change here (the source globs are CONFIGURE_DEPENDS: a new file reconfigures).
+# dsync_unity(TARGET UNITS) compiles TARGET's .cc files as UNITS translation units, each
+# the files of whole source folders (core/, events/, api/, ...). Every unit pays a fixed
+# cost, whatever its size: parsing the heavy headers each file includes (nlohmann/json,
+# spdlog, Poco, the standard library) and generating their templates' code, about 8
+# CPU-seconds at -O2 here (registry/, control/ and consumer/: 31.6 s as three units,
+# 15.8 s as one; all of dsync_core: about 262 s as thirteen units, 111 s as one). So the
+# fewer the units the less the build costs, down to as many as there are cores to keep
+# busy: a few, balanced by size.
 #
-# Each unit is a file written at configure time, <build>/unity/<target>/<folder>.cc, of
-# #include lines (CMake's own UNITY_BUILD orders its group units by a hash, which put the
-# largest folder last, its 50 s compile beside an idle core); the units are the target's
-# sources in descending order of their folders' size, so Ninja starts the longest first.
+# Folders go to units largest first, each to the unit with the fewest bytes so far
+# (longest processing time first; source size stands in for compile time), and the units
+# are listed largest first, so Ninja, which starts ready compiles in the order of its
+# build file, starts the longest first. A file added to or moved into a folder joins
+# that folder's unit with no change here (the source globs are CONFIGURE_DEPENDS: a new
+# file reconfigures). Each unit is a file written at configure time,
+# <build>/unity/<target>/unit<N>.cc, of #include lines.
 #
-# Files of one folder then share a translation unit: two of them may not both define the
-# same name in an anonymous namespace (or as `static`). Such a file is compiled on its
-# own: its name goes in DSYNC_UNITY_APART (by file name, so the list survives a move to
-# another folder). Better: rename one of the two, and take the file off the list.
+# Files of one unit share a translation unit: two files of the product may not both
+# define the same name at file scope in an anonymous namespace (or as `static`), since a
+# change of size can move their folders into one unit. All of dsync_core compiles as one
+# unit (-DDSYNC_UNITY_UNITS=1 checks it). Shared helpers belong in a header (core/clock.h's
+# Micros, table/both.h's Both).
 #
 # -DDSYNC_UNITY_BUILD=OFF compiles file by file (as an IDE or a one-file change wants):
 # the build that catches a file missing an #include, which the files before it in its
-# group would supply in the default build. CI should build both ways.
+# unit would supply in the default build.
 
-option(DSYNC_UNITY_BUILD "Compile the product's .cc files one folder at a time (one translation unit per folder)" ON)
+option(DSYNC_UNITY_BUILD "Compile the product's .cc files a few folders at a time (cmake/unity.cmake)" ON)
+set(DSYNC_UNITY_UNITS 3 CACHE STRING "Translation units of dsync_core in the unity build (dsync_app: one)")
 
-# File names whose anonymous-namespace helpers clash with another file of their folder
-# (file: the name it shares). Empty: shared helpers live in headers (core/clock.h's
-# Micros, table/both.h's Both); each entry costs a translation unit.
-set(DSYNC_UNITY_APART)
-
-function(dsync_unity_by_folder)
+function(dsync_unity target units)
   if(NOT DSYNC_UNITY_BUILD)
     return()
   endif()
-  foreach(target IN LISTS ARGN)
-    get_target_property(sources ${target} SOURCES)
-    set(others)   # compiled on their own
-    set(grouped)  # included by a folder's file
-    set(ids)      # the folders, as identifiers
-    foreach(src IN LISTS sources)
-      get_filename_component(name "${src}" NAME)
-      cmake_path(IS_PREFIX CMAKE_BINARY_DIR "${src}" generated)
-      if(NOT src MATCHES "\\.cc$" OR name IN_LIST DSYNC_UNITY_APART OR generated)
-        # Listed above, or generated (the embedded migrations and the web console in
-        # the build folder: large data that changes on its own).
-        list(APPEND others "${src}")
-        continue()
-      endif()
-      get_filename_component(path "${src}" ABSOLUTE)
-      get_filename_component(dir "${path}" DIRECTORY)
-      file(RELATIVE_PATH folder "${CMAKE_SOURCE_DIR}" "${dir}")
-      string(MAKE_C_IDENTIFIER "${folder}" id)
-      if(NOT id IN_LIST ids)
-        list(APPEND ids ${id})
-        set(bytes_${id} 0)
-        set(files_${id})
-      endif()
-      file(SIZE "${path}" size)
-      math(EXPR bytes_${id} "${bytes_${id}} + ${size}")
-      string(APPEND files_${id} "#include \"${path}\"\n")
-      list(APPEND grouped "${src}")
-    endforeach()
-    # Largest folder first: Ninja starts ready compiles in the order of the build file,
-    # and a long translation unit started last leaves the other core idle (longest
-    # processing time first; source size stands in for compile time).
-    set(folders)  # "<bytes>|<folder id>"
-    foreach(id IN LISTS ids)
-      list(APPEND folders "${bytes_${id}}|${id}")
-    endforeach()
-    list(SORT folders COMPARE NATURAL ORDER DESCENDING)
-    set(units)
-    foreach(entry IN LISTS folders)
-      string(REGEX REPLACE "^[0-9]+\\|" "" id "${entry}")
-      set(unit "${CMAKE_BINARY_DIR}/unity/${target}/${id}.cc")
-      # Rewritten only when it changes, so a reconfigure compiles nothing again.
-      file(CONFIGURE OUTPUT "${unit}" CONTENT
-           "// Generated by cmake/unity.cmake: the ${target} files of one folder. Do not edit.\n${files_${id}}" @ONLY)
-      list(APPEND units "${unit}")
-    endforeach()
-    # The folder's files stay sources of the target (editors and tools list them) but
-    # are compiled through their folder's unit.
-    set_source_files_properties(${grouped} TARGET_DIRECTORY ${target} PROPERTIES HEADER_FILE_ONLY ON)
-    set_property(TARGET ${target} PROPERTY SOURCES ${units} ${others} ${grouped})
+  get_target_property(sources ${target} SOURCES)
+  set(others)   # compiled on their own
+  set(grouped)  # included by a unit
+  set(ids)      # the folders, as identifiers
+  foreach(src IN LISTS sources)
+    cmake_path(IS_PREFIX CMAKE_BINARY_DIR "${src}" generated)
+    if(NOT src MATCHES "\\.cc$" OR generated)
+      # Generated (the embedded migrations and the web console in the build folder:
+      # large data that changes on its own).
+      list(APPEND others "${src}")
+      continue()
+    endif()
+    get_filename_component(path "${src}" ABSOLUTE)
+    get_filename_component(dir "${path}" DIRECTORY)
+    file(RELATIVE_PATH folder "${CMAKE_SOURCE_DIR}" "${dir}")
+    string(MAKE_C_IDENTIFIER "${folder}" id)
+    if(NOT id IN_LIST ids)
+      list(APPEND ids ${id})
+      set(bytes_${id} 0)
+      set(files_${id})
+    endif()
+    file(SIZE "${path}" size)
+    math(EXPR bytes_${id} "${bytes_${id}} + ${size}")
+    string(APPEND files_${id} "#include \"${path}\"\n")
+    list(APPEND grouped "${src}")
   endforeach()
+  set(folders)  # "<bytes>|<folder id>", largest first
+  foreach(id IN LISTS ids)
+    list(APPEND folders "${bytes_${id}}|${id}")
+  endforeach()
+  list(SORT folders COMPARE NATURAL ORDER DESCENDING)
+  list(LENGTH folders count)
+  if(units GREATER count)
+    set(units ${count})
+  endif()
+  math(EXPR last "${units} - 1")
+  foreach(n RANGE ${last})
+    set(unit_bytes_${n} 0)
+    set(unit_text_${n})
+    set(unit_folders_${n})
+  endforeach()
+  foreach(entry IN LISTS folders)
+    string(REGEX MATCH "^[0-9]+" bytes "${entry}")
+    string(REGEX REPLACE "^[0-9]+\\|" "" id "${entry}")
+    set(least 0)
+    foreach(n RANGE ${last})
+      if(unit_bytes_${n} LESS unit_bytes_${least})
+        set(least ${n})
+      endif()
+    endforeach()
+    math(EXPR unit_bytes_${least} "${unit_bytes_${least}} + ${bytes}")
+    string(APPEND unit_text_${least} "${files_${id}}")
+    string(APPEND unit_folders_${least} " ${id}")
+  endforeach()
+  set(order)  # "<bytes>|<unit number>", largest first
+  foreach(n RANGE ${last})
+    list(APPEND order "${unit_bytes_${n}}|${n}")
+  endforeach()
+  list(SORT order COMPARE NATURAL ORDER DESCENDING)
+  set(unit_files)
+  foreach(entry IN LISTS order)
+    string(REGEX REPLACE "^[0-9]+\\|" "" n "${entry}")
+    set(unit "${CMAKE_BINARY_DIR}/unity/${target}/unit${n}.cc")
+    # Rewritten only when it changes, so a reconfigure compiles nothing again.
+    file(CONFIGURE OUTPUT "${unit}" CONTENT
+         "// Generated by cmake/unity.cmake: ${target}'s folders${unit_folders_${n}}. Do not edit.\n${unit_text_${n}}" @ONLY)
+    list(APPEND unit_files "${unit}")
+  endforeach()
+  # A unit from an earlier configure with more units would stay behind, unused.
+  file(GLOB stale "${CMAKE_BINARY_DIR}/unity/${target}/*.cc")
+  list(REMOVE_ITEM stale ${unit_files})
+  if(stale)
+    file(REMOVE ${stale})
+  endif()
+  # The files stay sources of the target (editors and tools list them) but are compiled
+  # through their unit.
+  set_source_files_properties(${grouped} TARGET_DIRECTORY ${target} PROPERTIES HEADER_FILE_ONLY ON)
+  set_property(TARGET ${target} PROPERTY SOURCES ${unit_files} ${others} ${grouped})
 endfunction()

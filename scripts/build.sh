@@ -2,7 +2,7 @@
 # The one build configuration of dsync, shared by the demo, the tests and the chaos
 # suite, so that `bash scripts/demo.sh` then `bash scripts/test.sh` compile every file
 # once: the same folder, the same flags (RelWithDebInfo, warnings as errors). The product
-# compiles one translation unit per source folder (cmake/unity.cmake) with -g1; the tests
+# compiles as a few translation units of whole folders (cmake/unity.cmake) with -g1; the tests
 # at -O0 (tests/CMakeLists.txt).
 #
 #   bash scripts/build.sh                 # everything the tests need

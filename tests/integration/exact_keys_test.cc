@@ -52,7 +52,7 @@ api::NewEvent Event(const std::string& code, const std::string& data_id = "d1") 
   return e;
 }
 
-int64_t Count(TestSchema& db, const std::string& where) {
+int64_t CountWhere(TestSchema& db, const std::string& where) {
   return db.QueryInt("SELECT COUNT(*) FROM distribute_event WHERE " + where);
 }
 
@@ -75,7 +75,7 @@ TEST(ExactKeys, CodesDifferingInCaseAccentsOrTrailingSpacesAreDifferentEvents) {
     EXPECT_TRUE(r.created) << "'" << code << "' answered as existing: " << r.event.code;
     EXPECT_EQ(r.event.code, code) << "the answer is another event";
   }
-  EXPECT_EQ(Count(db, "1=1"), static_cast<int64_t>(codes.size()));
+  EXPECT_EQ(CountWhere(db, "1=1"), static_cast<int64_t>(codes.size()));
   for (const auto& code : codes) {
     EXPECT_EQ(Exactly(db, code), 1) << code;
     EXPECT_EQ(store.GetEvent(code).code, code);
@@ -98,8 +98,8 @@ TEST(ExactKeys, CodesDifferingInCaseAccentsOrTrailingSpacesAreDifferentEvents) {
     EXPECT_TRUE(events::InsertEvent(c, row));
     EXPECT_FALSE(events::InsertEvent(c, row));
   });
-  EXPECT_EQ(Count(db, "code IN ('Row-1', 'row-1')"), 2);
-  EXPECT_EQ(Count(db, "code LIKE 'row-%'"), 1);  // LIKE compares with the column's collation too
+  EXPECT_EQ(CountWhere(db, "code IN ('Row-1', 'row-1')"), 2);
+  EXPECT_EQ(CountWhere(db, "code LIKE 'row-%'"), 1);  // LIKE compares with the column's collation too
 }
 
 TEST(ExactKeys, TheOrderingKeyComparesExactly) {
@@ -107,7 +107,7 @@ TEST(ExactKeys, TheOrderingKeyComparesExactly) {
   // (tenant_id, data_id) orders events: 'Acme'/'X' and 'ACME'/'x' are different entities.
   db.Exec("INSERT INTO distribute_event (tenant_id, code, data_id, topic) VALUES ('Acme', 'o1', 'X', 'DEMO'), "
           "('ACME', 'o2', 'x', 'DEMO'), ('Acme ', 'o3', 'X ', 'DEMO')");
-  EXPECT_EQ(Count(db, "tenant_id = 'Acme' AND data_id = 'X'"), 1);
+  EXPECT_EQ(CountWhere(db, "tenant_id = 'Acme' AND data_id = 'X'"), 1);
   EXPECT_EQ(db.QueryInt("SELECT COUNT(DISTINCT tenant_id, data_id) FROM distribute_event"), 3);
 }
 
@@ -119,17 +119,17 @@ TEST(ExactKeys, ABatchAnswersWhatTheDatabaseStored) {
   api::BatchResult r = store.ProduceBatch("B-case", events);
   EXPECT_EQ(r.created, 3);
   EXPECT_EQ(r.existing, 0);
-  EXPECT_EQ(Count(db, "batch_code = 'B-case'"), 3);
+  EXPECT_EQ(CountWhere(db, "batch_code = 'B-case'"), 3);
   // Again: all three exist, nothing more stored.
   r = store.ProduceBatch("B-case", events);
   EXPECT_EQ(r.created, 0);
   EXPECT_EQ(r.existing, 3);
-  EXPECT_EQ(Count(db, "1=1"), 3);
+  EXPECT_EQ(CountWhere(db, "1=1"), 3);
   // One new, one existing, in one call.
   r = store.ProduceBatch("B-case", {Event("bat-1"), Event("Bat-1\u00e9")});
   EXPECT_EQ(r.created, 1);
   EXPECT_EQ(r.existing, 1);
-  EXPECT_EQ(Count(db, "1=1"), 4);
+  EXPECT_EQ(CountWhere(db, "1=1"), 4);
   // Batch codes too: 'BX-1' and 'bx-1' are two batches.
   store.ProduceBatch("BX-1", {Event("x-upper")});
   store.ProduceBatch("bx-1", {Event("x-lower"), Event("x-lower-2")});
@@ -152,7 +152,7 @@ TEST(ExactKeys, ABatchOnADatabaseThatMergesCodesIsRefusedWhole) {
   } catch (const DbError& e) {
     EXPECT_NE(std::string(e.what()).find("3 distinct codes are stored as 1 events"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(Count(db, "1=1"), 0);  // rolled back: nothing written
+  EXPECT_EQ(CountWhere(db, "1=1"), 0);  // rolled back: nothing written
 }
 
 TEST(ExactKeys, BatchesAreScopedByService) {
@@ -176,8 +176,8 @@ TEST(ExactKeys, BatchesAreScopedByService) {
   EXPECT_EQ(completer_one.CheckOnce([] { return true; }).completed, 1u);
   db.Exec("UPDATE distribute_event SET status = 'SUCCESS' WHERE code = 'two-1'");
   EXPECT_EQ(completer_two.CheckOnce([] { return true; }).completed, 1u);
-  EXPECT_EQ(Count(db, "code = 'done:svc-one:nightly' AND service = 'svc-one' AND payload LIKE '%\"total\":2%'"), 1);
-  EXPECT_EQ(Count(db, "code = 'done:svc-two:nightly' AND service = 'svc-two' AND payload LIKE '%\"total\":1%'"), 1);
+  EXPECT_EQ(CountWhere(db, "code = 'done:svc-one:nightly' AND service = 'svc-one' AND payload LIKE '%\"total\":2%'"), 1);
+  EXPECT_EQ(CountWhere(db, "code = 'done:svc-two:nightly' AND service = 'svc-two' AND payload LIKE '%\"total\":1%'"), 1);
   EXPECT_EQ(one.GetBatch("nightly").completion->status, "COMPLETED");
   EXPECT_EQ(one.GetBatch("nightly").completion->completion_code, "done:svc-one:nightly");
 }
@@ -211,7 +211,7 @@ TEST(ExactKeys, AProducerCannotTakeABatchsCompletion) {
   EXPECT_NE(p.completion->conflict.find("was not produced by this batch's completer (topic OTHER"), std::string::npos)
       << p.completion->conflict;
   EXPECT_EQ(api::ToJson(p)["completion"]["status"], "CONFLICT");
-  EXPECT_EQ(Count(db, "code LIKE 'done:%'"), 1);  // the producer's, untouched
+  EXPECT_EQ(CountWhere(db, "code LIKE 'done:%'"), 1);  // the producer's, untouched
 }
 
 // ---- validation --------------------------------------------------------------
@@ -239,7 +239,7 @@ TEST(ExactKeys, CodesRefuseHiddenCharacters) {
     EXPECT_THROW(store.ProduceBatch("fine", {Event(code)}), UsageError) << named;
   }
   EXPECT_THROW(store.Produce(Event(std::string("bad\xff utf8"))), UsageError);
-  EXPECT_EQ(Count(db, "1=1"), 0);
+  EXPECT_EQ(CountWhere(db, "1=1"), 0);
   // What is allowed: any visible text, spaces included.
   EXPECT_TRUE(store.Produce(Event("\u65e5\u672c-caf\u00e9 ok")).created);
 }
@@ -290,7 +290,7 @@ TEST_F(ExactKeysHttp, ProduceComparesCodesExactly) {
   auto [status, body] = Post("/v1/events", EventJson("case-ABC").dump());
   EXPECT_EQ(status, 200);  // the same code again: the same event
   EXPECT_EQ(body["code"], "case-ABC");
-  EXPECT_EQ(Count(db_, "1=1"), 5);
+  EXPECT_EQ(CountWhere(db_, "1=1"), 5);
 
   auto batch = Post("/v1/batches", json{{"batch_code", "B-http"},
                                         {"events", json::array({EventJson("Bat-1"), EventJson("bat-1"),
@@ -298,7 +298,7 @@ TEST_F(ExactKeysHttp, ProduceComparesCodesExactly) {
                                        .dump());
   EXPECT_EQ(batch.first, 201) << batch.second.dump();
   EXPECT_EQ(batch.second["created"], 3);
-  EXPECT_EQ(Count(db_, "batch_code = 'B-http'"), 3);
+  EXPECT_EQ(CountWhere(db_, "batch_code = 'B-http'"), 3);
 }
 
 TEST_F(ExactKeysHttp, HiddenCharactersAndReservedCodesAreA400) {
@@ -313,7 +313,7 @@ TEST_F(ExactKeysHttp, HiddenCharactersAndReservedCodesAreA400) {
   EXPECT_EQ(batch.first, 400);
   EXPECT_NE(batch.second["error"].get<std::string>().find("batch code contains U+200B"), std::string::npos)
       << batch.second.dump();
-  EXPECT_EQ(Count(db_, "1=1"), 0);
+  EXPECT_EQ(CountWhere(db_, "1=1"), 0);
 }
 
 // One limit for the API and the CLI: a body nesting kMaxInputJsonDepth levels is read,

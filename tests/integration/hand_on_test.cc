@@ -46,14 +46,14 @@ class LedgerStep final : public StepHandler {
   }
 };
 
-std::map<std::string, TopicSettings> Topics() {
+std::map<std::string, TopicSettings> HandOnTopics() {
   TopicSettings gap = testing::DemoTopic(/*max_retry=*/1, 100ms, 200ms);
   gap.steps = {Step("del_a", "table_delete", {{"target", "env_a"}}),
                Step("del_b", "table_delete", {{"target", "env_b"}}), Step("note")};
   return {{"GAP", gap}};
 }
 
-StepRegistry Registry() {
+StepRegistry HandOnRegistry() {
   StepRegistry r = StepRegistry::WithBuiltins();
   r.Register("table_delete", [](const StepSpec&) { return std::make_unique<LedgerStep>(); });
   return r;
@@ -72,7 +72,7 @@ DatasourceReach Reaching(std::set<std::string> reached) {
 class HandOnTest : public testing::SagaTest {
  protected:
   HandOnTest()
-      : plans_(Topics(), Registry()), datasources_({}),
+      : plans_(HandOnTopics(), HandOnRegistry()), datasources_({}),
         engine_a_(db_.pool(), plans_, datasources_, clock_, kNodeA),
         engine_b_(db_.pool(), plans_, datasources_, clock_, kNodeB) {
     engine_a_.SetDatasourceReach(Reaching({"env_a"}));

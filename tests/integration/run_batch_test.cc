@@ -78,7 +78,7 @@ class HookedStep final : public StepHandler {
 
 StepSpec Spec(const std::string& name, const std::string& type) { return testing::Step(name, type); }
 
-std::map<std::string, TopicSettings> Topics() {
+std::map<std::string, TopicSettings> RunBatchTopics() {
   TopicSettings demo = testing::DemoTopic(/*max_retry=*/3, /*backoff_base=*/100ms, /*backoff_max=*/1000ms);
   TopicSettings one = demo;
   one.steps = {Spec("only", "demo")};
@@ -92,7 +92,7 @@ int StepsOf(const std::string& topic) { return topic == "ONE" ? 1 : 3; }
 class RunBatchTest : public testing::SagaTest {
  protected:
   RunBatchTest()
-      : plans_(Topics(), Registry()), datasources_({}), engine_(db_.pool(), plans_, datasources_, clock_, kNodeA) {}
+      : plans_(RunBatchTopics(), Registry()), datasources_({}), engine_(db_.pool(), plans_, datasources_, clock_, kNodeA) {}
 
   ~RunBatchTest() override {
     if (lock_holder_.joinable()) lock_holder_.join();

@@ -129,7 +129,7 @@ class ConnLostOnceStep final : public StepHandler {
   }
 };
 
-StepRegistry Registry() {
+StepRegistry EngineRegistry() {
   StepRegistry r = StepRegistry::WithBuiltins();
   r.Register("chunker", [](const StepSpec&) { return std::make_unique<ChunkerStep>(); });
   r.Register("bad_sql", [](const StepSpec&) { return std::make_unique<BadSqlStep>(); });
@@ -151,7 +151,7 @@ Plans OneStepPlans(const std::string& topic, const std::string& name, const std:
 class SagaEngineTest : public testing::SagaTest {
  protected:
   SagaEngineTest()
-      : plans_(EngineTopics(), Registry()), datasources_({}),
+      : plans_(EngineTopics(), EngineRegistry()), datasources_({}),
         engine_a_(db_.pool(), plans_, datasources_, clock_, kNodeA),
         engine_b_(db_.pool(), plans_, datasources_, clock_, kNodeB) {}
 
