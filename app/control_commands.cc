@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
@@ -156,16 +157,22 @@ int RunSchedules(const Invocation& inv) {
     PrintJson({{"service", p->op.settings.service}, {"schedules", out}});
     return 0;
   }
-  std::cout << std::left << std::setw(24) << "NAME" << std::setw(18) << "CRON (UTC)" << std::setw(22) << "TOPIC"
-            << std::setw(10) << "MISSED" << std::setw(36) << "NEXT" << std::setw(26) << "LAST_TICK" << std::setw(26)
-            << "LAST_RUN_AT" << std::setw(9) << "SKIPPED" << "LAST_EVENT\n";
+  // CRON is as wide as its longest expression (six fields with lists and ranges run long),
+  // at least 17 as before, and at most the 255 characters dsync_schedule.cron holds.
+  size_t cron_width = 17;
+  for (const auto& s : rows) cron_width = std::max(cron_width, Cell(s.cron, 255).size());
+  const int cron_column = static_cast<int>(cron_width) + 1;
+  std::cout << std::left << std::setw(24) << "NAME" << std::setw(cron_column) << "CRON (UTC)" << std::setw(22)
+            << "TOPIC" << std::setw(10) << "MISSED" << std::setw(36) << "NEXT" << std::setw(26) << "LAST_TICK"
+            << std::setw(26) << "LAST_RUN_AT" << std::setw(9) << "SKIPPED" << "LAST_EVENT\n";
   for (const auto& s : rows) {
     std::string next = OrNone(s.next_tick, "-");
     if (!s.next_tick.empty() && !s.has_state) next += " (computed)";
-    std::cout << std::left << std::setw(24) << Cell(s.name, 23) << std::setw(18) << Cell(s.cron, 17) << std::setw(22)
-              << Cell(s.topic, 21) << std::setw(10) << (s.configured ? s.missed : "(gone)") << std::setw(36) << next
-              << std::setw(26) << OrNone(s.last_tick, "never") << std::setw(26) << OrNone(s.last_run_at, "-") << std::setw(9)
-              << s.skipped_ticks << Cell(OrNone(s.last_event_code, "-"), 64) << "\n";
+    std::cout << std::left << std::setw(24) << Cell(s.name, 23) << std::setw(cron_column) << Cell(s.cron, 255)
+              << std::setw(22) << Cell(s.topic, 21) << std::setw(10) << (s.configured ? s.missed : "(gone)")
+              << std::setw(36) << next << std::setw(26) << OrNone(s.last_tick, "never") << std::setw(26)
+              << OrNone(s.last_run_at, "-") << std::setw(9) << s.skipped_ticks
+              << Cell(OrNone(s.last_event_code, "-"), 64) << "\n";
   }
   if (rows.empty()) std::cout << "(no schedule: the config has no `schedules`)\n";
   return 0;

@@ -24,10 +24,14 @@ ROWS_PER_TX = 2 * (PER_TABLE_INSERT + PER_TABLE_UPDATE + PER_TABLE_DELETE)
 
 
 def match(table: str, rows: list) -> str:
-    """The rows by primary key (w2's is (g, id), g = id % 7)."""
+    """The rows by primary key (w2's is (g, id), g = id % 7), as the product matches keys
+    (table/sql.cc ColumnSet::MatchKeys): `id IN (...)`; for the composite key a row IN
+    list `(g, id) IN ((...), ...)`, or `(g = ? AND id = ?)` for one row."""
     if table == "w1":
         return "id IN (" + ", ".join(str(r) for r in rows) + ")"
-    return " OR ".join(f"(g = {r % 7} AND id = {r})" for r in rows)
+    if len(rows) == 1:
+        return f"(g = {rows[0] % 7} AND id = {rows[0]})"
+    return "(g, id) IN (" + ", ".join(f"({r % 7}, {r})" for r in rows) + ")"
 
 
 def transaction(i: int, writers: int) -> str:

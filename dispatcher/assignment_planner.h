@@ -55,7 +55,7 @@
 //     (skipped_limit), and topics with a full datasource are kept out of the next page
 //     (PageFilter::limited_topics). An event whose key value is missing (nullopt) is not
 //     limited by the key.
-// Fair dispatch (issue 37; PlannerConfig::fair, on by default in the config): instead of
+// Fair dispatch (issue 37; PlannerConfig::fair, on by default as in the config): instead of
 // Plan() over pages in (priority, id) order, the cycle reads the (priority, tenant)
 // pairs that have PENDING events (BeginFairCycle), then pages of per-pair windows
 // (NextWindows: at most kMaxWindows pairs of the most urgent priority with a pair left,
@@ -139,7 +139,7 @@ struct PlannerConfig {
   int batch_size = 500;                       // assignments per cycle, all topics
   std::map<std::string, TopicPolicy> topics;  // configured topics; others get TopicPolicy{}
   // issue 37.
-  bool fair = false;                          // fairness.enabled (the config's default is true)
+  bool fair = true;                           // fairness.enabled, default true as in the config
   std::map<std::string, int> tenant_weights;  // fairness.weights; others weigh 1
   std::map<std::string, int> datasource_limits;  // datasources.<name>.max_concurrent_steps
 };

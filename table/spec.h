@@ -60,8 +60,8 @@ Spec ParseSpec(const StepSpec& spec, bool sync);
 
 // table_repair's sync: restricts a table_sync spec to `keys` keys of its table's
 // primary key `key_columns`: its filter becomes "(where) AND (key IN (k0, k1, ...))"
-// ("(a, b) IN ((a0, b0), ...)" for a composite key), the i-th key's j-th value bound
-// from the payload field RepairKeyField(i, j),
+// ("(a, b) IN ((a0, b0), ...)" for a composite key, "a = a0 AND b = b0" for one of
+// them), the i-th key's j-th value bound from the payload field RepairKeyField(i, j),
 // beside the where's own fields. Built from the compiled filter, not from text: no text
 // or placeholder limit of the where grammar applies to the keys. Throws ConfigError.
 void NarrowToKeys(Spec& spec, const std::vector<std::string>& key_columns, size_t keys);

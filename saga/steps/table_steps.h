@@ -245,8 +245,10 @@ std::unique_ptr<StepHandler> MakeTableDeleteStep(const StepSpec& spec);
 
 // table_repair's sync (saga/steps/table_verify.h): the table_sync step `spec`, exactly
 // as configured, restricted to `keys` keys of its table's primary key `key_columns`:
-// its filter becomes "(where) AND (key = k0 OR key = k1 ...)", the i-th key's j-th
-// value bound from the payload field RepairKeyField(i, j), beside the where's own
+// its filter becomes "(where) AND (key IN (k0, k1, ...))"; for a composite key a row
+// IN list, "(a, b) IN ((a0, b0), (a1, b1), ...)", or "a = a0 AND b = b0" for one key
+// (table::NarrowToKeys, the forms of table::ColumnSet::MatchKeys). The i-th key's j-th
+// value is bound from the payload field RepairKeyField(i, j), beside the where's own
 // fields. Built from the compiled filter, not from text: no text or placeholder limit
 // of the where grammar applies to the keys. Throws ConfigError.
 std::unique_ptr<StepHandler> MakeKeyedTableSyncStep(const StepSpec& spec, const std::vector<std::string>& key_columns,

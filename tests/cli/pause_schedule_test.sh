@@ -11,7 +11,8 @@
 #   schedule fires one event per tick across a kill -9 of the leader a few seconds
 #   before the tick (the other dispatcher fires it, once), and every tick from the first
 #   has exactly one event (but the one `skip` passed over); `dsync schedules` and
-#   GET /v1/schedules list the next and last runs. Takes about 55 s.
+#   GET /v1/schedules list the next and last runs; `dsync schedules` prints a long
+#   cron expression whole, the columns after it aligned. Takes about 55 s.
 source "$(dirname "$0")/lib.sh"
 read -r NODE_PORT API_PORT <<< "$(free_ports 2 | tr '\n' ' ')"
 token="pause-test-token-$$"
@@ -200,4 +201,17 @@ payload=$(sql "SELECT payload FROM distribute_event WHERE code = '$(tick_code sk
 expect_eq "$(jq -c . <<<"$payload")" \
   "{\"kind\":\"skip\",\"schedule\":{\"name\":\"skip-20s\",\"tick\":\"$(iso $tick_c)\"}}" \
   "the event's payload names the schedule and the tick"
+
+# --- `dsync schedules`: the CRON column fits its longest expression ---------------
+# Another service with no dispatcher: its next ticks are computed from the config.
+CONFIG_FILE="$WORK/long-cron.json" write_config "$SVC-cron" '{"LONG": {"steps": [{"name": "l", "type": "demo"}]}}' \
+  '{"schedules": {"weekday-quarters": {"cron": "0 0,15,30,45 3-5 * * mon-fri", "topic": "LONG"},
+                  "daily": {"cron": "@daily", "topic": "LONG"}}}'
+out=$("$DSYNC_BIN" schedules --config "$WORK/long-cron.json")
+grep -Eq '^weekday-quarters +0 0,15,30,45 3-5 \* \* mon-fri +LONG +skip +[0-9T:.-]+Z \(computed\) ' <<<"$out" \
+  || fail "dsync schedules (a 28-character cron): $out"
+pass "dsync schedules prints a long cron expression whole"
+# TOPIC's header and every row's topic start in the same column.
+expect_eq "$(awk 'NR == 1 { print index($0, "TOPIC") } NR > 1 { print index($0, " LONG ") + 1 }' <<<"$out" | sort -u)" \
+  "$(awk 'NR == 1 { print index($0, "TOPIC") }' <<<"$out")" "the columns after CRON stay aligned"
 echo "PASS"

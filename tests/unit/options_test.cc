@@ -83,9 +83,9 @@ TEST(OptionsTest, DispatcherPartsDefaultsAreTheConfiguredOnes) {
   EXPECT_EQ(o.sweeper.default_timeout, sd.default_timeout);
   EXPECT_EQ(o.sweeper.default_claim_timeout, sd.default_claim_timeout);
   EXPECT_EQ(o.retention.interval, d.retention.interval);
-  // The config turns fairness on; a PlannerConfig built by hand has it off (the pure
-  // planner's oldest-first), as before this change.
+  // Fairness is on by default, in the config and in a PlannerConfig built by hand alike.
   EXPECT_TRUE(o.planner.fair);
+  EXPECT_EQ(o.planner.fair, d.planner.fair);
 }
 
 TEST(OptionsTest, EveryDispatcherPartHasTheServiceAndTheTopics) {

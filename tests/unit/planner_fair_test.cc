@@ -141,7 +141,9 @@ TEST(PlannerFairTest, OneSlotPerCycleAlternatesTenants) {
 
 TEST(PlannerFairTest, UnfairPlanTakesTheBacklogFirst) {
   // Contrast: Plan() over a (priority, id) page gives every slot to the oldest events.
-  AssignmentPlanner p(PlannerConfig{});
+  PlannerConfig unfair;
+  unfair.fair = false;
+  AssignmentPlanner p(unfair);
   FakeDue due;
   due.Add("A", 50);
   due.Add("B", 10);
