@@ -133,7 +133,7 @@ if [[ -n ${DSYNC_DEMO_BIN:-} ]]; then  # a prebuilt binary (the test suite runs 
   bin=$DSYNC_DEMO_BIN
   build_s=0
 else
-  echo "== building dsync in $build/ (from scratch: about 3 minutes on 2 cores; seconds once built)"
+  echo "== building dsync in $build/ (from scratch: under 2 minutes on 2 cores; seconds once built)"
   build_start=$SECONDS
   if ! DSYNC_BUILD_DIR=$build bash scripts/build.sh dsync >"$work/build.out" 2>&1; then
     tail -n 30 "$work/build.out" >&2
