@@ -152,7 +152,8 @@
 # DSYNC_BENCH_SYSBENCH_S (20), DSYNC_BENCH_PGBOSS_BATCHES ("100 500"),
 # DSYNC_BENCH_CEILING_THREADS (4), DSYNC_BENCH_CEILING_BATCH (100), DSYNC_BENCH_CEILING_STEPS
 # ("1 3"), DSYNC_BENCH_CEILING_VARIANTS ("per_stage per_batch exact"),
-# DSYNC_BENCH_BUILD_DIR (build-bench), DSYNC_BENCH_SETTLE_S (90), DSYNC_BENCH_WAKEUPS (true),
+# DSYNC_BENCH_BUILD_DIR (build-bench), DSYNC_BENCH_BIN (the dsync binary run; default the
+# build's), DSYNC_BENCH_SETTLE_S (90), DSYNC_BENCH_WAKEUPS (true),
 # DSYNC_BENCH_BUSY_MS (2, the dispatcher's busy_interval_ms),
 # DSYNC_BENCH_CAPACITIES ("8 16 64 256"), DSYNC_BENCH_IDLE_S (10), DSYNC_BENCH_PURGE_ROWS (1000000).
 #
@@ -204,7 +205,8 @@ wants dispatch && targets+=(dsync_dispatch_bench)
 echo "== building (${targets[*]} in $build)"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
-bin=$build/dsync
+bin=${DSYNC_BENCH_BIN:-$build/dsync}  # another dsync binary for every section (e.g. `profile` of an older build)
+[[ -x $bin ]] || die "DSYNC_BENCH_BIN=$bin is not an executable"
 load=$build/bench/dsync_load_bench
 logs=$build/bench-logs
 mkdir -p "$logs"
