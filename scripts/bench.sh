@@ -131,10 +131,14 @@
 #             (DSYNC_BENCH_PAIRED_BATCH, 500), in ABBA order (odd pairs dsync first); each
 #             pair's ratio and their median. Same work on both sides (issue 37): dsync
 #             `noop` vs pg-boss's no-op job, dsync `demo` vs pg-boss jobs inserting one
-#             row; DSYNC_BENCH_PAIRED_BIN_B (an older dsync) adds that binary's demo
-#             burn-down to each pair (before/after in one invocation);
-#             DSYNC_BENCH_PAIRED_DEFAULTS (1) adds a demo run with the shipped poll
-#             intervals (see section_paired)
+#             row (DSYNC_BENCH_PAIRED_WORKS, "noop demo", picks them and their order;
+#             DSYNC_BENCH_PAIRS_NOOP, the noop work's pairs if not DSYNC_BENCH_PAIRS);
+#             DSYNC_BENCH_PAIRED_BIN_B (an older dsync) adds that binary's demo
+#             burn-down to each pair (before/after in one invocation: the ratio of the
+#             rates, and of the burn-down alone after the INSERT; MariaDB's CPU and row
+#             writes per event of each binary, medians); DSYNC_BENCH_PAIRED_DEFAULTS (1)
+#             adds a demo run with the shipped poll intervals (see section_paired).
+#             Medians of an even count are the mean of the two middle values
 #   fairness  issue 37: tenant B's 100 events alone, then beside tenant A's backlog of
 #             DSYNC_BENCH_FAIR_BACKLOG (100,000) due events, fairness on and off
 #
@@ -146,8 +150,10 @@
 # DSYNC_BENCH_PROFILE_EVENTS (2000), DSYNC_BENCH_LATENCY_RATE (events/s; default
 # half the e2e 1-step rate of this invocation, else measured), DSYNC_BENCH_LATENCY_S (20),
 # DSYNC_BENCH_SYSBENCH_S (20), DSYNC_BENCH_PGBOSS_BATCHES ("100 500"),
-# DSYNC_BENCH_CEILING_THREADS (4), DSYNC_BENCH_CEILING_BATCH (100),
-# DSYNC_BENCH_BUILD_DIR (build-bench), DSYNC_BENCH_SETTLE_S (90), DSYNC_BENCH_WAKEUPS (true),
+# DSYNC_BENCH_CEILING_THREADS (4), DSYNC_BENCH_CEILING_BATCH (100), DSYNC_BENCH_CEILING_STEPS
+# ("1 3"), DSYNC_BENCH_CEILING_VARIANTS ("per_stage per_batch exact"),
+# DSYNC_BENCH_BUILD_DIR (build-bench), DSYNC_BENCH_BIN (the dsync binary run; default the
+# build's), DSYNC_BENCH_SETTLE_S (90), DSYNC_BENCH_WAKEUPS (true),
 # DSYNC_BENCH_BUSY_MS (2, the dispatcher's busy_interval_ms),
 # DSYNC_BENCH_CAPACITIES ("8 16 64 256"), DSYNC_BENCH_IDLE_S (10), DSYNC_BENCH_PURGE_ROWS (1000000).
 #
@@ -199,7 +205,8 @@ wants dispatch && targets+=(dsync_dispatch_bench)
 echo "== building (${targets[*]} in $build)"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
-bin=$build/dsync
+bin=${DSYNC_BENCH_BIN:-$build/dsync}  # another dsync binary for every section (e.g. `profile` of an older build)
+[[ -x $bin ]] || die "DSYNC_BENCH_BIN=$bin is not an executable"
 load=$build/bench/dsync_load_bench
 logs=$build/bench-logs
 mkdir -p "$logs"
@@ -221,7 +228,14 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- helpers ----------------------------------------------------------------------------
-median() { tr ',' ' ' | xargs -n1 | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
+# median: of the numbers on stdin (spaces, commas or lines); for an even count the mean of
+# the two middle values. lower_median: the lower middle value itself (always one of the
+# inputs: the run that supplies a median's other figures is found by it).
+median() {
+  tr ',' ' ' | xargs -n1 | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else if (NR) print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+lower_median() { tr ',' ' ' | xargs -n1 | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
 # field KEY LINE: the value of KEY=... in a `key=value ...` line
 field() { sed -nE "s/.*(^| )$1=([^ ]*).*/\2/p" <<<"$2"; }
 busy() { awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; }
@@ -533,10 +547,12 @@ section_e2e() {
       lines+=("$line")
       rates+=("$(field rate "$line")")
     done
-    local med
+    local med mid
     med=$(echo "${rates[*]}" | median)
-    # The run whose rate is the median supplies the other figures.
-    for line in "${lines[@]}"; do [[ $(field rate "$line") == "$med" ]] && break; done
+    # The run whose rate is the median (the lower middle one of an even count) supplies
+    # the other figures.
+    mid=$(echo "${rates[*]}" | lower_median)
+    for line in "${lines[@]}"; do [[ $(field rate "$line") == "$mid" ]] && break; done
     ((kind == 1)) && e2e_rate_1=$med
     result e2e "steps=$kind events=$events nodes=4 capacity=$capacity events_per_s=$med" \
       "runs=$(IFS=,; echo "${rates[*]}") $(cut -d' ' -f2- <<<"$line")"
@@ -636,7 +652,9 @@ section_latency() {
   local med50 med99 line
   med50=$(echo "${p50s[*]}" | median)
   med99=$(echo "${p99s[*]}" | median)
-  for line in "${stage_lines[@]}"; do [[ $(field p50_ms "$line") == "$med50" ]] && break; done
+  local mid50
+  mid50=$(echo "${p50s[*]}" | lower_median)
+  for line in "${stage_lines[@]}"; do [[ $(field p50_ms "$line") == "$mid50" ]] && break; done
   result latency "rate=$rate/s seconds=$secs p50_ms=$med50 p99_ms=$med99" \
     "runs_p50_ms=$(IFS=,; echo "${p50s[*]}") runs_p99_ms=$(IFS=,; echo "${p99s[*]}")" \
     "median_run: $(cut -d' ' -f3- <<<"$line")"
@@ -716,8 +734,8 @@ section_capacity() {
         rates+=("$(field rate "$e2e_line")")
       done
       med=$(echo "${rates[*]}" | median)
-      for line in "${lines[@]}"; do [[ $(field rate "$line") == "$med" ]] && break; done
-      [[ -n $half ]] || half=$((med / 2))  # both modes at half the wake-ups-on rate
+      for line in "${lines[@]}"; do [[ $(field rate "$line") == "$(echo "${rates[*]}" | lower_median)" ]] && break; done
+      [[ -n $half ]] || half=$(awk -v m="$med" 'BEGIN { printf "%d", m / 2 }')  # both modes at half the wake-ups-on rate
       local woken=""
       if [[ $mode == on ]]; then  # first with a producer that wakes the dispatcher
         latency_run "$half" "${DSYNC_BENCH_LATENCY_S:-20}" 1 wake
@@ -896,8 +914,9 @@ section_ceiling() {
   local threads=${DSYNC_BENCH_CEILING_THREADS:-4} batch=${DSYNC_BENCH_CEILING_BATCH:-100}
   local db_pid k variant tx shape r line cpu
   db_pid=$(cat "$dir/pid")
-  for k in 1 3; do
-    for variant in per_stage per_batch exact; do
+  for k in ${DSYNC_BENCH_CEILING_STEPS:-1 3}; do
+    for variant in ${DSYNC_BENCH_CEILING_VARIANTS:-per_stage per_batch exact}; do
+      case $variant in per_stage | per_batch | exact) ;; *) die "DSYNC_BENCH_CEILING_VARIANTS: unknown variant '$variant'" ;; esac
       local rates=() lines=() flags=(--steps "$k" --threads "$threads" --batch "$batch" --events "$events")
       tx=per_batch shape=minimal
       case $variant in
@@ -919,10 +938,12 @@ section_ceiling() {
         rates+=("$(field events_per_s "$line")")
         drop_schema
       done
-      local med
-      med=$(echo "${rates[*]}" | median)
-      # The run whose rate is the median supplies the other figures.
-      for line in "${lines[@]}"; do [[ $(field events_per_s "$line") == "$med" ]] && break; done
+      local mid
+      # The run whose rate is the median (the lower middle one of an even count) supplies
+      # the figures; its events/s is replaced by the median.
+      mid=$(echo "${rates[*]}" | lower_median)
+      for line in "${lines[@]}"; do [[ $(field events_per_s "$line") == "$mid" ]] && break; done
+      line=$(sed -E "s/(^| )events_per_s=[^ ]*/\1events_per_s=$(echo "${rates[*]}" | median)/" <<<"$line")
       result ceiling "$line runs=$(IFS=,; echo "${rates[*]}")"
     done
   done
@@ -1055,11 +1076,15 @@ section_paired() {
   wakeups=true
   for cap in ${DSYNC_BENCH_PAIRED_CAPACITIES:-16 256}; do
     capacity=$cap
-    for pwork in noop demo; do
+    for pwork in ${DSYNC_BENCH_PAIRED_WORKS:-noop demo}; do
+      [[ $pwork == noop || $pwork == demo ]] || die "DSYNC_BENCH_PAIRED_WORKS: unknown work '$pwork' (noop, demo)"
       kind=1 pg_work=insert
       [[ $pwork == noop ]] && kind=noop pg_work=noop
-      local drates=() prates=() ratios=() brates=() bratios=()
-      for i in $(seq 1 "$pairs"); do
+      # DSYNC_BENCH_PAIRS_NOOP: fewer (or more) pairs for the noop work than for demo.
+      local npairs=$pairs
+      [[ $pwork == noop ]] && npairs=${DSYNC_BENCH_PAIRS_NOOP:-$pairs}
+      local drates=() prates=() ratios=() brates=() bratios=() pbratios=() acpu=() bcpu=() awr=() bwr=()
+      for i in $(seq 1 "$npairs"); do
         # ABBA: odd pairs dsync first, even pairs pg-boss first (a trend falls on both);
         # the B binary's run between them.
         if ((i % 2 == 1)); then
@@ -1077,10 +1102,17 @@ section_paired() {
         ratios+=("$(awk -v a="$d" -v b="$p" 'BEGIN { printf "%.3f", a / b }')")
         echo "  capacity $cap work $pwork pair $i: dsync $d events/s, pg-boss $p jobs/s, ratio ${ratios[-1]}"
         echo "    this build: $la"  # statements and CPU per event (e2e_run)
+        acpu+=("$(field cpu_us_per_event_mariadb "$la")")
+        awr+=("$(field row_writes_per_event "$la")")
         if [[ -n $bin_b && $pwork == demo ]]; then
           brates+=("$db")
           bratios+=("$(awk -v a="$d" -v b="$db" 'BEGIN { printf "%.3f", a / b }')")
-          echo "  capacity $cap work $pwork pair $i: B binary $db events/s; this build / B = ${bratios[-1]}"
+          # The same ratio over the burn-down alone (from the INSERT's commit to the last
+          # finish: the producer's one INSERT, whose cost differs by schema, left out).
+          pbratios+=("$(awk -v a="$(field process_seconds "$la")" -v b="$(field process_seconds "$lb")" 'BEGIN { printf "%.3f", b / a }')")
+          bcpu+=("$(field cpu_us_per_event_mariadb "$lb")")
+          bwr+=("$(field row_writes_per_event "$lb")")
+          echo "  capacity $cap work $pwork pair $i: B binary $db events/s; this build / B = ${bratios[-1]} (burn-down alone ${pbratios[-1]})"
           echo "    B binary: $lb"
         fi
       done
@@ -1088,7 +1120,10 @@ section_paired() {
       if ((${#brates[@]} > 0)); then
         extra="b_events_per_s=$(echo "${brates[*]}" | median) a_over_b_median=$(echo "${bratios[*]}" | median)"
         extra+=" a_over_b=$(IFS=,; echo "${bratios[*]}") b_runs=$(IFS=,; echo "${brates[*]}")"
+        extra+=" a_over_b_process_median=$(echo "${pbratios[*]}" | median) a_over_b_process=$(IFS=,; echo "${pbratios[*]}")"
+        extra+=" b_cpu_us_per_event_mariadb=$(echo "${bcpu[*]}" | median) b_row_writes_per_event=$(echo "${bwr[*]}" | median)"
       fi
+      extra+=" cpu_us_per_event_mariadb=$(echo "${acpu[*]}" | median) row_writes_per_event=$(echo "${awr[*]}" | median)"
       if [[ $pwork == demo && ${DSYNC_BENCH_PAIRED_DEFAULTS:-1} == 1 ]]; then
         local sp=$dispatcher_poll_ms si=$dispatcher_idle_ms sc=$consumer_poll_ms
         dispatcher_poll_ms=200 dispatcher_idle_ms=1000 consumer_poll_ms=200
@@ -1097,7 +1132,7 @@ section_paired() {
         extra+=" shipped_defaults_events_per_s=$(field rate "$e2e_line")"
         echo "  capacity $cap work $pwork, shipped poll intervals: dsync $(field rate "$e2e_line") events/s"
       fi
-      result paired "capacity=$cap work=$pwork pairs=$pairs steps=1 events=$events nodes=4 wakeups=on pgboss_batch_size=$b" \
+      result paired "capacity=$cap work=$pwork pairs=$npairs steps=1 events=$events nodes=4 wakeups=on pgboss_batch_size=$b" \
         "pgboss_work=$pg_work pgboss_version=$pgboss_version ratio_median=$(echo "${ratios[*]}" | median)" \
         "dsync_events_per_s=$(echo "${drates[*]}" | median) pgboss_jobs_per_s=$(echo "${prates[*]}" | median)" \
         "ratios=$(IFS=,; echo "${ratios[*]}") dsync_runs=$(IFS=,; echo "${drates[*]}") pgboss_runs=$(IFS=,; echo "${prates[*]}") $extra"
@@ -1928,7 +1963,7 @@ while read -r line; do
   work=$(field work "$line")
   echo "RATIO capacity $cap work ${work:-demo}, paired runs: median of $(field pairs "$line") pairs' dsync events/s / pg-boss jobs/s = $(field ratio_median "$line")$target (pg-boss work $(field pgboss_work "$line"); pairs: $(field ratios "$line"))"
   [[ -n $ce1 && ${work:-demo} == demo ]] && echo "RATIO capacity $cap work demo, paired: dsync events/s / the database's 1-step ceiling (shape=exact) = $(field dsync_events_per_s "$line") / $ce1 = $(ratio "$(field dsync_events_per_s "$line")" "$ce1") (target >= 0.85)"
-  [[ -n $(field a_over_b_median "$line") ]] && echo "RATIO capacity $cap work ${work:-demo}: this build / DSYNC_BENCH_PAIRED_BIN_B = $(field a_over_b_median "$line") (median; pairs $(field a_over_b "$line"); target >= 0.95)"
+  [[ -n $(field a_over_b_median "$line") ]] && echo "RATIO capacity $cap work ${work:-demo}: this build / DSYNC_BENCH_PAIRED_BIN_B = $(field a_over_b_median "$line") (median; pairs $(field a_over_b "$line"); target >= 0.95); burn-down alone $(field a_over_b_process_median "$line") (pairs $(field a_over_b_process "$line")); MariaDB CPU us per event $(field cpu_us_per_event_mariadb "$line") vs $(field b_cpu_us_per_event_mariadb "$line"), row writes per event $(field row_writes_per_event "$line") vs $(field b_row_writes_per_event "$line")"
   [[ -n $(field shipped_defaults_events_per_s "$line") ]] && echo "REFERENCE capacity $cap work ${work:-demo}: with the shipped poll intervals $(field shipped_defaults_events_per_s "$line") events/s (paired runs at 20 ms: $(field dsync_events_per_s "$line"))"
 done < <(printf '%s\n' "${results[@]}" | grep '^RESULT paired ' || true)
 while read -r line; do
