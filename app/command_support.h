@@ -8,6 +8,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,16 @@ std::string ServiceHelp(const std::string& what);
 // Stored text for a table cell: one line, hidden characters escaped (VisibleText), at
 // most `width` bytes, cut between UTF-8 sequences with "..." when longer.
 std::string Cell(const std::string& s, size_t width);
+
+// The width of a table column whose cells are Cell(value, most): its longest cell, at
+// least `least`, plus one space. So a value the database can hold (a 50-character topic
+// or schedule name, a long cron expression) is printed whole, the columns after it aligned.
+template <class Rows, class Value>
+int ColumnWidth(const Rows& rows, Value value, size_t least, size_t most) {
+  size_t width = least;
+  for (const auto& row : rows) width = std::max(width, Cell(value(row), most).size());
+  return static_cast<int>(width) + 1;
+}
 
 // --json output: the API's JSON with the characters a terminal acts on escaped
 // (JsonForTerminal), indented by 2.

@@ -8,7 +8,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
@@ -134,15 +133,19 @@ int RunTopics(const Invocation& inv) {
     PrintJson({{"service", p->op.settings.service}, {"topics", out}});
     return 0;
   }
-  std::cout << std::left << std::setw(30) << "TOPIC" << std::setw(8) << "STATE" << std::setw(10) << "PENDING"
-            << std::setw(12) << "CONFIGURED" << std::setw(26) << "PAUSED_BY" << std::setw(26) << "PAUSED_AT"
+  // Topics (up to 50 characters) and who paused them (up to 128) are printed whole.
+  const int topic_w = ColumnWidth(rows, [](const api::TopicRow& t) { return t.topic; }, 29, 50);
+  const int by_w = ColumnWidth(
+      rows, [](const api::TopicRow& t) { return t.pause ? t.pause->paused_by : std::string("-"); }, 25, 128);
+  std::cout << std::left << std::setw(topic_w) << "TOPIC" << std::setw(8) << "STATE" << std::setw(10) << "PENDING"
+            << std::setw(12) << "CONFIGURED" << std::setw(by_w) << "PAUSED_BY" << std::setw(26) << "PAUSED_AT"
             << "REASON\n";
   for (const auto& t : rows) {
-    std::cout << std::left << std::setw(30) << Cell(t.topic, 29) << std::setw(8) << (t.pause ? "paused" : "active")
-              << std::setw(10) << t.pending << std::setw(12) << (t.configured ? "yes" : "no") << std::setw(26)
-              << (t.pause ? Cell(t.pause->paused_by, 25) : "-") << std::setw(26)
-              << (t.pause ? t.pause->paused_at : "-") << (t.pause ? Cell(OrNone(t.pause->reason, "-"), 200) : "-")
-              << "\n";
+    std::cout << std::left << std::setw(topic_w) << Cell(t.topic, 50) << std::setw(8)
+              << (t.pause ? "paused" : "active") << std::setw(10) << t.pending << std::setw(12)
+              << (t.configured ? "yes" : "no") << std::setw(by_w) << (t.pause ? Cell(t.pause->paused_by, 128) : "-")
+              << std::setw(26) << (t.pause ? t.pause->paused_at : "-")
+              << (t.pause ? Cell(OrNone(t.pause->reason, "-"), 200) : "-") << "\n";
   }
   if (rows.empty()) std::cout << "(no topic: none configured, paused or pending)\n";
   return 0;
@@ -157,19 +160,19 @@ int RunSchedules(const Invocation& inv) {
     PrintJson({{"service", p->op.settings.service}, {"schedules", out}});
     return 0;
   }
-  // CRON is as wide as its longest expression (six fields with lists and ranges run long),
-  // at least 17 as before, and at most the 255 characters dsync_schedule.cron holds.
-  size_t cron_width = 17;
-  for (const auto& s : rows) cron_width = std::max(cron_width, Cell(s.cron, 255).size());
-  const int cron_column = static_cast<int>(cron_width) + 1;
-  std::cout << std::left << std::setw(24) << "NAME" << std::setw(cron_column) << "CRON (UTC)" << std::setw(22)
+  // Names and topics (up to 50 characters) and cron expressions (six fields with lists and
+  // ranges run long; dsync_schedule.cron holds 255) are printed whole.
+  const int name_w = ColumnWidth(rows, [](const api::ScheduleRow& s) { return s.name; }, 23, 50);
+  const int cron_w = ColumnWidth(rows, [](const api::ScheduleRow& s) { return s.cron; }, 17, 255);
+  const int topic_w = ColumnWidth(rows, [](const api::ScheduleRow& s) { return s.topic; }, 21, 50);
+  std::cout << std::left << std::setw(name_w) << "NAME" << std::setw(cron_w) << "CRON (UTC)" << std::setw(topic_w)
             << "TOPIC" << std::setw(10) << "MISSED" << std::setw(36) << "NEXT" << std::setw(26) << "LAST_TICK"
             << std::setw(26) << "LAST_RUN_AT" << std::setw(9) << "SKIPPED" << "LAST_EVENT\n";
   for (const auto& s : rows) {
     std::string next = OrNone(s.next_tick, "-");
     if (!s.next_tick.empty() && !s.has_state) next += " (computed)";
-    std::cout << std::left << std::setw(24) << Cell(s.name, 23) << std::setw(cron_column) << Cell(s.cron, 255)
-              << std::setw(22) << Cell(s.topic, 21) << std::setw(10) << (s.configured ? s.missed : "(gone)")
+    std::cout << std::left << std::setw(name_w) << Cell(s.name, 50) << std::setw(cron_w) << Cell(s.cron, 255)
+              << std::setw(topic_w) << Cell(s.topic, 50) << std::setw(10) << (s.configured ? s.missed : "(gone)")
               << std::setw(36) << next << std::setw(26) << OrNone(s.last_tick, "never") << std::setw(26)
               << OrNone(s.last_run_at, "-") << std::setw(9) << s.skipped_ticks
               << Cell(OrNone(s.last_event_code, "-"), 64) << "\n";

@@ -202,16 +202,33 @@ expect_eq "$(jq -c . <<<"$payload")" \
   "{\"kind\":\"skip\",\"schedule\":{\"name\":\"skip-20s\",\"tick\":\"$(iso $tick_c)\"}}" \
   "the event's payload names the schedule and the tick"
 
-# --- `dsync schedules`: the CRON column fits its longest expression ---------------
-# Another service with no dispatcher: its next ticks are computed from the config.
-CONFIG_FILE="$WORK/long-cron.json" write_config "$SVC-cron" '{"LONG": {"steps": [{"name": "l", "type": "demo"}]}}' \
-  '{"schedules": {"weekday-quarters": {"cron": "0 0,15,30,45 3-5 * * mon-fri", "topic": "LONG"},
-                  "daily": {"cron": "@daily", "topic": "LONG"}}}'
+# --- `dsync schedules` and `dsync topics` print long values whole -------------------
+# Another service with no dispatcher: its next ticks are computed from the config. Its
+# topic and one schedule's name have the 50 characters the database holds.
+long_topic=TOPIC_OF_FIFTY_CHARACTERS_0123456789_0123456789_ab
+long_name=schedule-of-fifty-characters-0123456789-0123456789
+(( ${#long_topic} == 50 && ${#long_name} == 50 )) || fail "the test's long names are not 50 characters"
+CONFIG_FILE="$WORK/long-cron.json" write_config "$SVC-cron" "{\"$long_topic\": {\"steps\": [{\"name\": \"l\", \"type\": \"demo\"}]}}" \
+  "{\"schedules\": {\"weekday-quarters\": {\"cron\": \"0 0,15,30,45 3-5 * * mon-fri\", \"topic\": \"$long_topic\"},
+                  \"$long_name\": {\"cron\": \"@daily\", \"topic\": \"$long_topic\"}}}"
 out=$("$DSYNC_BIN" schedules --config "$WORK/long-cron.json")
-grep -Eq '^weekday-quarters +0 0,15,30,45 3-5 \* \* mon-fri +LONG +skip +[0-9T:.-]+Z \(computed\) ' <<<"$out" \
-  || fail "dsync schedules (a 28-character cron): $out"
-pass "dsync schedules prints a long cron expression whole"
-# TOPIC's header and every row's topic start in the same column.
-expect_eq "$(awk 'NR == 1 { print index($0, "TOPIC") } NR > 1 { print index($0, " LONG ") + 1 }' <<<"$out" | sort -u)" \
-  "$(awk 'NR == 1 { print index($0, "TOPIC") }' <<<"$out")" "the columns after CRON stay aligned"
+grep -Eq "^weekday-quarters +0 0,15,30,45 3-5 \* \* mon-fri +$long_topic +skip +[0-9T:.-]+Z \(computed\) " <<<"$out" \
+  || fail "dsync schedules (a 28-character cron, a 50-character topic): $out"
+grep -Eq "^$long_name +@daily +$long_topic +skip " <<<"$out" || fail "dsync schedules (a 50-character name): $out"
+pass "dsync schedules prints long names, cron expressions and topics whole"
+# Each column's header and its values start in the same column: CRON, TOPIC, MISSED.
+for column in "CRON:0 0,15;@daily" "TOPIC:$long_topic" "MISSED:skip"; do
+  expect_eq "$(awk -v h="${column%%:*}" -v v="${column#*:}" '
+      NR == 1 { print index($0, h); next }
+      { n = split(v, alts, ";"); for (i = 1; i <= n; i++) if (index($0, alts[i])) print index($0, alts[i]) }' <<<"$out" | sort -u)" \
+    "$(awk -v h="${column%%:*}" 'NR == 1 { print index($0, h) }' <<<"$out")" "dsync schedules: ${column%%:*} aligned"
+done
+# `dsync topics`: the 50-character topic, paused by a 40-character name, whole and aligned.
+long_by=operator-with-a-forty-character-name-012
+"$DSYNC_BIN" pause "$long_topic" --config "$WORK/long-cron.json" --by "$long_by" >/dev/null
+out=$("$DSYNC_BIN" topics --config "$WORK/long-cron.json")
+grep -Eq "^$long_topic +paused +0 +yes +$long_by +[0-9T:.-]+Z +-$" <<<"$out" || fail "dsync topics (long values): $out"
+expect_eq "$(awk 'NR == 1 { print index($0, "PAUSED_AT") } NR > 1 { print match($0, /[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T/) }' <<<"$out" | sort -u)" \
+  "$(awk 'NR == 1 { print index($0, "PAUSED_AT") }' <<<"$out")" "dsync topics: PAUSED_AT aligned"
+pass "dsync topics prints a 50-character topic and a long pauser whole"
 echo "PASS"
