@@ -26,7 +26,8 @@ namespace dsync {
 enum class MissedTickPolicy { kSkip, kRunOnce };
 
 struct ScheduleSettings {
-  std::string cron;                 // schedules.<name>.cron: 5 fields, or 6 with a leading second (control/cron.h), UTC. Required
+  std::string cron;                 // schedules.<name>.cron: 5 fields, or 6 with a leading second (control/cron.h),
+                                    // UTC. Required
   std::string timezone = "UTC";     // schedules.<name>.timezone: only "UTC" (or "Etc/UTC"). Default UTC
   std::string topic;                // schedules.<name>.topic: a configured topic. Required
   nlohmann::json payload = nlohmann::json::object();  // schedules.<name>.payload: the event's payload (object). Default {}

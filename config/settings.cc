@@ -193,7 +193,8 @@ constexpr KeyDescriptor kKeys[] = {
      .default_text = "{}",
      .doc = "Object of schedule name -> {cron, timezone, topic, payload, missed, grace_ms, tenant_id}: the "
             "dispatcher leader produces one event of `topic` per cron tick, exactly once "
-            "(docs/pause-and-schedules.md). cron: 5 fields, or 6 with a leading seconds field, UTC; timezone: UTC only; missed: skip (default) "
+            "(docs/pause-and-schedules.md). cron: 5 fields, or 6 with a leading seconds field, UTC; "
+            "timezone: UTC only; missed: skip (default) "
             "or run_once; grace_ms: how late a tick may be seen and still fire under skip (default 60000); "
             "tenant_id: the events' tenant (default \"0\")."},
     // --- end issue 37 ---

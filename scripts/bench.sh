@@ -231,11 +231,11 @@ trap cleanup EXIT
 # median: of the numbers on stdin (spaces, commas or lines); for an even count the mean of
 # the two middle values. lower_median: the lower middle value itself (always one of the
 # inputs: the run that supplies a median's other figures is found by it).
+sorted() { tr ',' ' ' | xargs -n1 | sort -g; }
 median() {
-  tr ',' ' ' | xargs -n1 | sort -g |
-    awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else if (NR) print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+  sorted | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else if (NR) print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
-lower_median() { tr ',' ' ' | xargs -n1 | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
+lower_median() { sorted | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
 # field KEY LINE: the value of KEY=... in a `key=value ...` line
 field() { sed -nE "s/.*(^| )$1=([^ ]*).*/\2/p" <<<"$2"; }
 busy() { awk -v l="$(cut -d' ' -f1 /proc/loadavg)" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; }
@@ -734,7 +734,9 @@ section_capacity() {
         rates+=("$(field rate "$e2e_line")")
       done
       med=$(echo "${rates[*]}" | median)
-      for line in "${lines[@]}"; do [[ $(field rate "$line") == "$(echo "${rates[*]}" | lower_median)" ]] && break; done
+      local mid
+      mid=$(echo "${rates[*]}" | lower_median)
+      for line in "${lines[@]}"; do [[ $(field rate "$line") == "$mid" ]] && break; done
       [[ -n $half ]] || half=$(awk -v m="$med" 'BEGIN { printf "%d", m / 2 }')  # both modes at half the wake-ups-on rate
       local woken=""
       if [[ $mode == on ]]; then  # first with a producer that wakes the dispatcher

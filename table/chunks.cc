@@ -235,8 +235,8 @@ std::unordered_map<std::string, uint32_t> HashesInSpan(storage::Connection& c, c
                                                        const ColumnSet& cols, const ColumnSet& key,
                                                        const KeySpan& span) {
   std::unordered_map<std::string, uint32_t> out;
-  auto rs = c.Query("SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + QuoteIdentifier(table) + " WHERE " +
-                        SpanWhere(key),
+  auto rs = c.Query("SELECT " + key.SelectList() + ", " + cols.RowHashExpr() + " FROM " + QuoteIdentifier(table) +
+                        " WHERE " + SpanWhere(key),
                     span.lo, span.hi);
   while (rs->next()) {
     KeyHash kh = ReadKeyHash(*rs, key);

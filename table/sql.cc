@@ -274,8 +274,8 @@ std::string ColumnSet::MatchKeys(size_t n) const {
   // of those equalities cost MariaDB time growing with the square of the keys: 265 ms
   // for 600 keys of two columns, bench/RESULTS.md section 12.)
   if (n == 1) {
-    return "(" + EachColumn(columns_, " AND ", [](const Column& c) { return QuoteIdentifier(c.name) + " = " + CompareSlot(c); }) +
-           ")";
+    auto equals = [](const Column& c) { return QuoteIdentifier(c.name) + " = " + CompareSlot(c); };
+    return "(" + EachColumn(columns_, " AND ", equals) + ")";
   }
   const std::string one = "(" + EachColumn(columns_, ", ", CompareSlot) + ")";
   out = "(" + NameList() + ") IN (";
